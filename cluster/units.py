@@ -1,0 +1,80 @@
+"""Units: every quantity in this project carries its unit in its name.
+
+Bandwidths are bytes per second (``*_Bps``), times are seconds (``*_s`` / ``*_seconds``),
+sizes are bytes. Link speeds quoted by vendors in decimal units (100 Gbps, 64 GB/s) use
+powers of 1000; message sizes typed by users (``-b 1M``) use powers of 1024, as nccl-tests
+does.
+"""
+
+from __future__ import annotations
+
+import re
+
+from cluster.errors import UserError
+
+KB = 1000
+MB = 1000**2
+GB = 1000**3
+TB = 1000**4
+KiB = 1024
+MiB = 1024**2
+GiB = 1024**3
+
+GBps = GB  # one gigabyte per second, in bytes per second
+Gbps = GB / 8  # one gigabit per second, in bytes per second
+
+NANOSECOND = 1e-9
+MICROSECOND = 1e-6
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?[bB])?\s*$")
+_SIZE_FACTOR = {"": 1, "k": KiB, "m": MiB, "g": GiB, "t": 1024**4}
+
+
+def parse_size(text: str | int) -> int:
+    """Parse a byte count such as ``8``, ``64K``, ``1M``, ``2G`` (suffixes are powers of 1024).
+
+    >>> parse_size("64K")
+    65536
+    """
+    if isinstance(text, int):
+        value = text
+    else:
+        match = _SIZE.match(str(text))
+        if not match:
+            raise UserError(
+                f"cannot read the size {text!r}: write a whole number of bytes with an optional "
+                "K, M or G suffix (powers of 1024), e.g. 8, 64K, 1M, 2G"
+            )
+        number, suffix = float(match.group(1)), match.group(2).lower()
+        value_float = number * _SIZE_FACTOR[suffix]
+        if value_float != int(value_float):
+            raise UserError(f"the size {text!r} is not a whole number of bytes")
+        value = int(value_float)
+    if value < 0:
+        raise UserError(f"the size {text!r} is negative: sizes are byte counts, 0 or more")
+    return value
+
+
+def format_size(nbytes: float) -> str:
+    """Render a byte count with a binary suffix: ``65536 -> '64K'``, ``1536 -> '1.5K'``."""
+    for suffix, factor in (("G", GiB), ("M", MiB), ("K", KiB)):
+        if nbytes >= factor:
+            value = nbytes / factor
+            return f"{value:g}{suffix}"
+    return f"{nbytes:g}"
+
+
+def format_bandwidth(bytes_per_second: float) -> str:
+    """Render a bandwidth in decimal GB/s, as vendors quote links: ``12.5e9 -> '12.5 GB/s'``."""
+    return f"{bytes_per_second / GB:g} GB/s"
+
+
+def format_seconds(seconds: float) -> str:
+    """Render a duration with a readable unit (ns, us, ms or s)."""
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:.3g} ns"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.4g} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.4g} ms"
+    return f"{seconds:.4g} s"
