@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from cluster.errors import UserError
-from cluster.units import GB, KiB, MB, Gbps, MICROSECOND, NANOSECOND
+from cluster.units import GB, KiB, MB, Gbps
 
 FigureSource = Literal["seed", "public"]
 
@@ -144,16 +144,16 @@ class LinkType:
 # with no switch: a few hundred nanoseconds. A PCIe hop through a switch costs roughly a
 # microsecond round the endpoint and switch. A 100 Gbps InfiniBand or Ethernet hop with its
 # adapter is of the order of a microsecond; RoCE to the host a little more.
-IPU_LINK_LATENCY_S = 300 * NANOSECOND
-PCIE_LATENCY_S = 1 * MICROSECOND
-INFINIBAND_LATENCY_S = 1 * MICROSECOND
-GW_LINK_LATENCY_S = 1 * MICROSECOND
-ROCE_LATENCY_S = 1.5 * MICROSECOND
+IPU_LINK_LATENCY_S = 300e-9
+PCIE_LATENCY_S = 1e-6
+INFINIBAND_LATENCY_S = 1e-6
+GW_LINK_LATENCY_S = 1e-6
+ROCE_LATENCY_S = 1.5e-6
 
 # Sync (BSP barrier) cost per superstep: within one IPU-Link domain the Sync-Links make it
 # sub-microsecond; across hosts or GW-Links the barrier crosses the network. Assumptions.
-LOCAL_SYNC_S = 0.5 * MICROSECOND
-GLOBAL_SYNC_S = 5 * MICROSECOND
+LOCAL_SYNC_S = 0.5e-6
+GLOBAL_SYNC_S = 5e-6
 
 
 def c2_rung() -> LinkType:

@@ -18,11 +18,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from cluster.errors import SpecError
 from cluster.hardware import GLOBAL_SYNC_S, LOCAL_SYNC_S, LinkType, Processor
+
+if TYPE_CHECKING:
+    from cluster.routing import Router
 
 FABRIC = "fabric"
 HOST = "host"
@@ -213,7 +217,7 @@ class Topology:
     sync_local_s: float
     sync_global_s: float
     memory_bandwidth_override_Bps: float | None = None
-    router: "object" = None  # set by the builder: cluster.routing.Router
+    router: "Router" = None  # type: ignore[assignment]  # set by TopologyBuilder.build
 
     @property
     def node_count(self) -> int:

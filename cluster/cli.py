@@ -1,0 +1,144 @@
+"""The ``ipupod`` command line.
+
+``ipupod bench COLLECTIVE`` sweeps sizes like nccl-tests; ``ipupod topology show SPEC``
+describes a topology. User mistakes print one ``error:`` line (what was wrong, what to do)
+and exit with status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from cluster.errors import UserError
+from cluster.spec import DEFAULT_TOPOLOGY, load_topology
+from cluster.units import parse_size
+
+COLLECTIVE_NAMES = ["allreduce", "reduce-scatter", "all-gather", "broadcast", "all-to-all"]
+
+
+class SizeType(click.ParamType):
+    """A byte count with an optional K/M/G suffix (powers of 1024)."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+        try:
+            return parse_size(value)
+        except UserError as error:
+            self.fail(str(error), param, ctx)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ipupod")
+def cli() -> None:
+    """Emulate Graphcore IPU-POD clusters: topologies, collectives and their simulated time."""
+
+
+@cli.command()
+@click.argument("collective", type=click.Choice(COLLECTIVE_NAMES, case_sensitive=False))
+@click.option("--topology", "topology_spec", default=DEFAULT_TOPOLOGY, show_default=True,
+              help="A preset (dss8440, dss8440xN, pod16 ... pod65536) or a YAML file.")
+@click.option("--mode", type=click.Choice(["phantom"]), default="phantom", show_default=True,
+              help="phantom: sizes only, no devices, any scale.")
+@click.option("-b", "--minbytes", "min_bytes", type=SizeType(), default="1M", show_default=True,
+              help="Smallest size, bytes (K/M/G = powers of 1024).")
+@click.option("-e", "--maxbytes", "max_bytes", type=SizeType(), default="128M",
+              show_default=True, help="Largest size, bytes.")
+@click.option("-f", "--stepfactor", "factor", type=float, default=2.0, show_default=True,
+              help="Multiply the size by this from one row to the next.")
+@click.option("--algorithm", default="auto", show_default=True,
+              help="auto, clockwise_ring (ring), anticlockwise_ring, bidirectional_ring_pair, "
+                   "hierarchical, halving_doubling.")
+@click.option("--dtype", type=click.Choice(["float32", "float16", "int32"]), default="float32",
+              show_default=True)
+@click.option("--op", type=click.Choice(["sum", "mean", "max", "min"]), default="sum",
+              show_default=True)
+@click.option("--group", "group_text", default="all", show_default=True,
+              help="Replica groups: all, consecutive:K or orthogonal:K (K replicas per group).")
+@click.option("--root", type=int, default=0, show_default=True, help="Broadcast root rank.")
+@click.option("--figures", type=click.Choice(["seed", "public"]), default="seed",
+              show_default=True, help="Where seed and public figures disagree, which to use.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of rows.")
+def bench(collective: str, topology_spec: str, mode: str, min_bytes: int, max_bytes: int,
+          factor: float, algorithm: str, dtype: str, op: str, group_text: str, root: int,
+          figures: str, as_json: bool) -> None:
+    """Sweep sizes of a COLLECTIVE and print simulated time and bandwidth per size."""
+    from gcl.bench import format_row, preamble, rows_to_json, run_phantom, sizes, summary_line
+    from gcl.collectives import collective as lookup
+    from gcl.groups import CommGroup
+
+    from gcl.algorithms import algorithm as check_algorithm
+
+    coll = lookup(collective)
+    if algorithm != "auto":
+        check_algorithm(algorithm, coll)
+    group = CommGroup.parse(group_text)
+    byte_sizes = sizes(min_bytes, max_bytes, factor)
+    topology = load_topology(topology_spec, figures)
+    rows = run_phantom(coll, topology, byte_sizes, dtype=dtype, op=op,
+                       algorithm_name=algorithm, group=group, root=root)
+    if as_json:
+        click.echo(rows_to_json(list(rows)))
+        return
+    click.echo(preamble(coll, topology, group, mode))
+    done = []
+    for row in rows:
+        click.echo(format_row(row))
+        done.append(row)
+    click.echo(summary_line(done))
+
+
+@cli.group()
+def topology() -> None:
+    """Inspect topologies: presets and YAML files."""
+
+
+@topology.command("show")
+@click.argument("spec", default=DEFAULT_TOPOLOGY)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "dot"]), default="text",
+              show_default=True)
+@click.option("--figures", type=click.Choice(["seed", "public"]), default="seed",
+              show_default=True)
+def topology_show(spec: str, fmt: str, figures: str) -> None:
+    """Summarise SPEC: IPUs, cards or machines, servers, links, bisection bandwidth."""
+    from cluster.topology_show import render_dot, render_json, render_text, summarize
+
+    built = load_topology(spec, figures)
+    if fmt == "dot":
+        click.echo(render_dot(built))
+    else:
+        summary = summarize(built)
+        click.echo(render_json(summary) if fmt == "json" else render_text(summary))
+
+
+@topology.command("list")
+def topology_list() -> None:
+    """List the presets."""
+    from cluster.presets import presets
+
+    for entry in presets():
+        click.echo(f"{entry.example:<32} {entry.summary}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI, turning user errors into one clear line and status 2."""
+    try:
+        cli.main(args=argv, prog_name="ipupod", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except UserError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

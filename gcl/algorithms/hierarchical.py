@@ -1,0 +1,62 @@
+"""``hierarchical``: local over IPU-Links, global across domains, local again.
+
+The white paper's data-parallel allreduce (000, 001): a reduce-scatter inside each
+IPU-Link domain (a DSS 8440 server, a POD64 rack), leaving each IPU 1/L of the buffer
+reduced over its domain; an allreduce of those pieces across domains, among the IPUs with
+the same local index, over InfiniBand or GW-Links; an all-gather inside each domain.
+Every domain must hold the same number of the group's IPUs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cluster.errors import ScheduleError
+from gcl.algorithms import Algorithm, GroupContext, register
+from gcl.rings import Ring, ring_phase
+from gcl.schedule import GLOBAL, LOCAL, Phase
+
+
+def domain_grid(ctx: GroupContext) -> np.ndarray:
+    """Ranks as a grid ``[domain, local index]``: domains ordered by their lowest rank,
+    IPUs inside a domain in ring order."""
+    domain = ctx.topology.router.domain_of_ipu[ctx.ipus]
+    _, first_rank = np.unique(domain, return_index=True)
+    ordered_domains = domain[np.sort(first_rank)]
+    rows = [ctx.ring[domain[ctx.ring] == d] for d in ordered_domains]
+    sizes = {len(r) for r in rows}
+    if len(sizes) != 1:
+        counts = ", ".join(str(len(r)) for r in rows)
+        raise ScheduleError(
+            f"hierarchical needs the same number of the group's IPUs in every IPU-Link domain; "
+            f"this group has {counts}: use a ring algorithm, or a group that fills domains evenly")
+    return np.stack(rows)
+
+
+@register
+class Hierarchical(Algorithm):
+    name = "hierarchical"
+    collectives = frozenset({"allreduce", "reduce-scatter", "all-gather"})
+
+    def check(self, ctx: GroupContext) -> None:
+        domain_grid(ctx)
+
+    def build(self, ctx: GroupContext) -> tuple[list[Phase], np.ndarray]:
+        grid = domain_grid(ctx)
+        domains, local = grid.shape
+        chunk, block = ctx.chunk, domains * ctx.chunk
+        local_rings = [Ring(ctx.ipus[row], np.arange(local), stride=block, count=block)
+                       for row in grid]
+        global_rings = [Ring(ctx.ipus[grid[:, i]], np.arange(domains), stride=chunk,
+                             count=chunk, base=i * block) for i in range(local)]
+        name = ctx.collective.name
+        phases: list[Phase | None] = []
+        if name in ("allreduce", "reduce-scatter"):
+            phases.append(ring_phase(local_rings, True, "reduce-scatter (local)", LOCAL))
+            phases.append(ring_phase(global_rings, True, "reduce-scatter (global)", GLOBAL))
+        if name in ("allreduce", "all-gather"):
+            phases.append(ring_phase(global_rings, False, "all-gather (global)", GLOBAL))
+            phases.append(ring_phase(local_rings, False, "all-gather (local)", LOCAL))
+        slot_of_rank = np.empty(ctx.size, dtype=np.int64)
+        slot_of_rank[grid] = np.arange(local)[None, :] * domains + np.arange(domains)[:, None]
+        return [p for p in phases if p is not None], slot_of_rank

@@ -1,0 +1,123 @@
+"""The benchmark harness: one loop for every collective, rows like nccl-tests'.
+
+``size count type redop algorithm time algbw busbw wall`` where ``time`` is *simulated*
+microseconds on the emulated hardware, ``algbw = size / time`` and ``busbw = algbw x`` the
+collective's bus factor (nccl-tests' convention, decimal GB/s), and ``wall`` is how many
+seconds of this machine it took to plan and cost the collective.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterator
+
+from cluster.errors import UserError
+from cluster.topology import Topology
+from cluster.units import format_size
+from gcl.collectives import Collective, check_op, dtype_itemsize
+from gcl.groups import CommGroup
+from gcl.phantom import simulate
+from gcl.planner import AUTO, plan, replica_groups
+
+MAX_SIZES = 64
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One size of a benchmark sweep (both clocks named: sim_ vs wall_)."""
+
+    collective: str
+    bytes: int
+    count: int
+    type: str
+    op: str
+    algorithm: str
+    group: str
+    group_size: int
+    sim_seconds: float
+    algbw_GBps: float
+    busbw_GBps: float
+    wall_seconds: float
+    phases: list[dict] = field(default_factory=list)
+    link_type_bytes: dict[str, float] = field(default_factory=dict)
+
+
+def sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
+    """``min, min*f, min*f^2, ...`` up to ``max`` (bytes), as nccl-tests' -b/-e/-f."""
+    if min_bytes < 1:
+        raise UserError("the smallest size (-b) must be at least 1 byte")
+    if max_bytes < min_bytes:
+        raise UserError(f"the largest size (-e {max_bytes}) is below the smallest (-b {min_bytes})")
+    if min_bytes != max_bytes and not factor > 1:
+        raise UserError(f"the size factor (-f) must be more than 1, not {factor}")
+    out, size = [], float(min_bytes)
+    while size <= max_bytes:
+        out.append(int(size))
+        if len(out) > MAX_SIZES:
+            raise UserError(f"that sweep has more than {MAX_SIZES} sizes: raise -f or narrow -b/-e")
+        if min_bytes == max_bytes:
+            break
+        size *= factor
+    return out
+
+
+def run_phantom(coll: Collective, topology: Topology, byte_sizes: list[int], *,
+                dtype: str = "float32", op: str = "sum", algorithm_name: str = AUTO,
+                group: CommGroup = CommGroup(), root: int = 0) -> Iterator[BenchRow]:
+    """Cost each size in phantom mode (sizes only) and yield its row."""
+    check_op(op)
+    itemsize = dtype_itemsize(dtype)
+    n = len(replica_groups(topology, group)[0])
+    for size in byte_sizes:
+        started = time.perf_counter()
+        count = coll.count_for_bytes(size, n, itemsize)
+        schedule = plan(coll, topology, count, dtype=dtype, algorithm_name=algorithm_name,
+                        group=group, root=root)
+        timing = simulate(schedule, topology)
+        wall = time.perf_counter() - started
+        actual = coll.bytes_for_count(count, n, itemsize)
+        algbw = actual / timing.sim_seconds / 1e9 if timing.sim_seconds > 0 else 0.0
+        yield BenchRow(
+            collective=coll.name, bytes=actual, count=actual // itemsize, type=dtype, op=op,
+            algorithm=schedule.algorithm, group=str(group), group_size=n,
+            sim_seconds=timing.sim_seconds, algbw_GBps=algbw,
+            busbw_GBps=algbw * coll.bus_factor(n) if n > 1 else 0.0, wall_seconds=wall,
+            phases=[{"label": p.label, "scope": p.scope, "steps": p.steps,
+                     "sim_seconds": p.seconds} for p in timing.phases],
+            link_type_bytes=timing.link_type_bytes,
+        )
+
+
+HEADER = (f"{'size(B)':>12} {'count':>12} {'type':>8} {'redop':>6} {'algorithm':>24} "
+          f"{'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'wall(s)':>9}")
+
+
+def format_row(row: BenchRow) -> str:
+    return (f"{row.bytes:>12} {row.count:>12} {row.type:>8} {row.op:>6} {row.algorithm:>24} "
+            f"{row.sim_seconds * 1e6:>12.2f} {row.algbw_GBps:>12.2f} {row.busbw_GBps:>12.2f} "
+            f"{row.wall_seconds:>9.3f}")
+
+
+def preamble(coll: Collective, topology: Topology, group: CommGroup, mode: str) -> str:
+    groups = replica_groups(topology, group)
+    return "\n".join([
+        f"# ipupod bench {coll.name}: topology {topology.name} ({topology.ipu_count} IPUs), "
+        f"mode {mode}, group {group} ({len(groups)} x {len(groups[0])} IPUs)",
+        "# time, algbw, busbw: simulated on the emulated hardware; wall: seconds on this machine",
+        "#",
+        "# " + HEADER[2:],
+    ])
+
+
+def summary_line(rows: list[BenchRow]) -> str:
+    if not rows:
+        return "# no sizes"
+    average = sum(r.busbw_GBps for r in rows) / len(rows)
+    return (f"# Avg bus bandwidth (simulated): {average:.2f} GB/s over {len(rows)} sizes, "
+            f"{format_size(rows[0].bytes)} to {format_size(rows[-1].bytes)} bytes")
+
+
+def rows_to_json(rows: list[BenchRow]) -> str:
+    return json.dumps([asdict(r) for r in rows], indent=2)

@@ -1,0 +1,76 @@
+"""The collectives, one record each, as nccl-tests has them.
+
+A record says how a benchmark size in bytes becomes per-replica element counts, how many
+buffer slots the collective needs, and the bus-bandwidth factor that turns algorithm
+bandwidth (``bytes / time``) into bus bandwidth, comparable with the links' speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from cluster.errors import ScheduleError
+
+DTYPES = {"float32": np.float32, "float16": np.float16, "int32": np.int32}
+OPS = ("sum", "mean", "max", "min")
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective.
+
+    ``count_for_bytes(size, n)`` is the element count per replica that the buffer of a
+    ``size``-byte benchmark holds (nccl-tests' convention: for reduce-scatter, all-gather
+    and all-to-all, ``size`` is the whole buffer of ``n`` blocks; the count returned is one
+    block). ``bus_factor(n)`` is nccl-tests' factor for ``n`` ranks.
+    """
+
+    name: str
+    reduces: bool
+    blocks_per_size: bool  # size covers n blocks (reduce-scatter, all-gather, all-to-all)
+    bus_factor: Callable[[int], float]
+
+    def count_for_bytes(self, size: int, n: int, itemsize: int) -> int:
+        elements = size // itemsize
+        per = elements // n if self.blocks_per_size else elements
+        return max(per, 1)
+
+    def bytes_for_count(self, count: int, n: int, itemsize: int) -> int:
+        return count * itemsize * (n if self.blocks_per_size else 1)
+
+
+ALLREDUCE = Collective("allreduce", True, False, lambda n: 2 * (n - 1) / n)
+REDUCE_SCATTER = Collective("reduce-scatter", True, True, lambda n: (n - 1) / n)
+ALL_GATHER = Collective("all-gather", False, True, lambda n: (n - 1) / n)
+BROADCAST = Collective("broadcast", False, False, lambda n: 1.0)
+ALL_TO_ALL = Collective("all-to-all", False, True, lambda n: (n - 1) / n)
+
+COLLECTIVES = {c.name: c for c in (ALLREDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, ALL_TO_ALL)}
+_ALIASES = {"reducescatter": "reduce-scatter", "reduce_scatter": "reduce-scatter",
+            "allgather": "all-gather", "all_gather": "all-gather",
+            "alltoall": "all-to-all", "all_to_all": "all-to-all", "all-reduce": "allreduce"}
+
+
+def collective(name: str) -> Collective:
+    """Look a collective up by name (``allreduce``, ``reduce-scatter``, ``all-gather``,
+    ``broadcast``, ``all-to-all``; underscores and no hyphen are accepted too)."""
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in COLLECTIVES:
+        raise ScheduleError(f"unknown collective {name!r}: use one of {', '.join(COLLECTIVES)}")
+    return COLLECTIVES[key]
+
+
+def dtype_itemsize(dtype: str) -> int:
+    if dtype not in DTYPES:
+        raise ScheduleError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    return np.dtype(DTYPES[dtype]).itemsize
+
+
+def check_op(op: str) -> str:
+    if op not in OPS:
+        raise ScheduleError(f"unknown reduction op {op!r}: use one of {', '.join(OPS)}")
+    return op

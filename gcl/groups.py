@@ -1,0 +1,70 @@
+"""Replica groups, as GCL's ``CommGroup``: ALL, CONSECUTIVE or ORTHOGONAL with a group size.
+
+For ``R`` replicas and group size ``k``:
+
+- ``ALL``: one group, ``{0, ..., R-1}``;
+- ``CONSECUTIVE``: ``{0..k-1}, {k..2k-1}, ...``;
+- ``ORTHOGONAL``: ``R/k`` groups of ``k`` replicas strided by ``R/k``:
+  ``{0, R/k, 2R/k, ...}, {1, R/k+1, ...}, ...``.
+
+All groups of one collective run at the same time and share the network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from cluster.errors import ScheduleError
+
+
+class CommGroupType(str, Enum):
+    ALL = "all"
+    CONSECUTIVE = "consecutive"
+    ORTHOGONAL = "orthogonal"
+
+
+@dataclass(frozen=True)
+class CommGroup:
+    """A partition of the replicas into equal groups; ``size`` is replicas per group."""
+
+    type: CommGroupType = CommGroupType.ALL
+    size: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> "CommGroup":
+        """Read ``all``, ``consecutive:4`` or ``orthogonal:4``."""
+        name, _, size = text.strip().lower().partition(":")
+        try:
+            kind = CommGroupType(name)
+        except ValueError:
+            raise ScheduleError(
+                f"unknown replica group {text!r}: use all, consecutive:K or orthogonal:K "
+                "(K replicas per group)") from None
+        if kind is CommGroupType.ALL:
+            if size:
+                raise ScheduleError("the group 'all' takes no size")
+            return cls()
+        if not size.isdigit() or int(size) < 1:
+            raise ScheduleError(f"replica group {text!r} needs a positive size, e.g. {name}:4")
+        return cls(kind, int(size))
+
+    def __str__(self) -> str:
+        return self.type.value if self.type is CommGroupType.ALL else f"{self.type.value}:{self.size}"
+
+    def ranks(self, replicas: int) -> list[np.ndarray]:
+        """The replica indices of each group, each in rank order."""
+        if replicas < 1:
+            raise ScheduleError("a collective needs at least one replica")
+        if self.type is CommGroupType.ALL:
+            return [np.arange(replicas)]
+        if self.size > replicas or replicas % self.size:
+            raise ScheduleError(
+                f"replica group {self} does not divide {replicas} replicas into equal groups: "
+                f"choose a size that divides {replicas}")
+        if self.type is CommGroupType.CONSECUTIVE:
+            return list(np.arange(replicas).reshape(-1, self.size))
+        stride = replicas // self.size
+        return list(np.arange(replicas).reshape(self.size, stride).T.copy())

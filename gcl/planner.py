@@ -1,0 +1,89 @@
+"""From a request (collective, topology, element count, algorithm, replica group) to a
+:class:`~gcl.schedule.Schedule`; ``auto`` builds every applicable algorithm and keeps the
+one the cost model says is fastest."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cluster.errors import ScheduleError
+from cluster.topology import Topology
+from gcl.algorithms import GroupContext, algorithm, for_collective
+from gcl.collectives import Collective, collective as lookup_collective, dtype_itemsize
+from gcl.groups import CommGroup
+from gcl.schedule import Phase, Schedule
+
+AUTO = "auto"
+
+
+def replica_groups(topology: Topology, group: CommGroup,
+                   ipus: np.ndarray | None = None) -> list[np.ndarray]:
+    """The IPUs of each replica group (replica ``r`` runs on ``ipus[r]``)."""
+    replicas = np.arange(topology.ipu_count) if ipus is None else np.asarray(ipus, np.int64)
+    if len(np.unique(replicas)) != len(replicas):
+        raise ScheduleError("each replica needs its own IPU: the IPU list has duplicates")
+    if ((replicas < 0) | (replicas >= topology.ipu_count)).any():
+        raise ScheduleError(f"IPU ids run from 0 to {topology.ipu_count - 1} on {topology.name}")
+    return [replicas[ranks] for ranks in group.ranks(len(replicas))]
+
+
+def plan(collective: str | Collective, topology: Topology, count: int, *,
+         dtype: str = "float32", algorithm_name: str = AUTO, group: CommGroup = CommGroup(),
+         ipus: np.ndarray | None = None, root: int = 0) -> Schedule:
+    """Schedule ``collective`` on ``count`` elements per replica (per block for
+    reduce-scatter, all-gather and all-to-all)."""
+    coll = lookup_collective(collective) if isinstance(collective, str) else collective
+    if count < 1:
+        raise ScheduleError(f"a collective needs at least one element per replica, not {count}")
+    groups = replica_groups(topology, group, ipus)
+    if not 0 <= root < len(groups[0]):
+        raise ScheduleError(f"root {root} is not a rank of a group of {len(groups[0])}")
+    if algorithm_name != AUTO:
+        return _build(coll, topology, count, dtype, algorithm_name, groups, root)
+    from gcl.phantom import simulate
+
+    best: tuple[float, Schedule] | None = None
+    reasons = []
+    for candidate in for_collective(coll):
+        try:
+            schedule = _build(coll, topology, count, dtype, candidate.name, groups, root)
+        except ScheduleError as error:
+            reasons.append(f"{candidate.name}: {error}")
+            continue
+        seconds = simulate(schedule, topology).sim_seconds
+        if best is None or seconds < best[0]:
+            best = (seconds, schedule)
+    if best is None:
+        raise ScheduleError("no algorithm can run this collective: " + "; ".join(reasons))
+    return best[1]
+
+
+def _ring_ranks(topology: Topology, ipus: np.ndarray) -> np.ndarray:
+    position = np.empty(topology.ipu_count, dtype=np.int64)
+    position[topology.ring_order] = np.arange(topology.ipu_count)
+    return np.argsort(position[ipus], kind="stable")
+
+
+def _build(coll: Collective, topology: Topology, count: int, dtype: str, name: str,
+           groups: list[np.ndarray], root: int) -> Schedule:
+    chosen = algorithm(name, coll)
+    itemsize = dtype_itemsize(dtype)
+    n = len(groups[0])
+    slots = chosen.slots(coll, n)
+    per_slot = count if coll.blocks_per_size else -(-count // slots)
+    grain = chosen.granularity
+    chunk = -(-per_slot // grain) * grain
+    group_phases, owners = [], []
+    for ipus in groups:
+        ctx = GroupContext(coll, topology, ipus, _ring_ranks(topology, ipus), chunk, root)
+        chosen.check(ctx)
+        phases, slot_of_rank = chosen.build(ctx)
+        group_phases.append(phases)
+        owners.append(slot_of_rank)
+    shapes = {len(p) for p in group_phases}
+    if len(shapes) != 1:
+        raise ScheduleError(f"{name}: the replica groups differ in shape; use a ring algorithm")
+    merged = tuple(Phase.concurrent(list(same)) for same in zip(*group_phases))
+    return Schedule(collective=coll.name, algorithm=chosen.name, dtype=dtype, itemsize=itemsize,
+                    count=count, chunk=chunk, slots=slots, groups=tuple(groups),
+                    slot_of_rank=tuple(owners), phases=merged, root=root)
