@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from cluster.errors import UserError
+from cluster.errors import SpecError, UserError
 from cluster.units import GB, KiB, MB, Gbps
 
 FigureSource = Literal["seed", "public"]
@@ -260,7 +260,7 @@ IPUS_PER_POD64 = 64
 def check_pod_size(ipus: int) -> None:
     """IPU-POD sizes are powers of two from 16 to 65,536 IPUs (003, public docs)."""
     if ipus < POD_MIN_IPUS or ipus > POD_MAX_IPUS or ipus & (ipus - 1):
-        raise UserError(
+        raise SpecError(
             f"an IPU-POD has a power-of-two number of IPUs from {POD_MIN_IPUS} to "
             f"{POD_MAX_IPUS:,} (pod16, pod64, pod128, ... pod65536); {ipus} is not one"
         )

@@ -156,6 +156,18 @@ class Router:
                               minlength=len(src))
         return Routes(pair_flow, pair_link, latency, ~local)
 
+    def path(self, src: int, dst: int) -> list[int]:
+        """The directed links from IPU ``src`` to IPU ``dst``, in the order crossed."""
+        routes = self.route(np.array([src]), np.array([dst]))
+        links = routes.pair_link.tolist()
+        topo, ordered, node = self.topology, [], src
+        while links:
+            hop = next(l for l in links if topo.directed_src[l] == node)
+            links.remove(hop)
+            ordered.append(hop)
+            node = int(topo.directed_dst[hop])
+        return ordered
+
     def _direct(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Directed IPU-Link id from ``src`` to ``dst``, or -1 where there is none."""
         keys = src * self.topology.ipu_count + dst

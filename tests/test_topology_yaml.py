@@ -258,7 +258,7 @@ BAD_GRAPHS = [
     ("spec.links.0.from", 7, ["spec.links[0].from"]),
     ("spec.links.0.to", "host", ["spec.links[0].to", "itself"]),
     ("spec.links.0.count", 0, ["spec.links[0].count"]),
-    ("spec.links.0.role", "data", ["spec.links[0].role", "fabric, host"]),
+    ("spec.links.0.role", "data", ["spec.links[0].role", "fabric or host"]),
     ("spec.links.0.form", "x", ["spec.links[0].form", "unknown field"]),
     ("spec.links", {"from": "a"}, ["spec.links", "list"]),
     ("spec.nodes.1.name", "ipu", ["spec.nodes[1].name", "'ipu'", "already taken"]),
@@ -329,6 +329,14 @@ BAD_PRESETS = [
 def test_a_bad_preset_field_is_a_spec_error_naming_the_field(tmp_path, field, value, words):
     message = load_error(tmp_path, mutate(preset_spec(), field, value))
     for word in words:
+        assert word in message, f"{word!r} not in: {message}"
+
+
+def test_a_pair_joined_by_two_entries_is_a_spec_error_not_a_silent_bundle(tmp_path):
+    data = ring_spec(4)
+    data["spec"]["links"].append({"from": "ipu1", "to": "ipu0", "type": "ring-link"})
+    message = load_error(tmp_path, data)
+    for word in ["spec.links[1]", "'ipu0' and 'ipu1'", "spec.generators[0]", "count"]:
         assert word in message, f"{word!r} not in: {message}"
 
 

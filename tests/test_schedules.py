@@ -1,0 +1,162 @@
+"""Every collective x algorithm x replica group computes its collective (run in memory on
+the schedule's own byte ranges), and schedules are well-formed data."""
+
+import numpy as np
+import pytest
+
+from cluster.errors import ScheduleError
+from cluster.presets import build_preset
+from gcl import CommGroup, plan
+from gcl.algorithms import for_collective
+from gcl.collectives import COLLECTIVES
+from gcl.local_executor import run_in_memory
+
+TOPOLOGIES = {name: build_preset(name) for name in ("dss8440", "dss8440x2", "pod16")}
+GROUPS = ["all", "consecutive:4", "orthogonal:8"]
+CASES = [(t, c, a.name) for t in TOPOLOGIES for c in COLLECTIVES
+         for a in for_collective(COLLECTIVES[c])]
+REDUCE = {"sum": lambda xs: np.sum(xs, axis=0), "max": lambda xs: np.max(xs, axis=0),
+          "min": lambda xs: np.min(xs, axis=0)}
+
+
+def expected(collective, inputs, op, root):
+    """NumPy reference for one group (inputs in rank order)."""
+    n = len(inputs)
+    if collective == "allreduce":
+        return [REDUCE[op](inputs)] * n
+    if collective == "reduce-scatter":
+        total, block = REDUCE[op](inputs), len(inputs[0]) // n
+        return [total[r * block:(r + 1) * block] for r in range(n)]
+    if collective == "all-gather":
+        return [np.concatenate(inputs)] * n
+    if collective == "broadcast":
+        return [inputs[root]] * n
+    block = len(inputs[0]) // n
+    return [np.concatenate([inputs[j][r * block:(r + 1) * block] for j in range(n)])
+            for r in range(n)]
+
+
+def check(topology, collective, algorithm, group, count, op="sum", root=1):
+    schedule = plan(collective, topology, count, dtype="int32", algorithm_name=algorithm,
+                    group=CommGroup.parse(group), root=root)
+    n = schedule.group_size
+    per_replica = count * (n if collective in ("reduce-scatter", "all-to-all") else 1)
+    rng = np.random.default_rng(count)
+    inputs = [rng.integers(-1000, 1000, per_replica, dtype=np.int32)
+              for _ in range(topology.ipu_count)]
+    results = run_in_memory(schedule, inputs, op)
+    for g in range(len(schedule.groups)):
+        ranks = slice(g * n, (g + 1) * n)
+        for got, want in zip(results[ranks], expected(collective, inputs[ranks], op, root)):
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("topology, collective, algorithm", CASES)
+@pytest.mark.parametrize("group", GROUPS)
+def test_every_algorithm_computes_its_collective(topology, collective, algorithm, group):
+    for count in (1, 7, 96):  # fewer elements than IPUs, uneven splits, even splits
+        check(TOPOLOGIES[topology], collective, algorithm, group, count)
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_and_min_reduce_like_numpy(op):
+    for algorithm in ("clockwise_ring", "hierarchical", "halving_doubling"):
+        check(TOPOLOGIES["dss8440x2"], "allreduce", algorithm, "all", 50, op=op)
+
+
+def test_mean_divides_the_sum_by_the_group_size():
+    topology = TOPOLOGIES["dss8440"]
+    schedule = plan("allreduce", topology, 10, dtype="float32", algorithm_name="clockwise_ring")
+    inputs = [np.full(10, float(i), dtype=np.float32) for i in range(16)]
+    results = run_in_memory(schedule, inputs, "mean")
+    np.testing.assert_allclose(results[0], np.full(10, 7.5), rtol=1e-6)
+
+
+def test_float16_allreduce_matches_numpy_within_rounding():
+    topology = TOPOLOGIES["pod16"]
+    schedule = plan("allreduce", topology, 1000, dtype="float16", algorithm_name="hierarchical")
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal(1000).astype(np.float16) for _ in range(16)]
+    results = run_in_memory(schedule, inputs)
+    np.testing.assert_allclose(results[3], np.sum(np.stack(inputs).astype(np.float32), axis=0),
+                               atol=0.1)
+
+
+def test_padding_rounds_each_slot_up_and_travels_with_the_data():
+    schedule = plan("allreduce", TOPOLOGIES["dss8440"], 17, algorithm_name="clockwise_ring")
+    assert (schedule.slots, schedule.chunk) == (16, 2)
+    assert schedule.buffer_elements == 32
+    assert schedule.supersteps == 30
+
+
+def test_bidirectional_ring_pair_splits_every_chunk_in_two_halves():
+    schedule = plan("allreduce", TOPOLOGIES["dss8440"], 16, algorithm_name="bidirectional")
+    assert schedule.chunk == 2  # granularity 2: one element each way
+    first = schedule.phases[0]
+    assert len(first.src) == 32 and set(first.count.tolist()) == {1}
+
+
+def test_a_phase_gives_the_byte_ranges_of_every_step():
+    schedule = plan("reduce-scatter", TOPOLOGIES["dss8440"], 4, algorithm_name="clockwise_ring")
+    phase = schedule.phases[0]
+    with pytest.raises(IndexError):
+        phase.transfers(phase.steps)
+    seen = {tuple(phase.transfers(k).src_offset.tolist()) for k in range(phase.steps)}
+    assert len(seen) == phase.steps  # each step moves different chunks
+
+
+def test_hierarchical_needs_even_domains():
+    topology = TOPOLOGIES["dss8440x2"]
+    with pytest.raises(ScheduleError, match="same number of the group's IPUs"):
+        plan("allreduce", topology, 64, algorithm_name="hierarchical",
+             ipus=np.arange(20))
+
+
+def test_halving_doubling_needs_a_power_of_two_group():
+    with pytest.raises(ScheduleError, match="power-of-two"):
+        plan("allreduce", TOPOLOGIES["dss8440"], 64, algorithm_name="halving_doubling",
+             ipus=np.arange(12))
+
+
+@pytest.mark.parametrize("request_kwargs, words", [
+    ({"algorithm_name": "nope"}, "unknown algorithm 'nope'"),
+    ({"algorithm_name": "hierarchical", "collective": "broadcast"}, "does not run broadcast"),
+    ({"group": CommGroup.parse("consecutive:5")}, "does not divide 16"),
+    ({"root": 16, "collective": "broadcast"}, "root 16"),
+    ({"ipus": np.array([0, 0, 1])}, "duplicates"),
+    ({"ipus": np.array([0, 99])}, "IPU ids run from 0 to 15"),
+    ({"count": 0}, "at least one element"),
+    ({"dtype": "float64"}, "unknown dtype"),
+])
+def test_bad_requests_are_refused_with_a_reason(request_kwargs, words):
+    kwargs = {"count": 64, "collective": "allreduce", **request_kwargs}
+    collective, count = kwargs.pop("collective"), kwargs.pop("count")
+    with pytest.raises(ScheduleError, match=words):
+        plan(collective, TOPOLOGIES["dss8440"], count, **kwargs)
+
+
+@pytest.mark.parametrize("text, error", [("ring:4", "unknown replica group"),
+                                         ("consecutive", "positive size"),
+                                         ("orthogonal:0", "positive size"),
+                                         ("all:2", "takes no size")])
+def test_bad_group_texts_are_refused(text, error):
+    with pytest.raises(ScheduleError, match=error):
+        CommGroup.parse(text)
+
+
+def test_orthogonal_groups_stride_across_replicas():
+    groups = CommGroup.parse("orthogonal:4").ranks(8)
+    assert [g.tolist() for g in groups] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert [g.tolist() for g in CommGroup.parse("consecutive:4").ranks(8)] == [
+        [0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_auto_picks_the_fastest_by_the_cost_model():
+    from gcl import simulate
+
+    topology = TOPOLOGIES["dss8440x2"]
+    chosen = plan("allreduce", topology, 1 << 20)
+    times = {a.name: simulate(plan("allreduce", topology, 1 << 20, algorithm_name=a.name),
+                              topology).sim_seconds
+             for a in for_collective(COLLECTIVES["allreduce"])}
+    assert chosen.algorithm == min(times, key=times.get) == "hierarchical"
