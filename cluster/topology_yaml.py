@@ -202,7 +202,7 @@ def _load_preset(r: _Reader, spec: dict[str, Any], name: str) -> Topology:
             None if latency is None else r.number(latency, f"{path}.latency_ns"))))
     try:
         topology = build_preset(preset, PresetOptions(figures, tuple(overrides), local, glob))
-    except UserError as err:  # pod sizes raise a UserError, the rest a SpecError
+    except UserError as err:  # a SpecError, or a UserError from the hardware catalogue
         r.fail("spec.linkOverrides" if "has no link type" in str(err) else "spec.preset", str(err))
     topology.name = name
     if memory is not None:  # set before first use: ipu_memory_bandwidth_Bps is cached

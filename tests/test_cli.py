@@ -1,0 +1,96 @@
+"""The ``ipupod`` command as a user runs it: a real process, real exit codes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+JSON_KEYS = {"bytes", "algorithm", "sim_seconds", "algbw_GBps", "busbw_GBps", "wall_seconds"}
+
+
+def ipupod(*args, check=True):
+    result = subprocess.run([sys.executable, "-m", "cluster.cli", *args], capture_output=True,
+                            text=True, timeout=300)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_bench_prints_an_nccl_tests_style_table_on_the_default_topology():
+    out = ipupod("bench", "allreduce", "-b", "1M", "-e", "4M").stdout
+    lines = [line for line in out.splitlines() if not line.startswith("#")]
+    assert len(lines) == 3
+    assert "dss8440x2 (32 IPUs)" in out and "simulated" in out
+    assert "size(B)" in out and "busbw(GB/s)" in out
+    size, count, dtype, op, algorithm = lines[0].split()[:5]
+    assert (size, count, dtype, op) == ("1048576", "262144", "float32", "sum")
+    assert algorithm == "hierarchical"
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "reduce-scatter", "all-gather",
+                                        "broadcast", "all-to-all"])
+def test_bench_json_has_the_documented_keys_for_every_collective(collective):
+    rows = json.loads(ipupod("bench", collective, "--topology", "dss8440", "-b", "64K",
+                             "-e", "256K", "-f", "4", "--json").stdout)
+    assert [row["bytes"] for row in rows] == [65536, 262144]
+    for row in rows:
+        assert JSON_KEYS <= row.keys()
+        assert row["sim_seconds"] > 0 and row["algbw_GBps"] > 0
+
+
+def test_bench_bus_bandwidth_uses_the_nccl_tests_factor():
+    row = json.loads(ipupod("bench", "allreduce", "--topology", "pod16", "-b", "16M", "-e",
+                            "16M", "--algorithm", "ring", "--json").stdout)[0]
+    assert row["algbw_GBps"] == pytest.approx(row["bytes"] / row["sim_seconds"] / 1e9)
+    assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 * 15 / 16)
+
+
+def test_bench_options_reach_the_schedule():
+    row = json.loads(ipupod("bench", "all-gather", "--topology", "pod64", "-b", "1M", "-e",
+                            "1M", "--algorithm", "halving_doubling", "--dtype", "float16",
+                            "--group", "consecutive:16", "--json").stdout)[0]
+    assert (row["algorithm"], row["type"], row["group"], row["group_size"]) == (
+        "halving_doubling", "float16", "consecutive:16", 16)
+
+
+def test_bench_runs_from_a_yaml_file():
+    row = json.loads(ipupod("bench", "allreduce", "--topology", "examples/topologies/ring8.yaml",
+                            "-b", "8M", "-e", "8M", "--algorithm", "ring", "--json").stdout)[0]
+    assert row["sim_seconds"] == pytest.approx(2 * 7 * (1e-6 + (8 << 20) / (8 * 50e9)), rel=1e-9)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["bench", "allreduce", "--topology", "pod17"], "power-of-two"),
+    (["bench", "allreduce", "--topology", "nowhere.yaml"], "no topology file"),
+    (["bench", "allreduce", "-b", "1Q"], "cannot read the size '1Q'"),
+    (["bench", "allreduce", "-b", "4M", "-e", "1M"], "below the smallest"),
+    (["bench", "allreduce", "-f", "1"], "more than 1"),
+    (["bench", "allreduce", "--algorithm", "fastest"], "unknown algorithm 'fastest'"),
+    (["bench", "broadcast", "--algorithm", "hierarchical"], "does not run broadcast"),
+    (["bench", "allreduce", "--group", "consecutive:5"], "does not divide 32"),
+    (["bench", "allreduce", "--topology", "dss8440", "--algorithm", "halving_doubling",
+      "--group", "consecutive:0"], "positive size"),
+    (["bench", "gather"], "Invalid value"),
+    (["topology", "show", "pod65536", "--format", "dot"], "json"),
+])
+def test_user_mistakes_get_one_clear_line_and_status_2(args, words):
+    result = ipupod(*args, check=False)
+    assert result.returncode == 2
+    assert words in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout.count("\n") <= 4  # nothing half-printed beyond a preamble
+
+
+def test_topology_show_describes_a_preset_in_text_json_and_dot():
+    text = ipupod("topology", "show", "dss8440x2").stdout
+    assert "infiniband-100g" in text and "32" in text
+    summary = json.loads(ipupod("topology", "show", "pod64", "--format", "json").stdout)
+    assert summary["ipus"] == 64
+    dot = ipupod("topology", "show", "dss8440", "--format", "dot").stdout
+    assert dot.startswith("graph") and dot.count("--") == 47
+
+
+def test_topology_list_names_the_presets():
+    out = ipupod("topology", "list").stdout
+    assert "dss8440" in out and "pod65536" in out
