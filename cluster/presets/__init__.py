@@ -42,7 +42,7 @@ class PresetOptions:
             if name == link_type.name:
                 return link_type.with_overrides(
                     None if override.bandwidth_GBps is None else override.bandwidth_GBps * 1e9,
-                    None if override.latency_ns is None else override.latency_ns * 1e-9,
+                    None if override.latency_ns is None else override.latency_ns / 1e9,
                 )
         return link_type
 
