@@ -8,6 +8,8 @@ and exit with status 2, never a traceback.
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import click
 
@@ -59,7 +61,9 @@ def cli() -> None:
               help="Replica groups: all, consecutive:K or orthogonal:K (K replicas per group).")
 @click.option("--root", type=int, default=0, show_default=True, help="Broadcast root rank.")
 @click.option("--figures", type=click.Choice(["seed", "public"]), default="seed",
-              show_default=True, help="Where seed and public figures disagree, which to use.")
+              show_default=True,
+              help="Where seed and public figures disagree, which to use (presets; a YAML "
+                   "file says its own).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of rows.")
 def bench(collective: str, topology_spec: str, mode: str, min_bytes: int, max_bytes: int,
           factor: float, algorithm: str, dtype: str, op: str, group_text: str, root: int,
@@ -77,17 +81,49 @@ def bench(collective: str, topology_spec: str, mode: str, min_bytes: int, max_by
     group = CommGroup.parse(group_text)
     byte_sizes = sizes(min_bytes, max_bytes, factor)
     topology = load_topology(topology_spec, figures)
-    rows = run_phantom(coll, topology, byte_sizes, dtype=dtype, op=op,
-                       algorithm_name=algorithm, group=group, root=root)
-    if as_json:
-        click.echo(rows_to_json(list(rows)))
-        return
-    click.echo(preamble(coll, topology, group, mode))
-    done = []
-    for row in rows:
-        click.echo(format_row(row))
-        done.append(row)
+    with phase_progress() as on_phase:
+        rows = run_phantom(coll, topology, byte_sizes, dtype=dtype, op=op,
+                           algorithm_name=algorithm, group=group, root=root, on_phase=on_phase)
+        if as_json:
+            click.echo(rows_to_json(list(rows)))
+            return
+        first = next(rows)  # a request that cannot be scheduled fails before any output
+        click.echo(preamble(coll, topology, group, mode))
+        done = [first]
+        click.echo(format_row(first))
+        for row in rows:
+            click.echo(format_row(row))
+            done.append(row)
     click.echo(summary_line(done))
+
+
+PROGRESS_MIN_PHASES = 200
+
+
+@contextmanager
+def phase_progress() -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on standard error for long simulations (many distinct phases), shown
+    only on a terminal so that piped output stays clean."""
+    if not sys.stderr.isatty():
+        yield lambda done, total: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = None
+
+        def update(done: int, total: int) -> None:
+            nonlocal task
+            if total < PROGRESS_MIN_PHASES:
+                return
+            if task is None or done == 1:
+                if task is not None:
+                    progress.remove_task(task)
+                task = progress.add_task("simulating supersteps", total=total)
+            progress.update(task, completed=done)
+
+        yield update
 
 
 @cli.group()

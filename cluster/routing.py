@@ -62,11 +62,7 @@ class Router:
         graph = coo_matrix((np.ones(len(src)), (src, dst)), shape=(n_ipu, n_ipu)).tocsr()
         self.domain_count, self.domain_of_ipu = connected_components(graph, directed=False)
         self._graph = graph
-        self._domain_members = _members(self.domain_of_ipu, self.domain_count)
-        self._local_index = np.empty(n_ipu, dtype=np.int64)
-        for members in self._domain_members:
-            self._local_index[members] = np.arange(len(members))
-        self._domain_pred: dict[int, np.ndarray] = {}
+        self._index_domains(src, dst)
         self._build_tree(np.flatnonzero(fabric & ~ipu_link), n_node)
         self._check_reachable()
 
@@ -183,40 +179,69 @@ class Router:
         hit = direct >= 0
         out_flow, out_link = [flows[hit]], [direct[hit]]
         multi = np.flatnonzero(~hit)
-        domains = self.domain_of_ipu[src[multi]]
-        for domain in np.unique(domains).tolist():
-            sel = multi[domains == domain]
-            f, l = self._walk_domain(domain, flows[sel], src[sel], dst[sel])
+        shapes = self._shape_of_domain[self.domain_of_ipu[src[multi]]]
+        for shape in np.unique(shapes).tolist():
+            sel = multi[shapes == shape]
+            f, l = self._walk(shape, flows[sel], src[sel], dst[sel])
             out_flow.append(f)
             out_link.append(l)
         return np.concatenate(out_flow), np.concatenate(out_link)
 
-    def _walk_domain(self, domain, flows, src, dst):
-        """Shortest paths inside one domain, walked back from each destination."""
-        members = self._domain_members[domain]
+    def _index_domains(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Local numbering of each domain's IPUs, and domains grouped by *shape*: domains
+        whose IPU-Links join the same local indices share one shortest-path table (all the
+        racks of a POD, all the servers of a DSS 8440 cluster)."""
+        order = np.argsort(self.domain_of_ipu, kind="stable")
+        self._members_flat = order
+        sizes = np.bincount(self.domain_of_ipu, minlength=self.domain_count)
+        self._domain_start = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        self._local_index = np.empty(len(order), dtype=np.int64)
+        self._local_index[order] = np.arange(len(order)) - np.repeat(self._domain_start, sizes)
+        domain = self.domain_of_ipu[src]
+        edges = np.stack([domain, self._local_index[src], self._local_index[dst]], axis=1)
+        edges = edges[np.lexsort((edges[:, 2], edges[:, 1], edges[:, 0]))]
+        bounds = np.searchsorted(edges[:, 0], np.arange(self.domain_count + 1))
+        shape_ids: dict[bytes, int] = {}
+        self._shape_of_domain = np.empty(self.domain_count, dtype=np.int64)
+        self._shape_graph: list = []
+        for d in range(self.domain_count):
+            local_edges = edges[bounds[d]:bounds[d + 1], 1:]
+            key = bytes(np.int64(sizes[d])) + local_edges.tobytes()
+            if key not in shape_ids:
+                shape_ids[key] = len(shape_ids)
+                n = int(sizes[d])
+                self._shape_graph.append(coo_matrix(
+                    (np.ones(len(local_edges)), (local_edges[:, 0], local_edges[:, 1])),
+                    shape=(n, n)).tocsr())
+            self._shape_of_domain[d] = shape_ids[key]
+        self._shape_pred: dict[int, np.ndarray] = {}
+
+    def _walk(self, shape, flows, src, dst):
+        """Shortest paths inside domains of one shape, walked back from each destination."""
+        graph = self._shape_graph[shape]
         local_src, cur = self._local_index[src], self._local_index[dst].copy()
-        if len(members) <= _ALL_PAIRS_LIMIT:
-            pred = self._domain_pred.get(domain)
+        start = self._domain_start[self.domain_of_ipu[src]]
+        if graph.shape[0] <= _ALL_PAIRS_LIMIT:
+            pred = self._shape_pred.get(shape)
             if pred is None:
-                sub = self._graph[members][:, members]
-                _, pred = shortest_path(sub, unweighted=True, directed=True,
+                _, pred = shortest_path(graph, unweighted=True, directed=True,
                                         return_predecessors=True)
-                self._domain_pred[domain] = pred
+                self._shape_pred[shape] = pred
             rows = pred[local_src]
         else:
-            sub = self._graph[members][:, members]
             unique_src, row_of = np.unique(local_src, return_inverse=True)
-            table = np.stack([breadth_first_order(sub, int(s), directed=True,
+            table = np.stack([breadth_first_order(graph, int(s), directed=True,
                                                   return_predecessors=True)[1]
                               for s in unique_src])
             rows = table[row_of]
+        members = self._members_flat
         out_flow, out_link = [], []
         active = np.arange(len(flows))
         while len(active):
             prev = rows[active, cur[active]]
-            link = self._direct(members[prev], members[cur[active]])
+            base = start[active]
             out_flow.append(flows[active])
-            out_link.append(link)
+            out_link.append(self._direct(members[base + prev], members[base + cur[active]]))
             cur[active] = prev
             active = active[prev != local_src[active]]
         return np.concatenate(out_flow), np.concatenate(out_link)
@@ -238,12 +263,6 @@ class Router:
             a = np.where(step_up, parent[a], a)
             b = np.where(step_down, parent[b], b)
         return np.concatenate(out_flow), np.concatenate(out_link)
-
-
-def _members(labels: np.ndarray, count: int) -> list[np.ndarray]:
-    order = np.argsort(labels, kind="stable")
-    bounds = np.searchsorted(labels[order], np.arange(count + 1))
-    return [order[bounds[i]:bounds[i + 1]] for i in range(count)]
 
 
 _ROOT_PREFERENCE = ("gw-switch", "ib-switch", "switch", "host")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from cluster.errors import SpecError
 from cluster.hardware import FigureChoice
-from cluster.presets import PresetOptions, build_preset
+from cluster.presets import PresetOptions, build_preset, is_preset
 from cluster.topology import Topology
 
 DEFAULT_TOPOLOGY = "dss8440x2"
@@ -14,8 +14,8 @@ DEFAULT_TOPOLOGY = "dss8440x2"
 
 def load_topology(spec: str, figures: str = "seed") -> Topology:
     """Build the topology ``spec`` names; ``figures`` picks seed or public disputed figures
-    for presets (a YAML file says its own)."""
-    if spec.endswith((".yaml", ".yml")) or Path(spec).is_file():
+    for presets (a YAML file says its own). A preset name wins over a file of that name."""
+    if spec.endswith((".yaml", ".yml")) or (Path(spec).is_file() and not is_preset(spec)):
         from cluster.topology_yaml import load_yaml_topology
 
         if not Path(spec).is_file():

@@ -11,15 +11,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 from cluster.errors import UserError
 from cluster.topology import Topology
 from cluster.units import format_size
 from gcl.collectives import Collective, check_op, dtype_itemsize
 from gcl.groups import CommGroup
-from gcl.phantom import simulate
-from gcl.planner import AUTO, plan, replica_groups
+from gcl.planner import AUTO, plan_timed, replica_groups
 
 MAX_SIZES = 64
 
@@ -65,17 +64,19 @@ def sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
 
 def run_phantom(coll: Collective, topology: Topology, byte_sizes: list[int], *,
                 dtype: str = "float32", op: str = "sum", algorithm_name: str = AUTO,
-                group: CommGroup = CommGroup(), root: int = 0) -> Iterator[BenchRow]:
-    """Cost each size in phantom mode (sizes only) and yield its row."""
+                group: CommGroup = CommGroup(), root: int = 0,
+                on_phase: Callable[[int, int], None] | None = None) -> Iterator[BenchRow]:
+    """Cost each size in phantom mode (sizes only) and yield its row; ``on_phase`` reports
+    progress through each size's phases."""
     check_op(op)
     itemsize = dtype_itemsize(dtype)
     n = len(replica_groups(topology, group)[0])
     for size in byte_sizes:
         started = time.perf_counter()
         count = coll.count_for_bytes(size, n, itemsize)
-        schedule = plan(coll, topology, count, dtype=dtype, algorithm_name=algorithm_name,
-                        group=group, root=root)
-        timing = simulate(schedule, topology)
+        schedule, timing = plan_timed(coll, topology, count, dtype=dtype,
+                                      algorithm_name=algorithm_name, group=group, root=root,
+                                      on_phase=on_phase)
         wall = time.perf_counter() - started
         actual = coll.bytes_for_count(count, n, itemsize)
         algbw = actual / timing.sim_seconds / 1e9 if timing.sim_seconds > 0 else 0.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from cluster.costmodel import superstep_cost
 from cluster.topology import Topology
@@ -50,16 +51,22 @@ class Timing:
         return out
 
 
-def simulate(schedule: Schedule, topology: Topology) -> Timing:
-    """Simulated time of ``schedule`` on ``topology`` (a pure function of the two)."""
+def simulate(schedule: Schedule, topology: Topology,
+             on_phase: Callable[[int, int], None] | None = None) -> Timing:
+    """Simulated time of ``schedule`` on ``topology`` (a pure function of the two).
+
+    ``on_phase(done, total)``, if given, is called after each phase is costed (progress).
+    """
     started = time.perf_counter()
     phases, link_bytes = [], {}
-    for phase in schedule.phases:
+    for index, phase in enumerate(schedule.phases):
         cost = superstep_cost(topology, phase.src, phase.dst, phase.count * schedule.itemsize,
                               phase.reduce)
         phases.append(PhaseTiming(phase.label, phase.scope, phase.steps, cost.seconds,
                                   cost.sync_seconds, cost.exchange_seconds, cost.reduce_seconds))
         for name, nbytes in cost.link_type_bytes.items():
             link_bytes[name] = link_bytes.get(name, 0.0) + nbytes * phase.steps
+        if on_phase is not None:
+            on_phase(index + 1, len(schedule.phases))
     total = sum(p.seconds for p in phases)
     return Timing(total, tuple(phases), link_bytes, time.perf_counter() - started)

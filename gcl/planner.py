@@ -4,6 +4,8 @@ one the cost model says is fastest."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from cluster.errors import ScheduleError
@@ -11,6 +13,7 @@ from cluster.topology import Topology
 from gcl.algorithms import GroupContext, algorithm, for_collective
 from gcl.collectives import Collective, collective as lookup_collective, dtype_itemsize
 from gcl.groups import CommGroup
+from gcl.phantom import Timing, simulate
 from gcl.schedule import Phase, Schedule
 
 AUTO = "auto"
@@ -32,6 +35,17 @@ def plan(collective: str | Collective, topology: Topology, count: int, *,
          ipus: np.ndarray | None = None, root: int = 0) -> Schedule:
     """Schedule ``collective`` on ``count`` elements per replica (per block for
     reduce-scatter, all-gather and all-to-all)."""
+    return plan_timed(collective, topology, count, dtype=dtype, algorithm_name=algorithm_name,
+                      group=group, ipus=ipus, root=root, time_it=False)[0]
+
+
+def plan_timed(collective: str | Collective, topology: Topology, count: int, *,
+               dtype: str = "float32", algorithm_name: str = AUTO,
+               group: CommGroup = CommGroup(), ipus: np.ndarray | None = None, root: int = 0,
+               time_it: bool = True,
+               on_phase: Callable[[int, int], None] | None = None) -> tuple[Schedule, Timing | None]:
+    """Like :func:`plan`, with the schedule's simulated timing (``auto`` has it anyway)."""
+
     coll = lookup_collective(collective) if isinstance(collective, str) else collective
     if count < 1:
         raise ScheduleError(f"a collective needs at least one element per replica, not {count}")
@@ -39,23 +53,23 @@ def plan(collective: str | Collective, topology: Topology, count: int, *,
     if not 0 <= root < len(groups[0]):
         raise ScheduleError(f"root {root} is not a rank of a group of {len(groups[0])}")
     if algorithm_name != AUTO:
-        return _build(coll, topology, count, dtype, algorithm_name, groups, root)
-    from gcl.phantom import simulate
-
-    best: tuple[float, Schedule] | None = None
-    reasons = []
+        schedule = _build(coll, topology, count, dtype, algorithm_name, groups, root)
+        return schedule, simulate(schedule, topology, on_phase) if time_it else None
+    best: tuple[Schedule, Timing] | None = None
+    reasons: dict[str, list[str]] = {}
     for candidate in for_collective(coll):
         try:
             schedule = _build(coll, topology, count, dtype, candidate.name, groups, root)
         except ScheduleError as error:
-            reasons.append(f"{candidate.name}: {error}")
+            reasons.setdefault(str(error), []).append(candidate.name)
             continue
-        seconds = simulate(schedule, topology).sim_seconds
-        if best is None or seconds < best[0]:
-            best = (seconds, schedule)
+        timing = simulate(schedule, topology, on_phase)
+        if best is None or timing.sim_seconds < best[1].sim_seconds:
+            best = (schedule, timing)
     if best is None:
-        raise ScheduleError("no algorithm can run this collective: " + "; ".join(reasons))
-    return best[1]
+        why = "; ".join(f"{', '.join(names)}: {text}" for text, names in reasons.items())
+        raise ScheduleError(f"no algorithm can run this {coll.name}: {why}")
+    return best
 
 
 def _ring_ranks(topology: Topology, ipus: np.ndarray) -> np.ndarray:

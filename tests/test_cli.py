@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -73,6 +74,8 @@ def test_bench_runs_from_a_yaml_file():
       "--group", "consecutive:0"], "positive size"),
     (["bench", "gather"], "Invalid value"),
     (["topology", "show", "pod65536", "--format", "dot"], "json"),
+    (["bench", "all-to-all", "--topology", "pod65536", "-b", "1M", "-e", "1M"],
+     "groups of at most 4,096 IPUs"),
 ])
 def test_user_mistakes_get_one_clear_line_and_status_2(args, words):
     result = ipupod(*args, check=False)
@@ -94,3 +97,13 @@ def test_topology_show_describes_a_preset_in_text_json_and_dot():
 def test_topology_list_names_the_presets():
     out = ipupod("topology", "list").stdout
     assert "dss8440" in out and "pod65536" in out
+
+
+def test_a_preset_name_wins_over_a_file_of_that_name(tmp_path):
+    (tmp_path / "pod16").write_text("not a topology")
+    result = subprocess.run([sys.executable, "-m", "cluster.cli", "topology", "show", "pod16",
+                             "--format", "json"], capture_output=True, text=True, cwd=tmp_path,
+                            timeout=120, env={**__import__("os").environ,
+                                              "PYTHONPATH": str(Path(__file__).parent.parent)})
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["ipus"] == 16

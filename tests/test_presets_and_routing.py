@@ -151,3 +151,8 @@ def test_duplicate_names_and_self_links_are_refused():
     b.add_links([ipus[0]], [ipus[0]], LinkType("l", 1e9, 0, "t"))
     with pytest.raises(SpecError, match="to itself"):
         b.build()
+
+
+def test_a_pod32_is_one_rack_of_eight_m2000s_labelled_as_such():
+    topology = build_preset("pod32")
+    assert len(topology.units) == 8 and topology.servers[0].kind == "IPU-POD32"

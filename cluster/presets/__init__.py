@@ -78,6 +78,11 @@ def presets() -> list[Preset]:
     return list(_PRESETS)
 
 
+def is_preset(spec: str) -> bool:
+    """Whether ``spec`` has the form of a preset name (its numbers may still be invalid)."""
+    return any(entry.pattern.match(spec.strip().lower()) for entry in presets())
+
+
 def build_preset(spec: str, options: PresetOptions = PresetOptions()) -> Topology:
     """Build the preset that ``spec`` names, or raise :class:`SpecError` listing the choices."""
     for entry in presets():

@@ -59,7 +59,7 @@ def build_pod(match: re.Match[str], options: PresetOptions) -> Topology:
         first = r * machines_per_rack
         b.units += [Unit(f"r{r}.m{m}", "IPU-M2000", tuple(flat[r, m].tolist()), r)
                     for m in range(machines_per_rack)]
-        kind = "IPU-POD16" if per_rack == 16 else "IPU-POD64"
+        kind = f"IPU-POD{per_rack}"
         b.servers.append(Server(f"r{r}", kind, tuple(range(first, first + machines_per_rack))))
     apply_sync(b, options)
     return b.build()
