@@ -8,7 +8,7 @@ public`` on the command line). Latencies are not in any source: they are this pr
 assumptions, stated below with their reasoning, and every preset lets them be overridden.
 
 Units are in the names: ``_bytes``, ``_Bps`` (bytes per second, per direction unless the
-name says ``bidirectional``), ``_s`` (seconds), ``_flops`` (floating-point operations per
+name says ``bidirectional``), ``_s`` (seconds), ``_flops_per_second`` (floating-point operations
 second).
 """
 
@@ -59,8 +59,8 @@ class Processor:
     threads_per_tile: int
     in_processor_memory_bytes: int
     memory_bandwidth_Bps: float
-    fp16_flops: float
-    fp32_flops: float
+    fp16_flops_per_second: float
+    fp32_flops_per_second: float
     ipu_link_ports: int
     ipu_link_total_Bps: float  # chip-to-chip IPU-Link bandwidth, all ports, per direction
     host_interface: str
@@ -85,8 +85,8 @@ def gc2(figures: FigureChoice = SEED_FIGURES) -> Processor:
         threads_per_tile=6,
         in_processor_memory_bytes=1216 * 256 * KiB,
         memory_bandwidth_Bps=45e12,
-        fp16_flops=fp16,
-        fp32_flops=31.1e12,
+        fp16_flops_per_second=fp16,
+        fp32_flops_per_second=31.1e12,
         ipu_link_ports=10,
         ipu_link_total_Bps=10 * 160 * Gbps,
         host_interface="PCIe Gen3/4 x16",
@@ -107,8 +107,8 @@ def gc200() -> Processor:
         threads_per_tile=6,
         in_processor_memory_bytes=900 * MB,
         memory_bandwidth_Bps=47.5e12,
-        fp16_flops=250e12,
-        fp32_flops=62.5e12,
+        fp16_flops_per_second=250e12,
+        fp32_flops_per_second=62.5e12,
         ipu_link_ports=10,
         ipu_link_total_Bps=320 * GB,
         host_interface="PCIe Gen4 x16",

@@ -30,8 +30,8 @@ def test_public_figures_halve_the_card_to_card_bandwidth():
     topology = build_preset("dss8440", PresetOptions(figures=FigureChoice.all_from("public")))
     rail = next(t for t in topology.link_types if t.name == "ipu-link-rail")
     assert rail.bandwidth_Bps == 32e9
-    assert gc2(FigureChoice.all_from("public")).fp16_flops == 124.5e12
-    assert gc2().fp16_flops == 100e12
+    assert gc2(FigureChoice.all_from("public")).fp16_flops_per_second == 124.5e12
+    assert gc2().fp16_flops_per_second == 100e12
 
 
 def test_ring_hops_on_the_ladder_are_single_ipu_links():

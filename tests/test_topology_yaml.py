@@ -126,7 +126,7 @@ def test_dss8440x2_public_takes_public_figures_and_overrides_a_link():
     types = {t.name: t for t in topo.link_types}
     assert types["ipu-link-rail"].bandwidth_Bps == 128 * GB / 4  # public: 128 GB/s card to card
     assert types["infiniband-100g"].latency_s == pytest.approx(2000e-9)
-    assert topo.ipu_processors[0].fp16_flops == 124.5e12
+    assert topo.ipu_processors[0].fp16_flops_per_second == 124.5e12
 
 
 @pytest.mark.parametrize("name", ["ring8", "ring1024", "switch16", "two-level",
