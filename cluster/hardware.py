@@ -8,8 +8,8 @@ public`` on the command line). Latencies are not in any source: they are this pr
 assumptions, stated below with their reasoning, and every preset lets them be overridden.
 
 Units are in the names: ``_bytes``, ``_Bps`` (bytes per second, per direction unless the
-name says ``bidirectional``), ``_s`` (seconds), ``_flops_per_second`` (floating-point operations
-second).
+name says ``bidirectional``), ``_s`` (seconds), ``_flops_per_second`` (floating-point
+operations per second).
 """
 
 from __future__ import annotations
