@@ -88,7 +88,7 @@ def bench(collective: str, topology_spec: str, mode: str, min_bytes: int, max_by
             click.echo(rows_to_json(list(rows)))
             return
         first = next(rows)  # a request that cannot be scheduled fails before any output
-        click.echo(preamble(coll, topology, group, mode))
+        click.echo(preamble(coll, topology, group, mode, root))
         done = [first]
         click.echo(format_row(first))
         for row in rows:

@@ -104,6 +104,13 @@ def superstep_cost(topology: Topology, src: np.ndarray, dst: np.ndarray, nbytes:
     dst = np.asarray(dst, dtype=np.int64)
     nbytes = np.asarray(nbytes, dtype=np.float64)
     reduce = np.broadcast_to(np.asarray(reduce, dtype=bool), src.shape)
+    if not (src.shape == dst.shape == nbytes.shape):
+        raise ValueError("src, dst and nbytes need one entry per transfer")
+    if not np.isfinite(nbytes).all() or (nbytes < 0).any():
+        raise ValueError("transfer sizes must be finite byte counts, 0 or more")
+    ids = np.concatenate([src, dst])
+    if len(ids) and (ids.min() < 0 or ids.max() >= topology.ipu_count):
+        raise ValueError(f"IPU ids run from 0 to {topology.ipu_count - 1} on {topology.name}")
     moving = nbytes > 0
     if not moving.all():
         src, dst, nbytes, reduce = src[moving], dst[moving], nbytes[moving], reduce[moving]

@@ -133,8 +133,9 @@ class LinkType:
         """A copy with a different bandwidth or latency (both must be positive)."""
         bandwidth = self.bandwidth_Bps if bandwidth_Bps is None else bandwidth_Bps
         latency = self.latency_s if latency_s is None else latency_s
-        if not bandwidth > 0:
-            raise UserError(f"link type {self.name}: bandwidth must be positive, got {bandwidth}")
+        if not 0 < bandwidth < float("inf"):
+            raise UserError(f"link type {self.name}: bandwidth must be positive and finite, "
+                            f"got {bandwidth}")
         if not latency >= 0:
             raise UserError(f"link type {self.name}: latency must be 0 or more, got {latency}")
         return replace(self, bandwidth_Bps=bandwidth, latency_s=latency)

@@ -71,9 +71,10 @@ def run_phantom(coll: Collective, topology: Topology, byte_sizes: list[int], *,
     check_op(op)
     itemsize = dtype_itemsize(dtype)
     n = len(replica_groups(topology, group)[0])
-    for size in byte_sizes:
+    root = root if coll.name == "broadcast" else 0
+    counts = [coll.count_for_bytes(size, n, itemsize) for size in byte_sizes]
+    for count in dict.fromkeys(counts):  # sizes that round to one buffer: one row
         started = time.perf_counter()
-        count = coll.count_for_bytes(size, n, itemsize)
         schedule, timing = plan_timed(coll, topology, count, dtype=dtype,
                                       algorithm_name=algorithm_name, group=group, root=root,
                                       on_phase=on_phase)
@@ -101,11 +102,13 @@ def format_row(row: BenchRow) -> str:
             f"{row.wall_seconds:>9.3f}")
 
 
-def preamble(coll: Collective, topology: Topology, group: CommGroup, mode: str) -> str:
+def preamble(coll: Collective, topology: Topology, group: CommGroup, mode: str,
+             root: int = 0) -> str:
     groups = replica_groups(topology, group)
+    rooted = f", root {root}" if coll.name == "broadcast" else ""
     return "\n".join([
         f"# ipupod bench {coll.name}: topology {topology.name} ({topology.ipu_count} IPUs), "
-        f"mode {mode}, group {group} ({len(groups)} x {len(groups[0])} IPUs)",
+        f"mode {mode}, group {group} ({len(groups)} x {len(groups[0])} IPUs){rooted}",
         "# time, algbw, busbw: simulated on the emulated hardware; wall: seconds on this machine",
         "#",
         "# " + HEADER[2:],

@@ -72,6 +72,23 @@ def plan_timed(collective: str | Collective, topology: Topology, count: int, *,
     return best
 
 
+MAX_TRANSFERS = 1 << 24  # an all-to-all holds all n (n-1) transfers of every group
+
+
+def _check_memory(topology: Topology, groups: list[np.ndarray], buffer_bytes: int) -> None:
+    """Refuse buffers larger than an IPU's In-Processor-Memory (the collective's working set
+    lives there on real hardware)."""
+    ipus = np.concatenate(groups)
+    memory = topology.ipu_memory_bytes[ipus]
+    smallest = int(np.argmin(memory))
+    if buffer_bytes > memory[smallest]:
+        ipu = int(ipus[smallest])
+        raise ScheduleError(
+            f"each IPU would hold a {buffer_bytes:,}-byte buffer, more than the "
+            f"{int(memory[smallest]):,} bytes of In-Processor-Memory of "
+            f"{topology.ipu_name(ipu)} ({topology.ipu_processors[ipu].name}): use a smaller size")
+
+
 def _ring_ranks(topology: Topology, ipus: np.ndarray) -> np.ndarray:
     position = np.empty(topology.ipu_count, dtype=np.int64)
     position[topology.ring_order] = np.arange(topology.ipu_count)
@@ -83,10 +100,17 @@ def _build(coll: Collective, topology: Topology, count: int, dtype: str, name: s
     chosen = algorithm(name, coll)
     itemsize = dtype_itemsize(dtype)
     n = len(groups[0])
+    if coll.name == "all-to-all" and len(groups) * n * (n - 1) > MAX_TRANSFERS:
+        raise ScheduleError(
+            f"an all-to-all of {len(groups)} x {n:,} IPUs is {len(groups) * n * (n - 1):,} "
+            f"distinct transfers, more than the {MAX_TRANSFERS:,} that fit in memory here: use "
+            "smaller replica groups (--group consecutive:K) or fewer IPUs")
     slots = chosen.slots(coll, n)
     per_slot = count if coll.blocks_per_size else -(-count // slots)
     grain = chosen.granularity
     chunk = -(-per_slot // grain) * grain
+    _check_memory(topology, groups, slots * chunk * itemsize * (2 if coll.name == "all-to-all"
+                                                                 else 1))
     group_phases, owners = [], []
     for ipus in groups:
         ctx = GroupContext(coll, topology, ipus, _ring_ranks(topology, ipus), chunk, root)
@@ -94,9 +118,10 @@ def _build(coll: Collective, topology: Topology, count: int, dtype: str, name: s
         phases, slot_of_rank = chosen.build(ctx)
         group_phases.append(phases)
         owners.append(slot_of_rank)
-    shapes = {len(p) for p in group_phases}
+    shapes = {tuple((p.steps, p.reduce) for p in phases) for phases in group_phases}
     if len(shapes) != 1:
-        raise ScheduleError(f"{name}: the replica groups differ in shape; use a ring algorithm")
+        raise ScheduleError(f"{name}: the replica groups differ in shape (their IPU-Link "
+                            "domains split them differently); use a ring algorithm")
     merged = tuple(Phase.concurrent(list(same)) for same in zip(*group_phases))
     return Schedule(collective=coll.name, algorithm=chosen.name, dtype=dtype, itemsize=itemsize,
                     count=count, chunk=chunk, slots=slots, groups=tuple(groups),

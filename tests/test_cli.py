@@ -75,7 +75,11 @@ def test_bench_runs_from_a_yaml_file():
     (["bench", "gather"], "Invalid value"),
     (["topology", "show", "pod65536", "--format", "dot"], "json"),
     (["bench", "all-to-all", "--topology", "pod65536", "-b", "1M", "-e", "1M"],
-     "groups of at most 4,096 IPUs"),
+     "smaller replica groups"),
+    (["bench", "all-to-all", "--topology", "pod65536", "-b", "1M", "-e", "1M",
+      "--group", "consecutive:4096"], "smaller replica groups"),
+    (["bench", "allreduce", "--topology", "dss8440", "-b", "1G", "-e", "1G"],
+     "In-Processor-Memory of s0.card0.ipu0"),
 ])
 def test_user_mistakes_get_one_clear_line_and_status_2(args, words):
     result = ipupod(*args, check=False)
@@ -107,3 +111,17 @@ def test_a_preset_name_wins_over_a_file_of_that_name(tmp_path):
                                               "PYTHONPATH": str(Path(__file__).parent.parent)})
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["ipus"] == 16
+
+
+def test_sizes_that_round_to_the_same_buffer_print_one_row():
+    rows = json.loads(ipupod("bench", "all-gather", "--topology", "dss8440", "-b", "1", "-e",
+                             "64", "-f", "4", "--json").stdout)
+    assert [row["bytes"] for row in rows] == [64]
+
+
+def test_root_is_checked_and_shown_only_for_broadcast():
+    ipupod("bench", "allreduce", "--root", "99", "-b", "1M", "-e", "1M")
+    out = ipupod("bench", "broadcast", "--root", "3", "--topology", "dss8440", "-b", "1M",
+                 "-e", "1M").stdout
+    assert "root 3" in out
+    assert "not a rank" in ipupod("bench", "broadcast", "--root", "99", check=False).stderr

@@ -160,3 +160,33 @@ def test_auto_picks_the_fastest_by_the_cost_model():
                               topology).sim_seconds
              for a in for_collective(COLLECTIVES["allreduce"])}
     assert chosen.algorithm == min(times, key=times.get) == "hierarchical"
+
+
+def test_groups_split_differently_by_domains_get_a_schedule_error_and_auto_moves_on():
+    from cluster.topology import TopologyBuilder
+    from tests.builders import link, quiet
+    from cluster.hardware import gc200
+
+    b = TopologyBuilder("mixed")
+    ipus = b.add_ipus([f"ipu{i}" for i in range(16)], gc200())
+    switch = b.add_nodes(["sw"], "switch")
+    fast = link(100, 0, "fast")
+    for first, size in [(0, 2), (2, 2), (4, 2), (6, 2), (8, 4), (12, 4)]:  # six domains
+        b.add_links(ipus[first:first + size - 1], ipus[first + 1:first + size], fast)
+    b.add_links(ipus, np.repeat(switch, 16), link(10, 0, "slow"))
+    topology = quiet(b)
+    group = CommGroup.parse("consecutive:8")
+    with pytest.raises(ScheduleError, match="differ in shape"):
+        plan("allreduce", topology, 64, algorithm_name="hierarchical", group=group)
+    assert plan("allreduce", topology, 64, group=group).algorithm != "hierarchical"
+
+
+def test_every_algorithm_is_registered_whatever_was_imported_first():
+    import subprocess
+    import sys
+
+    code = ("import gcl.algorithms.ring; from gcl.algorithms import algorithms; "
+            "print(sorted(algorithms()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert "hierarchical" in out and "halving_doubling" in out

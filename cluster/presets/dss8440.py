@@ -30,7 +30,7 @@ def ladder_ring(rungs: int) -> list[int]:
     return [2 * r for r in range(rungs)] + [2 * r + 1 for r in reversed(range(rungs))]
 
 
-@preset(r"dss8440(?:x(\d+))?", "dss8440 / dss8440xN", "Dell DSS 8440 servers of 8 C2 cards")
+@preset(r"dss8440(?:x([0-9]+))?", "dss8440 / dss8440xN", "Dell DSS 8440 servers of 8 C2 cards")
 def build_dss8440(match: re.Match[str], options: PresetOptions) -> Topology:
     servers = int(match.group(1) or 1)
     if not 1 <= servers <= MAX_SERVERS:

@@ -23,7 +23,7 @@ from cluster.presets import PresetOptions, apply_sync, preset
 from cluster.topology import HOST, Server, Topology, TopologyBuilder, Unit
 
 
-@preset(r"pod(\d+)", "pod16 / pod64 / ... / pod65536", "IPU-POD of IPU-M2000s")
+@preset(r"pod([0-9]+)", "pod16 / pod64 / ... / pod65536", "IPU-POD of IPU-M2000s")
 def build_pod(match: re.Match[str], options: PresetOptions) -> Topology:
     total = int(match.group(1))
     hw.check_pod_size(total)

@@ -22,6 +22,7 @@ from gcl.schedule import Phase
 _MODULES = ("gcl.algorithms.ring", "gcl.algorithms.bidirectional",
             "gcl.algorithms.hierarchical", "gcl.algorithms.halving_doubling")
 _REGISTRY: dict[str, "Algorithm"] = {}
+_loaded = False
 _ALIASES = {"ring": "clockwise_ring", "bidirectional": "bidirectional_ring_pair",
             "rhd": "halving_doubling", "recursive_halving_doubling": "halving_doubling"}
 
@@ -71,9 +72,11 @@ def register(cls: type[Algorithm]) -> type[Algorithm]:
 
 
 def algorithms() -> dict[str, Algorithm]:
-    if len(_REGISTRY) == 0:
+    global _loaded
+    if not _loaded:
         for module in _MODULES:
             importlib.import_module(module)
+        _loaded = True
     return dict(_REGISTRY)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from cluster.errors import ScheduleError
 from gcl.algorithms import Algorithm, GroupContext, register
 from gcl.collectives import COLLECTIVES
 from gcl.rings import Ring, ring_phase, scatter_phase
@@ -31,23 +30,14 @@ def ring_collective(ctx: GroupContext, rings: list[Ring]) -> list[Phase]:
     return [p for p in phases if p is not None]
 
 
-MAX_PAIRWISE_TRANSFERS = 1 << 24  # n (n-1) transfers, each a distinct superstep's
-
-
 def pairwise_exchange(ctx: GroupContext, ring: np.ndarray) -> list[Phase]:
     """All-to-all: at step k the rank at ring position p sends the block meant for the rank
     at position p+k, which stores it in its output at the sender's block.
 
-    Every step has different transfers, so the schedule holds all n (n-1) of them; past
-    ``MAX_PAIRWISE_TRANSFERS`` (a 4,096-IPU group) it would not fit in memory here.
+    Every step has different transfers, so the schedule holds all n (n-1) of them (the
+    planner bounds their number).
     """
     n, chunk = ctx.size, ctx.chunk
-    if n * (n - 1) > MAX_PAIRWISE_TRANSFERS:
-        largest = int((1 + (1 + 4 * MAX_PAIRWISE_TRANSFERS) ** 0.5) / 2)
-        raise ScheduleError(
-            f"an all-to-all over {n:,} IPUs is {n * (n - 1):,} transfers in {n - 1:,} distinct "
-            f"supersteps, too many to schedule here: use replica groups of at most {largest:,} "
-            "IPUs (e.g. --group consecutive:4096)")
     phases = []
     for k in range(1, n):
         senders, receivers = ring, np.roll(ring, -k)
