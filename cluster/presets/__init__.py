@@ -7,16 +7,16 @@ plus its name in ``_MODULES`` below.
 
 from __future__ import annotations
 
-import importlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from cluster.errors import SpecError
 from cluster.hardware import SEED_FIGURES, FigureChoice, LinkType
+from cluster.plugins import PluginModules
 from cluster.topology import Topology
 
-_MODULES = ("cluster.presets.dss8440", "cluster.presets.ipu_pod")
+_MODULES = PluginModules("cluster.presets.dss8440", "cluster.presets.ipu_pod")
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,6 @@ class Preset:
 
 
 _PRESETS: list[Preset] = []
-_loaded = False
 
 
 def preset(pattern: str, example: str, summary: str):
@@ -70,11 +69,7 @@ def preset(pattern: str, example: str, summary: str):
 
 
 def presets() -> list[Preset]:
-    global _loaded
-    if not _loaded:
-        for module in _MODULES:
-            importlib.import_module(module)
-        _loaded = True
+    _MODULES.load()
     return list(_PRESETS)
 
 
@@ -109,4 +104,4 @@ def apply_sync(builder, options: PresetOptions) -> None:
         builder.sync_global_s = options.sync_global_s
 
 
-__all__ = ["LinkOverride", "PresetOptions", "build_preset", "preset", "presets", "field"]
+__all__ = ["LinkOverride", "PresetOptions", "build_preset", "is_preset", "preset", "presets"]

@@ -8,21 +8,20 @@ with the cost model (:mod:`gcl.planner`).
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from cluster.errors import ScheduleError
+from cluster.plugins import PluginModules
 from cluster.topology import Topology
 from gcl.collectives import Collective
 from gcl.schedule import Phase
 
-_MODULES = ("gcl.algorithms.ring", "gcl.algorithms.bidirectional",
-            "gcl.algorithms.hierarchical", "gcl.algorithms.halving_doubling")
+_MODULES = PluginModules("gcl.algorithms.ring", "gcl.algorithms.bidirectional",
+                         "gcl.algorithms.hierarchical", "gcl.algorithms.halving_doubling")
 _REGISTRY: dict[str, "Algorithm"] = {}
-_loaded = False
 _ALIASES = {"ring": "clockwise_ring", "bidirectional": "bidirectional_ring_pair",
             "rhd": "halving_doubling", "recursive_halving_doubling": "halving_doubling"}
 
@@ -72,11 +71,7 @@ def register(cls: type[Algorithm]) -> type[Algorithm]:
 
 
 def algorithms() -> dict[str, Algorithm]:
-    global _loaded
-    if not _loaded:
-        for module in _MODULES:
-            importlib.import_module(module)
-        _loaded = True
+    _MODULES.load()
     return dict(_REGISTRY)
 
 
