@@ -1,8 +1,9 @@
 """Run a schedule on NumPy arrays in this process: the meaning of a schedule, executable.
 
-This is how the data of a collective is laid into the per-IPU buffers, moved superstep by
-superstep and read back. Tests use it to prove every schedule computes its collective;
-the device executor applies the same :class:`~gcl.schedule.Transfers` between actors.
+This module says how a replica's data is laid into its IPU's buffers (:func:`layout`),
+how one transfer lands (:func:`land`), and how the result is read back
+(:func:`extract`). The device actors use the same three functions between processes, so
+real mode and :func:`run_in_memory` agree bit for bit.
 
 BSP semantics: within a superstep every transfer reads its source as it was when the
 superstep began; then the receivers reduce (``op``) or copy, in transfer order. For a
@@ -18,104 +19,92 @@ from gcl.collectives import DTYPES, check_op
 from gcl.schedule import OUT, WORK, Schedule
 
 _REDUCE = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}
+BLOCKED = ("reduce-scatter", "all-to-all")  # inputs of n blocks
 
 
-def _check_inputs(schedule: Schedule, inputs: list[np.ndarray]) -> np.dtype:
+def input_elements(schedule: Schedule) -> int:
+    """Elements each replica contributes."""
+    return schedule.count * (schedule.group_size if schedule.collective in BLOCKED else 1)
+
+
+def check_inputs(schedule: Schedule, inputs: list[np.ndarray]) -> None:
+    """One array per replica, of the schedule's dtype and size."""
     replicas = sum(len(g) for g in schedule.groups)
     if len(inputs) != replicas:
         raise ScheduleError(f"expected one array per replica ({replicas}), got {len(inputs)}")
-    dtype = np.dtype(DTYPES[schedule.dtype])
-    expected = schedule.count * (schedule.group_size if schedule.collective in (
-        "reduce-scatter", "all-to-all") else 1)
+    dtype, expected = np.dtype(DTYPES[schedule.dtype]), input_elements(schedule)
     for index, array in enumerate(inputs):
         if array.dtype != dtype:
             raise ScheduleError(f"replica {index} has dtype {array.dtype}, not {dtype}")
         if array.size != expected:
             raise ScheduleError(f"replica {index} has {array.size} elements, not {expected}")
-    return dtype
 
 
-def load_buffers(schedule: Schedule, inputs: list[np.ndarray]) -> dict[str, dict[int, np.ndarray]]:
-    """Each IPU's ``work`` (and ``out``) buffer with its replica's input laid in its slots.
-
-    ``inputs[r]`` belongs to replica ``r``; replicas are the groups' IPUs in order.
-    """
-    dtype = _check_inputs(schedule, inputs)
-    size, chunk, count = schedule.buffer_elements, schedule.chunk, schedule.count
-    work: dict[int, np.ndarray] = {}
-    out: dict[int, np.ndarray] = {}
-    replica = 0
-    for ipus, owner in zip(schedule.groups, schedule.slot_of_rank):
-        for rank, ipu in enumerate(ipus.tolist()):
-            data = np.asarray(inputs[replica]).ravel()
-            replica += 1
-            buffer = np.zeros(size, dtype=dtype)
-            name = schedule.collective
-            if name in ("allreduce",) or (name == "broadcast" and rank == schedule.root):
-                buffer[:count] = data
-            elif name == "reduce-scatter" or name == "all-to-all":
-                for block in range(len(ipus)):
-                    start = owner[block] * chunk
-                    buffer[start:start + count] = data[block * count:(block + 1) * count]
-            elif name == "all-gather":
-                buffer[owner[rank] * chunk:owner[rank] * chunk + count] = data
-            work[int(ipu)] = buffer
-            if name == "all-to-all":
-                out[int(ipu)] = np.zeros(size, dtype=dtype)
-                start = owner[rank] * chunk
-                out[int(ipu)][start:start + chunk] = buffer[start:start + chunk]
-    return {WORK: work, OUT: out}
+def layout(schedule: Schedule, group: int, rank: int, data: np.ndarray) -> dict[str, np.ndarray]:
+    """The ``work`` (and, for all-to-all, ``out``) buffer of rank ``rank`` of group ``group``
+    with its input laid in its slots; padding is zero."""
+    owner = schedule.slot_of_rank[group]
+    chunk, count, name = schedule.chunk, schedule.count, schedule.collective
+    data = np.asarray(data).ravel()
+    work = np.zeros(schedule.buffer_elements, dtype=DTYPES[schedule.dtype])
+    if name == "allreduce" or (name == "broadcast" and rank == schedule.root):
+        work[:count] = data
+    elif name in BLOCKED:
+        for block in range(len(owner)):
+            start = owner[block] * chunk
+            work[start:start + count] = data[block * count:(block + 1) * count]
+    elif name == "all-gather":
+        work[owner[rank] * chunk:owner[rank] * chunk + count] = data
+    buffers = {WORK: work}
+    if name == "all-to-all":
+        out = np.zeros_like(work)
+        start = owner[rank] * chunk
+        out[start:start + chunk] = work[start:start + chunk]
+        buffers[OUT] = out
+    return buffers
 
 
-def run_steps(schedule: Schedule, buffers: dict[str, dict[int, np.ndarray]], op: str) -> None:
-    """Apply every superstep of ``schedule`` to ``buffers`` in place."""
-    combine = _REDUCE[check_op(op)]
-    for phase in schedule.phases:
-        for step in range(phase.steps):
-            moves = phase.transfers(step)
-            source = buffers[moves.src_buffer]
-            target = buffers[moves.dst_buffer]
-            payloads = [source[s][o:o + c].copy() for s, o, c in zip(
-                moves.src.tolist(), moves.src_offset.tolist(), moves.count.tolist())]
-            for d, o, c, payload in zip(moves.dst.tolist(), moves.dst_offset.tolist(),
-                                        moves.count.tolist(), payloads):
-                region = target[d][o:o + c]
-                if moves.reduce:
-                    combine(region, payload, out=region)
-                else:
-                    region[...] = payload
+def land(target: np.ndarray, offset: int, payload: np.ndarray, reduce: bool, op: str) -> None:
+    """Deliver one transfer's payload at ``offset`` of ``target``: reduce with ``op`` or copy."""
+    region = target[offset:offset + len(payload)]
+    if reduce:
+        _REDUCE[op](region, payload, out=region)
+    else:
+        region[...] = payload
 
 
-def read_results(schedule: Schedule, buffers: dict[str, dict[int, np.ndarray]],
-                 op: str) -> list[np.ndarray]:
-    """Each replica's result, in replica order, without padding."""
-    results = []
-    count, chunk = schedule.count, schedule.chunk
-    for ipus, owner in zip(schedule.groups, schedule.slot_of_rank):
-        n = len(ipus)
-        for rank, ipu in enumerate(ipus.tolist()):
-            work = buffers[WORK][ipu]
-            name = schedule.collective
-            if name in ("allreduce", "broadcast"):
-                result = work[:count].copy()
-            elif name == "reduce-scatter":
-                result = work[owner[rank] * chunk:owner[rank] * chunk + count].copy()
-            elif name == "all-gather":
-                result = np.concatenate([work[owner[j] * chunk:owner[j] * chunk + count]
-                                         for j in range(n)])
-            else:
-                out = buffers[OUT][ipu]
-                result = np.concatenate([out[owner[j] * chunk:owner[j] * chunk + count]
-                                         for j in range(n)])
-            if op == "mean" and name in ("allreduce", "reduce-scatter"):
-                result = (result // n) if result.dtype.kind == "i" else (result / n).astype(
-                    result.dtype)
-            results.append(result)
-    return results
+def extract(schedule: Schedule, group: int, rank: int, buffers: dict[str, np.ndarray],
+            op: str) -> np.ndarray:
+    """Rank ``rank``'s result, without padding (``mean`` divides by the group size)."""
+    owner = schedule.slot_of_rank[group]
+    n, count, chunk, name = len(owner), schedule.count, schedule.chunk, schedule.collective
+    work = buffers[WORK]
+    if name in ("allreduce", "broadcast"):
+        result = work[:count].copy()
+    elif name == "reduce-scatter":
+        result = work[owner[rank] * chunk:owner[rank] * chunk + count].copy()
+    else:
+        source = work if name == "all-gather" else buffers[OUT]
+        result = np.concatenate([source[owner[j] * chunk:owner[j] * chunk + count]
+                                 for j in range(n)])
+    if op == "mean" and name in ("allreduce", "reduce-scatter"):
+        result = (result // n) if result.dtype.kind == "i" else (result / n).astype(result.dtype)
+    return result
 
 
 def run_in_memory(schedule: Schedule, inputs: list[np.ndarray], op: str = "sum") -> list[np.ndarray]:
-    """Run ``schedule`` on ``inputs`` (one array per replica) and return each result."""
-    buffers = load_buffers(schedule, inputs)
-    run_steps(schedule, buffers, op)
-    return read_results(schedule, buffers, op)
+    """Run ``schedule`` on ``inputs`` (one array per replica, replicas being the groups' IPUs
+    in order) and return each replica's result."""
+    check_op(op)
+    check_inputs(schedule, inputs)
+    ranks = [(g, r, int(ipu)) for g, ipus in enumerate(schedule.groups)
+             for r, ipu in enumerate(ipus.tolist())]
+    buffers = {ipu: layout(schedule, g, r, inputs[i]) for i, (g, r, ipu) in enumerate(ranks)}
+    for phase in schedule.phases:
+        for step in range(phase.steps):
+            moves = phase.transfers(step)
+            payloads = [buffers[s][moves.src_buffer][o:o + c].copy() for s, o, c in zip(
+                moves.src.tolist(), moves.src_offset.tolist(), moves.count.tolist())]
+            for d, o, payload in zip(moves.dst.tolist(), moves.dst_offset.tolist(), payloads):
+                land(buffers[d][moves.dst_buffer], o, payload, moves.reduce, op)
+    return [extract(schedule, g, r, buffers[ipu], op) for g, r, ipu in ranks]

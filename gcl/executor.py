@@ -1,0 +1,168 @@
+"""Real mode: run a collective's schedule on a launched POD's device actors with real data.
+
+Everything a request could get wrong is checked before any byte moves: one array per
+replica, equal shapes and dtypes, a dtype and op GCL knows, room in every IPU's memory and
+in this machine's RAM. Then each device gets its IPUs' inputs and runs its share of the
+schedule; tensor bytes go peer to peer over the links, never through this process. The
+simulated time is :func:`gcl.phantom.simulate` of the same schedule, so real and phantom
+mode agree by construction.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from cluster.errors import ScheduleError, UserError
+from gcl.collectives import BROADCAST, DTYPES, check_op, collective as lookup
+from gcl.groups import CommGroup
+from gcl.local_executor import BLOCKED
+from gcl.phantom import Timing
+from gcl.planner import AUTO, plan_timed, replica_groups
+from gcl.schedule import Schedule
+from ipu_node.errors import DeviceError, OutOfMemory
+
+DEFAULT_DEADLINE_S = 60.0
+_RAM_FACTOR = 4  # inputs, device buffers, results in flight, results returned
+_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    """Results in replica order, and where the time went (simulated and wall)."""
+
+    results: list[np.ndarray]
+    schedule: Schedule
+    timing: Timing  # simulated seconds, per phase
+    wall_seconds: float
+    link_type_bytes: dict[str, float]  # measured on the devices
+
+    @property
+    def sim_seconds(self) -> float:
+        return self.timing.sim_seconds
+
+    @property
+    def algorithm(self) -> str:
+        return self.schedule.algorithm
+
+
+def _available_ram_bytes() -> int:
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def check_arrays(arrays: list[np.ndarray], replicas: int, group_size: int,
+                 collective: str) -> tuple[str, int]:
+    """The dtype name and per-replica element count, or a UserError saying what is wrong."""
+    if len(arrays) != replicas:
+        raise UserError(f"give one array per replica: {replicas} replicas, {len(arrays)} arrays")
+    arrays = [np.asarray(a) for a in arrays]
+    first = arrays[0]
+    for index, array in enumerate(arrays):
+        if array.shape != first.shape or array.dtype != first.dtype:
+            raise UserError(f"replica {index} has shape {array.shape} and dtype {array.dtype}, "
+                            f"replica 0 has {first.shape} and {first.dtype}: all must match")
+    names = {np.dtype(t).name: n for n, t in DTYPES.items()}
+    if first.dtype.name not in names:
+        raise UserError(f"dtype {first.dtype} is not supported: use {', '.join(DTYPES)}")
+    if first.size == 0:
+        raise UserError("the arrays are empty: a collective needs at least one element")
+    if collective in BLOCKED and first.size % group_size:
+        raise UserError(f"{collective} splits each array into {group_size} equal blocks; "
+                        f"{first.size} elements do not split: pad to a multiple of {group_size}")
+    total = sum(a.nbytes for a in arrays)
+    if total * _RAM_FACTOR > _available_ram_bytes():
+        raise UserError(f"{total:,} bytes of inputs would not fit in this machine's RAM in real "
+                        "mode: use phantom mode (sizes only) for this size")
+    count = first.size // group_size if collective in BLOCKED else first.size
+    return names[first.dtype.name], count
+
+
+def run_collective(pod, collective: str, arrays: list[np.ndarray], *, algorithm: str = AUTO,
+                   group: CommGroup | str = CommGroup(), op: str = "sum", root: int = 0,
+                   ipus: list[int] | None = None,
+                   deadline_s: float = DEFAULT_DEADLINE_S) -> CollectiveResult:
+    """Run ``collective`` on ``arrays`` (one per replica; replica r on ``ipus[r]``, by default
+    IPU r) on the devices of ``pod``."""
+    import ray
+
+    started = time.perf_counter()
+    coll = lookup(collective)
+    check_op(op)
+    group = CommGroup.parse(group) if isinstance(group, str) else group
+    topology = pod.topology
+    replica_ipus = np.arange(topology.ipu_count) if ipus is None else np.asarray(ipus)
+    groups = replica_groups(topology, group, replica_ipus)
+    dtype, count = check_arrays(list(arrays), len(replica_ipus), len(groups[0]), coll.name)
+    if coll is not BROADCAST:
+        root = 0
+    schedule, timing = plan_timed(coll, topology, count, dtype=dtype, algorithm_name=algorithm,
+                                  group=group, ipus=replica_ipus, root=root)
+    _check_memory(pod, schedule)
+    rank_of = {int(ipu): (g, r) for g, members in enumerate(schedule.groups)
+               for r, ipu in enumerate(members.tolist())}
+    replica_of_ipu = {int(ipu): i for i, ipu in enumerate(replica_ipus.tolist())}
+    per_device: dict[int, dict] = {}
+    for ipu, (g, r) in rank_of.items():
+        per_device.setdefault(pod.owner[ipu], {})[ipu] = (g, r, np.asarray(arrays[replica_of_ipu[ipu]]))
+    collective_id = f"{pod.pod_id}-c{next(_ids)}"
+    devices = sorted(per_device)
+    refs = [pod.actors[d].run.remote(schedule, collective_id, per_device[d], op, deadline_s,
+                                     timing.sim_seconds) for d in devices]
+    outputs = gather(ray, refs, [pod.specs[d] for d in devices],
+                     deadline_s * max(1, schedule.supersteps))
+    results: list[np.ndarray | None] = [None] * len(replica_ipus)
+    link_bytes = np.zeros(2 * topology.link_count_physical)
+    for device_results, sent in outputs:
+        link_bytes += sent
+        for ipu, result in device_results.items():
+            results[replica_of_ipu[ipu]] = result
+    per_type = np.bincount(topology.directed_type, weights=link_bytes,
+                           minlength=len(topology.link_types))
+    measured = {t.name: float(v) for t, v in zip(topology.link_types, per_type) if v}
+    return CollectiveResult(results, schedule, timing, time.perf_counter() - started, measured)
+
+
+def _check_memory(pod, schedule: Schedule) -> None:
+    """Each IPU must have room for the collective's buffers (input, and output if any)."""
+    buffers = schedule.buffer_elements * schedule.itemsize * (2 if schedule.collective == "all-to-all" else 1)
+    free = {ipu: m["free_bytes"] for s in pod.stats() for ipu, m in s["memory"].items()}
+    for members in schedule.groups:
+        for ipu in members.tolist():
+            if buffers > free[ipu]:
+                raise OutOfMemory(
+                    f"IPU {pod.topology.ipu_name(ipu)}: the collective needs {buffers:,} bytes "
+                    f"but only {free[ipu]:,} bytes are free: use a smaller size or more IPUs")
+
+
+def gather(ray, refs: list, specs: list, deadline_s: float) -> list:
+    """Results of ``refs`` in order; the first failure (a dead device, a link timeout) is
+    raised at once as a DeviceError naming the device."""
+    index_of = {ref: i for i, ref in enumerate(refs)}
+    results: list = [None] * len(refs)
+    pending, limit = list(refs), time.monotonic() + deadline_s
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, limit - time.monotonic()))
+        if not done:
+            late = ", ".join(specs[index_of[r]].name for r in pending)
+            raise DeviceError(f"the collective did not finish within {deadline_s:g} s; still "
+                              f"running: {late}")
+        ref = done[0]
+        spec = specs[index_of[ref]]
+        try:
+            results[index_of[ref]] = ray.get(ref)
+        except ray.exceptions.RayActorError:
+            raise DeviceError(f"device {spec.name} (IPUs {', '.join(map(str, spec.ipus))}) died "
+                              "during the collective") from None
+        except ray.exceptions.RayTaskError as error:
+            cause = error.cause if getattr(error, "cause", None) else error
+            if isinstance(cause, (UserError, ScheduleError)):
+                raise cause from None
+            raise DeviceError(f"device {spec.name}: {cause}") from None
+    return results

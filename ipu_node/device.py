@@ -1,0 +1,174 @@
+"""One emulated card (C2, 2 IPUs) or machine (IPU-M2000, 4 IPUs): the body of a Ray actor.
+
+Per IPU it keeps In-Processor-Memory accounting, named tensors (NumPy arrays) and counters
+(bytes in and out, supersteps, simulated clock); per directed link of the topology, the
+bytes its IPUs sent over it. It serves the gRPC ``Link`` service its peers push chunks to,
+and runs its share of a schedule: IPUs of this device exchange in memory, others over
+the links, every wait with a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from cluster.topology import Topology
+from gcl.collectives import DTYPES
+from gcl.local_executor import extract, land, layout
+from gcl.schedule import Schedule
+from ipu_node.errors import DeviceError
+from ipu_node.link import LinkClient, LinkServer, Mailbox, Transfer, TransferKey, chunks
+from ipu_node.memory import IpuMemory
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """What one actor emulates: a unit of the topology (card or machine) and its IPUs."""
+
+    name: str
+    kind: str
+    ipus: tuple[int, ...]
+    server: str
+    streaming_bytes_per_ipu: int = 0
+
+
+class Device:
+    """The state and behaviour of one emulated card or machine (wrapped by ``ray.remote``)."""
+
+    def __init__(self, spec: DeviceSpec, topology: Topology, host: str = "127.0.0.1") -> None:
+        self.spec, self.topology = spec, topology
+        self.memory = {ipu: IpuMemory(topology.ipu_name(ipu), int(topology.ipu_memory_bytes[ipu]),
+                                      spec.streaming_bytes_per_ipu) for ipu in spec.ipus}
+        self.tensors: dict[int, dict[str, np.ndarray]] = {ipu: {} for ipu in spec.ipus}
+        self.counters = {ipu: {"bytes_out": 0, "bytes_in": 0, "supersteps": 0,
+                               "sim_seconds": 0.0} for ipu in spec.ipus}
+        self.link_bytes = np.zeros(2 * topology.link_count_physical)
+        self.mailbox = Mailbox()
+        self.server = LinkServer(spec.name, self.mailbox, host)
+        self.address = self.server.start()
+        self.owner: dict[int, str] = {}
+        self.addresses: dict[str, str] = {}
+        self.peers: dict[str, LinkClient] = {}
+        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"{spec.name}-push")
+
+    # -- control ------------------------------------------------------------------------
+    def info(self) -> dict:
+        try:
+            import ray
+
+            node = ray.get_runtime_context().get_node_id()
+        except Exception:  # outside Ray (unit use)
+            node = None
+        return {"name": self.spec.name, "kind": self.spec.kind, "ipus": list(self.spec.ipus),
+                "address": self.address, "node_id": node, "pid": os.getpid()}
+
+    def connect(self, addresses: dict[str, str], owner: dict[int, str]) -> None:
+        """Learn where every device's link server is and which device owns each IPU."""
+        self.addresses, self.owner = dict(addresses), dict(owner)
+
+    def _peer(self, name: str) -> LinkClient:
+        if name not in self.peers:
+            self.peers[name] = LinkClient(name, self.addresses[name])
+        return self.peers[name]
+
+    def put(self, ipu: int, name: str, array: np.ndarray) -> None:
+        """Store a named tensor on one of this device's IPUs (memory is accounted)."""
+        self.memory[ipu].allocate(name, array.nbytes)
+        self.tensors[ipu][name] = array
+
+    def get(self, ipu: int, name: str) -> np.ndarray:
+        if name not in self.tensors[ipu]:
+            raise DeviceError(f"IPU {self.topology.ipu_name(ipu)} holds no tensor {name!r}")
+        return self.tensors[ipu][name]
+
+    def free(self, ipu: int, name: str) -> None:
+        self.tensors[ipu].pop(name, None)
+        self.memory[ipu].release(name)
+
+    def stats(self) -> dict:
+        return {"name": self.spec.name, "counters": self.counters,
+                "memory": {ipu: {"used_bytes": m.used_bytes, "capacity_bytes": m.capacity_bytes,
+                                 "free_bytes": m.free_bytes} for ipu, m in self.memory.items()},
+                "link_bytes": self.link_bytes}
+
+    def shutdown(self) -> None:
+        for client in self.peers.values():
+            client.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.server.stop()
+
+    # -- a collective --------------------------------------------------------------------
+    def run(self, schedule: Schedule, collective: str, inputs: dict[int, tuple[int, int, np.ndarray]],
+            op: str, deadline_s: float,
+            sim_seconds: float) -> tuple[dict[int, np.ndarray], np.ndarray]:
+        """Run this device's share of ``schedule``. ``inputs[ipu] = (group, rank, data)``;
+        returns each of its IPUs' result and the bytes it sent per directed link. Buffers
+        are accounted in IPU memory meanwhile."""
+        tag = f"collective:{collective}"
+        links_before = self.link_bytes.copy()
+        itemsize = np.dtype(DTYPES[schedule.dtype]).itemsize
+        buffers = {}
+        try:
+            for ipu, (group, rank, data) in inputs.items():
+                laid = layout(schedule, group, rank, data)
+                self.memory[ipu].allocate(tag, sum(b.nbytes for b in laid.values()))
+                buffers[ipu] = laid
+            for index, phase in enumerate(schedule.phases):
+                self._run_phase(collective, index, phase, buffers, op, deadline_s, itemsize)
+            results = {ipu: extract(schedule, g, r, buffers[ipu], op)
+                       for ipu, (g, r, _) in inputs.items()}
+        except Exception:
+            self.mailbox.discard(collective)
+            raise
+        finally:
+            for ipu in inputs:
+                self.memory[ipu].release(tag)
+        for ipu in inputs:
+            self.counters[ipu]["sim_seconds"] += sim_seconds
+        return results, self.link_bytes - links_before
+
+    def _run_phase(self, collective, index, phase, buffers, op, deadline_s, itemsize) -> None:
+        mine = np.array(self.spec.ipus)
+        outgoing = np.flatnonzero(np.isin(phase.src, mine))
+        incoming = np.flatnonzero(np.isin(phase.dst, mine))
+        dtype = next(iter(buffers.values()))["work"].dtype if buffers else None
+        for step in range(phase.steps):
+            moves = phase.transfers(step)
+            local, remote = {}, {}
+            for t in outgoing.tolist():
+                src, dst = int(moves.src[t]), int(moves.dst[t])
+                start, count = int(moves.src_offset[t]), int(moves.count[t])
+                payload = buffers[src][moves.src_buffer][start:start + count]
+                if dst in buffers:
+                    local[t] = payload.copy()
+                else:
+                    remote.setdefault(self.owner[dst], []).append(
+                        Transfer(t, src, dst, payload.tobytes()))
+                self.counters[src]["bytes_out"] += count * itemsize
+            pushes = [self.pool.submit(self._peer(peer).push,
+                                       chunks(collective, index, step, transfers), deadline_s)
+                      for peer, transfers in remote.items()]
+            for t in incoming.tolist():
+                src, dst = int(moves.src[t]), int(moves.dst[t])
+                if t in local:
+                    payload = local.pop(t)
+                else:
+                    sender = f"IPU {self.topology.ipu_name(src)} ({self.owner[src]})"
+                    raw = self.mailbox.take(TransferKey(collective, index, step, t), deadline_s,
+                                            sender)
+                    payload = np.frombuffer(raw, dtype=dtype)
+                land(buffers[dst][moves.dst_buffer], int(moves.dst_offset[t]), payload,
+                     moves.reduce, op)
+                self.counters[dst]["bytes_in"] += payload.nbytes
+            for push in pushes:
+                push.result(timeout=deadline_s)
+        for ipu in buffers:
+            self.counters[ipu]["supersteps"] += phase.steps
+        if len(outgoing):
+            routes = self.topology.router.route(phase.src[outgoing], phase.dst[outgoing])
+            sent = (phase.count[outgoing] * itemsize * phase.steps)[routes.pair_flow]
+            self.link_bytes += np.bincount(routes.pair_link, weights=sent,
+                                           minlength=len(self.link_bytes))

@@ -1,0 +1,17 @@
+"""Errors of the emulated devices: what failed, and which card, machine or link."""
+
+from __future__ import annotations
+
+from cluster.errors import UserError
+
+
+class DeviceError(RuntimeError):
+    """An emulated device or link failed (died, timed out, refused): the message names it."""
+
+
+class LinkTimeout(DeviceError):
+    """Data did not arrive over an emulated link before its deadline."""
+
+
+class OutOfMemory(UserError):
+    """A tensor does not fit in an IPU's free In-Processor-Memory."""

@@ -1,0 +1,202 @@
+"""Launch an emulated POD on Ray: one actor per card or machine, wired by gRPC links.
+
+Local embedded Ray by default (nothing to set up), or an existing Ray cluster by address
+(``ray_address=`` or ``RAY_ADDRESS``). Every actor asks for the custom resource ``IPU``
+(one per IPU it emulates) and is gang-placed: one placement group per server or rack,
+packed onto one node where the cluster allows. :meth:`EmulatedPod.shutdown` frees every
+actor, placement group and port; launching again in the same process works.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cluster.errors import UserError
+from cluster.spec import load_topology
+from cluster.topology import Topology
+from ipu_node.device import Device, DeviceSpec
+from ipu_node.errors import DeviceError
+
+LOCAL_IPU_SLOTS = 256  # the IPU resource an embedded local Ray offers (or the POD's size)
+LAUNCH_DEADLINE_S = 120.0
+_pod_ids = itertools.count()
+
+
+def _ray():
+    import ray
+
+    return ray
+
+
+def ensure_ray(ray_address: str | None, ipus_needed: int) -> bool:
+    """Connect to Ray (an address, ``RAY_ADDRESS``, or a new local instance); return whether
+    this call started a local one."""
+    ray = _ray()
+    if ray.is_initialized():
+        return False
+    address = ray_address or os.environ.get("RAY_ADDRESS")
+    common = dict(namespace="ipupod", include_dashboard=False, log_to_driver=False,
+                  configure_logging=False)
+    if address:
+        try:
+            ray.init(address=address, **common)
+        except Exception as error:  # Ray raises several types for a bad address
+            raise UserError(f"cannot join the Ray cluster at {address!r}: {error}") from None
+        return False
+    ray.init(resources={"IPU": max(LOCAL_IPU_SLOTS, ipus_needed)}, **common)
+    return True
+
+
+def device_specs(topology: Topology) -> list[DeviceSpec]:
+    """One device per unit (card or machine); IPUs not in any unit get a device each."""
+    from cluster.hardware import ipu_m2000
+
+    streaming = ipu_m2000().streaming_memory_bytes // 4
+    specs, covered = [], set()
+    for unit in topology.units:
+        server = topology.servers[unit.server].name if topology.servers else "server0"
+        specs.append(DeviceSpec(unit.name, unit.kind, unit.ipus, server,
+                                streaming if unit.kind == "IPU-M2000" else 0))
+        covered.update(unit.ipus)
+    for ipu in range(topology.ipu_count):
+        if ipu not in covered:
+            specs.append(DeviceSpec(topology.ipu_name(ipu), "IPU", (ipu,), "server0"))
+    return specs
+
+
+@dataclass
+class EmulatedPod:
+    """A launched POD: its topology, its device actors and which actor owns each IPU."""
+
+    topology: Topology
+    specs: list[DeviceSpec]
+    actors: list
+    placement_groups: list
+    owner: dict[int, int]  # IPU -> index into actors
+    pod_id: str
+    started_ray: bool = False
+    launch_seconds: float = 0.0
+    closed: bool = field(default=False)
+
+    @classmethod
+    def launch(cls, spec: str | Topology = "dss8440x2", *, ray_address: str | None = None,
+               link_host: str = "127.0.0.1", deadline_s: float = LAUNCH_DEADLINE_S) -> "EmulatedPod":
+        """Start one actor per card or machine of ``spec`` and wire their links."""
+        started = time.perf_counter()
+        topology = load_topology(spec) if isinstance(spec, str) else spec
+        started_ray = ensure_ray(ray_address, topology.ipu_count)
+        ray = _ray()
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        available = ray.available_resources().get("IPU", 0)
+        if available < topology.ipu_count:
+            raise UserError(
+                f"{topology.name} needs {topology.ipu_count} IPU resources but the Ray cluster "
+                f"has {available:g} free: start Ray nodes with --resources '{{\"IPU\": N}}' or "
+                "shut other PODs down")
+        specs = device_specs(topology)
+        by_server: dict[str, list[int]] = {}
+        for index, device in enumerate(specs):
+            by_server.setdefault(device.server, []).append(index)
+        pod_id = f"pod{os.getpid()}-{next(_pod_ids)}"
+        groups, actors = [], [None] * len(specs)
+        remote = ray.remote(Device)
+        try:
+            for server, members in by_server.items():
+                group = placement_group([{"IPU": len(specs[i].ipus)} for i in members],
+                                        strategy="PACK", name=f"{pod_id}-{server}")
+                groups.append(group)
+                if not _ready(ray, group, deadline_s):
+                    raise DeviceError(f"Ray could not place server {server} of {topology.name} "
+                                      f"within {deadline_s:g} s: not enough IPU resources?")
+                for bundle, index in enumerate(members):
+                    actors[index] = remote.options(
+                        num_cpus=0, resources={"IPU": len(specs[index].ipus)},
+                        name=f"{pod_id}-{specs[index].name}", max_restarts=0,
+                        scheduling_strategy=PlacementGroupSchedulingStrategy(group, bundle),
+                    ).remote(specs[index], topology, link_host)
+            infos = _get(ray, [a.info.remote() for a in actors], deadline_s, specs, "start")
+            addresses = {info["name"]: info["address"] for info in infos}
+            owner_names = {ipu: s.name for s in specs for ipu in s.ipus}
+            _get(ray, [a.connect.remote(addresses, owner_names) for a in actors], deadline_s,
+                 specs, "connect")
+        except BaseException:
+            for actor in actors:
+                if actor is not None:
+                    ray.kill(actor)
+            for group in groups:
+                remove_placement_group(group)
+            raise
+        owner = {ipu: i for i, s in enumerate(specs) for ipu in s.ipus}
+        pod = cls(topology, specs, actors, groups, owner, pod_id, started_ray,
+                  time.perf_counter() - started)
+        pod.infos = infos
+        return pod
+
+    def device_of(self, ipu: int) -> str:
+        return self.specs[self.owner[ipu]].name
+
+    def nodes(self) -> dict[str, str]:
+        """Which Ray node each device runs on."""
+        return {info["name"]: info["node_id"] for info in self.infos}
+
+    def stats(self, deadline_s: float = 30.0) -> list[dict]:
+        ray = _ray()
+        return _get(ray, [a.stats.remote() for a in self.actors], deadline_s, self.specs, "stats")
+
+    def link_bytes(self) -> np.ndarray:
+        """Bytes sent over every directed link so far, summed over devices."""
+        return np.sum([s["link_bytes"] for s in self.stats()], axis=0)
+
+    def shutdown(self, stop_ray: bool = False) -> None:
+        """Stop every device (its link server first), remove placement groups."""
+        if self.closed:
+            return
+        ray = _ray()
+        from ray.util.placement_group import remove_placement_group
+
+        refs = [a.shutdown.remote() for a in self.actors]
+        try:
+            ray.get(refs, timeout=10)
+        except Exception:
+            pass  # a dead device has nothing left to stop
+        for actor in self.actors:
+            ray.kill(actor)
+        for group in self.placement_groups:
+            remove_placement_group(group)
+        self.closed = True
+        if stop_ray and self.started_ray:
+            ray.shutdown()
+
+    def __enter__(self) -> "EmulatedPod":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+def _ready(ray, group, deadline_s: float) -> bool:
+    ready, _ = ray.wait([group.ready()], timeout=deadline_s)
+    return bool(ready)
+
+
+def _get(ray, refs: list, deadline_s: float, specs: list[DeviceSpec], what: str) -> list:
+    """``ray.get`` with a deadline; a dead or late actor becomes a DeviceError naming it."""
+    done, pending = ray.wait(refs, num_returns=len(refs), timeout=deadline_s)
+    if pending:
+        late = [specs[refs.index(r)].name for r in pending]
+        raise DeviceError(f"{what}: no answer within {deadline_s:g} s from {', '.join(late)}")
+    results = []
+    for index, ref in enumerate(refs):
+        try:
+            results.append(ray.get(ref))
+        except ray.exceptions.RayActorError as error:
+            raise DeviceError(f"{what}: device {specs[index].name} (IPUs "
+                              f"{', '.join(map(str, specs[index].ipus))}) died: {error}") from None
+    return results

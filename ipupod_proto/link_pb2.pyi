@@ -1,0 +1,45 @@
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Chunk(_message.Message):
+    __slots__ = ("collective", "phase", "step", "transfer", "src_ipu", "dst_ipu", "offset", "total", "data")
+    COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TRANSFER_FIELD_NUMBER: _ClassVar[int]
+    SRC_IPU_FIELD_NUMBER: _ClassVar[int]
+    DST_IPU_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    collective: str
+    phase: int
+    step: int
+    transfer: int
+    src_ipu: int
+    dst_ipu: int
+    offset: int
+    total: int
+    data: bytes
+    def __init__(self, collective: _Optional[str] = ..., phase: _Optional[int] = ..., step: _Optional[int] = ..., transfer: _Optional[int] = ..., src_ipu: _Optional[int] = ..., dst_ipu: _Optional[int] = ..., offset: _Optional[int] = ..., total: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class PushReply(_message.Message):
+    __slots__ = ("bytes", "chunks")
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    bytes: int
+    chunks: int
+    def __init__(self, bytes: _Optional[int] = ..., chunks: _Optional[int] = ...) -> None: ...
+
+class PingRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PingReply(_message.Message):
+    __slots__ = ("device",)
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    device: str
+    def __init__(self, device: _Optional[str] = ...) -> None: ...
