@@ -57,39 +57,40 @@ def _available_ram_bytes() -> int:
         return 1 << 62
 
 
-def check_arrays(arrays: list[np.ndarray], replicas: int, group_size: int,
-                 collective: str) -> tuple[str, int]:
+def check_replicas(shapes: list[tuple[int, ...]], dtypes: list[str], replicas: int,
+                   group_size: int, collective: str) -> tuple[str, int]:
     """The dtype name and per-replica element count, or a UserError saying what is wrong."""
-    if len(arrays) != replicas:
-        raise UserError(f"give one array per replica: {replicas} replicas, {len(arrays)} arrays")
-    arrays = [np.asarray(a) for a in arrays]
-    first = arrays[0]
-    for index, array in enumerate(arrays):
-        if array.shape != first.shape or array.dtype != first.dtype:
-            raise UserError(f"replica {index} has shape {array.shape} and dtype {array.dtype}, "
-                            f"replica 0 has {first.shape} and {first.dtype}: all must match")
+    if len(shapes) != replicas:
+        raise UserError(f"give one array per replica: {replicas} replicas, {len(shapes)} arrays")
+    for index, (shape, dtype) in enumerate(zip(shapes, dtypes)):
+        if shape != shapes[0] or dtype != dtypes[0]:
+            raise UserError(f"replica {index} has shape {shape} and dtype {dtype}, replica 0 has "
+                            f"{shapes[0]} and {dtypes[0]}: all must match")
     names = {np.dtype(t).name: n for n, t in DTYPES.items()}
-    if first.dtype.name not in names:
-        raise UserError(f"dtype {first.dtype} is not supported: use {', '.join(DTYPES)}")
-    if first.size == 0:
+    if dtypes[0] not in names:
+        raise UserError(f"dtype {dtypes[0]} is not supported: use {', '.join(DTYPES)}")
+    size = int(np.prod(shapes[0], dtype=np.int64))
+    if size == 0:
         raise UserError("the arrays are empty: a collective needs at least one element")
-    if collective in BLOCKED and first.size % group_size:
+    if collective in BLOCKED and size % group_size:
         raise UserError(f"{collective} splits each array into {group_size} equal blocks; "
-                        f"{first.size} elements do not split: pad to a multiple of {group_size}")
-    total = sum(a.nbytes for a in arrays)
+                        f"{size} elements do not split: pad to a multiple of {group_size}")
+    total = size * np.dtype(dtypes[0]).itemsize * replicas
     if total * _RAM_FACTOR > _available_ram_bytes():
         raise UserError(f"{total:,} bytes of inputs would not fit in this machine's RAM in real "
                         "mode: use phantom mode (sizes only) for this size")
-    count = first.size // group_size if collective in BLOCKED else first.size
-    return names[first.dtype.name], count
+    return names[dtypes[0]], size // group_size if collective in BLOCKED else size
 
 
-def run_collective(pod, collective: str, arrays: list[np.ndarray], *, algorithm: str = AUTO,
+def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
+                   output: str | None = None, algorithm: str = AUTO,
                    group: CommGroup | str = CommGroup(), op: str = "sum", root: int = 0,
                    ipus: list[int] | None = None,
                    deadline_s: float = DEFAULT_DEADLINE_S) -> CollectiveResult:
-    """Run ``collective`` on ``arrays`` (one per replica; replica r on ``ipus[r]``, by default
-    IPU r) on the devices of ``pod``."""
+    """Run ``collective`` on the devices of ``pod``, replica r on ``ipus[r]`` (IPU r by
+    default). ``inputs`` are arrays (one per replica) or the name of a tensor the IPUs hold
+    (:meth:`EmulatedPod.put`); with ``output`` the results stay on the IPUs under that name
+    and ``results`` is empty."""
     import ray
 
     started = time.perf_counter()
@@ -99,34 +100,48 @@ def run_collective(pod, collective: str, arrays: list[np.ndarray], *, algorithm:
     topology = pod.topology
     replica_ipus = np.arange(topology.ipu_count) if ipus is None else np.asarray(ipus)
     groups = replica_groups(topology, group, replica_ipus)
-    dtype, count = check_arrays(list(arrays), len(replica_ipus), len(groups[0]), coll.name)
+    if isinstance(inputs, str):
+        held = pod.tensor_info(inputs)
+        missing = [pod.topology.ipu_name(i) for i in replica_ipus.tolist() if i not in held]
+        if missing:
+            raise UserError(f"no tensor {inputs!r} on IPU {missing[0]}: put it there first")
+        shapes = [held[i][0] for i in replica_ipus.tolist()]
+        dtypes = [held[i][1] for i in replica_ipus.tolist()]
+    else:
+        inputs = [np.asarray(a) for a in inputs]
+        shapes, dtypes = [a.shape for a in inputs], [a.dtype.name for a in inputs]
+    dtype, count = check_replicas(shapes, dtypes, len(replica_ipus), len(groups[0]), coll.name)
     if coll is not BROADCAST:
         root = 0
     schedule, timing = plan_timed(coll, topology, count, dtype=dtype, algorithm_name=algorithm,
                                   group=group, ipus=replica_ipus, root=root)
     _check_memory(pod, schedule)
-    rank_of = {int(ipu): (g, r) for g, members in enumerate(schedule.groups)
-               for r, ipu in enumerate(members.tolist())}
     replica_of_ipu = {int(ipu): i for i, ipu in enumerate(replica_ipus.tolist())}
-    per_device: dict[int, dict] = {}
-    for ipu, (g, r) in rank_of.items():
-        per_device.setdefault(pod.owner[ipu], {})[ipu] = (g, r, np.asarray(arrays[replica_of_ipu[ipu]]))
+    ranks: dict[int, dict[int, tuple[int, int]]] = {}
+    for g, members in enumerate(schedule.groups):
+        for r, ipu in enumerate(members.tolist()):
+            ranks.setdefault(pod.owner[ipu], {})[ipu] = (g, r)
     collective_id = f"{pod.pod_id}-c{next(_ids)}"
-    devices = sorted(per_device)
-    refs = [pod.actors[d].run.remote(schedule, collective_id, per_device[d], op, deadline_s,
-                                     timing.sim_seconds) for d in devices]
+    devices = sorted(ranks)
+    refs = []
+    for d in devices:
+        data = inputs if isinstance(inputs, str) else {
+            ipu: inputs[replica_of_ipu[ipu]] for ipu in ranks[d]}
+        refs.append(pod.actors[d].run.remote(schedule, collective_id, ranks[d], data, output, op,
+                                             deadline_s, timing.sim_seconds))
     outputs = gather(ray, refs, [pod.specs[d] for d in devices],
                      deadline_s * max(1, schedule.supersteps))
-    results: list[np.ndarray | None] = [None] * len(replica_ipus)
+    results: list[np.ndarray] = [None] * len(replica_ipus)  # type: ignore[list-item]
     link_bytes = np.zeros(2 * topology.link_count_physical)
     for device_results, sent in outputs:
         link_bytes += sent
-        for ipu, result in device_results.items():
+        for ipu, result in (device_results or {}).items():
             results[replica_of_ipu[ipu]] = result
     per_type = np.bincount(topology.directed_type, weights=link_bytes,
                            minlength=len(topology.link_types))
     measured = {t.name: float(v) for t, v in zip(topology.link_types, per_type) if v}
-    return CollectiveResult(results, schedule, timing, time.perf_counter() - started, measured)
+    return CollectiveResult(results if output is None else [], schedule, timing,
+                            time.perf_counter() - started, measured)
 
 
 def _check_memory(pod, schedule: Schedule) -> None:

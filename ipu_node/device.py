@@ -101,33 +101,47 @@ class Device:
         self.server.stop()
 
     # -- a collective --------------------------------------------------------------------
-    def run(self, schedule: Schedule, collective: str, inputs: dict[int, tuple[int, int, np.ndarray]],
-            op: str, deadline_s: float,
-            sim_seconds: float) -> tuple[dict[int, np.ndarray], np.ndarray]:
-        """Run this device's share of ``schedule``. ``inputs[ipu] = (group, rank, data)``;
-        returns each of its IPUs' result and the bytes it sent per directed link. Buffers
-        are accounted in IPU memory meanwhile."""
+    def tensor_info(self, name: str) -> dict[int, tuple[tuple[int, ...], str]]:
+        """Shape and dtype of tensor ``name`` on each of this device's IPUs that holds it."""
+        return {ipu: (held[name].shape, held[name].dtype.name)
+                for ipu, held in self.tensors.items() if name in held}
+
+    def run(self, schedule: Schedule, collective: str, ranks: dict[int, tuple[int, int]],
+            inputs: dict[int, np.ndarray] | str, output: str | None, op: str,
+            deadline_s: float, sim_seconds: float) -> tuple[dict[int, np.ndarray] | None, np.ndarray]:
+        """Run this device's share of ``schedule``; ``ranks[ipu] = (group, rank)``.
+
+        ``inputs`` are arrays per IPU, or the name of a tensor each IPU holds. With
+        ``output`` the results stay on the IPUs as that tensor and nothing is returned but
+        the bytes sent per directed link; otherwise the results are returned too. The
+        collective's buffers are accounted in IPU memory while it runs.
+        """
         tag = f"collective:{collective}"
-        links_before = self.link_bytes.copy()
         itemsize = np.dtype(DTYPES[schedule.dtype]).itemsize
+        links_before = self.link_bytes.copy()
+        data = {ipu: self.get(ipu, inputs) for ipu in ranks} if isinstance(inputs, str) else inputs
         buffers = {}
         try:
-            for ipu, (group, rank, data) in inputs.items():
-                laid = layout(schedule, group, rank, data)
+            for ipu, (group, rank) in ranks.items():
+                laid = layout(schedule, group, rank, data[ipu])
                 self.memory[ipu].allocate(tag, sum(b.nbytes for b in laid.values()))
                 buffers[ipu] = laid
             for index, phase in enumerate(schedule.phases):
                 self._run_phase(collective, index, phase, buffers, op, deadline_s, itemsize)
             results = {ipu: extract(schedule, g, r, buffers[ipu], op)
-                       for ipu, (g, r, _) in inputs.items()}
+                       for ipu, (g, r) in ranks.items()}
         except Exception:
             self.mailbox.discard(collective)
             raise
         finally:
-            for ipu in inputs:
+            for ipu in ranks:
                 self.memory[ipu].release(tag)
-        for ipu in inputs:
+        for ipu in ranks:
             self.counters[ipu]["sim_seconds"] += sim_seconds
+        if output is not None:
+            for ipu, result in results.items():
+                self.put(ipu, output, result)
+            return None, self.link_bytes - links_before
         return results, self.link_bytes - links_before
 
     def _run_phase(self, collective, index, phase, buffers, op, deadline_s, itemsize) -> None:
@@ -141,28 +155,28 @@ class Device:
             for t in outgoing.tolist():
                 src, dst = int(moves.src[t]), int(moves.dst[t])
                 start, count = int(moves.src_offset[t]), int(moves.count[t])
-                payload = buffers[src][moves.src_buffer][start:start + count]
+                payload = buffers[src][moves.src_buffer][start:start + count].copy()
                 if dst in buffers:
-                    local[t] = payload.copy()
+                    local[t] = payload
                 else:
-                    remote.setdefault(self.owner[dst], []).append(
-                        Transfer(t, src, dst, payload.tobytes()))
+                    remote.setdefault(self.owner[dst], []).append(Transfer(t, src, dst, payload))
                 self.counters[src]["bytes_out"] += count * itemsize
             pushes = [self.pool.submit(self._peer(peer).push,
                                        chunks(collective, index, step, transfers), deadline_s)
                       for peer, transfers in remote.items()]
             for t in incoming.tolist():
                 src, dst = int(moves.src[t]), int(moves.dst[t])
+                target, offset = buffers[dst][moves.dst_buffer], int(moves.dst_offset[t])
                 if t in local:
-                    payload = local.pop(t)
+                    pieces = [(0, local.pop(t))]
                 else:
                     sender = f"IPU {self.topology.ipu_name(src)} ({self.owner[src]})"
-                    raw = self.mailbox.take(TransferKey(collective, index, step, t), deadline_s,
-                                            sender)
-                    payload = np.frombuffer(raw, dtype=dtype)
-                land(buffers[dst][moves.dst_buffer], int(moves.dst_offset[t]), payload,
-                     moves.reduce, op)
-                self.counters[dst]["bytes_in"] += payload.nbytes
+                    pieces = [(at // itemsize, np.frombuffer(data, dtype=dtype)) for at, data in
+                              self.mailbox.take(TransferKey(collective, index, step, t),
+                                                deadline_s, sender)]
+                for at, piece in pieces:  # chunks land where they belong, no reassembly
+                    land(target, offset + at, piece, moves.reduce, op)
+                    self.counters[dst]["bytes_in"] += piece.nbytes
             for push in pushes:
                 push.result(timeout=deadline_s)
         for ipu in buffers:

@@ -14,13 +14,14 @@ from concurrent import futures
 from typing import Iterable, Iterator, NamedTuple
 
 import grpc
+import numpy as np
 
 from ipu_node.errors import DeviceError, LinkTimeout
 from ipupod_proto import link_pb2, link_pb2_grpc
 
 CHUNK_BYTES = 1 << 20
-_MESSAGE_LIMIT = 2 * CHUNK_BYTES + (1 << 16)
-_OPTIONS = [("grpc.max_send_message_length", _MESSAGE_LIMIT),
+_MESSAGE_LIMIT = 16 * CHUNK_BYTES
+_OPTIONS = [("grpc.max_send_message_length", _MESSAGE_LIMIT), ("grpc.http2.bdp_probe", 1),
             ("grpc.max_receive_message_length", _MESSAGE_LIMIT)]
 
 
@@ -32,30 +33,26 @@ class TransferKey(NamedTuple):
 
 
 class Mailbox:
-    """Incoming transfers, assembled from chunks; thread-safe."""
+    """Incoming transfers, kept as their chunks until whole; thread-safe."""
 
     def __init__(self) -> None:
         self._ready = threading.Condition()
-        self._buffers: dict[TransferKey, bytearray] = {}
+        self._chunks: dict[TransferKey, list[tuple[int, bytes]]] = {}
         self._received: dict[TransferKey, int] = {}
         self._complete: set[TransferKey] = set()
         self.bytes_received = 0
 
     def deposit(self, key: TransferKey, offset: int, total: int, data: bytes) -> None:
         with self._ready:
-            buffer = self._buffers.get(key)
-            if buffer is None:
-                buffer = self._buffers[key] = bytearray(total)
-                self._received[key] = 0
-            buffer[offset:offset + len(data)] = data
-            self._received[key] += len(data)
+            self._chunks.setdefault(key, []).append((offset, data))
+            self._received[key] = self._received.get(key, 0) + len(data)
             self.bytes_received += len(data)
             if self._received[key] >= total:
                 self._complete.add(key)
                 self._ready.notify_all()
 
-    def take(self, key: TransferKey, deadline_s: float, sender: str) -> bytearray:
-        """The whole payload of ``key``, waiting at most ``deadline_s`` seconds for it."""
+    def take(self, key: TransferKey, deadline_s: float, sender: str) -> list[tuple[int, bytes]]:
+        """The chunks ``(byte offset, data)`` of ``key``, waiting at most ``deadline_s``."""
         with self._ready:
             if not self._ready.wait_for(lambda: key in self._complete, timeout=deadline_s):
                 raise LinkTimeout(
@@ -63,13 +60,13 @@ class Mailbox:
                     f"{deadline_s:g} s (collective {key.collective}): is {sender} alive?")
             self._complete.discard(key)
             del self._received[key]
-            return self._buffers.pop(key)
+            return self._chunks.pop(key)
 
     def discard(self, collective: str) -> None:
         """Drop everything of a collective (after a failure), so nothing stale is left."""
         with self._ready:
-            for key in [k for k in self._buffers if k.collective == collective]:
-                self._buffers.pop(key)
+            for key in [k for k in self._chunks if k.collective == collective]:
+                self._chunks.pop(key)
                 self._received.pop(key, None)
                 self._complete.discard(key)
 
@@ -115,24 +112,26 @@ class LinkServer:
 
 
 class Transfer(NamedTuple):
-    """One outgoing transfer: its index in the superstep, endpoints, and payload bytes."""
+    """One outgoing transfer: its index in the superstep, endpoints, and payload (a NumPy
+    array, a snapshot taken when the superstep began)."""
 
     index: int
     src_ipu: int
     dst_ipu: int
-    payload: bytes
+    payload: "np.ndarray"
 
 
 def chunks(collective: str, phase: int, step: int,
            transfers: Iterable[Transfer]) -> Iterator[link_pb2.Chunk]:
     """The stream of chunks for ``transfers``, :data:`CHUNK_BYTES` at a time."""
     for transfer in transfers:
-        total, view = len(transfer.payload), memoryview(transfer.payload)
+        flat = transfer.payload.view(np.uint8)
+        total = flat.nbytes
         for offset in range(0, max(total, 1), CHUNK_BYTES):
             yield link_pb2.Chunk(collective=collective, phase=phase, step=step,
                                  transfer=transfer.index, src_ipu=transfer.src_ipu,
                                  dst_ipu=transfer.dst_ipu, offset=offset, total=total,
-                                 data=bytes(view[offset:offset + CHUNK_BYTES]))
+                                 data=flat[offset:offset + CHUNK_BYTES].tobytes())
 
 
 class LinkClient:

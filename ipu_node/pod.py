@@ -150,6 +150,38 @@ class EmulatedPod:
         ray = _ray()
         return _get(ray, [a.stats.remote() for a in self.actors], deadline_s, self.specs, "stats")
 
+    def put(self, name: str, arrays: list[np.ndarray], ipus: list[int] | None = None) -> None:
+        """Store ``arrays[r]`` on IPU ``ipus[r]`` (IPU r by default) as tensor ``name``."""
+        ray = _ray()
+        targets = list(range(self.topology.ipu_count)) if ipus is None else list(ipus)
+        if len(arrays) != len(targets):
+            raise UserError(f"give one array per IPU: {len(targets)} IPUs, {len(arrays)} arrays")
+        refs = [self.actors[self.owner[ipu]].put.remote(ipu, name, np.asarray(array))
+                for ipu, array in zip(targets, arrays)]
+        _get(ray, refs, 120.0, [self.specs[self.owner[i]] for i in targets], "put")
+
+    def get(self, name: str, ipus: list[int] | None = None) -> list[np.ndarray]:
+        """Tensor ``name`` from each IPU of ``ipus`` (every IPU by default)."""
+        ray = _ray()
+        targets = list(range(self.topology.ipu_count)) if ipus is None else list(ipus)
+        refs = [self.actors[self.owner[ipu]].get.remote(ipu, name) for ipu in targets]
+        return _get(ray, refs, 120.0, [self.specs[self.owner[i]] for i in targets], "get")
+
+    def tensor_info(self, name: str) -> dict[int, tuple[tuple[int, ...], str]]:
+        """Shape and dtype of tensor ``name`` per IPU holding it."""
+        ray = _ray()
+        merged: dict[int, tuple[tuple[int, ...], str]] = {}
+        for part in _get(ray, [a.tensor_info.remote(name) for a in self.actors], 30.0,
+                         self.specs, "tensor_info"):
+            merged.update(part)
+        return merged
+
+    def collective(self, collective: str, inputs, **options):
+        """Run a collective on this POD: see :func:`gcl.executor.run_collective`."""
+        from gcl.executor import run_collective
+
+        return run_collective(self, collective, inputs, **options)
+
     def link_bytes(self) -> np.ndarray:
         """Bytes sent over every directed link so far, summed over devices."""
         return np.sum([s["link_bytes"] for s in self.stats()], axis=0)
