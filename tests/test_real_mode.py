@@ -1,0 +1,153 @@
+"""Real mode on real local Ray and real gRPC links: every collective x algorithm gives the
+reference results, the simulated time equals phantom mode's, bad input is refused before
+any byte moves."""
+
+import numpy as np
+import pytest
+
+from cluster.errors import ScheduleError, UserError
+from gcl import plan, simulate
+from gcl.algorithms import for_collective
+from gcl.collectives import COLLECTIVES
+from gcl.local_executor import run_in_memory
+from ipu_node.errors import DeviceError, OutOfMemory
+from ipu_node.pod import EmulatedPod
+from tests.test_schedules import expected
+
+TOPOLOGIES = ("dss8440", "dss8440x2", "pod16")
+CASES = [(c, a.name) for c in COLLECTIVES for a in for_collective(COLLECTIVES[c])]
+
+
+@pytest.fixture(scope="module")
+def pods(ray_session):
+    launched = {name: EmulatedPod.launch(name) for name in TOPOLOGIES}
+    yield launched
+    for pod in launched.values():
+        pod.shutdown()
+
+
+def inputs_for(pod, collective, count, dtype=np.int32, seed=0):
+    n = pod.topology.ipu_count
+    per = count * (n if collective in ("reduce-scatter", "all-to-all") else 1)
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "i":
+        return [rng.integers(-1000, 1000, per).astype(dtype) for _ in range(n)]
+    return [rng.standard_normal(per).astype(dtype) for _ in range(n)]
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+@pytest.mark.parametrize("collective, algorithm", CASES)
+def test_every_collective_and_algorithm_gives_the_reference_result(pods, topology, collective,
+                                                                   algorithm):
+    pod = pods[topology]
+    arrays = inputs_for(pod, collective, 24)
+    result = pod.collective(collective, arrays, algorithm=algorithm, root=1)
+    for got, want in zip(result.results, expected(collective, arrays, "sum", 1)):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_floats_are_bitwise_equal_to_the_schedule_order_reference(pods, op, dtype):
+    pod = pods["dss8440x2"]
+    arrays = inputs_for(pod, "allreduce", 1000, dtype, seed=3)
+    result = pod.collective("allreduce", arrays, algorithm="hierarchical", op=op)
+    reference = run_in_memory(result.schedule, arrays, op)
+    for got, want in zip(result.results, reference):
+        assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("group", ["consecutive:4", "orthogonal:8"])
+def test_replica_groups_reduce_within_each_group(pods, group):
+    pod = pods["dss8440x2"]
+    arrays = inputs_for(pod, "allreduce", 50)
+    result = pod.collective("allreduce", arrays, group=group)
+    schedule = result.schedule
+    for members in schedule.groups:
+        total = np.sum([arrays[i] for i in members.tolist()], axis=0)
+        for ipu in members.tolist():
+            np.testing.assert_array_equal(result.results[ipu], total)
+
+
+def test_real_mode_reports_phantom_modes_simulated_time_and_bytes(pods):
+    pod = pods["dss8440x2"]
+    arrays = inputs_for(pod, "allreduce", 4096, np.float32)
+    result = pod.collective("allreduce", arrays, algorithm="hierarchical")
+    phantom = simulate(plan("allreduce", pod.topology, 4096, algorithm_name="hierarchical"),
+                       pod.topology)
+    assert result.sim_seconds == phantom.sim_seconds
+    assert result.link_type_bytes == pytest.approx(phantom.link_type_bytes)
+    assert result.wall_seconds > 0
+
+
+def test_tensors_stay_on_the_devices_between_collectives(pods):
+    pod = pods["pod16"]
+    arrays = [np.full(64, i, dtype=np.int32) for i in range(16)]
+    pod.put("grad", arrays)
+    result = pod.collective("allreduce", "grad", output="total")
+    assert result.results == []
+    assert all(np.array_equal(t, np.full(64, 120)) for t in pod.get("total"))
+
+
+@pytest.mark.parametrize("arrays, words", [
+    (lambda n: [np.zeros(8, np.float32)] * (n - 1), "one array per replica"),
+    (lambda n: [np.zeros(8, np.float32)] * (n - 1) + [np.zeros(9, np.float32)], "shape"),
+    (lambda n: [np.zeros(8, np.float32)] * (n - 1) + [np.zeros(8, np.int32)], "dtype"),
+    (lambda n: [np.zeros(8, np.float64)] * n, "not supported"),
+    (lambda n: [np.zeros(0, np.float32)] * n, "empty"),
+])
+def test_bad_arrays_are_refused_before_any_byte_moves(pods, arrays, words):
+    pod = pods["dss8440"]
+    with pytest.raises(UserError, match=words):
+        pod.collective("allreduce", arrays(16))
+
+
+def test_blocks_that_do_not_split_and_unknown_names_are_refused(pods):
+    pod = pods["dss8440"]
+    with pytest.raises(UserError, match="equal blocks"):
+        pod.collective("reduce-scatter", [np.zeros(17, np.float32)] * 16)
+    with pytest.raises(ScheduleError, match="unknown algorithm"):
+        pod.collective("allreduce", [np.zeros(8, np.float32)] * 16, algorithm="fastest")
+    with pytest.raises(ScheduleError, match="unknown replica group"):
+        pod.collective("allreduce", [np.zeros(8, np.float32)] * 16, group="pairs")
+    with pytest.raises(UserError, match="no tensor 'nothing'"):
+        pod.collective("allreduce", "nothing")
+
+
+def test_a_tensor_larger_than_free_memory_names_the_ipu_and_the_bytes(pods):
+    pod = pods["dss8440"]
+    big = np.zeros(200 * 2**20, dtype=np.uint8)
+    pod.put("ballast", [big], ipus=[0])
+    with pytest.raises(OutOfMemory, match=r"s0.card0.ipu0: 'ballast2' needs 209,715,200 bytes"):
+        pod.put("ballast2", [big], ipus=[0])
+    with pytest.raises(OutOfMemory, match="s0.card0.ipu0: the collective needs"):
+        pod.collective("allreduce", [np.zeros(30 * 2**20, np.float32)] * 2, ipus=[0, 1])
+    pod.put("ballast", [np.zeros(1, np.uint8)], ipus=[0])  # give the memory back
+
+
+def test_a_dead_card_is_named_and_nothing_hangs(ray_session):
+    pod = EmulatedPod.launch("pod16")
+    try:
+        ray_session.kill(pod.actors[2])
+        with pytest.raises(DeviceError, match="r0.m2"):
+            pod.collective("allreduce", [np.ones(64, np.float32)] * 16, deadline_s=5)
+    finally:
+        pod.shutdown()
+
+
+def test_shutdown_frees_the_ports_and_a_pod_can_be_launched_again(ray_session):
+    import socket
+
+    pod = EmulatedPod.launch("pod16")
+    addresses = [info["address"] for info in pod.infos]
+    pod.shutdown()
+    for address in addresses:
+        host, port = address.rsplit(":", 1)
+        with socket.socket() as probe:
+            assert probe.connect_ex((host, int(port))) != 0
+    again = EmulatedPod.launch("pod16")
+    try:
+        result = again.collective("allreduce", [np.ones(4, np.int32)] * 16)
+        assert result.results[0].tolist() == [16] * 4
+    finally:
+        again.shutdown()
