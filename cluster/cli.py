@@ -8,7 +8,7 @@ and exit with status 2, never a traceback.
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Callable, Iterator
 
 import click
@@ -16,6 +16,7 @@ import click
 from cluster.errors import UserError
 from cluster.spec import DEFAULT_TOPOLOGY, load_topology
 from cluster.units import parse_size
+from ipu_node.errors import DeviceError
 
 COLLECTIVE_NAMES = ["allreduce", "reduce-scatter", "all-gather", "broadcast", "all-to-all"]
 
@@ -42,8 +43,12 @@ def cli() -> None:
 @click.argument("collective", type=click.Choice(COLLECTIVE_NAMES, case_sensitive=False))
 @click.option("--topology", "topology_spec", default=DEFAULT_TOPOLOGY, show_default=True,
               help="A preset (dss8440, dss8440xN, pod16 ... pod65536) or a YAML file.")
-@click.option("--mode", type=click.Choice(["phantom"]), default="phantom", show_default=True,
-              help="phantom: sizes only, no devices, any scale.")
+@click.option("--mode", type=click.Choice(["phantom", "real"]), default="phantom",
+              show_default=True,
+              help="phantom: sizes only, no devices, any scale; real: data through emulated "
+                   "devices (Ray actors, gRPC links).")
+@click.option("--ray-address", default=None,
+              help="Real mode: an existing Ray cluster (default: RAY_ADDRESS, else local Ray).")
 @click.option("-b", "--minbytes", "min_bytes", type=SizeType(), default="1M", show_default=True,
               help="Smallest size, bytes (K/M/G = powers of 1024).")
 @click.option("-e", "--maxbytes", "max_bytes", type=SizeType(), default="128M",
@@ -67,9 +72,10 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of rows.")
 def bench(collective: str, topology_spec: str, mode: str, min_bytes: int, max_bytes: int,
           factor: float, algorithm: str, dtype: str, op: str, group_text: str, root: int,
-          figures: str, as_json: bool) -> None:
+          figures: str, as_json: bool, ray_address: str | None) -> None:
     """Sweep sizes of a COLLECTIVE and print simulated time and bandwidth per size."""
-    from gcl.bench import format_row, preamble, rows_to_json, run_phantom, sizes, summary_line
+    from gcl.bench import (format_row, preamble, rows_to_json, run_phantom, run_real, sizes,
+                           summary_line)
     from gcl.collectives import collective as lookup
     from gcl.groups import CommGroup
 
@@ -81,9 +87,19 @@ def bench(collective: str, topology_spec: str, mode: str, min_bytes: int, max_by
     group = CommGroup.parse(group_text)
     byte_sizes = sizes(min_bytes, max_bytes, factor)
     topology = load_topology(topology_spec, figures)
-    with phase_progress() as on_phase:
-        rows = run_phantom(coll, topology, byte_sizes, dtype=dtype, op=op,
-                           algorithm_name=algorithm, group=group, root=root, on_phase=on_phase)
+    with ExitStack() as stack:
+        if mode == "real":
+            from ipu_node.pod import EmulatedPod
+
+            pod = EmulatedPod.launch(topology, ray_address=ray_address)
+            stack.callback(pod.shutdown, stop_ray=True)
+            rows = run_real(pod, coll, byte_sizes, dtype=dtype, op=op, algorithm_name=algorithm,
+                            group=group, root=root)
+        else:
+            on_phase = stack.enter_context(phase_progress())
+            rows = run_phantom(coll, topology, byte_sizes, dtype=dtype, op=op,
+                               algorithm_name=algorithm, group=group, root=root,
+                               on_phase=on_phase)
         if as_json:
             click.echo(rows_to_json(list(rows)))
             return
@@ -171,6 +187,9 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(2)
+    except DeviceError as error:  # a device or link failed: say which
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)

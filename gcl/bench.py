@@ -13,12 +13,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
+import numpy as np
+
 from cluster.errors import UserError
 from cluster.topology import Topology
 from cluster.units import format_size
-from gcl.collectives import Collective, check_op, dtype_itemsize
+from gcl.collectives import DTYPES, Collective, check_op, dtype_itemsize
 from gcl.groups import CommGroup
 from gcl.planner import AUTO, plan_timed, replica_groups
+from gcl.reference import expected
 
 MAX_SIZES = 64
 
@@ -41,6 +44,7 @@ class BenchRow:
     wall_seconds: float
     phases: list[dict] = field(default_factory=list)
     link_type_bytes: dict[str, float] = field(default_factory=dict)
+    wrong: int | None = None  # real mode: result elements that differ from NumPy's
 
 
 def sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
@@ -94,12 +98,73 @@ def run_phantom(coll: Collective, topology: Topology, byte_sizes: list[int], *,
 
 HEADER = (f"{'size(B)':>12} {'count':>12} {'type':>8} {'redop':>6} {'algorithm':>24} "
           f"{'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'wall(s)':>9}")
+REAL_HEADER = HEADER + f" {'#wrong':>7}"
 
 
 def format_row(row: BenchRow) -> str:
-    return (f"{row.bytes:>12} {row.count:>12} {row.type:>8} {row.op:>6} {row.algorithm:>24} "
+    line = (f"{row.bytes:>12} {row.count:>12} {row.type:>8} {row.op:>6} {row.algorithm:>24} "
             f"{row.sim_seconds * 1e6:>12.2f} {row.algbw_GBps:>12.2f} {row.busbw_GBps:>12.2f} "
             f"{row.wall_seconds:>9.3f}")
+    return line if row.wrong is None else line + f" {row.wrong:>7}"
+
+
+def bench_inputs(count: int, replicas: int, dtype: str, seed: int = 0) -> list[np.ndarray]:
+    """Inputs whose reductions are exact in any order (small integers), as nccl-tests
+    chooses, so that ``#wrong`` counts real errors, not rounding."""
+    base = np.arange(count, dtype=np.int64)
+    return [((base + r + seed) % 8).astype(DTYPES[dtype]) for r in range(replicas)]
+
+
+def count_wrong(schedule, results: list[np.ndarray], inputs: list[np.ndarray], op: str,
+                root: int) -> int:
+    """Elements of ``results`` that differ from the NumPy reference."""
+    wrong, start = 0, 0
+    for members in schedule.groups:
+        n = len(members)
+        group_inputs = inputs[start:start + n]
+        wants = expected(schedule.collective, group_inputs, "sum" if op == "mean" else op, root)
+        for got, want in zip(results[start:start + n], wants):
+            if op == "mean" and schedule.collective in ("allreduce", "reduce-scatter"):
+                want = want // n if want.dtype.kind == "i" else (want / n).astype(want.dtype)
+            wrong += int(np.count_nonzero(got != want))
+        start += n
+    return wrong
+
+
+def run_real(pod, coll: Collective, byte_sizes: list[int], *, dtype: str = "float32",
+             op: str = "sum", algorithm_name: str = AUTO, group: CommGroup = CommGroup(),
+             root: int = 0) -> Iterator[BenchRow]:
+    """Run each size on the POD's devices with real data and yield its row (``wall`` is the
+    collective alone; inputs are placed on the IPUs first, results checked after)."""
+    from gcl.executor import run_collective
+
+    check_op(op)
+    itemsize = dtype_itemsize(dtype)
+    groups = replica_groups(pod.topology, group)
+    n = len(groups[0])
+    root = root if coll.name == "broadcast" else 0
+    counts = [coll.count_for_bytes(size, n, itemsize) for size in byte_sizes]
+    for count in dict.fromkeys(counts):
+        per_replica = count * (n if coll.blocks_per_size and coll.name != "all-gather" else 1)
+        inputs = bench_inputs(per_replica, pod.topology.ipu_count, dtype)
+        pod.put("bench.in", inputs)
+        result = run_collective(pod, coll.name, "bench.in", output="bench.out",
+                                algorithm=algorithm_name, group=group, op=op, root=root)
+        outputs = pod.get("bench.out")
+        ordered = [inputs[i] for members in result.schedule.groups for i in members.tolist()]
+        got = [outputs[i] for members in result.schedule.groups for i in members.tolist()]
+        actual = coll.bytes_for_count(count, n, itemsize)
+        seconds = result.sim_seconds
+        algbw = actual / seconds / 1e9 if seconds > 0 else 0.0
+        yield BenchRow(
+            collective=coll.name, bytes=actual, count=actual // itemsize, type=dtype, op=op,
+            algorithm=result.algorithm, group=str(group), group_size=n, sim_seconds=seconds,
+            algbw_GBps=algbw, busbw_GBps=algbw * coll.bus_factor(n) if n > 1 else 0.0,
+            wall_seconds=result.wall_seconds,
+            phases=[{"label": p.label, "scope": p.scope, "steps": p.steps,
+                     "sim_seconds": p.seconds} for p in result.timing.phases],
+            link_type_bytes=result.link_type_bytes,
+            wrong=count_wrong(result.schedule, got, ordered, op, root))
 
 
 def preamble(coll: Collective, topology: Topology, group: CommGroup, mode: str,
@@ -111,7 +176,7 @@ def preamble(coll: Collective, topology: Topology, group: CommGroup, mode: str,
         f"mode {mode}, group {group} ({len(groups)} x {len(groups[0])} IPUs){rooted}",
         "# time, algbw, busbw: simulated on the emulated hardware; wall: seconds on this machine",
         "#",
-        "# " + HEADER[2:],
+        "# " + (REAL_HEADER if mode == "real" else HEADER)[2:],
     ])
 
 

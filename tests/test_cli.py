@@ -125,3 +125,21 @@ def test_root_is_checked_and_shown_only_for_broadcast():
                  "-e", "1M").stdout
     assert "root 3" in out
     assert "not a rank" in ipupod("bench", "broadcast", "--root", "99", check=False).stderr
+
+
+def test_real_mode_bench_moves_data_and_counts_no_wrong_elements():
+    out = ipupod("bench", "allreduce", "--mode", "real", "--topology", "pod16", "-b", "4K",
+                 "-e", "64K", "-f", "16").stdout
+    assert "mode real" in out and "#wrong" in out
+    rows = [line.split() for line in out.splitlines() if not line.startswith("#")]
+    assert [row[0] for row in rows] == ["4096", "65536"]
+    assert all(row[-1] == "0" for row in rows)
+
+
+def test_real_mode_json_has_a_wrong_key_and_the_same_simulated_time_as_phantom():
+    args = ["bench", "all-gather", "--topology", "pod16", "-b", "64K", "-e", "64K",
+            "--algorithm", "ring", "--json"]
+    real = json.loads(ipupod(*args, "--mode", "real").stdout)[0]
+    phantom = json.loads(ipupod(*args).stdout)[0]
+    assert real["wrong"] == 0
+    assert real["sim_seconds"] == phantom["sim_seconds"]

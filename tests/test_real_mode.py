@@ -12,7 +12,7 @@ from gcl.collectives import COLLECTIVES
 from gcl.local_executor import run_in_memory
 from ipu_node.errors import DeviceError, OutOfMemory
 from ipu_node.pod import EmulatedPod
-from tests.test_schedules import expected
+from gcl.reference import expected
 
 TOPOLOGIES = ("dss8440", "dss8440x2", "pod16")
 CASES = [(c, a.name) for c in COLLECTIVES for a in for_collective(COLLECTIVES[c])]

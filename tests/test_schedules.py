@@ -10,32 +10,12 @@ from gcl import CommGroup, plan
 from gcl.algorithms import for_collective
 from gcl.collectives import COLLECTIVES
 from gcl.local_executor import run_in_memory
+from gcl.reference import expected
 
 TOPOLOGIES = {name: build_preset(name) for name in ("dss8440", "dss8440x2", "pod16")}
 GROUPS = ["all", "consecutive:4", "orthogonal:8"]
 CASES = [(t, c, a.name) for t in TOPOLOGIES for c in COLLECTIVES
          for a in for_collective(COLLECTIVES[c])]
-REDUCE = {"sum": lambda xs: np.sum(xs, axis=0), "max": lambda xs: np.max(xs, axis=0),
-          "min": lambda xs: np.min(xs, axis=0)}
-
-
-def expected(collective, inputs, op, root):
-    """NumPy reference for one group (inputs in rank order)."""
-    n = len(inputs)
-    if collective == "allreduce":
-        return [REDUCE[op](inputs)] * n
-    if collective == "reduce-scatter":
-        total, block = REDUCE[op](inputs), len(inputs[0]) // n
-        return [total[r * block:(r + 1) * block] for r in range(n)]
-    if collective == "all-gather":
-        return [np.concatenate(inputs)] * n
-    if collective == "broadcast":
-        return [inputs[root]] * n
-    block = len(inputs[0]) // n
-    return [np.concatenate([inputs[j][r * block:(r + 1) * block] for j in range(n)])
-            for r in range(n)]
-
-
 def check(topology, collective, algorithm, group, count, op="sum", root=1):
     schedule = plan(collective, topology, count, dtype="int32", algorithm_name=algorithm,
                     group=CommGroup.parse(group), root=root)

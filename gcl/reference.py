@@ -1,0 +1,28 @@
+"""What each collective should give, computed plainly with NumPy (for checking results)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+_REDUCE = {"sum": lambda xs: np.sum(xs, axis=0, dtype=xs[0].dtype),
+           "max": lambda xs: np.max(xs, axis=0), "min": lambda xs: np.min(xs, axis=0)}
+
+
+def expected(collective: str, inputs: list[np.ndarray], op: str = "sum",
+             root: int = 0) -> list[np.ndarray]:
+    """The result of each rank of one group, given the group's inputs in rank order.
+    (``mean`` is left to the caller: sum, then divide by the group size.)"""
+    n = len(inputs)
+    stacked = np.stack(inputs)
+    if collective == "allreduce":
+        return [_REDUCE[op](stacked)] * n
+    if collective == "reduce-scatter":
+        total, block = _REDUCE[op](stacked), len(inputs[0]) // n
+        return [total[r * block:(r + 1) * block] for r in range(n)]
+    if collective == "all-gather":
+        return [np.concatenate(inputs)] * n
+    if collective == "broadcast":
+        return [inputs[root]] * n
+    block = len(inputs[0]) // n
+    return [np.concatenate([inputs[j][r * block:(r + 1) * block] for j in range(n)])
+            for r in range(n)]
