@@ -1,0 +1,121 @@
+"""Real mode: what the emulation costs in wall time and memory, against a named peer.
+
+1. Launch of ``pod64`` (16 IPU-M2000 actors) from nothing (Ray not yet started) to ready:
+   wall seconds, and resident memory (the actors' processes summed, and the machine's
+   used memory before and after). Targets: under 20 s and 6 GB.
+2. A 64 MiB float32 allreduce over the 16 IPUs of one DSS 8440 in real mode (inputs
+   already on the IPUs, results left there), against torch.distributed's gloo backend
+   allreducing the same bytes over 16 processes on this machine, in the same run (the peer
+   runs after Ray is stopped, so neither competes with the other). Goal: no slower than gloo.
+
+    python benchmarks/real_mode.py            # a table
+    python benchmarks/real_mode.py --json     # the same as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ALLREDUCE_BYTES = 64 << 20
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _used_bytes() -> int:
+    info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    kib = lambda key: int(info[key].split()[0]) * 1024  # noqa: E731
+    return kib("MemTotal") - kib("MemAvailable")
+
+
+def launch_pod64() -> dict:
+    import ray
+
+    from ipu_node.pod import EmulatedPod
+
+    used_before = _used_bytes()
+    started = time.perf_counter()
+    pod = EmulatedPod.launch("pod64")
+    ready = time.perf_counter() - started
+    actors_rss = sum(_rss_bytes(info["pid"]) for info in pod.infos)
+    used_after = _used_bytes()
+    pod.shutdown()
+    ray.shutdown()
+    return {"devices": len(pod.specs), "launch_seconds": ready, "actors_rss_bytes": actors_rss,
+            "machine_used_delta_bytes": used_after - used_before}
+
+
+def emulator_allreduce(repeats: int, algorithms: list[str]) -> dict:
+    import ray
+
+    from ipu_node.pod import EmulatedPod
+
+    pod = EmulatedPod.launch("dss8440")
+    count = ALLREDUCE_BYTES // 4
+    pod.put("grad", [np.full(count, r + 1, dtype=np.float32) for r in range(16)])
+    out = {}
+    for algorithm in algorithms:
+        pod.collective("allreduce", "grad", output="sum", algorithm=algorithm)  # warm-up
+        seconds = [pod.collective("allreduce", "grad", output="sum",
+                                  algorithm=algorithm).wall_seconds for _ in range(repeats)]
+        correct = bool(np.all(pod.get("sum", [5])[0] == 136))
+        result = pod.collective("allreduce", "grad", output="sum", algorithm=algorithm)
+        out[algorithm] = {"seconds": seconds, "best_seconds": min(seconds),
+                          "median_seconds": statistics.median(seconds), "correct": correct,
+                          "sim_seconds": result.sim_seconds}
+    pod.shutdown()
+    ray.shutdown()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--algorithms", default="clockwise_ring,halving_doubling,bidirectional_ring_pair")
+    args = parser.parse_args()
+    report = {"pod64_launch": launch_pod64(),
+              "emulator": emulator_allreduce(args.repeats, args.algorithms.split(","))}
+    from benchmarks.gloo_peer import gloo_allreduce_seconds, torch_available
+
+    report["gloo"] = (gloo_allreduce_seconds(16, ALLREDUCE_BYTES, args.repeats)
+                      if torch_available() else {"skipped": "torch is not installed"})
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    launch = report["pod64_launch"]
+    print(f"pod64 launch ({launch['devices']} actors): {launch['launch_seconds']:.1f} s wall "
+          f"(target 20 s); actors RSS {launch['actors_rss_bytes'] / 2**30:.2f} GiB, machine "
+          f"used +{launch['machine_used_delta_bytes'] / 2**30:.2f} GiB (target 6 GB)")
+    print(f"64 MiB float32 allreduce, 16 IPUs / 16 processes, wall seconds (best, median of "
+          f"{args.repeats}):")
+    for name, row in report["emulator"].items():
+        print(f"  emulator {name:<26} {row['best_seconds']:7.3f} {row['median_seconds']:7.3f}"
+              f"  correct={row['correct']}  (simulated {row['sim_seconds'] * 1e3:.3f} ms)")
+    gloo = report["gloo"]
+    if "skipped" in gloo:
+        print(f"  gloo: skipped ({gloo['skipped']})")
+    else:
+        print(f"  gloo (torch {gloo['torch_version']}){'':<17} {gloo['best_seconds']:7.3f} "
+              f"{gloo['median_seconds']:7.3f}  correct={gloo['correct']}")
+
+
+if __name__ == "__main__":
+    main()
