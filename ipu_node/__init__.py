@@ -1,6 +1,4 @@
-"""One emulated card (C2) or machine (IPU-M2000): a Ray actor holding its IPUs' memory,
-tensors and counters, and serving the gRPC link channels its neighbours stream chunks to.
-
-The actors and their link servers arrive with the "Emulated devices" issue; until then the
-GCL runs in phantom mode (sizes only) on the topology and cost model in :mod:`cluster`.
-"""
+"""Emulated cards (C2) and machines (IPU-M2000): Ray actors holding their IPUs' memory,
+tensors and counters, serving the gRPC link channels their neighbours stream chunks to
+(:mod:`ipu_node.device`, :mod:`ipu_node.link`), and the launcher that places them on Ray
+(:mod:`ipu_node.pod`)."""

@@ -151,3 +151,18 @@ def test_shutdown_frees_the_ports_and_a_pod_can_be_launched_again(ray_session):
         assert result.results[0].tolist() == [16] * 4
     finally:
         again.shutdown()
+
+
+def test_the_real_allreduce_example_runs_and_agrees_with_numpy():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run([sys.executable, str(root / "examples" / "real_allreduce.py"), "pod16"],
+                         capture_output=True, text=True, timeout=300, cwd=root,
+                         env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "pod16: 16 IPUs on 4 devices" in run.stdout
+    difference = float(run.stdout.split("NumPy ")[1].split()[0])
+    assert difference < 1e-5
