@@ -47,6 +47,22 @@ class BenchRow:
     wrong: int | None = None  # real mode: result elements that differ from NumPy's
 
 
+def make_row(coll: Collective, schedule, timing, group: CommGroup, op: str, wall_seconds: float,
+             link_type_bytes: dict[str, float], wrong: int | None = None) -> BenchRow:
+    """A table row: the schedule's bytes (nccl-tests' size), simulated time and bandwidths."""
+    n = schedule.group_size
+    nbytes = coll.bytes_for_count(schedule.count, n, schedule.itemsize)
+    algbw = nbytes / timing.sim_seconds / 1e9 if timing.sim_seconds > 0 else 0.0
+    return BenchRow(
+        collective=coll.name, bytes=nbytes, count=nbytes // schedule.itemsize,
+        type=schedule.dtype, op=op, algorithm=schedule.algorithm, group=str(group),
+        group_size=n, sim_seconds=timing.sim_seconds, algbw_GBps=algbw,
+        busbw_GBps=algbw * coll.bus_factor(n) if n > 1 else 0.0, wall_seconds=wall_seconds,
+        phases=[{"label": p.label, "scope": p.scope, "steps": p.steps, "sim_seconds": p.seconds}
+                for p in timing.phases],
+        link_type_bytes=link_type_bytes, wrong=wrong)
+
+
 def sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
     """``min, min*f, min*f^2, ...`` up to ``max`` (bytes), as nccl-tests' -b/-e/-f."""
     if min_bytes < 1:
@@ -82,18 +98,8 @@ def run_phantom(coll: Collective, topology: Topology, byte_sizes: list[int], *,
         schedule, timing = plan_timed(coll, topology, count, dtype=dtype,
                                       algorithm_name=algorithm_name, group=group, root=root,
                                       on_phase=on_phase)
-        wall = time.perf_counter() - started
-        actual = coll.bytes_for_count(count, n, itemsize)
-        algbw = actual / timing.sim_seconds / 1e9 if timing.sim_seconds > 0 else 0.0
-        yield BenchRow(
-            collective=coll.name, bytes=actual, count=actual // itemsize, type=dtype, op=op,
-            algorithm=schedule.algorithm, group=str(group), group_size=n,
-            sim_seconds=timing.sim_seconds, algbw_GBps=algbw,
-            busbw_GBps=algbw * coll.bus_factor(n) if n > 1 else 0.0, wall_seconds=wall,
-            phases=[{"label": p.label, "scope": p.scope, "steps": p.steps,
-                     "sim_seconds": p.seconds} for p in timing.phases],
-            link_type_bytes=timing.link_type_bytes,
-        )
+        yield make_row(coll, schedule, timing, group, op, time.perf_counter() - started,
+                       timing.link_type_bytes)
 
 
 HEADER = (f"{'size(B)':>12} {'count':>12} {'type':>8} {'redop':>6} {'algorithm':>24} "
@@ -153,18 +159,8 @@ def run_real(pod, coll: Collective, byte_sizes: list[int], *, dtype: str = "floa
         outputs = pod.get("bench.out")
         ordered = [inputs[i] for members in result.schedule.groups for i in members.tolist()]
         got = [outputs[i] for members in result.schedule.groups for i in members.tolist()]
-        actual = coll.bytes_for_count(count, n, itemsize)
-        seconds = result.sim_seconds
-        algbw = actual / seconds / 1e9 if seconds > 0 else 0.0
-        yield BenchRow(
-            collective=coll.name, bytes=actual, count=actual // itemsize, type=dtype, op=op,
-            algorithm=result.algorithm, group=str(group), group_size=n, sim_seconds=seconds,
-            algbw_GBps=algbw, busbw_GBps=algbw * coll.bus_factor(n) if n > 1 else 0.0,
-            wall_seconds=result.wall_seconds,
-            phases=[{"label": p.label, "scope": p.scope, "steps": p.steps,
-                     "sim_seconds": p.seconds} for p in result.timing.phases],
-            link_type_bytes=result.link_type_bytes,
-            wrong=count_wrong(result.schedule, got, ordered, op, root))
+        yield make_row(coll, result.schedule, result.timing, group, op, result.wall_seconds,
+                       result.link_type_bytes, count_wrong(result.schedule, got, ordered, op, root))
 
 
 def preamble(coll: Collective, topology: Topology, group: CommGroup, mode: str,
