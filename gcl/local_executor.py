@@ -40,13 +40,16 @@ def check_inputs(schedule: Schedule, inputs: list[np.ndarray]) -> None:
             raise ScheduleError(f"replica {index} has {array.size} elements, not {expected}")
 
 
-def layout(schedule: Schedule, group: int, rank: int, data: np.ndarray) -> dict[str, np.ndarray]:
+def layout(schedule: Schedule, group: int, rank: int, data: np.ndarray,
+           empty=np.empty) -> dict[str, np.ndarray]:
     """The ``work`` (and, for all-to-all, ``out``) buffer of rank ``rank`` of group ``group``
-    with its input laid in its slots; padding is zero."""
+    with its input laid in its slots; padding is zero. ``empty(n, dtype)`` allocates (a
+    device passes its buffer pool)."""
     owner = schedule.slot_of_rank[group]
     chunk, count, name = schedule.chunk, schedule.count, schedule.collective
     data = np.asarray(data).ravel()
-    work = np.zeros(schedule.buffer_elements, dtype=DTYPES[schedule.dtype])
+    work = empty(schedule.buffer_elements, DTYPES[schedule.dtype])
+    work[count if name in ("allreduce", "broadcast") else 0:] = 0
     if name == "allreduce" or (name == "broadcast" and rank == schedule.root):
         work[:count] = data
     elif name in BLOCKED:
@@ -57,7 +60,8 @@ def layout(schedule: Schedule, group: int, rank: int, data: np.ndarray) -> dict[
         work[owner[rank] * chunk:owner[rank] * chunk + count] = data
     buffers = {WORK: work}
     if name == "all-to-all":
-        out = np.zeros_like(work)
+        out = empty(schedule.buffer_elements, DTYPES[schedule.dtype])
+        out[...] = 0
         start = owner[rank] * chunk
         out[start:start + chunk] = work[start:start + chunk]
         buffers[OUT] = out
@@ -74,13 +78,14 @@ def land(target: np.ndarray, offset: int, payload: np.ndarray, reduce: bool, op:
 
 
 def extract(schedule: Schedule, group: int, rank: int, buffers: dict[str, np.ndarray],
-            op: str) -> np.ndarray:
-    """Rank ``rank``'s result, without padding (``mean`` divides by the group size)."""
+            op: str, into: np.ndarray | None = None) -> np.ndarray:
+    """Rank ``rank``'s result, without padding (``mean`` divides by the group size); copied
+    into ``into`` when it is given and fits (no new memory)."""
     owner = schedule.slot_of_rank[group]
     n, count, chunk, name = len(owner), schedule.count, schedule.chunk, schedule.collective
     work = buffers[WORK]
     if name in ("allreduce", "broadcast"):
-        result = work[:count].copy()
+        result = work[:count] if into is not None else work[:count].copy()
     elif name == "reduce-scatter":
         result = work[owner[rank] * chunk:owner[rank] * chunk + count].copy()
     else:
@@ -89,6 +94,9 @@ def extract(schedule: Schedule, group: int, rank: int, buffers: dict[str, np.nda
                                  for j in range(n)])
     if op == "mean" and name in ("allreduce", "reduce-scatter"):
         result = (result // n) if result.dtype.kind == "i" else (result / n).astype(result.dtype)
+    if into is not None and into.shape == result.shape and into.dtype == result.dtype:
+        np.copyto(into, result)
+        return into
     return result
 
 

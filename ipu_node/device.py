@@ -20,7 +20,8 @@ from gcl.collectives import DTYPES
 from gcl.local_executor import extract, land, layout
 from gcl.schedule import Schedule
 from ipu_node.errors import DeviceError
-from ipu_node.link import LinkClient, LinkServer, Mailbox, Transfer, TransferKey, chunks
+from ipu_node.link import (LinkClient, LinkServer, Mailbox, Transfer, TransferKey,
+                           encode_transfers)
 from ipu_node.memory import IpuMemory
 
 
@@ -53,6 +54,19 @@ class Device:
         self.addresses: dict[str, str] = {}
         self.peers: dict[str, LinkClient] = {}
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"{spec.name}-push")
+        self.spare: dict[tuple[int, str], list[np.ndarray]] = {}  # buffers to reuse
+
+    def _empty(self, elements: int, dtype) -> np.ndarray:
+        """A collective buffer, reused from an earlier collective when one fits (fresh
+        memory costs page faults on every first touch)."""
+        stack = self.spare.get((elements, np.dtype(dtype).name))
+        return stack.pop() if stack else np.empty(elements, dtype)
+
+    def _recycle(self, buffers: dict[str, np.ndarray]) -> None:
+        for array in buffers.values():
+            stack = self.spare.setdefault((array.size, array.dtype.name), [])
+            if len(stack) < 4:
+                stack.append(array)
 
     # -- control ------------------------------------------------------------------------
     def info(self) -> dict:
@@ -123,12 +137,13 @@ class Device:
         buffers = {}
         try:
             for ipu, (group, rank) in ranks.items():
-                laid = layout(schedule, group, rank, data[ipu])
+                laid = layout(schedule, group, rank, data[ipu], self._empty)
                 self.memory[ipu].allocate(tag, sum(b.nbytes for b in laid.values()))
                 buffers[ipu] = laid
             for index, phase in enumerate(schedule.phases):
                 self._run_phase(collective, index, phase, buffers, op, deadline_s, itemsize)
-            results = {ipu: extract(schedule, g, r, buffers[ipu], op)
+            results = {ipu: extract(schedule, g, r, buffers[ipu], op,
+                                    self.tensors[ipu].get(output) if output else None)
                        for ipu, (g, r) in ranks.items()}
         except Exception:
             self.mailbox.discard(collective)
@@ -136,6 +151,8 @@ class Device:
         finally:
             for ipu in ranks:
                 self.memory[ipu].release(tag)
+            for laid in buffers.values():
+                self._recycle(laid)
         for ipu in ranks:
             self.counters[ipu]["sim_seconds"] += sim_seconds
         if output is not None:
@@ -155,15 +172,16 @@ class Device:
             for t in outgoing.tolist():
                 src, dst = int(moves.src[t]), int(moves.dst[t])
                 start, count = int(moves.src_offset[t]), int(moves.count[t])
-                payload = buffers[src][moves.src_buffer][start:start + count].copy()
+                payload = buffers[src][moves.src_buffer][start:start + count]
                 if dst in buffers:
-                    local[t] = payload
+                    local[t] = payload.copy()  # the superstep's snapshot
                 else:
                     remote.setdefault(self.owner[dst], []).append(Transfer(t, src, dst, payload))
                 self.counters[src]["bytes_out"] += count * itemsize
-            pushes = [self.pool.submit(self._peer(peer).push,
-                                       chunks(collective, index, step, transfers), deadline_s)
-                      for peer, transfers in remote.items()]
+            encoded = {peer: list(encode_transfers(collective, index, step, transfers))
+                       for peer, transfers in remote.items()}  # copies: the snapshot
+            pushes = [self.pool.submit(self._peer(peer).push, messages, deadline_s)
+                      for peer, messages in encoded.items()]
             for t in incoming.tolist():
                 src, dst = int(moves.src[t]), int(moves.dst[t])
                 target, offset = buffers[dst][moves.dst_buffer], int(moves.dst_offset[t])

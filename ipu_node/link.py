@@ -17,9 +17,10 @@ import grpc
 import numpy as np
 
 from ipu_node.errors import DeviceError, LinkTimeout
+from ipu_node.wire import decode_chunk, encode_chunk, encode_header
 from ipupod_proto import link_pb2, link_pb2_grpc
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 4 << 20
 _MESSAGE_LIMIT = 16 * CHUNK_BYTES
 _OPTIONS = [("grpc.max_send_message_length", _MESSAGE_LIMIT), ("grpc.http2.bdp_probe", 1),
             ("grpc.max_receive_message_length", _MESSAGE_LIMIT)]
@@ -71,21 +72,32 @@ class Mailbox:
                 self._complete.discard(key)
 
 
-class _LinkServicer(link_pb2_grpc.LinkServicer):
-    def __init__(self, device: str, mailbox: Mailbox) -> None:
-        self.device, self.mailbox = device, mailbox
+SERVICE = "ipupod.link.v1.Link"
 
-    def Push(self, request_iterator, context):  # noqa: N802 (gRPC's name)
-        total = chunks = 0
-        for chunk in request_iterator:
-            key = TransferKey(chunk.collective, chunk.phase, chunk.step, chunk.transfer)
-            self.mailbox.deposit(key, chunk.offset, chunk.total, chunk.data)
-            total += len(chunk.data)
-            chunks += 1
-        return link_pb2.PushReply(bytes=total, chunks=chunks)
 
-    def Ping(self, request, context):  # noqa: N802
-        return link_pb2.PingReply(device=self.device)
+def _handlers(device: str, mailbox: Mailbox) -> grpc.GenericRpcHandler:
+    """``Link`` with ``Push`` taking raw message bytes (decoded by :mod:`ipu_node.wire`)."""
+
+    def push(messages, context):
+        total = count = 0
+        for message in messages:
+            header, payload = decode_chunk(message)
+            key = TransferKey(header.collective, header.phase, header.step, header.transfer)
+            mailbox.deposit(key, header.offset, header.total, payload)
+            total += len(payload)
+            count += 1
+        return link_pb2.PushReply(bytes=total, chunks=count)
+
+    def ping(request, context):
+        return link_pb2.PingReply(device=device)
+
+    return grpc.method_handlers_generic_handler(SERVICE, {
+        "Push": grpc.stream_unary_rpc_method_handler(
+            push, response_serializer=link_pb2.PushReply.SerializeToString),
+        "Ping": grpc.unary_unary_rpc_method_handler(
+            ping, request_deserializer=link_pb2.PingRequest.FromString,
+            response_serializer=link_pb2.PingReply.SerializeToString),
+    })
 
 
 class LinkServer:
@@ -94,7 +106,7 @@ class LinkServer:
     def __init__(self, device: str, mailbox: Mailbox, host: str = "127.0.0.1") -> None:
         self.device, self.host = device, host
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=_OPTIONS)
-        link_pb2_grpc.add_LinkServicer_to_server(_LinkServicer(device, mailbox), self._server)
+        self._server.add_generic_rpc_handlers((_handlers(device, mailbox),))
         self.port = self._server.add_insecure_port(f"{host}:0")
         if self.port == 0:
             raise DeviceError(f"{device}: could not bind a link port on {host}")
@@ -112,8 +124,8 @@ class LinkServer:
 
 
 class Transfer(NamedTuple):
-    """One outgoing transfer: its index in the superstep, endpoints, and payload (a NumPy
-    array, a snapshot taken when the superstep began)."""
+    """One outgoing transfer: its index in the superstep, endpoints, and payload (a view of
+    the sender's buffer; :func:`encode_transfers` copies it into the messages)."""
 
     index: int
     src_ipu: int
@@ -121,17 +133,17 @@ class Transfer(NamedTuple):
     payload: "np.ndarray"
 
 
-def chunks(collective: str, phase: int, step: int,
-           transfers: Iterable[Transfer]) -> Iterator[link_pb2.Chunk]:
-    """The stream of chunks for ``transfers``, :data:`CHUNK_BYTES` at a time."""
+def encode_transfers(collective: str, phase: int, step: int,
+                     transfers: Iterable[Transfer]) -> Iterator[bytes]:
+    """The serialized chunks of ``transfers``, :data:`CHUNK_BYTES` each. Encoding copies
+    the payloads: run it to the end (``list(...)``) and it is the superstep's snapshot."""
     for transfer in transfers:
-        flat = transfer.payload.view(np.uint8)
+        flat = memoryview(transfer.payload.view(np.uint8))
         total = flat.nbytes
         for offset in range(0, max(total, 1), CHUNK_BYTES):
-            yield link_pb2.Chunk(collective=collective, phase=phase, step=step,
-                                 transfer=transfer.index, src_ipu=transfer.src_ipu,
-                                 dst_ipu=transfer.dst_ipu, offset=offset, total=total,
-                                 data=flat[offset:offset + CHUNK_BYTES].tobytes())
+            header = encode_header(collective, phase, step, transfer.index, transfer.src_ipu,
+                                   transfer.dst_ipu, offset, total)
+            yield encode_chunk(header, flat[offset:offset + CHUNK_BYTES])
 
 
 class LinkClient:
@@ -141,6 +153,8 @@ class LinkClient:
         self.peer, self.address = peer, address
         self._channel = grpc.insecure_channel(address, options=_OPTIONS)
         self._stub = link_pb2_grpc.LinkStub(self._channel)
+        self._push = self._channel.stream_unary(
+            f"/{SERVICE}/Push", response_deserializer=link_pb2.PushReply.FromString)
 
     def ping(self, deadline_s: float = 10.0) -> str:
         try:
@@ -148,10 +162,11 @@ class LinkClient:
         except grpc.RpcError as error:
             raise self._error(error) from None
 
-    def push(self, stream: Iterator[link_pb2.Chunk], deadline_s: float) -> int:
-        """Send a stream of chunks; return the bytes the peer acknowledged."""
+    def push(self, messages: Iterable[bytes], deadline_s: float) -> int:
+        """Send serialized chunks (:func:`encode_transfers`) in one stream; return the
+        payload bytes the peer acknowledged."""
         try:
-            return self._stub.Push(stream, timeout=deadline_s).bytes
+            return self._push(iter(messages), timeout=deadline_s).bytes
         except grpc.RpcError as error:
             raise self._error(error) from None
 
