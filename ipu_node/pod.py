@@ -23,9 +23,6 @@ from ipu_node.device import Device, DeviceSpec
 from ipu_node.errors import DeviceError
 
 LOCAL_IPU_SLOTS = 256  # the IPU resource an embedded local Ray offers (or the POD's size)
-# Device processes allocate and free megabyte chunks all the time; glibc would hand each
-# to mmap and back, paying a page fault per 4 KiB on every reuse. Keep them in the heap.
-DEVICE_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 LAUNCH_DEADLINE_S = 120.0
 _pod_ids = itertools.count()
 
@@ -122,7 +119,6 @@ class EmulatedPod:
                     actors[index] = remote.options(
                         num_cpus=0, resources={"IPU": len(specs[index].ipus)},
                         name=f"{pod_id}-{specs[index].name}", max_restarts=0,
-                        runtime_env={"env_vars": DEVICE_ENV},
                         scheduling_strategy=PlacementGroupSchedulingStrategy(group, bundle),
                     ).remote(specs[index], topology, link_host)
             infos = _get(ray, [a.info.remote() for a in actors], deadline_s, specs, "start")
