@@ -123,6 +123,8 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
             ranks.setdefault(pod.owner[ipu], {})[ipu] = (g, r)
     collective_id = f"{pod.pod_id}-c{next(_ids)}"
     devices = sorted(ranks)
+    hosts = [i for i, spec in enumerate(pod.specs) if not spec.ipus]  # relays count their links
+    host_bytes_before = _host_link_bytes(ray, pod, hosts)
     refs = []
     for d in devices:
         data = inputs if isinstance(inputs, str) else {
@@ -137,11 +139,22 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
         link_bytes += sent
         for ipu, result in (device_results or {}).items():
             results[replica_of_ipu[ipu]] = result
+    link_bytes += _host_link_bytes(ray, pod, hosts) - host_bytes_before
     per_type = np.bincount(topology.directed_type, weights=link_bytes,
                            minlength=len(topology.link_types))
     measured = {t.name: float(v) for t, v in zip(topology.link_types, per_type) if v}
     return CollectiveResult(results if output is None else [], schedule, timing,
                             time.perf_counter() - started, measured)
+
+
+def _host_link_bytes(ray, pod, hosts: list[int]) -> np.ndarray:
+    """Bytes the relaying hosts have counted on their links so far."""
+    total = np.zeros(2 * pod.topology.link_count_physical)
+    if hosts:
+        for stats in gather(ray, [pod.actors[h].stats.remote() for h in hosts],
+                            [pod.specs[h] for h in hosts], DEFAULT_DEADLINE_S):
+            total += stats["link_bytes"]
+    return total
 
 
 def _check_memory(pod, schedule: Schedule) -> None:

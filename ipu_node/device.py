@@ -24,6 +24,7 @@ from ipu_node.errors import DeviceError
 from ipu_node.link import (LinkClient, LinkServer, Mailbox, Transfer, TransferKey,
                            encode_transfers)
 from ipu_node.memory import IpuMemory
+from ipu_node.ownership import Ownership
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,11 @@ class Device:
         self.mailbox = Mailbox()
         self.server = LinkServer(spec.name, self.mailbox, host)
         self.address = self.server.start()
-        self.owner: dict[int, str] = {}
-        self.addresses: dict[str, str] = {}
-        self.peers: dict[str, LinkClient] = {}
+        self.names: list[str] = []
+        self.addresses: list[str] = []
+        self.index = -1
+        self.ownership: Ownership | None = None
+        self.peers: dict[int, LinkClient] = {}
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"{spec.name}-push")
         self.spare: dict[tuple[int, str], list[np.ndarray]] = {}  # buffers to reuse
 
@@ -93,14 +96,21 @@ class Device:
         return {"name": self.spec.name, "kind": self.spec.kind, "ipus": list(self.spec.ipus),
                 "address": self.address, "node_id": node, "pid": os.getpid()}
 
-    def connect(self, addresses: dict[str, str], owner: dict[int, str]) -> None:
-        """Learn where every device's link server is and which device owns each IPU."""
-        self.addresses, self.owner = dict(addresses), dict(owner)
+    def connect(self, names: list[str], addresses: list[str], index: int,
+                ownership: Ownership) -> None:
+        """Learn every device's name and link address, this device's index among them, and
+        who owns what (which device each IPU's data goes to next, which links to count)."""
+        self.names, self.addresses, self.index, self.ownership = names, addresses, index, ownership
+        hosts = np.array(sorted(ownership.hosts), dtype=np.int64)
+        self._counted = ~np.isin(ownership.link_owner, hosts)  # host-owned links: hosts count
 
-    def _peer(self, name: str) -> LinkClient:
-        if name not in self.peers:
-            self.peers[name] = LinkClient(name, self.addresses[name])
-        return self.peers[name]
+    def _peer(self, device: int) -> LinkClient:
+        if device not in self.peers:
+            self.peers[device] = LinkClient(self.names[device], self.addresses[device])
+        return self.peers[device]
+
+    def _device_of(self, ipu: int) -> str:
+        return self.names[int(self.ownership.owner_of_ipu[ipu])]
 
     def put(self, ipu: int, name: str, array: np.ndarray) -> None:
         """Store a named tensor on one of this device's IPUs (memory is accounted)."""
@@ -190,7 +200,8 @@ class Device:
                 if dst in buffers:
                     local[t] = payload.copy()  # the superstep's snapshot
                 else:
-                    remote.setdefault(self.owner[dst], []).append(Transfer(t, src, dst, payload))
+                    hop = self.ownership.next_device(self.index, dst)
+                    remote.setdefault(hop, []).append(Transfer(t, src, dst, payload))
                 self.counters[src]["bytes_out"] += count * itemsize
             encoded = {peer: list(encode_transfers(collective, index, step, transfers))
                        for peer, transfers in remote.items()}  # copies: the snapshot
@@ -202,7 +213,7 @@ class Device:
                 if t in local:
                     pieces = [(0, local.pop(t))]
                 else:
-                    sender = f"IPU {self.topology.ipu_name(src)} ({self.owner[src]})"
+                    sender = f"IPU {self.topology.ipu_name(src)} ({self._device_of(src)})"
                     pieces = [(at // itemsize, np.frombuffer(data, dtype=dtype)) for at, data in
                               self.mailbox.take(TransferKey(collective, index, step, t),
                                                 deadline_s, sender)]
@@ -216,5 +227,6 @@ class Device:
         if len(outgoing):
             routes = self.topology.router.route(phase.src[outgoing], phase.dst[outgoing])
             sent = (phase.count[outgoing] * itemsize * phase.steps)[routes.pair_flow]
-            self.link_bytes += np.bincount(routes.pair_link, weights=sent,
+            counted = self._counted[routes.pair_link]
+            self.link_bytes += np.bincount(routes.pair_link[counted], weights=sent[counted],
                                            minlength=len(self.link_bytes))

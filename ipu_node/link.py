@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from concurrent import futures
-from typing import Iterable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 import grpc
 import numpy as np
@@ -75,10 +75,10 @@ class Mailbox:
 SERVICE = "ipupod.link.v1.Link"
 
 
-def _handlers(device: str, mailbox: Mailbox) -> grpc.GenericRpcHandler:
-    """``Link`` with ``Push`` taking raw message bytes (decoded by :mod:`ipu_node.wire`)."""
+def deliver_to(mailbox: Mailbox) -> Callable[[Iterable[bytes]], tuple[int, int]]:
+    """What a card or machine does with a stream: file every chunk in its mailbox."""
 
-    def push(messages, context):
+    def deliver(messages: Iterable[bytes]) -> tuple[int, int]:
         total = count = 0
         for message in messages:
             header, payload = decode_chunk(message)
@@ -86,6 +86,16 @@ def _handlers(device: str, mailbox: Mailbox) -> grpc.GenericRpcHandler:
             mailbox.deposit(key, header.offset, header.total, payload)
             total += len(payload)
             count += 1
+        return total, count
+
+    return deliver
+
+
+def _handlers(device: str, deliver) -> grpc.GenericRpcHandler:
+    """``Link`` with ``Push`` taking raw message bytes (decoded by :mod:`ipu_node.wire`)."""
+
+    def push(messages, context):
+        total, count = deliver(messages)
         return link_pb2.PushReply(bytes=total, chunks=count)
 
     def ping(request, context):
@@ -101,12 +111,17 @@ def _handlers(device: str, mailbox: Mailbox) -> grpc.GenericRpcHandler:
 
 
 class LinkServer:
-    """The ``Link`` gRPC service of one device, on an ephemeral port of ``host``."""
+    """The ``Link`` gRPC service of one device, on an ephemeral port of ``host``.
+    ``receive`` is a :class:`Mailbox` (cards, machines) or a function that takes a stream
+    of chunk messages and returns (payload bytes, chunks) (relaying hosts)."""
 
-    def __init__(self, device: str, mailbox: Mailbox, host: str = "127.0.0.1") -> None:
+    def __init__(self, device: str, receive: "Mailbox | Callable", host: str = "127.0.0.1",
+                 workers: int = 16) -> None:
         self.device, self.host = device, host
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=_OPTIONS)
-        self._server.add_generic_rpc_handlers((_handlers(device, mailbox),))
+        deliver = deliver_to(receive) if isinstance(receive, Mailbox) else receive
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
+                                   options=_OPTIONS)
+        self._server.add_generic_rpc_handlers((_handlers(device, deliver),))
         self.port = self._server.add_insecure_port(f"{host}:0")
         if self.port == 0:
             raise DeviceError(f"{device}: could not bind a link port on {host}")

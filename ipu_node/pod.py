@@ -20,6 +20,8 @@ from cluster.errors import UserError
 from cluster.spec import load_topology
 from cluster.topology import Topology
 from ipu_node.device import Device, DeviceSpec
+from ipu_node.host import HostRelay
+from ipu_node.ownership import ownership, relaying_hosts
 from ipu_node.errors import DeviceError
 
 LOCAL_IPU_SLOTS = 256  # the IPU resource an embedded local Ray offers (or the POD's size)
@@ -53,7 +55,8 @@ def ensure_ray(ray_address: str | None, ipus_needed: int) -> bool:
 
 
 def device_specs(topology: Topology) -> list[DeviceSpec]:
-    """One device per unit (card or machine); IPUs not in any unit get a device each."""
+    """One device per unit (card or machine), IPUs in no unit one each, then one per
+    relaying host (a DSS 8440 cluster's servers), named after the host node."""
     from cluster.hardware import ipu_m2000
 
     streaming = ipu_m2000().streaming_memory_bytes // 4
@@ -66,6 +69,11 @@ def device_specs(topology: Topology) -> list[DeviceSpec]:
     for ipu in range(topology.ipu_count):
         if ipu not in covered:
             specs.append(DeviceSpec(topology.ipu_name(ipu), "IPU", (ipu,), "server0"))
+    for node in relaying_hosts(topology):
+        name = topology.node_names[node]
+        server = next((s.name for s in topology.servers if name.startswith(s.name + ".")),
+                      name)
+        specs.append(DeviceSpec(name, "host", (), server))
     return specs
 
 
@@ -109,23 +117,33 @@ class EmulatedPod:
         remote = ray.remote(Device)
         try:
             for server, members in by_server.items():
-                group = placement_group([{"IPU": len(specs[i].ipus)} for i in members],
+                group = placement_group([{"IPU": len(specs[i].ipus)} for i in members
+                                         if specs[i].ipus],
                                         strategy="PACK", name=f"{pod_id}-{server}")
                 groups.append(group)
                 if not _ready(ray, group, deadline_s):
                     raise DeviceError(f"Ray could not place server {server} of {topology.name} "
                                       f"within {deadline_s:g} s: not enough IPU resources?")
-                for bundle, index in enumerate(members):
-                    actors[index] = remote.options(
-                        num_cpus=0, resources={"IPU": len(specs[index].ipus)},
+                cards = [i for i in members if specs[i].ipus]
+                for index in members:
+                    bundle = cards.index(index) if index in cards else 0
+                    kind = remote if specs[index].ipus else ray.remote(HostRelay)
+                    actors[index] = kind.options(
+                        num_cpus=0,
+                        resources={"IPU": len(specs[index].ipus)} if specs[index].ipus else {},
                         name=f"{pod_id}-{specs[index].name}", max_restarts=0,
                         scheduling_strategy=PlacementGroupSchedulingStrategy(group, bundle),
                     ).remote(specs[index], topology, link_host)
             infos = _get(ray, [a.info.remote() for a in actors], deadline_s, specs, "start")
-            addresses = {info["name"]: info["address"] for info in infos}
-            owner_names = {ipu: s.name for s in specs for ipu in s.ipus}
-            _get(ray, [a.connect.remote(addresses, owner_names) for a in actors], deadline_s,
-                 specs, "connect")
+            names = [info["name"] for info in infos]
+            addresses = [info["address"] for info in infos]
+            owner_of_ipu = np.array([next(i for i, s in enumerate(specs) if ipu in s.ipus)
+                                     for ipu in range(topology.ipu_count)])
+            hosts = {topology.node_names.index(s.name): i for i, s in enumerate(specs)
+                     if not s.ipus}
+            owns = ownership(topology, owner_of_ipu, hosts)
+            _get(ray, [a.connect.remote(names, addresses, i, owns) for i, a in enumerate(actors)],
+                 deadline_s, specs, "connect")
         except BaseException:
             for actor in actors:
                 if actor is not None:

@@ -105,9 +105,10 @@ def test_actors_spread_over_two_nodes_joined_by_address(short_dir):
         assert report["first"] == [sum(range(32))] * 8
         nodes = report["nodes"]
         assert len(set(nodes.values())) == 2
-        by_server = {server: {n for card, n in nodes.items() if card.startswith(server)}
+        by_server = {server: {n for device, n in nodes.items() if device.startswith(server)}
                      for server in ("s0.", "s1.")}
-        assert all(len(n) == 1 for n in by_server.values())  # each server packed on one node
+        assert all(len(n) == 1 for n in by_server.values())  # cards and host on one node
+        assert {"s0.host", "s1.host"} <= nodes.keys()
     finally:
         if worker is not None:
             stop_node(worker, tmp_path)

@@ -166,3 +166,25 @@ def test_the_real_allreduce_example_runs_and_agrees_with_numpy():
     assert "pod16: 16 IPUs on 4 devices" in run.stdout
     difference = float(run.stdout.split("NumPy ")[1].split()[0])
     assert difference < 1e-5
+
+
+def test_server_hosts_are_devices_that_relay_and_count_traffic_between_servers(pods):
+    pod = pods["dss8440x2"]
+    assert [s.name for s in pod.specs if s.kind == "host"] == ["s0.host", "s1.host"]
+    before = {s["name"]: s for s in pod.stats()}
+    arrays = inputs_for(pod, "allreduce", 3200, np.float32)
+    result = pod.collective("allreduce", arrays, algorithm="hierarchical")
+    after = {s["name"]: s for s in pod.stats()}
+    topology = pod.topology
+    infiniband = np.flatnonzero([topology.link_types[t].name == "infiniband-100g"
+                                 for t in topology.directed_type])
+    for host in ("s0.host", "s1.host"):
+        assert after[host]["relayed_bytes"] > before[host]["relayed_bytes"]
+    counted_by_hosts = sum(after[h]["link_bytes"][infiniband].sum()
+                           - before[h]["link_bytes"][infiniband].sum()
+                           for h in ("s0.host", "s1.host"))
+    counted_by_cards = sum(after[n]["link_bytes"][infiniband].sum()
+                           - before[n]["link_bytes"][infiniband].sum()
+                           for n in after if ".card" in n)
+    assert counted_by_cards == 0
+    assert counted_by_hosts == result.link_type_bytes["infiniband-100g"] > 0

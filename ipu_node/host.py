@@ -1,0 +1,98 @@
+"""The host of a DSS 8440 server as an actor: it owns the server's PCIe switch fabric and
+InfiniBand adapters, so traffic between servers passes through it.
+
+A card sends its chunks for another server to its own host; the host forwards them to
+the destination server's host, which hands them to the destination card (see
+:mod:`ipu_node.ownership`). Each host counts the bytes on the links it owns. It holds no
+IPUs, no tensors and no memory of its own.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterable
+
+import numpy as np
+
+from cluster.topology import Topology
+from ipu_node.device import DeviceSpec, keep_freed_memory
+from ipu_node.link import LinkClient, LinkServer
+from ipu_node.ownership import Ownership
+from ipu_node.wire import decode_chunk
+
+RELAY_DEADLINE_S = 60.0
+
+
+class HostRelay:
+    """One server's host: forwards chunks between its cards and the other servers."""
+
+    def __init__(self, spec: DeviceSpec, topology: Topology, host: str = "127.0.0.1") -> None:
+        keep_freed_memory()
+        self.spec, self.topology = spec, topology
+        self.link_bytes = np.zeros(2 * topology.link_count_physical)
+        self.relayed_bytes = 0
+        self.server = LinkServer(spec.name, self._deliver, host, workers=32)
+        self.address = self.server.start()
+        self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix=f"{spec.name}-relay")
+        self.peers: dict[int, LinkClient] = {}
+        self.names: list[str] = []
+        self.addresses: list[str] = []
+        self.index = -1
+        self.ownership: Ownership | None = None
+        self._owned_links: dict[tuple[int, int], np.ndarray] = {}
+
+    def info(self) -> dict:
+        import ray
+
+        return {"name": self.spec.name, "kind": self.spec.kind, "ipus": [],
+                "address": self.address, "pid": os.getpid(),
+                "node_id": ray.get_runtime_context().get_node_id()}
+
+    def connect(self, names: list[str], addresses: list[str], index: int,
+                ownership: Ownership) -> None:
+        self.names, self.addresses, self.index, self.ownership = names, addresses, index, ownership
+
+    def _peer(self, device: int) -> LinkClient:
+        if device not in self.peers:
+            self.peers[device] = LinkClient(self.names[device], self.addresses[device])
+        return self.peers[device]
+
+    def _count(self, src_ipu: int, dst_ipu: int, nbytes: int) -> None:
+        """Add ``nbytes`` to the links this host owns on the route ``src -> dst``."""
+        key = (src_ipu, dst_ipu)
+        if key not in self._owned_links:
+            links = self.topology.router.route(np.array([src_ipu]), np.array([dst_ipu])).pair_link
+            self._owned_links[key] = links[self.ownership.link_owner[links] == self.index]
+        self.link_bytes[self._owned_links[key]] += nbytes
+
+    def _deliver(self, messages: Iterable[bytes]) -> tuple[int, int]:
+        """Take a stream of chunks, pass each on towards its IPU, answer once all arrived."""
+        onward: dict[int, list[bytes]] = {}
+        total = count = 0
+        for message in messages:
+            header, payload = decode_chunk(message)
+            nxt = self.ownership.next_device(self.index, header.dst_ipu)
+            onward.setdefault(nxt, []).append(message)
+            self._count(header.src_ipu, header.dst_ipu, len(payload))
+            total += len(payload)
+            count += 1
+        pushes = [self.pool.submit(self._peer(d).push, batch, RELAY_DEADLINE_S)
+                  for d, batch in onward.items()]
+        for push in pushes:
+            push.result(timeout=RELAY_DEADLINE_S)
+        self.relayed_bytes += total
+        return total, count
+
+    def tensor_info(self, name: str) -> dict:
+        return {}
+
+    def stats(self) -> dict:
+        return {"name": self.spec.name, "counters": {}, "memory": {},
+                "link_bytes": self.link_bytes, "relayed_bytes": self.relayed_bytes}
+
+    def shutdown(self) -> None:
+        for client in self.peers.values():
+            client.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.server.stop()
