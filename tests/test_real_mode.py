@@ -188,3 +188,11 @@ def test_server_hosts_are_devices_that_relay_and_count_traffic_between_servers(p
                            for n in after if ".card" in n)
     assert counted_by_cards == 0
     assert counted_by_hosts == result.link_type_bytes["infiniband-100g"] > 0
+
+
+def test_inputs_too_big_for_this_machine_point_to_phantom_mode():
+    from gcl.executor import check_replicas
+
+    huge = [(10**11,)] * 16  # 400 GB per replica, described, never allocated
+    with pytest.raises(UserError, match="use phantom mode"):
+        check_replicas(huge, ["float32"] * 16, 16, 16, "allreduce")
