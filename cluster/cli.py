@@ -8,7 +8,8 @@ and exit with status 2, never a traceback.
 from __future__ import annotations
 
 import sys
-from contextlib import ExitStack, contextmanager
+from functools import partial
+from contextlib import ExitStack, contextmanager, redirect_stdout
 from typing import Callable, Iterator
 
 import click
@@ -88,6 +89,8 @@ def bench(collective: str, topology_spec: str, mode: str, min_bytes: int, max_by
     byte_sizes = sizes(min_bytes, max_bytes, factor)
     topology = load_topology(topology_spec, figures)
     with ExitStack() as stack:
+        out = stack.enter_context(ray_chatter_to_stderr()) if mode == "real" else sys.stdout
+        echo = partial(click.echo, file=out)
         if mode == "real":
             from ipu_node.pod import EmulatedPod
 
@@ -101,16 +104,26 @@ def bench(collective: str, topology_spec: str, mode: str, min_bytes: int, max_by
                                algorithm_name=algorithm, group=group, root=root,
                                on_phase=on_phase)
         if as_json:
-            click.echo(rows_to_json(list(rows)))
+            echo(rows_to_json(list(rows)))
             return
         first = next(rows)  # a request that cannot be scheduled fails before any output
-        click.echo(preamble(coll, topology, group, mode, root))
+        echo(preamble(coll, topology, group, mode, root))
         done = [first]
-        click.echo(format_row(first))
+        echo(format_row(first))
         for row in rows:
-            click.echo(format_row(row))
+            echo(format_row(row))
             done.append(row)
-    click.echo(summary_line(done))
+        echo(summary_line(done))
+
+
+@contextmanager
+def ray_chatter_to_stderr() -> Iterator:
+    """Ray prints its own warnings to standard output; while devices run, send anything
+    printed there to standard error, and yield the real standard output for our results
+    (so ``--json`` output stays parseable)."""
+    real = sys.stdout
+    with redirect_stdout(sys.stderr):
+        yield real
 
 
 PROGRESS_MIN_PHASES = 200
@@ -172,6 +185,16 @@ def topology_list() -> None:
 
     for entry in presets():
         click.echo(f"{entry.example:<32} {entry.summary}")
+
+
+def _add_training_commands() -> None:
+    from cluster.cli_train import train_command, train_report_command
+
+    cli.add_command(train_command)
+    cli.add_command(train_report_command)
+
+
+_add_training_commands()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,272 @@
+"""Scaling report for data-parallel training runs: a table, three plots and a README.
+
+A run record is the dict the distributed trainer returns for one server count (``servers``,
+``replicas``, ``mode``, ``global_batch`` and per-step ``steps`` with ``loss`` and the
+simulated time split into parts). Every time here is SIMULATED seconds on the emulated
+hardware, never wall-clock time on this machine; tables and plots show milliseconds.
+matplotlib is imported inside the plotting functions so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+# (row/step key, label) of each part of a step's simulated time, in stacking order.
+TIME_PARTS: tuple[tuple[str, str], ...] = (
+    ("compute_seconds", "compute"),
+    ("host_io_seconds", "host I/O"),
+    ("local_allreduce_seconds", "local allreduce"),
+    ("global_allreduce_seconds", "global allreduce"),
+)
+
+# (header, row key, format) of the table columns; "_ms" keys are seconds shown as ms.
+_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("servers", "servers", "d"),
+    ("replicas", "replicas", "d"),
+    ("mode", "mode", "s"),
+    ("batch", "global_batch", "d"),
+    ("step(ms,sim)", "step_seconds_ms", ".3f"),
+    ("samples/s(sim)", "throughput_samples_per_sim_second", ",.0f"),
+    ("efficiency", "efficiency", ".3f"),
+    ("compute(ms)", "compute_seconds_ms", ".3f"),
+    ("host-io(ms)", "host_io_seconds_ms", ".3f"),
+    ("local-AR(ms)", "local_allreduce_seconds_ms", ".3f"),
+    ("global-AR(ms)", "global_allreduce_seconds_ms", ".3f"),
+)
+
+SIM_NOTE = ("All times are simulated seconds on the emulated IPU-POD hardware (shown in ms), "
+            "not wall-clock time on the machine that ran the emulator; throughput is samples "
+            "per simulated second.")
+
+
+def scaling_table(runs: list[dict]) -> list[dict]:
+    """One row per run, sorted by server count (then mode), summarising its simulated speed.
+
+    Each row holds ``servers``, ``replicas``, ``mode``, ``global_batch``, ``step_seconds``
+    (mean simulated seconds per step over all steps), ``throughput_samples_per_sim_second``
+    (``global_batch / step_seconds``), the mean of each part in ``TIME_PARTS`` (simulated
+    seconds) and ``efficiency``: throughput over ideal linear scaling from the smallest
+    server count, ``throughput / (servers / base_servers * base_throughput)``, so 1.0 means
+    perfect scaling. The base is taken within the same mode, since real and phantom runs of
+    one sweep need not time alike. Raises ValueError for a run without steps.
+    """
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        steps = run["steps"]
+        if not steps:
+            raise ValueError(f"run with {run['servers']} servers has no steps")
+        step_seconds = fmean(step["sim_seconds"] for step in steps)
+        if step_seconds <= 0:
+            raise ValueError(f"run with {run['servers']} servers has no simulated time")
+        row: dict[str, Any] = {
+            "servers": int(run["servers"]),
+            "replicas": int(run["replicas"]),
+            "mode": str(run["mode"]),
+            "global_batch": int(run["global_batch"]),
+            "steps": len(steps),
+            "step_seconds": step_seconds,
+            "throughput_samples_per_sim_second": run["global_batch"] / step_seconds,
+        }
+        for key, _ in TIME_PARTS:
+            row[key] = fmean(step[key] for step in steps)
+        rows.append(row)
+    rows.sort(key=lambda row: (row["servers"], row["mode"]))
+    base: dict[str, dict[str, Any]] = {}
+    for row in rows:  # sorted, so the first row of a mode has its smallest server count
+        first = base.setdefault(row["mode"], row)
+        ideal = (row["servers"] / first["servers"]
+                 * first["throughput_samples_per_sim_second"])
+        row["efficiency"] = row["throughput_samples_per_sim_second"] / ideal
+    return rows
+
+
+def _cells(row: dict) -> list[str]:
+    """The table cells of one row, seconds converted to milliseconds."""
+    cells = []
+    for _, key, fmt in _COLUMNS:
+        value = row[key[:-3]] * 1e3 if key.endswith("_ms") else row[key]
+        cells.append(format(value, fmt))
+    return cells
+
+
+def format_table(rows: list[dict]) -> str:
+    """Plain-text table of ``scaling_table`` rows, aligned columns, units in headers."""
+    headers = [header for header, _, _ in _COLUMNS]
+    body = [_cells(row) for row in rows]
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *body)]
+    left = [fmt == "s" for _, _, fmt in _COLUMNS]
+    lines = ["  ".join(cell.ljust(width) if is_left else cell.rjust(width)
+                       for cell, width, is_left in zip(line, widths, left)).rstrip()
+             for line in [headers, *body]]
+    return "\n".join(lines)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """Markdown table of ``scaling_table`` rows, same columns as ``format_table``."""
+    headers = [header for header, _, _ in _COLUMNS]
+    align = ["---" if fmt == "s" else "---:" for _, _, fmt in _COLUMNS]
+    lines = [headers, align, *(_cells(row) for row in rows)]
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
+
+
+def _pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend (files only, no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path | str) -> Path:
+    """Write the figure as PNG at ``path`` (parent folders created), close it, return path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=120)
+    fig.clf()
+    _pyplot().close(fig)
+    return path
+
+
+def plot_loss(runs: list[dict], path: Path | str) -> Path:
+    """Training loss against step, one line per run with losses, labelled "N servers".
+
+    Phantom runs carry no data, so their losses are None and they are left out; steps
+    with a None loss inside a real run are skipped too.
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    plotted = 0
+    for run in sorted(runs, key=lambda run: (run["servers"], run["mode"])):
+        points = [(step["step"], step["loss"]) for step in run["steps"]
+                  if step.get("loss") is not None]
+        if not points:
+            continue
+        steps, losses = zip(*points)
+        label = f"{run['servers']} server{'s' if run['servers'] != 1 else ''}"
+        if sum(other["servers"] == run["servers"] for other in runs) > 1:
+            label += f" ({run['mode']})"
+        ax.plot(steps, losses, marker="." if len(points) < 50 else None, label=label)
+        plotted += 1
+    if plotted:
+        ax.legend()
+    else:
+        ax.text(0.5, 0.5, "no losses: phantom runs carry no data", transform=ax.transAxes,
+                ha="center", va="center")
+    ax.set_xlabel("training step (optimizer updates)")
+    ax.set_ylabel("training loss (mean per sample, unitless)")
+    ax.set_title("Training loss per step (data-parallel, simulated IPU-POD)")
+    ax.grid(True, alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_throughput(rows: list[dict], path: Path | str) -> Path:
+    """Throughput (samples per simulated second) against servers, with ideal linear scaling.
+
+    The ideal line grows from the smallest run in proportion to the server count; the x axis
+    is log2 with a tick at each server count measured.
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    servers = sorted({row["servers"] for row in rows})
+    if rows:
+        first = min(rows, key=lambda row: (row["servers"], row["mode"]))
+        ideal = [s / first["servers"] * first["throughput_samples_per_sim_second"]
+                 for s in servers]
+        ax.plot(servers, ideal, linestyle="--", color="grey",
+                label=f"ideal linear scaling from {first['servers']} server"
+                + ("s" if first["servers"] != 1 else ""))
+    for mode in sorted({row["mode"] for row in rows}):
+        mine = [row for row in rows if row["mode"] == mode]
+        xs = [row["servers"] for row in mine]
+        ys = [row["throughput_samples_per_sim_second"] for row in mine]
+        ax.plot(xs, ys, marker="o", label=f"measured ({mode} mode)")
+        for row in mine:
+            ax.annotate(f"{row['efficiency']:.0%}", (row["servers"],
+                        row["throughput_samples_per_sim_second"]),
+                        textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8,
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(servers, [str(s) for s in servers])
+    ax.minorticks_off()
+    ax.set_xlabel("servers (DSS 8440, log2 scale)")
+    from matplotlib.ticker import StrMethodFormatter
+
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    ax.set_ylabel("throughput (samples per simulated second)")
+    ax.set_title("Training throughput vs servers (simulated; labels: scaling efficiency)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+def plot_breakdown(rows: list[dict], path: Path | str) -> Path:
+    """Stacked bars per server count: the mean simulated step time split into its parts (ms)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
+    repeated = len({row["servers"] for row in rows}) < len(rows)
+    labels = [f"{row['servers']}" + (f"\n{row['mode']}" if repeated else "") for row in rows]
+    positions = list(range(len(rows)))
+    bottom = [0.0] * len(rows)
+    for key, label in TIME_PARTS:
+        heights = [row[key] * 1e3 for row in rows]
+        ax.bar(positions, heights, bottom=bottom, label=label, width=0.6)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.set_xticks(positions, labels)
+    ax.set_xlabel("servers")
+    ax.set_ylabel("mean step time (ms, simulated)")
+    ax.set_title("Where a training step's simulated time goes")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(fig, path)
+
+
+def write_report(runs: list[dict], out_dir: Path, command: str) -> dict[str, Path]:
+    """Write loss.png, throughput.png, breakdown.png and README.md into ``out_dir``.
+
+    The README gives the command that produced the runs, says the times are simulated,
+    holds the scaling table in Markdown and embeds the three images. Creates ``out_dir``;
+    returns the written paths keyed "loss", "throughput", "breakdown", "readme".
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = scaling_table(runs)
+    paths = {
+        "loss": plot_loss(runs, out_dir / "loss.png"),
+        "throughput": plot_throughput(rows, out_dir / "throughput.png"),
+        "breakdown": plot_breakdown(rows, out_dir / "breakdown.png"),
+    }
+    readme = "\n".join([
+        "# Data-parallel training: scaling across emulated servers (simulated)",
+        "",
+        "Made by:",
+        "",
+        "```sh",
+        command,
+        "```",
+        "",
+        SIM_NOTE + " Efficiency is throughput over ideal linear scaling from the "
+        "smallest server count.",
+        "",
+        markdown_table(rows),
+        "",
+        "## Throughput (simulated)",
+        "",
+        "![Throughput against servers, simulated](throughput.png)",
+        "",
+        "## Step-time breakdown (simulated)",
+        "",
+        "![Mean simulated step time split into parts](breakdown.png)",
+        "",
+        "## Loss",
+        "",
+        "![Training loss per step](loss.png)",
+        "",
+    ])
+    paths["readme"] = out_dir / "README.md"
+    paths["readme"].write_text(readme, encoding="utf-8")
+    return paths

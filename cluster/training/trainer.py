@@ -1,0 +1,206 @@
+"""Data-parallel training across emulated DSS 8440 servers: the white paper's use case.
+
+One model replica per IPU (``gcd=1``) or per C2 card (``gcd=2``: the card's two IPUs hold
+half of the replica's gradient each). Every replica computes gradients on its own
+micro-batches; the gradients are averaged by a GCL allreduce on the emulated devices
+(real mode: real bytes between card actors), local over IPU-Links then global over
+InfiniBand with the default ``hierarchical`` algorithm; every replica then applies the
+same SGD-with-momentum update. The forward and backward passes run in this process in
+NumPy; the devices carry the collective. Phantom mode skips the data and the devices and
+reports the simulated step time only, at any scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+from cluster.errors import UserError
+from cluster.presets import build_preset
+from cluster.topology import Topology
+from cluster.training.data import make_dataset, replica_slice, step_batch, train_reference
+from cluster.training.model import (MLPSpec, init_params, loss_and_grad, sgd_momentum,
+                                    training_flops)
+from cluster.training.timing import StepTime, allreduce_parts, compute_seconds, host_io_seconds
+from gcl import CommGroup, plan, simulate
+
+IPUS_PER_SERVER = 16
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A training run. ``micro_batch`` is samples per replica per micro-step; a step takes
+    ``replicas x accumulation x micro_batch`` samples."""
+
+    servers: int = 2
+    replicas_per_server: int = 16
+    gcd: int = 1
+    micro_batch: int = 32
+    accumulation: int = 1
+    steps: int = 20
+    lr: float = 0.05
+    momentum: float = 0.9
+    seed: int = 0
+    algorithm: str = "hierarchical"
+    input_size: int = 64
+    hidden: tuple[int, ...] = (128,)
+    classes: int = 10
+    samples: int = 16384
+    mode: str = "real"
+    check: bool = False
+
+    def validate(self) -> None:
+        if self.servers < 1:
+            raise UserError("--servers must be 1 or more")
+        if self.gcd not in (1, 2):
+            raise UserError("--gcd is 1 (a replica per IPU) or 2 (a replica per C2 card)")
+        per_server = IPUS_PER_SERVER // self.gcd
+        if not 1 <= self.replicas_per_server <= per_server:
+            raise UserError(f"--replicas-per-server runs from 1 to {per_server} with --gcd "
+                            f"{self.gcd} (a DSS 8440 has 16 IPUs on 8 C2 cards)")
+        for name in ("micro_batch", "accumulation", "steps", "input_size", "classes", "samples"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name.replace('_', '-')} must be 1 or more")
+        if not self.lr > 0 or not 0 <= self.momentum < 1:
+            raise UserError("the learning rate must be positive and momentum in [0, 1)")
+        if self.mode not in ("real", "phantom"):
+            raise UserError("--mode is real or phantom")
+        if self.check and self.mode != "real":
+            raise UserError("--check compares real training with the reference: use --mode real")
+
+    @property
+    def replicas(self) -> int:
+        return self.servers * self.replicas_per_server
+
+    @property
+    def global_batch(self) -> int:
+        return self.replicas * self.accumulation * self.micro_batch
+
+    @property
+    def spec(self) -> MLPSpec:
+        return MLPSpec(self.input_size, tuple(self.hidden), self.classes)
+
+
+def topology_for(config: TrainConfig) -> Topology:
+    return build_preset("dss8440" if config.servers == 1 else f"dss8440x{config.servers}")
+
+
+def replica_ipus(config: TrainConfig) -> np.ndarray:
+    """IPUs holding gradients, replica by replica: the first replicas-per-server IPUs (or
+    cards, with gcd 2: both IPUs of each) of every server."""
+    per_server = config.replicas_per_server * config.gcd
+    return np.concatenate([s * IPUS_PER_SERVER + np.arange(per_server)
+                           for s in range(config.servers)])
+
+
+def allreduce_plan(config: TrainConfig, topology: Topology):
+    """The gradient allreduce: all replicas (gcd 1), or, with gcd 2, the two halves of the
+    gradient each over the IPUs holding it (CommGroup ORTHOGONAL)."""
+    parameters = config.spec.parameter_count
+    if config.gcd == 1:
+        return parameters, CommGroup()
+    half = -(-parameters // 2)
+    return half, CommGroup.parse(f"orthogonal:{config.replicas}")
+
+
+def step_time(config: TrainConfig, topology: Topology) -> StepTime:
+    """Simulated seconds of one step, by part (the same every step)."""
+    ipus = replica_ipus(config)
+    count, group = allreduce_plan(config, topology)
+    schedule = plan("allreduce", topology, count, algorithm_name=config.algorithm, group=group,
+                    ipus=ipus)
+    spans = len(set(topology.router.domain_of_ipu[ipus].tolist())) > 1
+    local, global_ = allreduce_parts(simulate(schedule, topology), spans)
+    samples = config.accumulation * config.micro_batch
+    flops = training_flops(config.spec, config.micro_batch) * config.accumulation
+    input_bytes = samples * (config.input_size * 4 + 4)  # float32 features, int32 label
+    first_ipus = ipus[::config.gcd].tolist()  # the host streams to each replica's first IPU
+    return StepTime(compute_seconds(topology, flops, config.gcd, first_ipus[0]),
+                    host_io_seconds(topology, first_ipus, input_bytes), local, global_)
+
+
+def train(config: TrainConfig, pod=None,
+          on_step: Callable[[int, int], None] | None = None) -> dict:
+    """Run ``config``; return the record ``ipupod train --json`` prints. In real mode
+    ``pod`` is a launched :class:`~ipu_node.pod.EmulatedPod` of ``topology_for(config)``."""
+    config.validate()
+    topology = pod.topology if pod is not None else topology_for(config)
+    parts = step_time(config, topology)
+    record_steps = []
+    identical: bool | None = None
+    if config.mode == "real":
+        losses, identical = _train_real(config, pod, on_step)
+    else:
+        losses = [None] * config.steps
+        for step in range(config.steps):
+            if on_step:
+                on_step(step + 1, config.steps)
+    for step, loss in enumerate(losses):
+        record_steps.append({"step": step, "loss": loss, "sim_seconds": parts.sim_seconds,
+                             **{k: v for k, v in asdict(parts).items()}})
+    record = {"servers": config.servers, "replicas": config.replicas, "gcd": config.gcd,
+              "mode": config.mode, "global_batch": config.global_batch,
+              "algorithm": config.algorithm, "steps": record_steps,
+              "replicas_identical": identical,
+              "throughput_samples_per_sim_second": config.global_batch / parts.sim_seconds}
+    if config.check:
+        x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)
+        reference = train_reference(config.spec, x, y, replicas=config.replicas,
+                                    micro_batch=config.micro_batch,
+                                    accumulation=config.accumulation, steps=config.steps,
+                                    lr=config.lr, momentum=config.momentum, seed=config.seed)
+        record["reference_losses"] = reference
+        record["reference_max_rel_error"] = max(
+            abs(a - b) / abs(b) for a, b in zip(losses, reference))
+    return record
+
+
+def _train_real(config: TrainConfig, pod, on_step) -> tuple[list[float], bool]:
+    spec, replicas = config.spec, config.replicas
+    x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)
+    params = [init_params(spec, config.seed) for _ in range(replicas)]
+    velocity = [np.zeros_like(p) for p in params]
+    ipus = replica_ipus(config)
+    count, group = allreduce_plan(config, pod.topology)
+    losses, identical = [], True
+    for step in range(config.steps):
+        batch_x, batch_y = step_batch(x, y, step, config.global_batch)
+        gradients, step_losses = [], []
+        for r in range(replicas):
+            total, loss_sum = np.zeros_like(params[r]), 0.0
+            for micro in range(config.accumulation):
+                mx, my = replica_slice(batch_x, batch_y, r, replicas, config.micro_batch,
+                                       config.accumulation, micro)
+                loss, grad = loss_and_grad(spec, params[r], mx, my)
+                total += grad
+                loss_sum += loss
+            gradients.append(total / np.float32(config.accumulation))
+            step_losses.append(loss_sum / config.accumulation)
+        averaged = _allreduce(pod, gradients, config, count, group, ipus)
+        for r in range(replicas):
+            sgd_momentum(params[r], velocity[r], averaged[r], config.lr, config.momentum)
+        identical &= all(np.array_equal(params[0], p) for p in params[1:])
+        losses.append(float(np.mean(step_losses)))
+        if on_step:
+            on_step(step + 1, config.steps)
+    return losses, identical
+
+
+def _allreduce(pod, gradients: list[np.ndarray], config: TrainConfig, count: int,
+               group: CommGroup, ipus: np.ndarray) -> list[np.ndarray]:
+    """Average the replicas' gradients on the devices (mean allreduce)."""
+    if config.gcd == 1:
+        result = pod.collective("allreduce", gradients, op="mean", algorithm=config.algorithm,
+                                ipus=ipus.tolist())
+        return result.results
+    halves = []
+    for gradient in gradients:
+        padded = np.zeros(2 * count, dtype=np.float32)
+        padded[:len(gradient)] = gradient
+        halves += [padded[:count], padded[count:]]
+    result = pod.collective("allreduce", halves, op="mean", algorithm=config.algorithm,
+                            group=group, ipus=ipus.tolist())
+    size = len(gradients[0])
+    return [np.concatenate(result.results[2 * r:2 * r + 2])[:size] for r in range(len(gradients))]

@@ -1,0 +1,92 @@
+"""Data-parallel training on real emulated servers equals single-process training, keeps
+replicas identical, and reports where the simulated step time goes."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cluster.errors import UserError
+from cluster.hardware import pcie_gen3_x16
+from cluster.training.model import training_flops
+from cluster.training.trainer import TrainConfig, step_time, topology_for, train
+from ipu_node.pod import EmulatedPod
+
+STEP_KEYS = {"step", "loss", "sim_seconds", "compute_seconds", "host_io_seconds",
+             "local_allreduce_seconds", "global_allreduce_seconds"}
+
+
+@pytest.fixture(scope="module")
+def two_servers(ray_session):
+    pod = EmulatedPod.launch("dss8440x2")
+    yield pod
+    pod.shutdown()
+
+
+@pytest.mark.parametrize("gcd, accumulation", [(1, 1), (2, 2)])
+def test_training_on_two_servers_equals_single_process_training(two_servers, gcd, accumulation):
+    config = TrainConfig(servers=2, gcd=gcd, replicas_per_server=16 // gcd, steps=6,
+                         accumulation=accumulation, micro_batch=16, check=True)
+    record = train(config, pod=two_servers)
+    assert record["replicas_identical"] is True
+    assert record["reference_max_rel_error"] < 1e-6
+    losses = [s["loss"] for s in record["steps"]]
+    assert losses[-1] < losses[0]
+    assert all(STEP_KEYS <= s.keys() for s in record["steps"])
+
+
+def test_step_time_parts_follow_the_catalogue_and_the_cost_model():
+    config = TrainConfig(servers=2, micro_batch=32)
+    parts = step_time(config, topology_for(config))
+    assert parts.compute_seconds == pytest.approx(
+        training_flops(config.spec, 32) / 31.1e12, rel=1e-12)  # GC2 fp32 peak
+    # 16 replicas per server share the PCIe fabric's four x16 Gen3 uplinks.
+    input_bytes = 32 * (config.input_size * 4 + 4)
+    fabric_share = 4 * pcie_gen3_x16().bandwidth_Bps / 16
+    assert parts.host_io_seconds == pytest.approx(input_bytes / fabric_share + 3e-6, rel=1e-9)
+    assert parts.local_allreduce_seconds > 0 and parts.global_allreduce_seconds > 0
+    assert parts.sim_seconds == pytest.approx(
+        parts.compute_seconds + parts.host_io_seconds + parts.local_allreduce_seconds
+        + parts.global_allreduce_seconds)
+
+
+def test_one_server_has_no_global_allreduce():
+    config = TrainConfig(servers=1)
+    assert step_time(config, topology_for(config)).global_allreduce_seconds == 0
+
+
+def test_phantom_throughput_grows_with_servers_and_needs_no_devices():
+    rates = [train(TrainConfig(servers=n, steps=2, mode="phantom"))[
+        "throughput_samples_per_sim_second"] for n in (1, 2, 4, 8)]
+    assert rates == sorted(rates)
+    record = train(TrainConfig(servers=8, steps=2, mode="phantom"))
+    assert record["replicas_identical"] is None and record["steps"][0]["loss"] is None
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"gcd": 3}, "--gcd"), ({"replicas_per_server": 17}, "1 to 16"),
+    ({"gcd": 2, "replicas_per_server": 9}, "1 to 8"), ({"steps": 0}, "steps"),
+    ({"servers": 0}, "--servers"), ({"momentum": 1.0}, "momentum"),
+    ({"check": True, "mode": "phantom"}, "--check"),
+])
+def test_bad_training_options_are_refused(changes, words):
+    with pytest.raises(UserError, match=words):
+        train(TrainConfig(**{"mode": "phantom", **changes}))
+
+
+def test_the_train_command_prints_the_documented_json():
+    run = subprocess.run([sys.executable, "-m", "cluster.cli", "train", "--servers", "1",
+                          "--steps", "3", "--check", "--json"], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    record = json.loads(run.stdout)
+    assert len(record["steps"]) == 3 and STEP_KEYS <= record["steps"][0].keys()
+    assert record["replicas_identical"] is True and record["reference_max_rel_error"] < 1e-6
+
+
+def test_the_train_command_refuses_bad_options_in_one_line():
+    run = subprocess.run([sys.executable, "-m", "cluster.cli", "train", "--mode", "phantom",
+                          "--hidden", "12,x"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "--hidden" in run.stderr and "Traceback" not in run.stderr
