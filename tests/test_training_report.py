@@ -107,3 +107,17 @@ def test_run_without_steps_is_an_error():
     record["steps"] = []
     with pytest.raises(ValueError, match="no steps"):
         scaling_table([record])
+
+
+def test_real_and_phantom_runs_share_one_efficiency_base():
+    from cluster.training.report import scaling_table
+
+    def run(servers, mode, seconds):
+        step = {"step": 0, "loss": None, "sim_seconds": seconds, "compute_seconds": seconds,
+                "host_io_seconds": 0.0, "local_allreduce_seconds": 0.0,
+                "global_allreduce_seconds": 0.0}
+        return {"servers": servers, "replicas": 16 * servers, "gcd": 1, "mode": mode,
+                "global_batch": 100 * servers, "steps": [step]}
+
+    rows = scaling_table([run(1, "real", 1.0), run(8, "phantom", 2.0)])
+    assert [round(r["efficiency"], 12) for r in rows] == [1.0, 0.5]

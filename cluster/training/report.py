@@ -49,8 +49,9 @@ def scaling_table(runs: list[dict]) -> list[dict]:
     (``global_batch / step_seconds``), the mean of each part in ``TIME_PARTS`` (simulated
     seconds) and ``efficiency``: throughput over ideal linear scaling from the smallest
     server count, ``throughput / (servers / base_servers * base_throughput)``, so 1.0 means
-    perfect scaling. The base is taken within the same mode, since real and phantom runs of
-    one sweep need not time alike. Raises ValueError for a run without steps.
+    perfect scaling. Real and phantom runs share one base: both take their simulated time
+    from the same cost model, so they time alike by construction. Raises ValueError for a
+    run without steps.
     """
     rows: list[dict[str, Any]] = []
     for run in runs:
@@ -73,9 +74,8 @@ def scaling_table(runs: list[dict]) -> list[dict]:
             row[key] = fmean(step[key] for step in steps)
         rows.append(row)
     rows.sort(key=lambda row: (row["servers"], row["mode"]))
-    base: dict[str, dict[str, Any]] = {}
-    for row in rows:  # sorted, so the first row of a mode has its smallest server count
-        first = base.setdefault(row["mode"], row)
+    first = rows[0]  # sorted: the smallest server count
+    for row in rows:
         ideal = (row["servers"] / first["servers"]
                  * first["throughput_samples_per_sim_second"])
         row["efficiency"] = row["throughput_samples_per_sim_second"] / ideal
