@@ -25,6 +25,7 @@ from ipu_node.link import (LinkClient, LinkServer, Mailbox, Transfer, TransferKe
                            encode_transfers)
 from ipu_node.memory import IpuMemory
 from ipu_node.ownership import Ownership
+from ipu_node.replica import ReplicaHost
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def keep_freed_memory() -> None:
         pass
 
 
-class Device:
+class Device(ReplicaHost):
     """The state and behaviour of one emulated card or machine (wrapped by ``ray.remote``)."""
 
     def __init__(self, spec: DeviceSpec, topology: Topology, host: str = "127.0.0.1") -> None:

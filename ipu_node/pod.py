@@ -194,6 +194,15 @@ class EmulatedPod:
             merged.update(part)
         return merged
 
+    def call(self, method: str, per_device: dict[int, tuple], deadline_s: float = 300.0) -> dict[int, object]:
+        """Call ``method(*args)`` on the devices of ``per_device`` (index -> args) at once;
+        a dead or late device becomes a DeviceError naming it."""
+        ray = _ray()
+        indices = sorted(per_device)
+        refs = [getattr(self.actors[i], method).remote(*per_device[i]) for i in indices]
+        return dict(zip(indices, _get(ray, refs, deadline_s, [self.specs[i] for i in indices],
+                                      method)))
+
     def collective(self, collective: str, inputs, **options):
         """Run a collective on this POD: see :func:`gcl.executor.run_collective`."""
         from gcl.executor import run_collective

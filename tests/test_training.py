@@ -34,6 +34,9 @@ def test_training_on_two_servers_equals_single_process_training(two_servers, gcd
     assert record["reference_max_rel_error"] < 1e-6
     losses = [s["loss"] for s in record["steps"]]
     assert losses[-1] < losses[0]
+    held = two_servers.tensor_info("model.params")  # the weights live on the replicas' IPUs
+    homes = [s * 16 + gcd * r for s in range(2) for r in range(16 // gcd)]
+    assert all(ipu in held for ipu in homes)
     assert all(STEP_KEYS <= s.keys() for s in record["steps"])
 
 

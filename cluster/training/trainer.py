@@ -5,8 +5,9 @@ half of the replica's gradient each). Every replica computes gradients on its ow
 micro-batches; the gradients are averaged by a GCL allreduce on the emulated devices
 (real mode: real bytes between card actors), local over IPU-Links then global over
 InfiniBand with the default ``hierarchical`` algorithm; every replica then applies the
-same SGD-with-momentum update. The forward and backward passes run in this process in
-NumPy; the devices carry the collective. Phantom mode skips the data and the devices and
+same SGD-with-momentum update. The replicas live on the devices (``ipu_node/replica.py``):
+weights, velocity and gradients are IPU tensors, forward and backward run in the card's
+process; this process streams each replica its micro-batches, as the host does. Phantom mode skips the data and the devices and
 reports the simulated step time only, at any scale.
 """
 
@@ -21,8 +22,7 @@ from cluster.errors import UserError
 from cluster.presets import build_preset
 from cluster.topology import Topology
 from cluster.training.data import make_dataset, replica_slice, step_batch, train_reference
-from cluster.training.model import (MLPSpec, init_params, loss_and_grad, sgd_momentum,
-                                    training_flops)
+from cluster.training.model import MLPSpec, init_params, training_flops
 from cluster.training.timing import StepTime, allreduce_parts, compute_seconds, host_io_seconds
 from gcl import CommGroup, plan, simulate
 
@@ -158,49 +158,44 @@ def train(config: TrainConfig, pod=None,
 
 
 def _train_real(config: TrainConfig, pod, on_step) -> tuple[list[float], bool]:
-    spec, replicas = config.spec, config.replicas
+    """Train with the replicas on the devices: each device computes its replicas'
+    gradients, the gradients are averaged by an allreduce on the devices, each device
+    updates its replicas; this process only streams the micro-batches (the host's job)."""
+    from ipu_node.replica import GRAD, GRAD_MEAN
+
+    spec, replicas, gcd = config.spec, config.replicas, config.gcd
     x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)
-    params = [init_params(spec, config.seed) for _ in range(replicas)]
-    velocity = [np.zeros_like(p) for p in params]
     ipus = replica_ipus(config)
-    count, group = allreduce_plan(config, pod.topology)
+    targets = [tuple(ipus[r * gcd:(r + 1) * gcd].tolist()) for r in range(replicas)]
+    home = [t[0] for t in targets]  # the IPU holding replica r's weights
+    device_of = [pod.owner[ipu] for ipu in home]
+    start = init_params(spec, config.seed)
+    placed: dict[int, list[int]] = {}
+    for r in range(replicas):
+        placed.setdefault(device_of[r], []).append(home[r])
+    pod.call("replicas_init", {d: (spec, start, h) for d, h in placed.items()})
+    _, group = allreduce_plan(config, pod.topology)
     losses, identical = [], True
     for step in range(config.steps):
         batch_x, batch_y = step_batch(x, y, step, config.global_batch)
-        gradients, step_losses = [], []
+        work: dict[int, dict] = {}
         for r in range(replicas):
-            total, loss_sum = np.zeros_like(params[r]), 0.0
-            for micro in range(config.accumulation):
-                mx, my = replica_slice(batch_x, batch_y, r, replicas, config.micro_batch,
-                                       config.accumulation, micro)
-                loss, grad = loss_and_grad(spec, params[r], mx, my)
-                total += grad
-                loss_sum += loss
-            gradients.append(total / np.float32(config.accumulation))
-            step_losses.append(loss_sum / config.accumulation)
-        averaged = _allreduce(pod, gradients, config, count, group, ipus)
-        for r in range(replicas):
-            sgd_momentum(params[r], velocity[r], averaged[r], config.lr, config.momentum)
-        identical &= all(np.array_equal(params[0], p) for p in params[1:])
-        losses.append(float(np.mean(step_losses)))
+            batches = [replica_slice(batch_x, batch_y, r, replicas, config.micro_batch,
+                                     config.accumulation, micro)
+                       for micro in range(config.accumulation)]
+            work.setdefault(device_of[r], {})[home[r]] = (batches, targets[r])
+        replica_losses = {}
+        for answer in pod.call("replicas_gradients", {d: (w,) for d, w in work.items()}).values():
+            replica_losses.update(answer)
+        pod.collective("allreduce", GRAD, output=GRAD_MEAN, op="mean",
+                       algorithm=config.algorithm, group=group, ipus=ipus.tolist())
+        updates = {d: ({home[r]: (targets[r], config.lr, config.momentum)
+                        for r in range(replicas) if device_of[r] == d},) for d in placed}
+        digests = set()
+        for answer in pod.call("replicas_update", updates).values():
+            digests.update(answer.values())
+        identical &= len(digests) == 1
+        losses.append(float(np.mean([replica_losses[h] for h in home])))
         if on_step:
             on_step(step + 1, config.steps)
     return losses, identical
-
-
-def _allreduce(pod, gradients: list[np.ndarray], config: TrainConfig, count: int,
-               group: CommGroup, ipus: np.ndarray) -> list[np.ndarray]:
-    """Average the replicas' gradients on the devices (mean allreduce)."""
-    if config.gcd == 1:
-        result = pod.collective("allreduce", gradients, op="mean", algorithm=config.algorithm,
-                                ipus=ipus.tolist())
-        return result.results
-    halves = []
-    for gradient in gradients:
-        padded = np.zeros(2 * count, dtype=np.float32)
-        padded[:len(gradient)] = gradient
-        halves += [padded[:count], padded[count:]]
-    result = pod.collective("allreduce", halves, op="mean", algorithm=config.algorithm,
-                            group=group, ipus=ipus.tolist())
-    size = len(gradients[0])
-    return [np.concatenate(result.results[2 * r:2 * r + 2])[:size] for r in range(len(gradients))]
