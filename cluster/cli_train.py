@@ -43,12 +43,13 @@ def run(config, ray_address: str | None, on_step) -> dict:
     """Launch the servers if the run needs devices, train, shut them down."""
     from cluster.training.trainer import topology_for, train
 
-    config.validate()
     if config.mode != "real":
         return train(config, on_step=on_step)
     from ipu_node.pod import EmulatedPod
 
-    pod = EmulatedPod.launch(topology_for(config), ray_address=ray_address)
+    topology = topology_for(config)
+    config.validate(topology) if not config.topology else None
+    pod = EmulatedPod.launch(topology, ray_address=ray_address)
     try:
         return train(config, pod=pod, on_step=on_step)
     finally:
@@ -93,17 +94,30 @@ def make_config(servers, mode, check, replicas_per_server, gcd, batch_size,
 
 @click.command("train")
 @click.option("--servers", type=int, default=2, show_default=True, help="DSS 8440 servers.")
+@click.option("--topology", "topology_spec", default=None,
+              help="Train on this topology instead (a preset such as pod64, or a YAML file); "
+                   "replicas fill each server or rack.")
 @click.option("--mode", type=click.Choice(["real", "phantom"]), default="real", show_default=True)
 @click.option("--check", is_flag=True,
               help="Also train the single-process reference and report the largest relative "
                    "difference of the losses.")
 @click.option("--json", "as_json", is_flag=True)
 @common_options
-def train_command(servers, mode, check, as_json, ray_address, **options) -> None:
-    """Train an MLP data-parallel across emulated DSS 8440 servers."""
+def train_command(servers, topology_spec, mode, check, as_json, ray_address, **options) -> None:
+    """Train an MLP data-parallel across emulated DSS 8440 servers (or a POD)."""
+    from dataclasses import replace
+
     from cluster.cli import ray_chatter_to_stderr
 
     config = make_config(servers, mode, check, **options)
+    if topology_spec:
+        from cluster.training.trainer import server_ipus, topology_for
+
+        config = replace(config, topology=topology_spec)
+        topology = topology_for(config)
+        per = server_ipus(topology)[0].size // config.gcd
+        config = replace(config, servers=len(server_ipus(topology)),
+                         replicas_per_server=options["replicas_per_server"] or per)
     with ray_chatter_to_stderr() as out, step_progress(config.steps, "training") as on_step:
         record = run(config, ray_address, on_step)
     echo = partial(click.echo, file=out)
@@ -111,7 +125,7 @@ def train_command(servers, mode, check, as_json, ray_address, **options) -> None
         echo(json.dumps(record, indent=2))
         return
     first = record["steps"][0]
-    echo(f"# {config.servers} x DSS 8440, {config.replicas} replicas (GCD {config.gcd}), "
+    echo(f"# {record['topology']}: {config.servers} server(s), {config.replicas} replicas (GCD {config.gcd}), "
                f"global batch {config.global_batch}, {config.mode} mode; times simulated")
     echo(f"{'step':>5} {'loss':>10} {'step(ms)':>9} {'compute':>9} {'host-io':>9} "
                f"{'local-AR':>9} {'global-AR':>9}")

@@ -269,7 +269,8 @@ _ROOT_PREFERENCE = ("gw-switch", "ib-switch", "switch", "host")
 
 
 def _roots(component: np.ndarray, in_tree: np.ndarray, kinds: tuple[str, ...]) -> list[int]:
-    """One root per tree component (a switch if any, else a host, else its first node).
+    """One root per tree component (a switch if any, else a host, else any node but an IPU,
+    else its first node).
 
     The root does not change any route (paths in a tree are unique); it keeps depths small.
     """
@@ -277,6 +278,7 @@ def _roots(component: np.ndarray, in_tree: np.ndarray, kinds: tuple[str, ...]) -
     for comp in np.unique(component[in_tree]).tolist():
         nodes = np.flatnonzero((component == comp) & in_tree)
         ranked = sorted(nodes.tolist(), key=lambda n: (
-            _ROOT_PREFERENCE.index(kinds[n]) if kinds[n] in _ROOT_PREFERENCE else 99, n))
+            _ROOT_PREFERENCE.index(kinds[n]) if kinds[n] in _ROOT_PREFERENCE
+            else (98 if kinds[n] != "ipu" else 99), n))
         roots.append(ranked[0])
     return roots

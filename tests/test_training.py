@@ -93,3 +93,21 @@ def test_the_train_command_refuses_bad_options_in_one_line():
     run = subprocess.run([sys.executable, "-m", "cluster.cli", "train", "--mode", "phantom",
                           "--hidden", "12,x"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "--hidden" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_training_runs_on_an_ipu_pod_too(ray_session):
+    pod = EmulatedPod.launch("pod16")
+    try:
+        record = train(TrainConfig(topology="pod16", steps=3, micro_batch=8, check=True),
+                       pod=pod)
+    finally:
+        pod.shutdown()
+    assert (record["topology"], record["replicas"]) == ("pod16", 16)
+    assert record["replicas_identical"] is True and record["reference_max_rel_error"] < 1e-6
+
+
+def test_phantom_training_on_a_large_pod_with_a_replica_per_ipu_pair():
+    record = train(TrainConfig(topology="pod256", gcd=2, replicas_per_server=32, steps=1,
+                               mode="phantom"))
+    assert (record["servers"], record["replicas"]) == (4, 128)
+    assert record["steps"][0]["global_allreduce_seconds"] > 0

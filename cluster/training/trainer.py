@@ -13,13 +13,14 @@ reports the simulated step time only, at any scale.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 import numpy as np
 
 from cluster.errors import UserError
 from cluster.presets import build_preset
+from cluster.spec import load_topology
 from cluster.topology import Topology
 from cluster.training.data import make_dataset, replica_slice, step_batch, train_reference
 from cluster.training.model import MLPSpec, init_params, training_flops
@@ -50,16 +51,18 @@ class TrainConfig:
     samples: int = 16384
     mode: str = "real"
     check: bool = False
+    topology: str | None = None  # a preset or YAML file; default: dss8440 x servers
 
-    def validate(self) -> None:
+    def validate(self, topology: Topology | None = None) -> None:
         if self.servers < 1:
             raise UserError("--servers must be 1 or more")
         if self.gcd not in (1, 2):
-            raise UserError("--gcd is 1 (a replica per IPU) or 2 (a replica per C2 card)")
-        per_server = IPUS_PER_SERVER // self.gcd
+            raise UserError("--gcd is 1 (a replica per IPU) or 2 (a replica per pair of IPUs "
+                            "of one card or machine)")
+        per_server = (server_ipus(topology)[0].size if topology else IPUS_PER_SERVER) // self.gcd
         if not 1 <= self.replicas_per_server <= per_server:
             raise UserError(f"--replicas-per-server runs from 1 to {per_server} with --gcd "
-                            f"{self.gcd} (a DSS 8440 has 16 IPUs on 8 C2 cards)")
+                            f"{self.gcd} on this topology")
         for name in ("micro_batch", "accumulation", "steps", "input_size", "classes", "samples"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name.replace('_', '-')} must be 1 or more")
@@ -84,15 +87,27 @@ class TrainConfig:
 
 
 def topology_for(config: TrainConfig) -> Topology:
+    """``config.topology`` if given (a preset or YAML file), else DSS 8440 servers."""
+    if config.topology:
+        return load_topology(config.topology)
     return build_preset("dss8440" if config.servers == 1 else f"dss8440x{config.servers}")
 
 
-def replica_ipus(config: TrainConfig) -> np.ndarray:
+def server_ipus(topology: Topology) -> list[np.ndarray]:
+    """The IPUs of each server (DSS 8440) or rack (POD), in order; a topology without
+    servers is one."""
+    if not topology.servers:
+        return [np.arange(topology.ipu_count)]
+    return [np.sort(np.concatenate([np.array(topology.units[u].ipus) for u in server.units]))
+            for server in topology.servers]
+
+
+def replica_ipus(config: TrainConfig, topology: Topology | None = None) -> np.ndarray:
     """IPUs holding gradients, replica by replica: the first replicas-per-server IPUs (or
-    cards, with gcd 2: both IPUs of each) of every server."""
+    pairs, with gcd 2: a C2 card, half an IPU-M2000) of every server or rack."""
+    topology = topology or topology_for(config)
     per_server = config.replicas_per_server * config.gcd
-    return np.concatenate([s * IPUS_PER_SERVER + np.arange(per_server)
-                           for s in range(config.servers)])
+    return np.concatenate([ipus[:per_server] for ipus in server_ipus(topology)])
 
 
 def allreduce_plan(config: TrainConfig, topology: Topology):
@@ -107,7 +122,7 @@ def allreduce_plan(config: TrainConfig, topology: Topology):
 
 def step_time(config: TrainConfig, topology: Topology) -> StepTime:
     """Simulated seconds of one step, by part (the same every step)."""
-    ipus = replica_ipus(config)
+    ipus = replica_ipus(config, topology)
     count, group = allreduce_plan(config, topology)
     schedule = plan("allreduce", topology, count, algorithm_name=config.algorithm, group=group,
                     ipus=ipus)
@@ -125,8 +140,12 @@ def train(config: TrainConfig, pod=None,
           on_step: Callable[[int, int], None] | None = None) -> dict:
     """Run ``config``; return the record ``ipupod train --json`` prints. In real mode
     ``pod`` is a launched :class:`~ipu_node.pod.EmulatedPod` of ``topology_for(config)``."""
-    config.validate()
+    if config.servers < 1 and not config.topology:
+        raise UserError("--servers must be 1 or more")
     topology = pod.topology if pod is not None else topology_for(config)
+    if config.topology:
+        config = replace(config, servers=len(server_ipus(topology)))
+    config.validate(topology)
     parts = step_time(config, topology)
     record_steps = []
     identical: bool | None = None
@@ -140,7 +159,7 @@ def train(config: TrainConfig, pod=None,
     for step, loss in enumerate(losses):
         record_steps.append({"step": step, "loss": loss, "sim_seconds": parts.sim_seconds,
                              **{k: v for k, v in asdict(parts).items()}})
-    record = {"servers": config.servers, "replicas": config.replicas, "gcd": config.gcd,
+    record = {"topology": topology.name, "servers": config.servers, "replicas": config.replicas, "gcd": config.gcd,
               "mode": config.mode, "global_batch": config.global_batch,
               "algorithm": config.algorithm, "steps": record_steps,
               "replicas_identical": identical,
@@ -165,7 +184,7 @@ def _train_real(config: TrainConfig, pod, on_step) -> tuple[list[float], bool]:
 
     spec, replicas, gcd = config.spec, config.replicas, config.gcd
     x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)
-    ipus = replica_ipus(config)
+    ipus = replica_ipus(config, pod.topology)
     targets = [tuple(ipus[r * gcd:(r + 1) * gcd].tolist()) for r in range(replicas)]
     home = [t[0] for t in targets]  # the IPU holding replica r's weights
     device_of = [pod.owner[ipu] for ipu in home]
