@@ -48,7 +48,7 @@ def run(config, ray_address: str | None, on_step) -> dict:
     from ipu_node.pod import EmulatedPod
 
     topology = topology_for(config)
-    config.validate(topology) if not config.topology else None
+    config.validate(topology)  # before any actor starts
     pod = EmulatedPod.launch(topology, ray_address=ray_address)
     try:
         return train(config, pod=pod, on_step=on_step)
