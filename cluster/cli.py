@@ -71,10 +71,22 @@ def cli() -> None:
               help="Where seed and public figures disagree, which to use (presets; a YAML "
                    "file says its own).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of rows.")
+@click.option("--partition", default=None,
+              help="Run on this partition of a running `ipupod serve` (the service runs it).")
+@click.option("--host", default=None, help="With --partition: the service's host.")
+@click.option("--port", type=int, default=None, help="With --partition: the service's port.")
+@click.option("--token-file", default=None, help="With --partition: the token file.")
 def bench(collective: str, topology_spec: str, mode: str, min_bytes: int, max_bytes: int,
           factor: float, algorithm: str, dtype: str, op: str, group_text: str, root: int,
-          figures: str, as_json: bool, ray_address: str | None) -> None:
+          figures: str, as_json: bool, ray_address: str | None, partition: str | None,
+          host: str | None, port: int | None, token_file: str | None) -> None:
     """Sweep sizes of a COLLECTIVE and print simulated time and bandwidth per size."""
+    if partition:
+        from cluster.cli_service import bench_on_partition
+
+        return bench_on_partition(partition, collective, mode, min_bytes, max_bytes, factor,
+                                  algorithm, dtype, op, group_text, root, as_json, host, port,
+                                  token_file)
     from gcl.bench import (format_row, preamble, rows_to_json, run_phantom, run_real, sizes,
                            summary_line)
     from gcl.collectives import collective as lookup
@@ -188,10 +200,12 @@ def topology_list() -> None:
 
 
 def _add_training_commands() -> None:
+    from cluster.cli_service import register
     from cluster.cli_train import train_command, train_report_command
 
     cli.add_command(train_command)
     cli.add_command(train_report_command)
+    register(cli)
 
 
 _add_training_commands()

@@ -85,19 +85,20 @@ def sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
 def run_phantom(coll: Collective, topology: Topology, byte_sizes: list[int], *,
                 dtype: str = "float32", op: str = "sum", algorithm_name: str = AUTO,
                 group: CommGroup = CommGroup(), root: int = 0,
-                on_phase: Callable[[int, int], None] | None = None) -> Iterator[BenchRow]:
+                on_phase: Callable[[int, int], None] | None = None,
+                ipus: list[int] | None = None) -> Iterator[BenchRow]:
     """Cost each size in phantom mode (sizes only) and yield its row; ``on_phase`` reports
-    progress through each size's phases."""
+    progress through each size's phases. ``ipus``: the replicas' IPUs (default: all)."""
     check_op(op)
     itemsize = dtype_itemsize(dtype)
-    n = len(replica_groups(topology, group)[0])
+    n = len(replica_groups(topology, group, ipus)[0])
     root = root if coll.name == "broadcast" else 0
     counts = [coll.count_for_bytes(size, n, itemsize) for size in byte_sizes]
     for count in dict.fromkeys(counts):  # sizes that round to one buffer: one row
         started = time.perf_counter()
         schedule, timing = plan_timed(coll, topology, count, dtype=dtype,
                                       algorithm_name=algorithm_name, group=group, root=root,
-                                      on_phase=on_phase)
+                                      on_phase=on_phase, ipus=ipus)
         yield make_row(coll, schedule, timing, group, op, time.perf_counter() - started,
                        timing.link_type_bytes)
 
@@ -139,25 +140,29 @@ def count_wrong(schedule, results: list[np.ndarray], inputs: list[np.ndarray], o
 
 def run_real(pod, coll: Collective, byte_sizes: list[int], *, dtype: str = "float32",
              op: str = "sum", algorithm_name: str = AUTO, group: CommGroup = CommGroup(),
-             root: int = 0) -> Iterator[BenchRow]:
+             root: int = 0, ipus: list[int] | None = None) -> Iterator[BenchRow]:
     """Run each size on the POD's devices with real data and yield its row (``wall`` is the
-    collective alone; inputs are placed on the IPUs first, results checked after)."""
+    collective alone; inputs are placed on the IPUs first, results checked after).
+    ``ipus``: the replicas' IPUs (default: all)."""
     from gcl.executor import run_collective
 
     check_op(op)
     itemsize = dtype_itemsize(dtype)
-    groups = replica_groups(pod.topology, group)
+    targets = list(range(pod.topology.ipu_count)) if ipus is None else list(ipus)
+    groups = replica_groups(pod.topology, group, np.array(targets))
     n = len(groups[0])
     root = root if coll.name == "broadcast" else 0
     counts = [coll.count_for_bytes(size, n, itemsize) for size in byte_sizes]
     for count in dict.fromkeys(counts):
         per_replica = count * (n if coll.blocks_per_size and coll.name != "all-gather" else 1)
-        inputs = bench_inputs(per_replica, pod.topology.ipu_count, dtype)
-        pod.put("bench.in", inputs)
+        inputs = bench_inputs(per_replica, len(targets), dtype)
+        pod.put("bench.in", inputs, ipus=targets)
         result = run_collective(pod, coll.name, "bench.in", output="bench.out",
-                                algorithm=algorithm_name, group=group, op=op, root=root)
-        outputs = pod.get("bench.out")
-        ordered = [inputs[i] for members in result.schedule.groups for i in members.tolist()]
+                                algorithm=algorithm_name, group=group, op=op, root=root,
+                                ipus=targets)
+        outputs = dict(zip(targets, pod.get("bench.out", targets)))
+        by_ipu = dict(zip(targets, inputs))
+        ordered = [by_ipu[i] for members in result.schedule.groups for i in members.tolist()]
         got = [outputs[i] for members in result.schedule.groups for i in members.tolist()]
         yield make_row(coll, result.schedule, result.timing, group, op, result.wall_seconds,
                        result.link_type_bytes, count_wrong(result.schedule, got, ordered, op, root))

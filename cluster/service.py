@@ -1,0 +1,229 @@
+"""The POD service: one long-running gRPC control service per emulated POD.
+
+V-IPU's vocabulary (partitions, devices, links) over the contract in
+``proto/ipupod_proto/control.proto``, plus grpc.health.v1 and server reflection. Every call
+needs ``authorization: Bearer <token>``; the service binds to 127.0.0.1 unless told
+otherwise. A bad request gets INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS or
+RESOURCE_EXHAUSTED with a message a person can act on, and never takes the service down.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import secrets
+import threading
+import time
+from concurrent import futures
+from importlib.metadata import version
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from cluster.errors import UserError
+from cluster.partitions import PartitionError, PartitionTable
+from ipupod_proto import control_pb2, control_pb2_grpc
+
+SERVICE = "ipupod.control.v1.Control"
+DEFAULT_PORT = 8090
+
+
+def write_token(path: Path) -> str:
+    """A fresh random token in a file only this user can read (mode 0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(token + "\n")
+    os.chmod(path, 0o600)
+    return token
+
+
+def default_token_file() -> Path:
+    return Path(os.environ.get("IPUPOD_TOKEN_FILE", Path.home() / ".ipupod" / "token"))
+
+
+class _BearerToken(grpc.ServerInterceptor):
+    """Refuse any call without the right ``authorization: Bearer <token>`` metadata."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+        def deny(request, context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                          "missing or wrong token: send 'authorization: Bearer <token>' with the "
+                          "token from the file `ipupod serve` printed")
+
+        self._deny = grpc.unary_unary_rpc_method_handler(deny)
+
+    def intercept_service(self, continuation, details):
+        given = dict(details.invocation_metadata or ()).get("authorization", "")
+        if hmac.compare_digest(str(given).encode(), self._expected):
+            return continuation(details)
+        return self._deny
+
+
+def _abort_for(context, error: Exception) -> None:
+    if isinstance(error, PartitionError):
+        context.abort(getattr(grpc.StatusCode, error.code), str(error))
+    if isinstance(error, UserError):
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+    context.abort(grpc.StatusCode.UNAVAILABLE, f"{type(error).__name__}: {error}")
+
+
+def _guarded(method):
+    """Map user errors to their status codes; anything else becomes UNAVAILABLE with the
+    reason, and the service carries on."""
+
+    def call(self, request, context):
+        try:
+            return method(self, request, context)
+        except Exception as error:  # noqa: BLE001 - every error becomes a status
+            if isinstance(error, grpc.RpcError):
+                raise
+            _abort_for(context, error)
+
+    call.__name__ = method.__name__
+    return call
+
+
+def _partition_message(partition) -> control_pb2.Partition:
+    return control_pb2.Partition(name=partition.name, ipus=list(partition.ipus),
+                                 size=partition.size, gcds=partition.gcds)
+
+
+class ControlService(control_pb2_grpc.ControlServicer):
+    """The control API of one launched POD."""
+
+    def __init__(self, pod) -> None:
+        self.pod, self.topology = pod, pod.topology
+        self.partitions = PartitionTable(self.topology)
+        self.started = time.monotonic()
+        self._bench_lock = threading.Lock()  # one benchmark at a time on the devices
+
+    @_guarded
+    def GetStatus(self, request, context):  # noqa: N802 (gRPC's names)
+        return control_pb2.Status(
+            topology=self.topology.name, ipus=self.topology.ipu_count,
+            devices=len(self.pod.specs), partitions=len(self.partitions.list()),
+            free_ipus=len(self.partitions.free_ipus()),
+            uptime_seconds=time.monotonic() - self.started, version=version("ipupod"))
+
+    @_guarded
+    def CreatePartition(self, request, context):  # noqa: N802
+        return _partition_message(self.partitions.create(request.name, request.size,
+                                                         request.gcds or 1))
+
+    @_guarded
+    def ListPartitions(self, request, context):  # noqa: N802
+        return control_pb2.PartitionList(
+            partitions=[_partition_message(p) for p in self.partitions.list()])
+
+    @_guarded
+    def GetPartition(self, request, context):  # noqa: N802
+        return _partition_message(self.partitions.get(request.name))
+
+    @_guarded
+    def RemovePartition(self, request, context):  # noqa: N802
+        return _partition_message(self.partitions.remove(request.name))
+
+    @_guarded
+    def ListDevices(self, request, context):  # noqa: N802
+        memory, reachable = {}, True
+        try:
+            for stats in self.pod.stats(deadline_s=10):
+                memory.update(stats["memory"])
+        except Exception:  # noqa: BLE001 - a dead device shows as unreachable
+            reachable = False
+        devices = []
+        for ipu in range(self.topology.ipu_count):
+            spec = self.pod.specs[self.pod.owner[ipu]]
+            held = memory.get(ipu)
+            devices.append(control_pb2.Device(
+                id=ipu, name=self.topology.ipu_name(ipu),
+                ipu_type=self.topology.ipu_processors[ipu].name, unit=spec.name,
+                server=spec.server, partition=self.partitions.partition_of(ipu) or "",
+                health="healthy" if held is not None else "unreachable",
+                memory_used_bytes=held["used_bytes"] if held else 0,
+                memory_free_bytes=held["free_bytes"] if held else 0,
+                memory_capacity_bytes=int(self.topology.ipu_memory_bytes[ipu])))
+        if not reachable and not memory:
+            context.set_trailing_metadata((("devices", "unreachable"),))
+        return control_pb2.DeviceList(devices=devices)
+
+    @_guarded
+    def ListLinks(self, request, context):  # noqa: N802
+        topo = self.topology
+        carried = self.pod.link_bytes()
+        links = []
+        for index in range(topo.link_count_physical):
+            kind = topo.link_types[topo.link_type[index]]
+            links.append(control_pb2.Link(
+                source=topo.node_names[topo.link_a[index]],
+                target=topo.node_names[topo.link_b[index]], type=kind.name,
+                count=int(topo.link_count[index]),
+                bandwidth_bytes_per_second=float(topo.directed_bandwidth_Bps[2 * index]),
+                latency_seconds=kind.latency_s, state="up",
+                bytes_carried=float(carried[2 * index] + carried[2 * index + 1])))
+        return control_pb2.LinkList(links=links)
+
+    @_guarded
+    def GetTopology(self, request, context):  # noqa: N802
+        from cluster.topology_show import summarize
+
+        return control_pb2.TopologySummary(json=json.dumps(summarize(self.topology)))
+
+    @_guarded
+    def RunBenchmark(self, request, context):  # noqa: N802
+        from gcl.bench import run_phantom, run_real, sizes
+        from gcl.collectives import collective
+        from gcl.groups import CommGroup
+
+        partition = self.partitions.get(request.partition)
+        coll = collective(request.collective or "allreduce")
+        mode = request.mode or "phantom"
+        if mode not in ("phantom", "real"):
+            raise UserError(f"unknown mode {mode!r}: use phantom or real")
+        if not request.min_bytes:
+            raise UserError("min_bytes must be 1 or more")
+        byte_sizes = sizes(request.min_bytes, request.max_bytes or request.min_bytes,
+                           request.factor or 2.0)
+        options = dict(dtype=request.dtype or "float32", op=request.op or "sum",
+                       algorithm_name=request.algorithm or "auto",
+                       group=CommGroup.parse(request.group or "all"), root=request.root,
+                       ipus=list(partition.ipus))
+        if mode == "real":
+            with self._bench_lock:
+                rows = list(run_real(self.pod, coll, byte_sizes, **options))
+        else:
+            rows = list(run_phantom(coll, self.topology, byte_sizes, **options))
+        return control_pb2.BenchmarkResult(
+            partition=partition.name, ipus=partition.size, collective=coll.name, mode=mode,
+            rows=[control_pb2.BenchmarkRow(
+                bytes=r.bytes, count=r.count, type=r.type, op=r.op, algorithm=r.algorithm,
+                sim_seconds=r.sim_seconds, algbw_GBps=r.algbw_GBps, busbw_GBps=r.busbw_GBps,
+                wall_seconds=r.wall_seconds, wrong=-1 if r.wrong is None else r.wrong)
+                for r in rows])
+
+
+def start_server(pod, token: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT):
+    """Serve the control API, health and reflection; return (server, bound port)."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16),
+                         interceptors=[_BearerToken(token)],
+                         options=[("grpc.max_receive_message_length", 4 << 20)])
+    control_pb2_grpc.add_ControlServicer_to_server(ControlService(pod), server)
+    checker = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(checker, server)
+    reflection.enable_server_reflection(
+        (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise UserError(f"cannot listen on {host}:{port}: is the port in use? choose "
+                        "another with --port")
+    server.start()
+    checker.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
+    checker.set("", health_pb2.HealthCheckResponse.SERVING)
+    return server, bound

@@ -1,0 +1,205 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Status(_message.Message):
+    __slots__ = ("topology", "ipus", "devices", "partitions", "free_ipus", "uptime_seconds", "version")
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    IPUS_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    FREE_IPUS_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    topology: str
+    ipus: int
+    devices: int
+    partitions: int
+    free_ipus: int
+    uptime_seconds: float
+    version: str
+    def __init__(self, topology: _Optional[str] = ..., ipus: _Optional[int] = ..., devices: _Optional[int] = ..., partitions: _Optional[int] = ..., free_ipus: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., version: _Optional[str] = ...) -> None: ...
+
+class CreatePartitionRequest(_message.Message):
+    __slots__ = ("name", "size", "gcds")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    GCDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    size: int
+    gcds: int
+    def __init__(self, name: _Optional[str] = ..., size: _Optional[int] = ..., gcds: _Optional[int] = ...) -> None: ...
+
+class Partition(_message.Message):
+    __slots__ = ("name", "ipus", "size", "gcds")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    IPUS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    GCDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    ipus: _containers.RepeatedScalarFieldContainer[int]
+    size: int
+    gcds: int
+    def __init__(self, name: _Optional[str] = ..., ipus: _Optional[_Iterable[int]] = ..., size: _Optional[int] = ..., gcds: _Optional[int] = ...) -> None: ...
+
+class PartitionRef(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListPartitionsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PartitionList(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[Partition]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[Partition, _Mapping]]] = ...) -> None: ...
+
+class ListDevicesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Device(_message.Message):
+    __slots__ = ("id", "name", "ipu_type", "unit", "server", "partition", "health", "memory_used_bytes", "memory_free_bytes", "memory_capacity_bytes")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    IPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    SERVER_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    name: str
+    ipu_type: str
+    unit: str
+    server: str
+    partition: str
+    health: str
+    memory_used_bytes: int
+    memory_free_bytes: int
+    memory_capacity_bytes: int
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., ipu_type: _Optional[str] = ..., unit: _Optional[str] = ..., server: _Optional[str] = ..., partition: _Optional[str] = ..., health: _Optional[str] = ..., memory_used_bytes: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., memory_capacity_bytes: _Optional[int] = ...) -> None: ...
+
+class DeviceList(_message.Message):
+    __slots__ = ("devices",)
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    devices: _containers.RepeatedCompositeFieldContainer[Device]
+    def __init__(self, devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ...) -> None: ...
+
+class ListLinksRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Link(_message.Message):
+    __slots__ = ("source", "target", "type", "count", "bandwidth_bytes_per_second", "latency_seconds", "state", "bytes_carried")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    BANDWIDTH_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    BYTES_CARRIED_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    target: str
+    type: str
+    count: int
+    bandwidth_bytes_per_second: float
+    latency_seconds: float
+    state: str
+    bytes_carried: float
+    def __init__(self, source: _Optional[str] = ..., target: _Optional[str] = ..., type: _Optional[str] = ..., count: _Optional[int] = ..., bandwidth_bytes_per_second: _Optional[float] = ..., latency_seconds: _Optional[float] = ..., state: _Optional[str] = ..., bytes_carried: _Optional[float] = ...) -> None: ...
+
+class LinkList(_message.Message):
+    __slots__ = ("links",)
+    LINKS_FIELD_NUMBER: _ClassVar[int]
+    links: _containers.RepeatedCompositeFieldContainer[Link]
+    def __init__(self, links: _Optional[_Iterable[_Union[Link, _Mapping]]] = ...) -> None: ...
+
+class TopologyRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TopologySummary(_message.Message):
+    __slots__ = ("json",)
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    json: str
+    def __init__(self, json: _Optional[str] = ...) -> None: ...
+
+class BenchmarkRequest(_message.Message):
+    __slots__ = ("partition", "collective", "min_bytes", "max_bytes", "factor", "algorithm", "dtype", "op", "mode", "group", "root")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
+    MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FACTOR_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    ROOT_FIELD_NUMBER: _ClassVar[int]
+    partition: str
+    collective: str
+    min_bytes: int
+    max_bytes: int
+    factor: float
+    algorithm: str
+    dtype: str
+    op: str
+    mode: str
+    group: str
+    root: int
+    def __init__(self, partition: _Optional[str] = ..., collective: _Optional[str] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., factor: _Optional[float] = ..., algorithm: _Optional[str] = ..., dtype: _Optional[str] = ..., op: _Optional[str] = ..., mode: _Optional[str] = ..., group: _Optional[str] = ..., root: _Optional[int] = ...) -> None: ...
+
+class BenchmarkRow(_message.Message):
+    __slots__ = ("bytes", "count", "type", "op", "algorithm", "sim_seconds", "algbw_GBps", "busbw_GBps", "wall_seconds", "wrong")
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    SIM_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ALGBW_GBPS_FIELD_NUMBER: _ClassVar[int]
+    BUSBW_GBPS_FIELD_NUMBER: _ClassVar[int]
+    WALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WRONG_FIELD_NUMBER: _ClassVar[int]
+    bytes: int
+    count: int
+    type: str
+    op: str
+    algorithm: str
+    sim_seconds: float
+    algbw_GBps: float
+    busbw_GBps: float
+    wall_seconds: float
+    wrong: int
+    def __init__(self, bytes: _Optional[int] = ..., count: _Optional[int] = ..., type: _Optional[str] = ..., op: _Optional[str] = ..., algorithm: _Optional[str] = ..., sim_seconds: _Optional[float] = ..., algbw_GBps: _Optional[float] = ..., busbw_GBps: _Optional[float] = ..., wall_seconds: _Optional[float] = ..., wrong: _Optional[int] = ...) -> None: ...
+
+class BenchmarkResult(_message.Message):
+    __slots__ = ("partition", "ipus", "collective", "mode", "rows")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    IPUS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    partition: str
+    ipus: int
+    collective: str
+    mode: str
+    rows: _containers.RepeatedCompositeFieldContainer[BenchmarkRow]
+    def __init__(self, partition: _Optional[str] = ..., ipus: _Optional[int] = ..., collective: _Optional[str] = ..., mode: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[BenchmarkRow, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,184 @@
+"""The POD service on a real gRPC server: every status code, the token check, health and
+reflection, the CLI client, and 200 generated hostile requests that never take it down."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from cluster.service import start_server, write_token
+from ipu_node.pod import EmulatedPod
+from ipupod_proto import control_pb2, control_pb2_grpc
+
+
+@pytest.fixture(scope="module")
+def service(ray_session, tmp_path_factory):
+    token_file = tmp_path_factory.mktemp("svc") / "token"
+    pod = EmulatedPod.launch("pod16")
+    token = write_token(token_file)
+    server, port = start_server(pod, token, "127.0.0.1", 0)
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    yield {"port": port, "token": token, "token_file": token_file, "channel": channel,
+           "stub": control_pb2_grpc.ControlStub(channel),
+           "auth": (("authorization", f"Bearer {token}"),)}
+    channel.close()
+    server.stop(1).wait(3)
+    pod.shutdown()
+
+
+def code_of(call, *args, **kwargs):
+    try:
+        call(*args, **kwargs)
+    except grpc.RpcError as error:
+        return error.code(), error.details()
+    return grpc.StatusCode.OK, ""
+
+
+def test_the_token_file_is_readable_only_by_its_owner(service):
+    mode = stat.S_IMODE(os.stat(service["token_file"]).st_mode)
+    assert mode == 0o600
+
+
+def test_calls_without_the_right_token_are_unauthenticated(service):
+    stub = service["stub"]
+    assert code_of(stub.GetStatus, control_pb2.StatusRequest())[0] == grpc.StatusCode.UNAUTHENTICATED
+    code, details = code_of(stub.GetStatus, control_pb2.StatusRequest(),
+                            metadata=(("authorization", "Bearer nope"),))
+    assert code == grpc.StatusCode.UNAUTHENTICATED and "token" in details
+
+
+def test_status_codes_for_partitions(service):
+    stub, auth = service["stub"], service["auth"]
+    create = lambda **k: code_of(stub.CreatePartition,  # noqa: E731
+                                 control_pb2.CreatePartitionRequest(**k), metadata=auth)
+    assert create(name="train", size=8)[0] == grpc.StatusCode.OK
+    assert create(name="train", size=2)[0] == grpc.StatusCode.ALREADY_EXISTS
+    assert create(name="bad name", size=2)[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert create(name="three", size=3)[0] == grpc.StatusCode.INVALID_ARGUMENT
+    code, details = create(name="huge", size=16)
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "free" in details
+    ref = control_pb2.PartitionRef(name="ghost")
+    assert code_of(stub.GetPartition, ref, metadata=auth)[0] == grpc.StatusCode.NOT_FOUND
+    assert code_of(stub.RemovePartition, ref, metadata=auth)[0] == grpc.StatusCode.NOT_FOUND
+    listed = stub.ListPartitions(control_pb2.ListPartitionsRequest(), metadata=auth)
+    assert [p.name for p in listed.partitions] == ["train"]
+    devices = stub.ListDevices(control_pb2.ListDevicesRequest(), metadata=auth).devices
+    assert sum(d.partition == "train" for d in devices) == 8
+    assert all(d.health == "healthy" and d.ipu_type == "GC200" for d in devices)
+    stub.RemovePartition(control_pb2.PartitionRef(name="train"), metadata=auth)
+
+
+def test_benchmarks_run_on_a_partition_and_a_late_answer_is_deadline_exceeded(service):
+    stub, auth = service["stub"], service["auth"]
+    stub.CreatePartition(control_pb2.CreatePartitionRequest(name="bench", size=4), metadata=auth)
+    try:
+        result = stub.RunBenchmark(control_pb2.BenchmarkRequest(
+            partition="bench", collective="allreduce", min_bytes=65536, mode="real"),
+            metadata=auth)
+        assert result.ipus == 4 and result.rows[0].wrong == 0
+        links = stub.ListLinks(control_pb2.ListLinksRequest(), metadata=auth).links
+        assert sum(link.bytes_carried for link in links) > 0
+        code, _ = code_of(stub.RunBenchmark, control_pb2.BenchmarkRequest(
+            partition="bench", min_bytes=1 << 20, max_bytes=64 << 20, mode="real"),
+            metadata=auth, timeout=0.05)
+        assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+        code, details = code_of(stub.RunBenchmark, control_pb2.BenchmarkRequest(
+            partition="bench", collective="gather", min_bytes=8), metadata=auth)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "unknown collective" in details
+    finally:
+        stub.RemovePartition(control_pb2.PartitionRef(name="bench"), metadata=auth)
+
+
+def test_health_and_reflection_answer(service):
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    check = health_pb2_grpc.HealthStub(service["channel"]).Check(
+        health_pb2.HealthCheckRequest(service="ipupod.control.v1.Control"),
+        metadata=service["auth"])
+    assert check.status == health_pb2.HealthCheckResponse.SERVING
+    stub = reflection_pb2_grpc.ServerReflectionStub(service["channel"])
+    answers = stub.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
+        metadata=service["auth"])
+    names = {s.name for answer in answers for s in answer.list_services_response.service}
+    assert "ipupod.control.v1.Control" in names
+
+
+def cli(service, *args):
+    env = {**os.environ, "IPUOF_VIPU_API_PORT": str(service["port"]),
+           "IPUPOD_TOKEN_FILE": str(service["token_file"])}
+    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+def test_the_cli_drives_the_service(service):
+    assert cli(service, "partition", "create", "cli-p", "--size", "4").returncode == 0
+    listed = json.loads(cli(service, "partition", "list", "--json").stdout)
+    assert [p["name"] for p in listed["partitions"]] == ["cli-p"]
+    assert "cli-p" in cli(service, "devices").stdout
+    assert "ipu-link" in cli(service, "links").stdout
+    assert "pod16" in cli(service, "status").stdout
+    bench = cli(service, "bench", "allreduce", "--partition", "cli-p", "-b", "1M", "-e", "1M")
+    assert bench.returncode == 0 and "partition cli-p (4 IPUs)" in bench.stdout
+    again = cli(service, "partition", "create", "cli-p", "--size", "4")
+    assert again.returncode == 2 and "ALREADY_EXISTS" in again.stderr
+    assert "Traceback" not in again.stderr
+    assert cli(service, "partition", "remove", "cli-p").returncode == 0
+
+
+def test_the_cli_says_when_no_service_answers(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("x")
+    run = subprocess.run([sys.executable, "-m", "cluster.cli", "status", "--port", "1",
+                          "--token-file", str(token)], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 2 and "is `ipupod serve` running?" in run.stderr
+
+
+ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+           grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.RESOURCE_EXHAUSTED}
+hostile_names = st.one_of(st.text(max_size=80), st.sampled_from(
+    ["", " ", "分区", "a" * 65, "../etc", "x\n", "\x00", "ok-name", "ok.name"]))
+big_numbers = st.one_of(st.integers(0, 64), st.integers(0, 2**32 - 1))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(name=hostile_names, size=big_numbers, gcds=big_numbers)
+def test_hostile_partition_requests_get_the_right_errors(service, name, size, gcds):
+    stub, auth = service["stub"], service["auth"]
+    request = control_pb2.CreatePartitionRequest(name=name, size=size, gcds=gcds)
+    code, _ = code_of(stub.CreatePartition, request, metadata=auth)
+    assert code in ALLOWED
+    if code == grpc.StatusCode.OK:
+        stub.RemovePartition(control_pb2.PartitionRef(name=name), metadata=auth)
+    code, _ = code_of(stub.GetPartition, control_pb2.PartitionRef(name=name), metadata=auth)
+    assert code in ALLOWED
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(collective=st.one_of(st.text(max_size=20), st.sampled_from(["allreduce", "all-to-all"])),
+       min_bytes=st.integers(0, 2**64 - 1), max_bytes=st.integers(0, 2**64 - 1),
+       factor=st.floats(allow_nan=True, allow_infinity=True),
+       words=st.lists(st.text(max_size=12), min_size=5, max_size=5),
+       root=st.integers(0, 2**32 - 1))
+def test_hostile_benchmark_requests_get_the_right_errors_and_the_service_lives(
+        service, collective, min_bytes, max_bytes, factor, words, root):
+    stub, auth = service["stub"], service["auth"]
+    if not code_of(stub.GetPartition, control_pb2.PartitionRef(name="fuzz"), metadata=auth)[0] \
+            == grpc.StatusCode.OK:
+        stub.CreatePartition(control_pb2.CreatePartitionRequest(name="fuzz", size=4),
+                             metadata=auth)
+    algorithm, dtype, op, group, partition = words
+    request = control_pb2.BenchmarkRequest(
+        partition=partition if partition else "fuzz", collective=collective,
+        min_bytes=min_bytes, max_bytes=max_bytes, factor=factor, algorithm=algorithm,
+        dtype=dtype, op=op, mode="phantom", group=group, root=root)
+    code, _ = code_of(stub.RunBenchmark, request, metadata=auth, timeout=60)
+    assert code in ALLOWED
+    assert stub.GetStatus(control_pb2.StatusRequest(), metadata=auth).ipus == 16
