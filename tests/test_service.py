@@ -182,3 +182,36 @@ def test_hostile_benchmark_requests_get_the_right_errors_and_the_service_lives(
     code, _ = code_of(stub.RunBenchmark, request, metadata=auth, timeout=60)
     assert code in ALLOWED
     assert stub.GetStatus(control_pb2.StatusRequest(), metadata=auth).ipus == 16
+
+
+def test_device_manager_acquires_a_partition_and_gives_it_back(service, monkeypatch):
+    from cluster.device_manager import DeviceManager
+
+    monkeypatch.setenv("IPUOF_VIPU_API_PORT", str(service["port"]))
+    monkeypatch.delenv("IPUOF_VIPU_API_PARTITION_ID", raising=False)
+    manager = DeviceManager(token_file=str(service["token_file"]))
+    with manager.acquireAvailableDevice(numIpus=8) as device:
+        assert device.numIpus == 8 and len(device.ipus) == 8
+        result = device.bench("allreduce", min_bytes=1 << 20)
+        assert result.ipus == 8 and result.rows[0].sim_seconds > 0
+    listed = service["stub"].ListPartitions(control_pb2.ListPartitionsRequest(),
+                                            metadata=service["auth"])
+    assert device.id not in [p.name for p in listed.partitions]
+
+
+def test_device_manager_takes_the_partition_named_in_the_environment(service, monkeypatch):
+    from cluster.device_manager import DeviceManager
+    from cluster.errors import UserError
+
+    stub, auth = service["stub"], service["auth"]
+    stub.CreatePartition(control_pb2.CreatePartitionRequest(name="given", size=4), metadata=auth)
+    monkeypatch.setenv("IPUOF_VIPU_API_PORT", str(service["port"]))
+    monkeypatch.setenv("IPUOF_VIPU_API_PARTITION_ID", "given")
+    manager = DeviceManager(token_file=str(service["token_file"]))
+    device = manager.acquireAvailableDevice(numIpus=4)
+    assert device.id == "given"
+    device.detach()  # not ours: it stays
+    assert stub.GetPartition(control_pb2.PartitionRef(name="given"), metadata=auth).size == 4
+    with pytest.raises(UserError, match="has 4 IPUs, not the 8"):
+        manager.acquireAvailableDevice(numIpus=8)
+    stub.RemovePartition(control_pb2.PartitionRef(name="given"), metadata=auth)
