@@ -215,3 +215,34 @@ def test_device_manager_takes_the_partition_named_in_the_environment(service, mo
     with pytest.raises(UserError, match="has 4 IPUs, not the 8"):
         manager.acquireAvailableDevice(numIpus=8)
     stub.RemovePartition(control_pb2.PartitionRef(name="given"), metadata=auth)
+
+
+def test_ipupod_serve_runs_until_sigterm_and_stops_cleanly(tmp_path):
+    import re
+    import signal
+    import socket
+
+    token = tmp_path / "token"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    server = subprocess.Popen([sys.executable, "-m", "cluster.cli", "serve", "--topology",
+                               "pod16", "--port", "0", "--token-file", str(token)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env=env)
+    try:
+        line = server.stdout.readline()
+        match = re.search(r"on 127\.0\.0\.1:(\d+); token in (\S+)", line)
+        assert match, line
+        port = match.group(1)
+        status = subprocess.run([sys.executable, "-m", "cluster.cli", "status", "--port", port,
+                                 "--token-file", str(token), "--json"], capture_output=True,
+                                text=True, timeout=60)
+        assert json.loads(status.stdout)["ipus"] == 16
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0
+        assert "stopped" in server.stdout.read()
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", int(port))) != 0
+    finally:
+        if server.poll() is None:
+            server.kill()

@@ -5,7 +5,6 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from cluster.errors import UserError
