@@ -246,3 +246,12 @@ def test_ipupod_serve_runs_until_sigterm_and_stops_cleanly(tmp_path):
     finally:
         if server.poll() is None:
             server.kill()
+
+
+def test_bytes_that_are_not_protobuf_do_not_take_the_service_down(service):
+    raw = service["channel"].unary_unary("/ipupod.control.v1.Control/CreatePartition")
+    for garbage in (b"\xff\xff\xff\xff", b"\x0a\xff\xff\xff\xff\x0f", b"\x00" * 1000):
+        code, _ = code_of(raw, garbage, metadata=service["auth"], timeout=10)
+        assert code not in (grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE)
+    status = service["stub"].GetStatus(control_pb2.StatusRequest(), metadata=service["auth"])
+    assert status.ipus == 16
