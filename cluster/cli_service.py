@@ -98,7 +98,9 @@ def _echo(message, as_json: bool, text: str) -> None:
 @click.option("--port", type=int, default=DEFAULT_PORT, show_default=True)
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Where to write the access token (default ~/.ipupod/token).")
-def serve_command(topology_spec, ray_address, host, port, token_file) -> None:
+@click.option("--metrics-port", type=int, default=9464, show_default=True,
+              help="Prometheus endpoint port (on --host); -1 to switch it off.")
+def serve_command(topology_spec, ray_address, host, port, token_file, metrics_port) -> None:
     """Launch the emulated POD and serve its control API until SIGTERM or Ctrl-C."""
     from cluster.cli import ray_chatter_to_stderr
     from cluster.service import start_server, write_token
@@ -109,15 +111,19 @@ def serve_command(topology_spec, ray_address, host, port, token_file) -> None:
         pod = EmulatedPod.launch(topology_spec, ray_address=ray_address)
         try:
             token = write_token(path)
-            server, bound = start_server(pod, token, host, port)
+            server, bound, metrics = start_server(
+                pod, token, host, port, None if metrics_port < 0 else metrics_port)
             stop = threading.Event()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: stop.set())
             print(f"ipupod serve: {pod.topology.name} ({pod.topology.ipu_count} IPUs, "
-                  f"{len(pod.specs)} devices) on {host}:{bound}; token in {path}",
+                  f"{len(pod.specs)} devices) on {host}:{bound}; token in {path}"
+                  + (f"; metrics on http://{host}:{metrics}/metrics" if metrics else ""),
                   file=out, flush=True)
             stop.wait()
             server.stop(grace=2).wait(5)
+            if metrics:
+                server.metrics_server.shutdown()
         finally:
             pod.shutdown(stop_ray=True)
         print("ipupod serve: stopped", file=out, flush=True)

@@ -98,9 +98,10 @@ def _partition_message(partition) -> control_pb2.Partition:
 class ControlService(control_pb2_grpc.ControlServicer):
     """The control API of one launched POD."""
 
-    def __init__(self, pod) -> None:
+    def __init__(self, pod, metrics_for=None) -> None:
         self.pod, self.topology = pod, pod.topology
         self.partitions = PartitionTable(self.topology)
+        self.metrics = metrics_for(pod, self.partitions) if metrics_for else None
         self.started = time.monotonic()
         self._bench_lock = threading.Lock()  # one benchmark at a time on the devices
 
@@ -200,6 +201,9 @@ class ControlService(control_pb2_grpc.ControlServicer):
                 rows = list(run_real(self.pod, coll, byte_sizes, **options))
         else:
             rows = list(run_phantom(coll, self.topology, byte_sizes, **options))
+        if self.metrics is not None:
+            for row in rows:
+                self.metrics.observe(row, partition.name)
         return control_pb2.BenchmarkResult(
             partition=partition.name, ipus=partition.size, collective=coll.name, mode=mode,
             rows=[control_pb2.BenchmarkRow(
@@ -209,12 +213,17 @@ class ControlService(control_pb2_grpc.ControlServicer):
                 for r in rows])
 
 
-def start_server(pod, token: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT):
-    """Serve the control API, health and reflection; return (server, bound port)."""
+def start_server(pod, token: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+                 metrics_port: int | None = None):
+    """Serve the control API, health and reflection, and (with ``metrics_port``) the
+    Prometheus endpoint; return (server, bound port, metrics port or None)."""
+    from cluster.metrics import ServiceMetrics
+
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16),
                          interceptors=[_BearerToken(token)],
                          options=[("grpc.max_receive_message_length", 4 << 20)])
-    control_pb2_grpc.add_ControlServicer_to_server(ControlService(pod), server)
+    control = ControlService(pod, ServiceMetrics if metrics_port is not None else None)
+    control_pb2_grpc.add_ControlServicer_to_server(control, server)
     checker = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     reflection.enable_server_reflection(
@@ -223,7 +232,15 @@ def start_server(pod, token: str, host: str = "127.0.0.1", port: int = DEFAULT_P
     if bound == 0:
         raise UserError(f"cannot listen on {host}:{port}: is the port in use? choose "
                         "another with --port")
+    bound_metrics = None
+    if metrics_port is not None:
+        try:
+            metrics_server, bound_metrics = control.metrics.serve(host, metrics_port)
+        except OSError as error:
+            raise UserError(f"cannot serve metrics on {host}:{metrics_port} ({error}): choose "
+                            "another --metrics-port") from None
+        server.metrics_server = metrics_server
     server.start()
     checker.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     checker.set("", health_pb2.HealthCheckResponse.SERVING)
-    return server, bound
+    return server, bound, bound_metrics

@@ -22,13 +22,14 @@ def service(ray_session, tmp_path_factory):
     token_file = tmp_path_factory.mktemp("svc") / "token"
     pod = EmulatedPod.launch("pod16")
     token = write_token(token_file)
-    server, port = start_server(pod, token, "127.0.0.1", 0)
+    server, port, metrics_port = start_server(pod, token, "127.0.0.1", 0, metrics_port=0)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    yield {"port": port, "token": token, "token_file": token_file, "channel": channel,
+    yield {"port": port, "metrics_port": metrics_port, "token": token, "token_file": token_file, "channel": channel,
            "stub": control_pb2_grpc.ControlStub(channel),
            "auth": (("authorization", f"Bearer {token}"),)}
     channel.close()
     server.stop(1).wait(3)
+    server.metrics_server.shutdown()
     pod.shutdown()
 
 
@@ -255,3 +256,33 @@ def test_bytes_that_are_not_protobuf_do_not_take_the_service_down(service):
         assert code not in (grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE)
     status = service["stub"].GetStatus(control_pb2.StatusRequest(), metadata=service["auth"])
     assert status.ipus == 16
+
+
+def scrape(service) -> str:
+    from urllib.request import urlopen
+
+    with urlopen(f"http://127.0.0.1:{service['metrics_port']}/metrics", timeout=30) as reply:
+        return reply.read().decode()
+
+
+def test_the_metrics_endpoint_reports_ipus_links_and_collectives(service):
+    stub, auth = service["stub"], service["auth"]
+    stub.CreatePartition(control_pb2.CreatePartitionRequest(name="metrics", size=4),
+                         metadata=auth)
+    try:
+        stub.RunBenchmark(control_pb2.BenchmarkRequest(partition="metrics", min_bytes=65536,
+                                                       mode="real"), metadata=auth)
+        text = scrape(service)
+    finally:
+        stub.RemovePartition(control_pb2.PartitionRef(name="metrics"), metadata=auth)
+    for name in ("ipupod_ipu_memory_capacity_bytes", "ipupod_ipu_health",
+                 "ipupod_ipu_supersteps_total", "ipupod_link_bytes_total",
+                 "ipupod_link_sim_busy_seconds_total", "ipupod_collective_runs_total",
+                 "ipupod_collective_sim_duration_seconds_bucket",
+                 "ipupod_collective_wall_duration_seconds_count", "ipupod_partitions",
+                 "ipupod_actor_restarts_total", 'ipupod_faults_total{kind="link_cut"}'):
+        assert name in text, name
+    assert 'ipupod_collective_runs_total{algorithm=' in text and 'partition="metrics"' in text
+    carried = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("ipupod_link_bytes_total{")]
+    assert sum(carried) > 0
