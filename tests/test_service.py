@@ -286,3 +286,73 @@ def test_the_metrics_endpoint_reports_ipus_links_and_collectives(service):
     carried = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("ipupod_link_bytes_total{")]
     assert sum(carried) > 0
+
+
+def dashboard_expressions() -> list[str]:
+    from pathlib import Path
+
+    exprs = []
+    folder = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "dashboards"
+    for path in sorted(folder.glob("*.json")):
+        board = json.loads(path.read_text())
+        panels = list(board.get("panels", []))
+        while panels:
+            panel = panels.pop()
+            panels.extend(panel.get("panels", []))
+            exprs += [t["expr"] for t in panel.get("targets", []) if t.get("expr")]
+    return exprs
+
+
+def substitute(expr: str) -> str:
+    import re
+
+    expr = expr.replace("$__rate_interval", "1m").replace("$__interval", "15s")
+    expr = expr.replace("$__range", "5m")
+    return re.sub(r"\$\{?(\w+)(?::\w+)?\}?", ".*", expr)
+
+
+def test_every_dashboard_query_returns_data_from_a_real_prometheus(service, tmp_path):
+    import shutil
+    import socket
+    import time
+    from urllib.parse import quote
+    from urllib.request import urlopen
+
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("Prometheus is not installed (Debian package 'prometheus'; .ci/run "
+                    "installs it when it runs as root)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "prometheus.yml"
+    config.write_text("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+                      "scrape_configs:\n  - job_name: ipupod\n    static_configs:\n"
+                      f"      - targets: ['127.0.0.1:{service['metrics_port']}']\n")
+    server = subprocess.Popen([binary, f"--config.file={config}",
+                               f"--storage.tsdb.path={tmp_path / 'data'}",
+                               f"--web.listen-address=127.0.0.1:{port}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stub, auth = service["stub"], service["auth"]
+    try:
+        stub.CreatePartition(control_pb2.CreatePartitionRequest(name="dash", size=8),
+                             metadata=auth)
+        for _ in range(4):  # runs spread over several scrapes, so rates have two samples
+            stub.RunBenchmark(control_pb2.BenchmarkRequest(
+                partition="dash", min_bytes=65536, max_bytes=1 << 20, factor=4, mode="real"),
+                metadata=auth)
+            time.sleep(2)
+
+        def query(expr):
+            url = f"http://127.0.0.1:{port}/api/v1/query?query={quote(expr)}"
+            with urlopen(url, timeout=30) as reply:
+                return json.loads(reply.read())
+
+        exprs = dashboard_expressions()
+        assert len(exprs) >= 8
+        empty = [e for e in exprs if not query(substitute(e))["data"]["result"]]
+        assert empty == [], f"queries without data: {empty}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        stub.RemovePartition(control_pb2.PartitionRef(name="dash"), metadata=auth)
