@@ -1,4 +1,6 @@
-"""Emulated cards (C2) and machines (IPU-M2000): Ray actors holding their IPUs' memory,
-tensors and counters, serving the gRPC link channels their neighbours stream chunks to
-(:mod:`ipu_node.device`, :mod:`ipu_node.link`), and the launcher that places them on Ray
-(:mod:`ipu_node.pod`)."""
+"""Emulated hardware on Ray: a card (C2) or machine (IPU-M2000) actor per unit holding its
+IPUs' memory, tensors, counters and model replicas (:mod:`ipu_node.device`,
+:mod:`ipu_node.replica`), the gRPC link channels between them (:mod:`ipu_node.link`,
+:mod:`ipu_node.wire`), DSS 8440 host actors that own PCIe and InfiniBand and relay between
+servers (:mod:`ipu_node.host`, :mod:`ipu_node.ownership`), and the launcher that places
+them all on Ray (:mod:`ipu_node.pod`)."""
