@@ -74,7 +74,8 @@ def cli() -> None:
 @click.option("--partition", default=None,
               help="Run on this partition of a running `ipupod serve` (the service runs it).")
 @click.option("--host", default=None, help="With --partition: the service's host.")
-@click.option("--port", type=int, default=None, help="With --partition: the service's port.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="With --partition: the service's port.")
 @click.option("--token-file", default=None, help="With --partition: the token file.")
 def bench(collective: str, topology_spec: str, mode: str, min_bytes: int, max_bytes: int,
           factor: float, algorithm: str, dtype: str, op: str, group_text: str, root: int,

@@ -71,7 +71,7 @@ class Client:
 def client_options(fn):
     for option in reversed([
         click.option("--host", default=None, help="Service host (or IPUOF_VIPU_API_HOST)."),
-        click.option("--port", type=int, default=None,
+        click.option("--port", type=click.IntRange(1, 65535), default=None,
                      help=f"Service port (or IPUOF_VIPU_API_PORT; default {DEFAULT_PORT})."),
         click.option("--token-file", default=None, help="Token file (default ~/.ipupod/token)."),
         click.option("--json", "as_json", is_flag=True, help="Print JSON."),
@@ -95,10 +95,11 @@ def _echo(message, as_json: bool, text: str) -> None:
 @click.option("--ray-address", default=None)
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (loopback unless you say otherwise).")
-@click.option("--port", type=int, default=DEFAULT_PORT, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+              help="Port to listen on (0: any free port, printed).")
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Where to write the access token (default ~/.ipupod/token).")
-@click.option("--metrics-port", type=int, default=9464, show_default=True,
+@click.option("--metrics-port", type=click.IntRange(-1, 65535), default=9464, show_default=True,
               help="Prometheus endpoint port (on --host); -1 to switch it off.")
 def serve_command(topology_spec, ray_address, host, port, token_file, metrics_port) -> None:
     """Launch the emulated POD and serve its control API until SIGTERM or Ctrl-C."""

@@ -25,6 +25,7 @@ from gcl.phantom import Timing
 from gcl.planner import AUTO, plan_timed, replica_groups
 from gcl.schedule import Schedule
 from ipu_node.errors import DeviceError, OutOfMemory
+from ipu_node.memory import available_ram_bytes
 
 DEFAULT_DEADLINE_S = 60.0
 _RAM_FACTOR = 4  # inputs, device buffers, results in flight, results returned
@@ -50,13 +51,6 @@ class CollectiveResult:
         return self.schedule.algorithm
 
 
-def _available_ram_bytes() -> int:
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62
-
-
 def check_replicas(shapes: list[tuple[int, ...]], dtypes: list[str], replicas: int,
                    group_size: int, collective: str) -> tuple[str, int]:
     """The dtype name and per-replica element count, or a UserError saying what is wrong."""
@@ -76,7 +70,7 @@ def check_replicas(shapes: list[tuple[int, ...]], dtypes: list[str], replicas: i
         raise UserError(f"{collective} splits each array into {group_size} equal blocks; "
                         f"{size} elements do not split: pad to a multiple of {group_size}")
     total = size * np.dtype(dtypes[0]).itemsize * replicas
-    if total * _RAM_FACTOR > _available_ram_bytes():
+    if total * _RAM_FACTOR > available_ram_bytes():
         raise UserError(f"{total:,} bytes of inputs would not fit in this machine's RAM in real "
                         "mode: use phantom mode (sizes only) for this size")
     return names[dtypes[0]], size // group_size if collective in BLOCKED else size

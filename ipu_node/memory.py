@@ -7,6 +7,7 @@ which tensors may spill to (``streaming_bytes`` here is this IPU's quarter of it
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from ipu_node.errors import OutOfMemory
@@ -41,3 +42,11 @@ class IpuMemory:
 
     def release(self, name: str) -> None:
         self.allocations.pop(name, None)
+
+
+def available_ram_bytes() -> int:
+    """This machine's free memory (bytes), to refuse real-mode work that cannot fit."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62

@@ -31,6 +31,7 @@ class Ownership:
     link_owner: np.ndarray  # per directed link: the device that counts it
     owner_of_ipu: np.ndarray
     hosts: frozenset[int]
+    host_of_device: dict[int, int]  # card or machine -> the host its traffic leaves through
 
     def next_device(self, here: int, dst_ipu: int) -> int:
         """The device a chunk for ``dst_ipu`` goes to from device ``here``: the destination
@@ -39,8 +40,7 @@ class Ownership:
         target_host = int(self.host_of_ipu[dst_ipu])
         if here in self.hosts:
             return destination if target_host in (here, -1) else target_host
-        own = np.flatnonzero(self.owner_of_ipu == here)
-        my_host = int(self.host_of_ipu[own[0]]) if len(own) else -1
+        my_host = self.host_of_device.get(here, -1)
         if my_host < 0 or target_host < 0 or my_host == target_host:
             return destination
         return my_host
@@ -79,8 +79,10 @@ def ownership(topology: Topology, owner_of_ipu: np.ndarray, host_devices: dict[i
     host_of_ipu = host_of_node[:topology.ipu_count].copy()
     src, dst = topology.directed_src, topology.directed_dst
     link_owner = np.where(node_owner[src] >= 0, node_owner[src], node_owner[dst])
-    return Ownership(node_owner, host_of_ipu, link_owner, np.asarray(owner_of_ipu),
-                     frozenset(host_devices.values()))
+    owners = np.asarray(owner_of_ipu)
+    host_of_device = {int(device): int(host_of_ipu[ipu]) for ipu, device in enumerate(owners)}
+    return Ownership(node_owner, host_of_ipu, link_owner, owners,
+                     frozenset(host_devices.values()), host_of_device)
 
 
 def relaying_hosts(topology: Topology) -> list[int]:

@@ -23,9 +23,11 @@ from ipu_node.device import Device, DeviceSpec
 from ipu_node.host import HostRelay
 from ipu_node.ownership import ownership, relaying_hosts
 from ipu_node.errors import DeviceError
+from ipu_node.memory import available_ram_bytes
 
 LOCAL_IPU_SLOTS = 256  # the IPU resource an embedded local Ray offers (or the POD's size)
 LAUNCH_DEADLINE_S = 120.0
+DEVICE_RSS_BYTES = 160 << 20  # a device actor's resident memory, measured: ~130 MiB
 _pod_ids = itertools.count()
 
 
@@ -97,6 +99,13 @@ class EmulatedPod:
         """Start one actor per card or machine of ``spec`` and wire their links."""
         started = time.perf_counter()
         topology = load_topology(spec) if isinstance(spec, str) else spec
+        specs = device_specs(topology)
+        local = not (ray_address or os.environ.get("RAY_ADDRESS") or _ray().is_initialized())
+        if local and len(specs) * DEVICE_RSS_BYTES > available_ram_bytes():
+            raise UserError(
+                f"{topology.name} needs {len(specs):,} device actors, about "
+                f"{len(specs) * DEVICE_RSS_BYTES / 2**30:.0f} GiB, more than this machine has "
+                "free: use phantom mode, or a Ray cluster (--ray-address)")
         started_ray = ensure_ray(ray_address, topology.ipu_count)
         ray = _ray()
         from ray.util.placement_group import placement_group, remove_placement_group
@@ -108,7 +117,6 @@ class EmulatedPod:
                 f"{topology.name} needs {topology.ipu_count} IPU resources but the Ray cluster "
                 f"has {available:g} free: start Ray nodes with --resources '{{\"IPU\": N}}' or "
                 "shut other PODs down")
-        specs = device_specs(topology)
         by_server: dict[str, list[int]] = {}
         for index, device in enumerate(specs):
             by_server.setdefault(device.server, []).append(index)

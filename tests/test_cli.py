@@ -143,3 +143,15 @@ def test_real_mode_json_has_a_wrong_key_and_the_same_simulated_time_as_phantom()
     phantom = json.loads(ipupod(*args).stdout)[0]
     assert real["wrong"] == 0
     assert real["sim_seconds"] == phantom["sim_seconds"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["serve", "--port", "99999"], "not in the range"),
+    (["status", "--port", "0"], "not in the range"),
+    (["bench", "allreduce", "--mode", "real", "--topology", "pod65536", "-b", "1K", "-e", "1K"],
+     "use phantom mode"),
+])
+def test_impossible_ports_and_pods_too_big_for_this_machine_are_refused(args, words):
+    result = ipupod(*args, check=False)
+    assert result.returncode == 2 and words in result.stderr
+    assert "Traceback" not in result.stderr
