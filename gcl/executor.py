@@ -11,7 +11,6 @@ mode agree by construction.
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from dataclasses import dataclass
 
