@@ -148,7 +148,8 @@ def partition_group() -> None:
 
 
 def _partition_line(p) -> str:
-    return f"{p.name:<24} {p.size:>5} {p.gcds:>5}  {','.join(map(str, p.ipus))}"
+    health = p.health + (f" ({p.health_detail})" if p.health_detail else "")
+    return f"{p.name:<24} {p.size:>5} {p.gcds:>5}  {','.join(map(str, p.ipus)):<24} {health}"
 
 
 @partition_group.command("create")
@@ -173,7 +174,7 @@ def partition_list(host, port, token_file, as_json) -> None:
 
     listed = Client(host, port, token_file).call("ListPartitions",
                                                  control_pb2.ListPartitionsRequest())
-    lines = [f"{'name':<24} {'size':>5} {'gcds':>5}  ipus"] + [
+    lines = [f"{'name':<24} {'size':>5} {'gcds':>5}  {'ipus':<24} health"] + [
         _partition_line(p) for p in listed.partitions]
     _echo(listed, as_json, "\n".join(lines))
 
@@ -223,10 +224,10 @@ def links_command(host, port, token_file, as_json) -> None:
 
     listed = Client(host, port, token_file).call("ListLinks", control_pb2.ListLinksRequest())
     lines = [f"{'source':<20} {'target':<20} {'type':<16} {'GB/s':>7} {'lat(ns)':>8} "
-             f"{'state':<5} {'bytes':>14}"]
+             f"{'state':<8} {'bytes':>14}"]
     lines += [f"{l.source:<20} {l.target:<20} {l.type:<16} "
               f"{l.bandwidth_bytes_per_second / 1e9:>7g} {l.latency_seconds * 1e9:>8g} "
-              f"{l.state:<5} {l.bytes_carried:>14.0f}" for l in listed.links]
+              f"{l.state:<8} {l.bytes_carried:>14.0f}" for l in listed.links]
     _echo(listed, as_json, "\n".join(lines))
 
 
@@ -252,8 +253,10 @@ def bench_on_partition(partition, collective, mode, min_bytes, max_bytes, factor
 
 
 def register(cli: click.Group) -> None:
+    from cluster.cli_fault import fault_group
+
     for command in (serve_command, status_command, partition_group, devices_command,
-                    links_command):
+                    links_command, fault_group):
         cli.add_command(command)
 
 

@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 DURATION_BUCKETS_S = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
                       2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MAX_LINK_SERIES = 4096  # per-link series up to this many directed links, else per type
-FAULT_KINDS = ("card_killed", "link_degraded", "link_cut")
+FAULT_KINDS = ("card_killed", "link_degraded", "link_cut")  # ipu_node.pod_faults counts them
 
 
 class PodCollector:
@@ -69,6 +69,19 @@ class PodCollector:
         for partition in table:
             sizes.add_metric([partition.name], partition.size)
         yield sizes
+        yield from self._faults()
+
+    def _faults(self):
+        """Restarts per unit and injected faults per kind, as the POD counted them."""
+        pod = self.pod
+        restarts = CounterMetricFamily("ipupod_actor_restarts",
+                                       "Device actors restarted by Ray.", labels=["unit"])
+        for spec, count in zip(pod.specs, pod.restarts):
+            restarts.add_metric([spec.name], count)
+        faults = CounterMetricFamily("ipupod_faults", "Faults injected.", labels=["kind"])
+        for kind in FAULT_KINDS:
+            faults.add_metric([kind], pod.fault_counts.get(kind, 0))
+        yield from (restarts, faults)
 
     def _links(self, link_bytes):
         topo = self.pod.topology
@@ -119,12 +132,6 @@ class ServiceMetrics:
         self.wall = Histogram("ipupod_collective_wall_duration_seconds",
                               "Wall-clock duration of a collective on this machine.", names,
                               buckets=DURATION_BUCKETS_S, registry=self.registry)
-        self.restarts = Counter("ipupod_actor_restarts", "Device actors restarted by Ray.",
-                                registry=self.registry)
-        self.faults = Counter("ipupod_faults", "Faults injected.", ["kind"],
-                              registry=self.registry)
-        for kind in FAULT_KINDS:
-            self.faults.labels(kind)  # the series exist, at 0, before any fault
 
     def observe(self, row, partition: str) -> None:
         """Record one benchmark row (a collective of one size)."""

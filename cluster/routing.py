@@ -10,6 +10,11 @@ Two rules, as GCL's local-then-global traffic runs on real systems:
    That part must be a tree (parallel links are one bundle), so the route is the unique
    path up to the lowest common ancestor and down again.
 
+Cut links (:mod:`cluster.faults`): a cut IPU-Link is left out of the IPU-Link graph, so
+routes go round it and a domain it splits becomes two. A cut tree link stays in the tree
+(there is no other path); :meth:`Router.route` raises :class:`~cluster.faults.LinkDown` for
+flows that need it, or that cut links leave with no path at all.
+
 Everything here is vectorised over the flows of a superstep: routing 65,536 flows is a
 handful of NumPy passes, not a Python loop per flow.
 """
@@ -23,6 +28,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import breadth_first_order, connected_components, shortest_path
 
 from cluster.errors import SpecError
+from cluster.faults import LinkDown, describe_links, link_name
 from cluster.topology import FABRIC, ROLES, Topology
 
 _ALL_PAIRS_LIMIT = 2048  # domains up to this many IPUs get an all-pairs table
@@ -51,7 +57,9 @@ class Router:
         fabric = topology.link_role == ROLES.index(FABRIC)
         a, b = topology.link_a, topology.link_b
         ipu_link = fabric & (a < n_ipu) & (b < n_ipu)
-        link_ids = np.flatnonzero(ipu_link)
+        cut = np.zeros(len(a), dtype=bool)
+        cut[sorted(topology.cut_links)] = True
+        link_ids = np.flatnonzero(ipu_link & ~cut)
         # Directed IPU-to-IPU links, looked up by key src * n_ipu + dst.
         src = np.concatenate([a[link_ids], b[link_ids]])
         dst = np.concatenate([b[link_ids], a[link_ids]])
@@ -64,7 +72,11 @@ class Router:
         self._graph = graph
         self._index_domains(src, dst)
         self._build_tree(np.flatnonzero(fabric & ~ipu_link), n_node)
-        self._check_reachable()
+        # Directed links that are cut, or None on a topology with no cut (checked once here;
+        # with cuts, route() refuses the flows that have no path).
+        self._directed_cut = np.repeat(cut, 2) if cut.any() else None
+        if self._directed_cut is None:
+            self._check_reachable()
 
     # -- the network tree -------------------------------------------------------------
     def _build_tree(self, tree_links: np.ndarray, n_node: int) -> None:
@@ -137,6 +149,8 @@ class Router:
         dst = np.asarray(dst, dtype=np.int64)
         flows = np.arange(len(src))
         local = self.same_domain(src, dst)
+        if self._directed_cut is not None:
+            self._refuse_unreachable(src[~local], dst[~local])
         parts_flow, parts_link = [], []
         if local.any():
             f, l = self._route_local(flows[local], src[local], dst[local])
@@ -148,9 +162,37 @@ class Router:
             parts_link.append(l)
         pair_flow = np.concatenate(parts_flow) if parts_flow else np.zeros(0, np.int64)
         pair_link = np.concatenate(parts_link) if parts_link else np.zeros(0, np.int64)
+        if self._directed_cut is not None:
+            self._refuse_cut(src, dst, pair_flow, pair_link)
         latency = np.bincount(pair_flow, weights=self.topology.directed_latency_s[pair_link],
                               minlength=len(src))
         return Routes(pair_flow, pair_link, latency, ~local)
+
+    def _refuse_unreachable(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """LinkDown if cut IPU-Links left some flow between domains with no tree path."""
+        root = self.tree_component
+        lost = np.flatnonzero((root[src] < 0) | (root[src] != root[dst]))
+        if len(lost):
+            topo, f = self.topology, int(lost[0])
+            raise LinkDown(
+                f"IPU {topo.ipu_name(int(src[f]))} -> IPU {topo.ipu_name(int(dst[f]))} has no "
+                f"path left: cut links ({describe_links(topo, topo.cut_links)}) split their "
+                "IPU-Link domain and no other network joins the parts; heal a link with "
+                "`ipupod fault heal`, or run on IPUs that stay connected")
+
+    def _refuse_cut(self, src: np.ndarray, dst: np.ndarray, pair_flow: np.ndarray,
+                    pair_link: np.ndarray) -> None:
+        """LinkDown if some flow's route crosses a cut link (only tree links can be cut on a
+        route: cut IPU-Links are not in the IPU-Link graph)."""
+        crossing = np.flatnonzero(self._directed_cut[pair_link])
+        if len(crossing):
+            topo, i = self.topology, int(crossing[0])
+            f = int(pair_flow[i])
+            raise LinkDown(
+                f"link {link_name(topo, int(pair_link[i]) // 2)} is cut and IPU "
+                f"{topo.ipu_name(int(src[f]))} -> IPU {topo.ipu_name(int(dst[f]))} needs it "
+                "(between IPU-Link domains the route is unique); heal the link with "
+                "`ipupod fault heal`, or run on IPUs that do not need it")
 
     def path(self, src: int, dst: int) -> list[int]:
         """The directed links from IPU ``src`` to IPU ``dst``, in the order crossed."""

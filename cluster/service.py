@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from cluster.errors import UserError
+from cluster.faults import LinkDown
 from cluster.partitions import PartitionError, PartitionTable
 from ipupod_proto import control_pb2, control_pb2_grpc
 
@@ -69,6 +70,8 @@ class _BearerToken(grpc.ServerInterceptor):
 def _abort_for(context, error: Exception) -> None:
     if isinstance(error, PartitionError):
         context.abort(getattr(grpc.StatusCode, error.code), str(error))
+    if isinstance(error, LinkDown):  # the request is fine, the POD's state is not
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
     if isinstance(error, UserError):
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
     context.abort(grpc.StatusCode.UNAVAILABLE, f"{type(error).__name__}: {error}")
@@ -90,9 +93,11 @@ def _guarded(method):
     return call
 
 
-def _partition_message(partition) -> control_pb2.Partition:
+def _partition_message(partition, health=None) -> control_pb2.Partition:
     return control_pb2.Partition(name=partition.name, ipus=list(partition.ipus),
-                                 size=partition.size, gcds=partition.gcds)
+                                 size=partition.size, gcds=partition.gcds,
+                                 health=health.state if health else "",
+                                 health_detail=health.detail if health else "")
 
 
 class ControlService(control_pb2_grpc.ControlServicer):
@@ -113,19 +118,34 @@ class ControlService(control_pb2_grpc.ControlServicer):
             free_ipus=len(self.partitions.free_ipus()),
             uptime_seconds=time.monotonic() - self.started, version=version("ipupod"))
 
+    def _health_of(self, partitions: list) -> list:
+        """Each partition's health, from one round of device answers."""
+        from cluster.health import partition_health
+        from ipu_node.pod import describe
+
+        down = {}
+        for index, device in enumerate(self.pod.health()):
+            if device.state != "healthy":
+                for ipu in device.ipus:
+                    down[ipu] = f"{describe(self.pod.specs[index])} is {device.state}"
+        topology, faults = self.pod.topology, dict(self.pod.link_faults)
+        return [partition_health(topology, p.ipus, faults, down) for p in partitions]
+
     @_guarded
     def CreatePartition(self, request, context):  # noqa: N802
-        return _partition_message(self.partitions.create(request.name, request.size,
-                                                         request.gcds or 1))
+        partition = self.partitions.create(request.name, request.size, request.gcds or 1)
+        return _partition_message(partition, self._health_of([partition])[0])
 
     @_guarded
     def ListPartitions(self, request, context):  # noqa: N802
-        return control_pb2.PartitionList(
-            partitions=[_partition_message(p) for p in self.partitions.list()])
+        table = self.partitions.list()
+        return control_pb2.PartitionList(partitions=[
+            _partition_message(p, h) for p, h in zip(table, self._health_of(table))])
 
     @_guarded
     def GetPartition(self, request, context):  # noqa: N802
-        return _partition_message(self.partitions.get(request.name))
+        partition = self.partitions.get(request.name)
+        return _partition_message(partition, self._health_of([partition])[0])
 
     @_guarded
     def RemovePartition(self, request, context):  # noqa: N802
@@ -133,6 +153,7 @@ class ControlService(control_pb2_grpc.ControlServicer):
 
     @_guarded
     def ListDevices(self, request, context):  # noqa: N802
+        states = {ipu: d.state for d in self.pod.health() for ipu in d.ipus}
         memory, reachable = {}, True
         try:
             for stats in self.pod.stats(deadline_s=10):
@@ -143,11 +164,12 @@ class ControlService(control_pb2_grpc.ControlServicer):
         for ipu in range(self.topology.ipu_count):
             spec = self.pod.specs[self.pod.owner[ipu]]
             held = memory.get(ipu)
+            health = states.get(ipu, "unreachable")
             devices.append(control_pb2.Device(
                 id=ipu, name=self.topology.ipu_name(ipu),
                 ipu_type=self.topology.ipu_processors[ipu].name, unit=spec.name,
                 server=spec.server, partition=self.partitions.partition_of(ipu) or "",
-                health="healthy" if held is not None else "unreachable",
+                health=health if health != "healthy" or held is not None else "unreachable",
                 memory_used_bytes=held["used_bytes"] if held else 0,
                 memory_free_bytes=held["free_bytes"] if held else 0,
                 memory_capacity_bytes=int(self.topology.ipu_memory_bytes[ipu])))
@@ -157,17 +179,19 @@ class ControlService(control_pb2_grpc.ControlServicer):
 
     @_guarded
     def ListLinks(self, request, context):  # noqa: N802
-        topo = self.topology
+        topo, faults = self.pod.topology, dict(self.pod.link_faults)
         carried = self.pod.link_bytes()
         links = []
         for index in range(topo.link_count_physical):
             kind = topo.link_types[topo.link_type[index]]
+            fault = faults.get(index)
+            state = "up" if fault is None else "cut" if fault.cut else "degraded"
             links.append(control_pb2.Link(
                 source=topo.node_names[topo.link_a[index]],
                 target=topo.node_names[topo.link_b[index]], type=kind.name,
                 count=int(topo.link_count[index]),
                 bandwidth_bytes_per_second=float(topo.directed_bandwidth_Bps[2 * index]),
-                latency_seconds=kind.latency_s, state="up",
+                latency_seconds=float(topo.directed_latency_s[2 * index]), state=state,
                 bytes_carried=float(carried[2 * index] + carried[2 * index + 1])))
         return control_pb2.LinkList(links=links)
 
@@ -200,7 +224,7 @@ class ControlService(control_pb2_grpc.ControlServicer):
             with self._bench_lock:
                 rows = list(run_real(self.pod, coll, byte_sizes, **options))
         else:
-            rows = list(run_phantom(coll, self.topology, byte_sizes, **options))
+            rows = list(run_phantom(coll, self.pod.topology, byte_sizes, **options))
         if self.metrics is not None:
             for row in rows:
                 self.metrics.observe(row, partition.name)
@@ -211,6 +235,45 @@ class ControlService(control_pb2_grpc.ControlServicer):
                 sim_seconds=r.sim_seconds, algbw_GBps=r.algbw_GBps, busbw_GBps=r.busbw_GBps,
                 wall_seconds=r.wall_seconds, wrong=-1 if r.wrong is None else r.wrong)
                 for r in rows])
+
+    # -- faults -------------------------------------------------------------------------
+    def _fault_state(self, message: str = "") -> control_pb2.FaultState:
+        from cluster.faults import link_name
+
+        links = [control_pb2.LinkFault(link=link_name(self.topology, i),
+                                       bandwidth_factor=f.bandwidth_factor,
+                                       added_latency_seconds=f.added_latency_s, cut=f.cut)
+                 for i, f in sorted(dict(self.pod.link_faults).items())]
+        cards = [control_pb2.CardState(card=d.name, ipus=list(d.ipus), health=d.state,
+                                       restarts=d.restarts, detail=d.detail)
+                 for d in self.pod.health() if d.ipus and (d.state != "healthy" or d.restarts)]
+        return control_pb2.FaultState(links=links, cards=cards, message=message)
+
+    @_guarded
+    def KillCard(self, request, context):  # noqa: N802
+        killed = self.pod.kill_card(request.card)
+        return self._fault_state(killed.detail)
+
+    @_guarded
+    def DegradeLink(self, request, context):  # noqa: N802
+        self.pod.degrade_link(request.link, request.bandwidth_factor or 1.0,
+                              request.added_latency_seconds)
+        return self._fault_state(f"degraded {request.link}")
+
+    @_guarded
+    def CutLink(self, request, context):  # noqa: N802
+        self.pod.cut_link(request.link)
+        return self._fault_state(f"cut {request.link}")
+
+    @_guarded
+    def HealLink(self, request, context):  # noqa: N802
+        healed = self.pod.heal(request.link or None)
+        return self._fault_state("healed " + (", ".join(healed) if healed else "nothing: no "
+                                              "link faults were in force"))
+
+    @_guarded
+    def ListFaults(self, request, context):  # noqa: N802
+        return self._fault_state()
 
 
 def start_server(pod, token: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT,

@@ -12,13 +12,17 @@ one *bundle* whose bandwidth is their sum: traffic is striped over them.
 
 Every link has a role: ``fabric`` links carry IPU-to-IPU traffic; ``host`` links only join a
 host to the system (an IPU-M2000's RoCE NIC) and carry no collective traffic.
+
+A topology may carry link faults (:mod:`cluster.faults`), by physical link: they scale the
+link's bandwidth, add to its latency, or cut it. :func:`cluster.faults.with_faults` makes
+such a topology from a healthy one; the properties below already include the faults.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
@@ -26,6 +30,7 @@ from cluster.errors import SpecError
 from cluster.hardware import GLOBAL_SYNC_S, LOCAL_SYNC_S, LinkType, Processor
 
 if TYPE_CHECKING:
+    from cluster.faults import LinkFault
     from cluster.routing import Router
 
 FABRIC = "fabric"
@@ -218,6 +223,7 @@ class Topology:
     sync_global_s: float
     memory_bandwidth_override_Bps: float | None = None
     router: "Router" = None  # type: ignore[assignment]  # set by TopologyBuilder.build
+    faults: Mapping[int, "LinkFault"] = field(default_factory=dict)  # by physical link
 
     @property
     def node_count(self) -> int:
@@ -238,14 +244,27 @@ class Topology:
 
     @cached_property
     def directed_bandwidth_Bps(self) -> np.ndarray:
-        """Bandwidth of every directed link: the bundle's count times its type's bandwidth."""
+        """Bandwidth of every directed link: the bundle's count times its type's bandwidth,
+        times its fault's ``bandwidth_factor``."""
         per_type = np.array([t.bandwidth_Bps for t in self.link_types])
-        return np.repeat(per_type[self.link_type] * self.link_count, 2)
+        bandwidth = per_type[self.link_type] * self.link_count
+        if self.faults:
+            bandwidth[list(self.faults)] *= [f.bandwidth_factor for f in self.faults.values()]
+        return np.repeat(bandwidth, 2)
 
     @cached_property
     def directed_latency_s(self) -> np.ndarray:
+        """Latency per crossing of every directed link, its fault's ``added_latency_s`` in."""
         per_type = np.array([t.latency_s for t in self.link_types])
-        return np.repeat(per_type[self.link_type], 2)
+        latency = per_type[self.link_type]
+        if self.faults:
+            latency[list(self.faults)] += [f.added_latency_s for f in self.faults.values()]
+        return np.repeat(latency, 2)
+
+    @cached_property
+    def cut_links(self) -> frozenset[int]:
+        """Physical links that are cut (they carry nothing); empty on a healthy topology."""
+        return frozenset(link for link, fault in self.faults.items() if fault.cut)
 
     @cached_property
     def directed_type(self) -> np.ndarray:

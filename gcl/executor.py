@@ -6,6 +6,10 @@ in this machine's RAM. Then each device gets its IPUs' inputs and runs its share
 schedule; tensor bytes go peer to peer over the links, never through this process. The
 simulated time is :func:`gcl.phantom.simulate` of the same schedule, so real and phantom
 mode agree by construction.
+
+Failures end fast: every wait on a device has a deadline (``deadline_s``, 10 s by default),
+and when one device fails or dies the others are told to abort at once, so the error (naming
+the dead card and its IPUs where one died) arrives within seconds, never a hang.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from gcl.local_executor import BLOCKED
 from gcl.phantom import Timing
 from gcl.planner import AUTO, plan_timed, replica_groups
 from gcl.schedule import Schedule
-from ipu_node.errors import DeviceError, OutOfMemory
+from ipu_node.errors import DeviceDied, DeviceError, OutOfMemory
 from ipu_node.memory import available_ram_bytes
 
-DEFAULT_DEADLINE_S = 60.0
+DEFAULT_DEADLINE_S = 10.0  # the longest any one wait (a transfer, an answer) may take
+ABORT_GRACE_S = 2.0  # after a failure: how long the other devices get to stop
 _RAM_FACTOR = 4  # inputs, device buffers, results in flight, results returned
 _ids = itertools.count()
 
@@ -94,7 +99,7 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
     replica_ipus = np.arange(topology.ipu_count) if ipus is None else np.asarray(ipus)
     groups = replica_groups(topology, group, replica_ipus)
     if isinstance(inputs, str):
-        held = pod.tensor_info(inputs)
+        held = pod.tensor_info(inputs, deadline_s)
         missing = [pod.topology.ipu_name(i) for i in replica_ipus.tolist() if i not in held]
         if missing:
             raise UserError(f"no tensor {inputs!r} on IPU {missing[0]}: put it there first")
@@ -108,7 +113,7 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
         root = 0
     schedule, timing = plan_timed(coll, topology, count, dtype=dtype, algorithm_name=algorithm,
                                   group=group, ipus=replica_ipus, root=root)
-    _check_memory(pod, schedule)
+    _check_memory(pod, schedule, deadline_s)
     replica_of_ipu = {int(ipu): i for i, ipu in enumerate(replica_ipus.tolist())}
     ranks: dict[int, dict[int, tuple[int, int]]] = {}
     for g, members in enumerate(schedule.groups):
@@ -117,7 +122,7 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
     collective_id = f"{pod.pod_id}-c{next(_ids)}"
     devices = sorted(ranks)
     hosts = [i for i, spec in enumerate(pod.specs) if not spec.ipus]  # relays count their links
-    host_bytes_before = _host_link_bytes(ray, pod, hosts)
+    host_bytes_before = _host_link_bytes(ray, pod, hosts, deadline_s)
     refs = []
     for d in devices:
         data = inputs if isinstance(inputs, str) else {
@@ -125,14 +130,17 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
         refs.append(pod.actors[d].run.remote(schedule, collective_id, ranks[d], data, output, op,
                                              deadline_s, timing.sim_seconds))
     outputs = gather(ray, refs, [pod.specs[d] for d in devices],
-                     deadline_s * max(1, schedule.supersteps))
+                     deadline_s * max(1, schedule.supersteps),
+                     abort=lambda reason: _abort(pod, devices, collective_id, reason),
+                     on_death=lambda i, why: pod.note_down(devices[i], why),
+                     what=f"{coll.name} {collective_id}")
     results: list[np.ndarray] = [None] * len(replica_ipus)  # type: ignore[list-item]
     link_bytes = np.zeros(2 * topology.link_count_physical)
     for device_results, sent in outputs:
         link_bytes += sent
         for ipu, result in (device_results or {}).items():
             results[replica_of_ipu[ipu]] = result
-    link_bytes += _host_link_bytes(ray, pod, hosts) - host_bytes_before
+    link_bytes += _host_link_bytes(ray, pod, hosts, deadline_s) - host_bytes_before
     per_type = np.bincount(topology.directed_type, weights=link_bytes,
                            minlength=len(topology.link_types))
     measured = {t.name: float(v) for t, v in zip(topology.link_types, per_type) if v}
@@ -140,20 +148,20 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
                             time.perf_counter() - started, measured)
 
 
-def _host_link_bytes(ray, pod, hosts: list[int]) -> np.ndarray:
+def _host_link_bytes(ray, pod, hosts: list[int], deadline_s: float) -> np.ndarray:
     """Bytes the relaying hosts have counted on their links so far."""
     total = np.zeros(2 * pod.topology.link_count_physical)
     if hosts:
         for stats in gather(ray, [pod.actors[h].stats.remote() for h in hosts],
-                            [pod.specs[h] for h in hosts], DEFAULT_DEADLINE_S):
+                            [pod.specs[h] for h in hosts], deadline_s):
             total += stats["link_bytes"]
     return total
 
 
-def _check_memory(pod, schedule: Schedule) -> None:
+def _check_memory(pod, schedule: Schedule, deadline_s: float) -> None:
     """Each IPU must have room for the collective's buffers (input, and output if any)."""
     buffers = schedule.buffer_elements * schedule.itemsize * (2 if schedule.collective == "all-to-all" else 1)
-    free = {ipu: m["free_bytes"] for s in pod.stats() for ipu, m in s["memory"].items()}
+    free = {ipu: m["free_bytes"] for s in pod.stats(deadline_s) for ipu, m in s["memory"].items()}
     for members in schedule.groups:
         for ipu in members.tolist():
             if buffers > free[ipu]:
@@ -162,9 +170,18 @@ def _check_memory(pod, schedule: Schedule) -> None:
                     f"but only {free[ipu]:,} bytes are free: use a smaller size or more IPUs")
 
 
-def gather(ray, refs: list, specs: list, deadline_s: float) -> list:
-    """Results of ``refs`` in order; the first failure (a dead device, a link timeout) is
-    raised at once as a DeviceError naming the device."""
+def _abort(pod, devices: list[int], collective_id: str, reason: str) -> None:
+    """Tell every device of the collective to stop waiting for it."""
+    for index in devices:
+        pod.actors[index].abort.remote(collective_id, reason)
+
+
+def gather(ray, refs: list, specs: list, deadline_s: float, *, abort=None, on_death=None,
+           what: str = "the collective") -> list:
+    """Results of ``refs`` in order. The first failure (a dead device, a link timeout) ends
+    the wait at once: with ``abort`` the other devices are told ``abort(reason)`` and get
+    :data:`ABORT_GRACE_S` to stop, and a device found dead meanwhile is the one the
+    DeviceError names (``on_death(index, why)`` hears of it)."""
     index_of = {ref: i for i, ref in enumerate(refs)}
     results: list = [None] * len(refs)
     pending, limit = list(refs), time.monotonic() + deadline_s
@@ -172,18 +189,47 @@ def gather(ray, refs: list, specs: list, deadline_s: float) -> list:
         done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, limit - time.monotonic()))
         if not done:
             late = ", ".join(specs[index_of[r]].name for r in pending)
-            raise DeviceError(f"the collective did not finish within {deadline_s:g} s; still "
-                              f"running: {late}")
-        ref = done[0]
-        spec = specs[index_of[ref]]
-        try:
-            results[index_of[ref]] = ray.get(ref)
-        except ray.exceptions.RayActorError:
-            raise DeviceError(f"device {spec.name} (IPUs {', '.join(map(str, spec.ipus))}) died "
-                              "during the collective") from None
-        except ray.exceptions.RayTaskError as error:
-            cause = error.cause if getattr(error, "cause", None) else error
-            if isinstance(cause, (UserError, ScheduleError)):
-                raise cause from None
-            raise DeviceError(f"device {spec.name}: {cause}") from None
+            error: Exception = DeviceError(f"{what} did not finish within {deadline_s:g} s; "
+                                           f"still running: {late}")
+        else:
+            try:
+                results[index_of[done[0]]] = ray.get(done[0])
+                continue
+            except Exception as failure:  # noqa: BLE001 - becomes an error naming the device
+                error = _named(ray, failure, specs[index_of[done[0]]], what)
+                if _died(ray, failure) and on_death:
+                    on_death(index_of[done[0]], str(error))
+        if abort is None or isinstance(error, (UserError, ScheduleError)):
+            raise error
+        abort(str(error))
+        settled, _ = ray.wait(pending, num_returns=len(pending), timeout=ABORT_GRACE_S)
+        for ref in settled:
+            try:
+                ray.get(ref)
+            except Exception as failure:  # noqa: BLE001
+                if _died(ray, failure) and not isinstance(error, DeviceDied):
+                    error = _named(ray, failure, specs[index_of[ref]], what)
+                    if on_death:
+                        on_death(index_of[ref], str(error))
+        raise error
     return results
+
+
+def _died(ray, failure: Exception) -> bool:
+    return isinstance(failure, ray.exceptions.RayActorError)
+
+
+def _named(ray, failure: Exception, spec, what: str) -> Exception:
+    """The error to raise for ``failure`` of the device ``spec``."""
+    from ipu_node.pod import describe
+
+    if _died(ray, failure):
+        return DeviceDied(f"device {describe(spec)} died during {what}: Ray restarts it "
+                           "with its memory empty; run the collective again once it is back "
+                           "(put its tensors again first)")
+    if isinstance(failure, ray.exceptions.RayTaskError):
+        cause = failure.cause if getattr(failure, "cause", None) else failure
+        if isinstance(cause, (UserError, ScheduleError)):
+            return cause
+        return DeviceError(f"device {describe(spec)}: {cause}")
+    return DeviceError(f"device {describe(spec)}: {failure}")

@@ -9,6 +9,7 @@ from typing import Callable
 import numpy as np
 
 from cluster.errors import ScheduleError
+from cluster.faults import LinkDown
 from cluster.topology import Topology
 from gcl.algorithms import GroupContext, algorithm, for_collective
 from gcl.collectives import Collective, collective as lookup_collective, dtype_itemsize
@@ -57,15 +58,22 @@ def plan_timed(collective: str | Collective, topology: Topology, count: int, *,
         return schedule, simulate(schedule, topology, on_phase) if time_it else None
     best: tuple[Schedule, Timing] | None = None
     reasons: dict[str, list[str]] = {}
+    cut: list[LinkDown] = []
     for candidate in for_collective(coll):
         try:
             schedule = _build(coll, topology, count, dtype, candidate.name, groups, root)
         except ScheduleError as error:
             reasons.setdefault(str(error), []).append(candidate.name)
             continue
-        timing = simulate(schedule, topology, on_phase)
+        try:
+            timing = simulate(schedule, topology, on_phase)
+        except LinkDown as error:  # it needs a cut link: another algorithm may not
+            cut.append(error)
+            continue
         if best is None or timing.sim_seconds < best[1].sim_seconds:
             best = (schedule, timing)
+    if best is None and cut:
+        raise cut[0]
     if best is None:
         why = "; ".join(f"{', '.join(names)}: {text}" for text, names in reasons.items())
         raise ScheduleError(f"no algorithm can run this {coll.name}: {why}")

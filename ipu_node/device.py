@@ -5,12 +5,18 @@ Per IPU it keeps In-Processor-Memory accounting, named tensors (NumPy arrays) an
 bytes its IPUs sent over it. It serves the gRPC ``Link`` service its peers push chunks to,
 and runs its share of a schedule: IPUs of this device exchange in memory, others over
 the links, every wait with a deadline.
+
+The actor is threaded (the launcher gives it a few threads): collectives of disjoint
+partitions can run on it at once, and an ``abort`` reaches a collective that is waiting.
+Ray restarts it when it dies; it comes back empty, on a new port, and the launcher wires
+it in again (:meth:`connect`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -20,6 +26,7 @@ from cluster.topology import Topology
 from gcl.collectives import DTYPES
 from gcl.local_executor import extract, land, layout
 from gcl.schedule import Schedule
+from cluster.faults import LinkFault, with_faults
 from ipu_node.errors import DeviceError
 from ipu_node.link import (LinkClient, LinkServer, Mailbox, Transfer, TransferKey,
                            encode_transfers)
@@ -56,7 +63,8 @@ class Device(ReplicaHost):
 
     def __init__(self, spec: DeviceSpec, topology: Topology, host: str = "127.0.0.1") -> None:
         keep_freed_memory()
-        self.spec, self.topology = spec, topology
+        self.spec, self.topology, self.base_topology = spec, topology, topology
+        self._lock = threading.Lock()  # link_bytes, counters, peers: collectives run in threads
         self.memory = {ipu: IpuMemory(topology.ipu_name(ipu), int(topology.ipu_memory_bytes[ipu]),
                                       spec.streaming_bytes_per_ipu) for ipu in spec.ipus}
         self.tensors: dict[int, dict[str, np.ndarray]] = {ipu: {} for ipu in spec.ipus}
@@ -98,17 +106,34 @@ class Device(ReplicaHost):
                 "address": self.address, "node_id": node, "pid": os.getpid()}
 
     def connect(self, names: list[str], addresses: list[str], index: int,
-                ownership: Ownership) -> None:
+                ownership: Ownership, faults: dict[int, LinkFault] | None = None) -> None:
         """Learn every device's name and link address, this device's index among them, and
-        who owns what (which device each IPU's data goes to next, which links to count)."""
-        self.names, self.addresses, self.index, self.ownership = names, addresses, index, ownership
-        hosts = np.array(sorted(ownership.hosts), dtype=np.int64)
-        self._counted = ~np.isin(ownership.link_owner, hosts)  # host-owned links: hosts count
+        who owns what (which device each IPU's data goes to next, which links to count).
+        Called again when a peer restarted on a new port: links to it are reopened."""
+        with self._lock:
+            for device, client in list(self.peers.items()):
+                if addresses[device] != client.address:
+                    client.close()
+                    del self.peers[device]
+            self.names, self.addresses, self.index = names, addresses, index
+            self.ownership = ownership
+            hosts = np.array(sorted(ownership.hosts), dtype=np.int64)
+            self._counted = ~np.isin(ownership.link_owner, hosts)  # host-owned: hosts count
+        self.set_link_faults(faults or {})
+
+    def set_link_faults(self, faults: dict[int, LinkFault]) -> None:
+        """Count bytes on the routes the faulted topology takes (a cut link reroutes)."""
+        self.topology = with_faults(self.base_topology, faults)
+
+    def abort(self, collective: str, reason: str) -> None:
+        """End ``collective`` here now (a peer died): its waits raise ``reason``."""
+        self.mailbox.abort(collective, reason)
 
     def _peer(self, device: int) -> LinkClient:
-        if device not in self.peers:
-            self.peers[device] = LinkClient(self.names[device], self.addresses[device])
-        return self.peers[device]
+        with self._lock:
+            if device not in self.peers:
+                self.peers[device] = LinkClient(self.names[device], self.addresses[device])
+            return self.peers[device]
 
     def _device_of(self, ipu: int) -> str:
         return self.names[int(self.ownership.owner_of_ipu[ipu])]
@@ -128,7 +153,8 @@ class Device(ReplicaHost):
         self.memory[ipu].release(name)
 
     def stats(self) -> dict:
-        return {"name": self.spec.name, "counters": self.counters,
+        return {"name": self.spec.name, "address": self.address, "pid": os.getpid(),
+                "counters": self.counters,
                 "memory": {ipu: {"used_bytes": m.used_bytes, "capacity_bytes": m.capacity_bytes,
                                  "free_bytes": m.free_bytes} for ipu, m in self.memory.items()},
                 "link_bytes": self.link_bytes}
@@ -157,7 +183,7 @@ class Device(ReplicaHost):
         """
         tag = f"collective:{collective}"
         itemsize = np.dtype(DTYPES[schedule.dtype]).itemsize
-        links_before = self.link_bytes.copy()
+        sent = np.zeros_like(self.link_bytes)
         data = {ipu: self.get(ipu, inputs) for ipu in ranks} if isinstance(inputs, str) else inputs
         buffers = {}
         try:
@@ -166,7 +192,8 @@ class Device(ReplicaHost):
                 self.memory[ipu].allocate(tag, sum(b.nbytes for b in laid.values()))
                 buffers[ipu] = laid
             for index, phase in enumerate(schedule.phases):
-                self._run_phase(collective, index, phase, buffers, op, deadline_s, itemsize)
+                sent += self._run_phase(collective, index, phase, buffers, op, deadline_s,
+                                        itemsize)
             results = {ipu: extract(schedule, g, r, buffers[ipu], op,
                                     self.tensors[ipu].get(output) if output else None)
                        for ipu, (g, r) in ranks.items()}
@@ -178,15 +205,19 @@ class Device(ReplicaHost):
                 self.memory[ipu].release(tag)
             for laid in buffers.values():
                 self._recycle(laid)
-        for ipu in ranks:
-            self.counters[ipu]["sim_seconds"] += sim_seconds
+        with self._lock:
+            self.link_bytes += sent
+            for ipu in ranks:
+                self.counters[ipu]["sim_seconds"] += sim_seconds
         if output is not None:
             for ipu, result in results.items():
                 self.put(ipu, output, result)
-            return None, self.link_bytes - links_before
-        return results, self.link_bytes - links_before
+            return None, sent
+        return results, sent
 
-    def _run_phase(self, collective, index, phase, buffers, op, deadline_s, itemsize) -> None:
+    def _run_phase(self, collective, index, phase, buffers, op, deadline_s,
+                   itemsize) -> np.ndarray:
+        """Run one phase's supersteps; return the bytes sent per directed link."""
         mine = np.array(self.spec.ipus)
         outgoing = np.flatnonzero(np.isin(phase.src, mine))
         incoming = np.flatnonzero(np.isin(phase.dst, mine))
@@ -225,9 +256,10 @@ class Device(ReplicaHost):
                 push.result(timeout=deadline_s)
         for ipu in buffers:
             self.counters[ipu]["supersteps"] += phase.steps
-        if len(outgoing):
-            routes = self.topology.router.route(phase.src[outgoing], phase.dst[outgoing])
-            sent = (phase.count[outgoing] * itemsize * phase.steps)[routes.pair_flow]
-            counted = self._counted[routes.pair_link]
-            self.link_bytes += np.bincount(routes.pair_link[counted], weights=sent[counted],
-                                           minlength=len(self.link_bytes))
+        if not len(outgoing):
+            return np.zeros_like(self.link_bytes)
+        routes = self.topology.router.route(phase.src[outgoing], phase.dst[outgoing])
+        sent = (phase.count[outgoing] * itemsize * phase.steps)[routes.pair_flow]
+        counted = self._counted[routes.pair_link]
+        return np.bincount(routes.pair_link[counted], weights=sent[counted],
+                           minlength=len(self.link_bytes)).astype(np.float64)

@@ -15,3 +15,11 @@ class LinkTimeout(DeviceError):
 
 class OutOfMemory(UserError):
     """A tensor does not fit in an IPU's free In-Processor-Memory."""
+
+
+class DeviceRestarting(DeviceError):
+    """A device died and Ray is restarting it: the call can be tried again shortly."""
+
+
+class DeviceDied(DeviceError):
+    """A device's actor died while it ran its part of a collective."""

@@ -10,11 +10,13 @@ IPUs, no tensors and no memory of its own.
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 import numpy as np
 
+from cluster.faults import LinkFault, with_faults
 from cluster.topology import Topology
 from ipu_node.device import DeviceSpec, keep_freed_memory
 from ipu_node.link import LinkClient, LinkServer
@@ -29,7 +31,8 @@ class HostRelay:
 
     def __init__(self, spec: DeviceSpec, topology: Topology, host: str = "127.0.0.1") -> None:
         keep_freed_memory()
-        self.spec, self.topology = spec, topology
+        self.spec, self.topology, self.base_topology = spec, topology, topology
+        self._lock = threading.Lock()
         self.link_bytes = np.zeros(2 * topology.link_count_physical)
         self.relayed_bytes = 0
         self.server = LinkServer(spec.name, self._deliver, host, workers=32)
@@ -50,21 +53,40 @@ class HostRelay:
                 "node_id": ray.get_runtime_context().get_node_id()}
 
     def connect(self, names: list[str], addresses: list[str], index: int,
-                ownership: Ownership) -> None:
-        self.names, self.addresses, self.index, self.ownership = names, addresses, index, ownership
+                ownership: Ownership, faults: dict[int, LinkFault] | None = None) -> None:
+        """As :meth:`ipu_node.device.Device.connect`: links to restarted peers reopen."""
+        with self._lock:
+            for device, client in list(self.peers.items()):
+                if addresses[device] != client.address:
+                    client.close()
+                    del self.peers[device]
+            self.names, self.addresses, self.index = names, addresses, index
+            self.ownership = ownership
+        self.set_link_faults(faults or {})
+
+    def set_link_faults(self, faults: dict[int, LinkFault]) -> None:
+        with self._lock:
+            self.topology = with_faults(self.base_topology, faults)
+            self._owned_links = {}
+
+    def abort(self, collective: str, reason: str) -> None:
+        """Nothing waits here: a host only forwards."""
 
     def _peer(self, device: int) -> LinkClient:
-        if device not in self.peers:
-            self.peers[device] = LinkClient(self.names[device], self.addresses[device])
-        return self.peers[device]
+        with self._lock:
+            if device not in self.peers:
+                self.peers[device] = LinkClient(self.names[device], self.addresses[device])
+            return self.peers[device]
 
     def _count(self, src_ipu: int, dst_ipu: int, nbytes: int) -> None:
         """Add ``nbytes`` to the links this host owns on the route ``src -> dst``."""
         key = (src_ipu, dst_ipu)
-        if key not in self._owned_links:
-            links = self.topology.router.route(np.array([src_ipu]), np.array([dst_ipu])).pair_link
-            self._owned_links[key] = links[self.ownership.link_owner[links] == self.index]
-        self.link_bytes[self._owned_links[key]] += nbytes
+        with self._lock:  # the link server delivers on many threads
+            if key not in self._owned_links:
+                links = self.topology.router.route(np.array([src_ipu]),
+                                                   np.array([dst_ipu])).pair_link
+                self._owned_links[key] = links[self.ownership.link_owner[links] == self.index]
+            self.link_bytes[self._owned_links[key]] += nbytes
 
     def _deliver(self, messages: Iterable[bytes]) -> tuple[int, int]:
         """Take a stream of chunks, pass each on towards its IPU, answer once all arrived."""
@@ -88,7 +110,8 @@ class HostRelay:
         return {}
 
     def stats(self) -> dict:
-        return {"name": self.spec.name, "counters": {}, "memory": {},
+        return {"name": self.spec.name, "address": self.address, "pid": os.getpid(),
+                "counters": {}, "memory": {},
                 "link_bytes": self.link_bytes, "relayed_bytes": self.relayed_bytes}
 
     def shutdown(self) -> None:

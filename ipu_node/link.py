@@ -10,6 +10,7 @@ otherwise.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from concurrent import futures
 from typing import Callable, Iterable, Iterator, NamedTuple
 
@@ -22,6 +23,7 @@ from ipupod_proto import link_pb2, link_pb2_grpc
 
 CHUNK_BYTES = 4 << 20
 _MESSAGE_LIMIT = 16 * CHUNK_BYTES
+_ABORTED_KEPT = 1024  # aborted collectives remembered, so their late chunks are dropped
 _OPTIONS = [("grpc.max_send_message_length", _MESSAGE_LIMIT), ("grpc.http2.bdp_probe", 1),
             ("grpc.max_receive_message_length", _MESSAGE_LIMIT)]
 
@@ -34,17 +36,22 @@ class TransferKey(NamedTuple):
 
 
 class Mailbox:
-    """Incoming transfers, kept as their chunks until whole; thread-safe."""
+    """Incoming transfers, kept as their chunks until whole; thread-safe. A collective can
+    be aborted (a peer died): its waits end at once with the reason, its chunks are
+    dropped, and late ones are ignored."""
 
     def __init__(self) -> None:
         self._ready = threading.Condition()
         self._chunks: dict[TransferKey, list[tuple[int, bytes]]] = {}
         self._received: dict[TransferKey, int] = {}
         self._complete: set[TransferKey] = set()
+        self._aborted: OrderedDict[str, str] = OrderedDict()  # collective -> reason
         self.bytes_received = 0
 
     def deposit(self, key: TransferKey, offset: int, total: int, data: bytes) -> None:
         with self._ready:
+            if key.collective in self._aborted:
+                return
             self._chunks.setdefault(key, []).append((offset, data))
             self._received[key] = self._received.get(key, 0) + len(data)
             self.bytes_received += len(data)
@@ -55,7 +62,13 @@ class Mailbox:
     def take(self, key: TransferKey, deadline_s: float, sender: str) -> list[tuple[int, bytes]]:
         """The chunks ``(byte offset, data)`` of ``key``, waiting at most ``deadline_s``."""
         with self._ready:
-            if not self._ready.wait_for(lambda: key in self._complete, timeout=deadline_s):
+            arrived = self._ready.wait_for(
+                lambda: key in self._complete or key.collective in self._aborted,
+                timeout=deadline_s)
+            if key.collective in self._aborted:
+                raise DeviceError(f"collective {key.collective} aborted: "
+                                  f"{self._aborted[key.collective]}")
+            if not arrived:
                 raise LinkTimeout(
                     f"no data from {sender} for step {key.step} of phase {key.phase} within "
                     f"{deadline_s:g} s (collective {key.collective}): is {sender} alive?")
@@ -70,6 +83,15 @@ class Mailbox:
                 self._chunks.pop(key)
                 self._received.pop(key, None)
                 self._complete.discard(key)
+
+    def abort(self, collective: str, reason: str) -> None:
+        """End every wait of ``collective`` now with ``reason``; drop its chunks."""
+        with self._ready:
+            self._aborted[collective] = reason
+            while len(self._aborted) > _ABORTED_KEPT:
+                self._aborted.popitem(last=False)
+            self._ready.notify_all()
+        self.discard(collective)
 
 
 SERVICE = "ipupod.link.v1.Link"

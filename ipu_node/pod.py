@@ -5,12 +5,18 @@ Local embedded Ray by default (nothing to set up), or an existing Ray cluster by
 (one per IPU it emulates) and is gang-placed: one placement group per server or rack,
 packed onto one node where the cluster allows. :meth:`EmulatedPod.shutdown` frees every
 actor, placement group and port; launching again in the same process works.
+
+Ray restarts a device that dies (``max_restarts``); the restarted actor is empty and
+listens on a new port, so whenever the POD hears from its devices (:meth:`stats`,
+:meth:`~ipu_node.pod_faults.PodFaults.health`) it notices new incarnations and wires them
+in again. Fault injection lives in :mod:`ipu_node.pod_faults`.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -22,12 +28,14 @@ from cluster.topology import Topology
 from ipu_node.device import Device, DeviceSpec
 from ipu_node.host import HostRelay
 from ipu_node.ownership import ownership, relaying_hosts
-from ipu_node.errors import DeviceError
+from ipu_node.errors import DeviceError, DeviceRestarting
 from ipu_node.memory import available_ram_bytes
+from ipu_node.pod_faults import PodFaults
 
 LOCAL_IPU_SLOTS = 256  # the IPU resource an embedded local Ray offers (or the POD's size)
 LAUNCH_DEADLINE_S = 120.0
 DEVICE_RSS_BYTES = 160 << 20  # a device actor's resident memory, measured: ~130 MiB
+DEVICE_THREADS = 8  # concurrent calls per device: collectives of disjoint partitions, aborts
 _pod_ids = itertools.count()
 
 
@@ -80,8 +88,10 @@ def device_specs(topology: Topology) -> list[DeviceSpec]:
 
 
 @dataclass
-class EmulatedPod:
-    """A launched POD: its topology, its device actors and which actor owns each IPU."""
+class EmulatedPod(PodFaults):
+    """A launched POD: its topology, its device actors and which actor owns each IPU.
+    ``topology`` is the one collectives see: the launched one with the link faults
+    injected so far (``base_topology``)."""
 
     topology: Topology
     specs: list[DeviceSpec]
@@ -95,8 +105,10 @@ class EmulatedPod:
 
     @classmethod
     def launch(cls, spec: str | Topology = "dss8440x2", *, ray_address: str | None = None,
-               link_host: str = "127.0.0.1", deadline_s: float = LAUNCH_DEADLINE_S) -> "EmulatedPod":
-        """Start one actor per card or machine of ``spec`` and wire their links."""
+               link_host: str = "127.0.0.1", deadline_s: float = LAUNCH_DEADLINE_S,
+               max_restarts: int = -1) -> "EmulatedPod":
+        """Start one actor per card or machine of ``spec`` and wire their links. Ray
+        restarts a dead device up to ``max_restarts`` times (-1: always)."""
         started = time.perf_counter()
         topology = load_topology(spec) if isinstance(spec, str) else spec
         specs = device_specs(topology)
@@ -139,7 +151,8 @@ class EmulatedPod:
                     actors[index] = kind.options(
                         num_cpus=0,
                         resources={"IPU": len(specs[index].ipus)} if specs[index].ipus else {},
-                        name=f"{pod_id}-{specs[index].name}", max_restarts=0,
+                        name=f"{pod_id}-{specs[index].name}", max_restarts=max_restarts,
+                        max_concurrency=DEVICE_THREADS,
                         scheduling_strategy=PlacementGroupSchedulingStrategy(group, bundle),
                     ).remote(specs[index], topology, link_host)
             infos = _get(ray, [a.info.remote() for a in actors], deadline_s, specs, "start")
@@ -162,8 +175,19 @@ class EmulatedPod:
         owner = {ipu: i for i, s in enumerate(specs) for ipu in s.ipus}
         pod = cls(topology, specs, actors, groups, owner, pod_id, started_ray,
                   time.perf_counter() - started)
-        pod.infos = infos
+        pod.infos, pod.names, pod.addresses, pod.ownership = infos, names, addresses, owns
+        pod._wired(infos)
         return pod
+
+    def _wired(self, infos: list[dict]) -> None:
+        """Fault and recovery state of a freshly launched POD."""
+        self.base_topology = self.topology
+        self.incarnations = [f"{info['pid']}@{info['address']}" for info in infos]
+        self.link_faults = {}
+        self.restarts = [0] * len(self.specs)
+        self.fault_counts = {}
+        self.down: dict[int, str] = {}  # device -> why it is known to be down
+        self._state_lock = threading.RLock()
 
     def device_of(self, ipu: int) -> str:
         return self.specs[self.owner[ipu]].name
@@ -173,8 +197,11 @@ class EmulatedPod:
         return {info["name"]: info["node_id"] for info in self.infos}
 
     def stats(self, deadline_s: float = 30.0) -> list[dict]:
-        ray = _ray()
-        return _get(ray, [a.stats.remote() for a in self.actors], deadline_s, self.specs, "stats")
+        """Every device's counters, memory and link bytes. Waits (up to ``deadline_s``)
+        for a restarting device, and wires restarted ones in again."""
+        stats = self._ask("stats", deadline_s)
+        self._rejoin(stats, deadline_s)
+        return stats
 
     def put(self, name: str, arrays: list[np.ndarray], ipus: list[int] | None = None) -> None:
         """Store ``arrays[r]`` on IPU ``ipus[r]`` (IPU r by default) as tensor ``name``."""
@@ -193,11 +220,11 @@ class EmulatedPod:
         refs = [self.actors[self.owner[ipu]].get.remote(ipu, name) for ipu in targets]
         return _get(ray, refs, 120.0, [self.specs[self.owner[i]] for i in targets], "get")
 
-    def tensor_info(self, name: str) -> dict[int, tuple[tuple[int, ...], str]]:
+    def tensor_info(self, name: str, deadline_s: float = 30.0) -> dict[int, tuple[tuple[int, ...], str]]:
         """Shape and dtype of tensor ``name`` per IPU holding it."""
         ray = _ray()
         merged: dict[int, tuple[tuple[int, ...], str]] = {}
-        for part in _get(ray, [a.tensor_info.remote(name) for a in self.actors], 30.0,
+        for part in _get(ray, [a.tensor_info.remote(name) for a in self.actors], deadline_s,
                          self.specs, "tensor_info"):
             merged.update(part)
         return merged
@@ -263,7 +290,16 @@ def _get(ray, refs: list, deadline_s: float, specs: list[DeviceSpec], what: str)
     for index, ref in enumerate(refs):
         try:
             results.append(ray.get(ref))
+        except ray.exceptions.ActorUnavailableError:
+            raise DeviceRestarting(f"{what}: device {describe(specs[index])} is restarting after it "
+                              "died: try again in a moment") from None
         except ray.exceptions.RayActorError as error:
-            raise DeviceError(f"{what}: device {specs[index].name} (IPUs "
-                              f"{', '.join(map(str, specs[index].ipus))}) died: {error}") from None
+            raise DeviceError(f"{what}: device {describe(specs[index])} died: {error}") from None
     return results
+
+
+def describe(spec: DeviceSpec) -> str:
+    """``'card3 (IPUs 6, 7)'``: how errors name a device."""
+    if not spec.ipus:
+        return spec.name
+    return f"{spec.name} (IPU{'s' if len(spec.ipus) > 1 else ''} {', '.join(map(str, spec.ipus))})"

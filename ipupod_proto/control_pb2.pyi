@@ -39,16 +39,20 @@ class CreatePartitionRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., size: _Optional[int] = ..., gcds: _Optional[int] = ...) -> None: ...
 
 class Partition(_message.Message):
-    __slots__ = ("name", "ipus", "size", "gcds")
+    __slots__ = ("name", "ipus", "size", "gcds", "health", "health_detail")
     NAME_FIELD_NUMBER: _ClassVar[int]
     IPUS_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     GCDS_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_DETAIL_FIELD_NUMBER: _ClassVar[int]
     name: str
     ipus: _containers.RepeatedScalarFieldContainer[int]
     size: int
     gcds: int
-    def __init__(self, name: _Optional[str] = ..., ipus: _Optional[_Iterable[int]] = ..., size: _Optional[int] = ..., gcds: _Optional[int] = ...) -> None: ...
+    health: str
+    health_detail: str
+    def __init__(self, name: _Optional[str] = ..., ipus: _Optional[_Iterable[int]] = ..., size: _Optional[int] = ..., gcds: _Optional[int] = ..., health: _Optional[str] = ..., health_detail: _Optional[str] = ...) -> None: ...
 
 class PartitionRef(_message.Message):
     __slots__ = ("name",)
@@ -165,6 +169,68 @@ class BenchmarkRequest(_message.Message):
     group: str
     root: int
     def __init__(self, partition: _Optional[str] = ..., collective: _Optional[str] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., factor: _Optional[float] = ..., algorithm: _Optional[str] = ..., dtype: _Optional[str] = ..., op: _Optional[str] = ..., mode: _Optional[str] = ..., group: _Optional[str] = ..., root: _Optional[int] = ...) -> None: ...
+
+class KillCardRequest(_message.Message):
+    __slots__ = ("card",)
+    CARD_FIELD_NUMBER: _ClassVar[int]
+    card: str
+    def __init__(self, card: _Optional[str] = ...) -> None: ...
+
+class DegradeLinkRequest(_message.Message):
+    __slots__ = ("link", "bandwidth_factor", "added_latency_seconds")
+    LINK_FIELD_NUMBER: _ClassVar[int]
+    BANDWIDTH_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    ADDED_LATENCY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    link: str
+    bandwidth_factor: float
+    added_latency_seconds: float
+    def __init__(self, link: _Optional[str] = ..., bandwidth_factor: _Optional[float] = ..., added_latency_seconds: _Optional[float] = ...) -> None: ...
+
+class LinkRef(_message.Message):
+    __slots__ = ("link",)
+    LINK_FIELD_NUMBER: _ClassVar[int]
+    link: str
+    def __init__(self, link: _Optional[str] = ...) -> None: ...
+
+class ListFaultsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LinkFault(_message.Message):
+    __slots__ = ("link", "bandwidth_factor", "added_latency_seconds", "cut")
+    LINK_FIELD_NUMBER: _ClassVar[int]
+    BANDWIDTH_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    ADDED_LATENCY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CUT_FIELD_NUMBER: _ClassVar[int]
+    link: str
+    bandwidth_factor: float
+    added_latency_seconds: float
+    cut: bool
+    def __init__(self, link: _Optional[str] = ..., bandwidth_factor: _Optional[float] = ..., added_latency_seconds: _Optional[float] = ..., cut: _Optional[bool] = ...) -> None: ...
+
+class CardState(_message.Message):
+    __slots__ = ("card", "ipus", "health", "restarts", "detail")
+    CARD_FIELD_NUMBER: _ClassVar[int]
+    IPUS_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    card: str
+    ipus: _containers.RepeatedScalarFieldContainer[int]
+    health: str
+    restarts: int
+    detail: str
+    def __init__(self, card: _Optional[str] = ..., ipus: _Optional[_Iterable[int]] = ..., health: _Optional[str] = ..., restarts: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class FaultState(_message.Message):
+    __slots__ = ("links", "cards", "message")
+    LINKS_FIELD_NUMBER: _ClassVar[int]
+    CARDS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    links: _containers.RepeatedCompositeFieldContainer[LinkFault]
+    cards: _containers.RepeatedCompositeFieldContainer[CardState]
+    message: str
+    def __init__(self, links: _Optional[_Iterable[_Union[LinkFault, _Mapping]]] = ..., cards: _Optional[_Iterable[_Union[CardState, _Mapping]]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class BenchmarkRow(_message.Message):
     __slots__ = ("bytes", "count", "type", "op", "algorithm", "sim_seconds", "algbw_GBps", "busbw_GBps", "wall_seconds", "wrong")

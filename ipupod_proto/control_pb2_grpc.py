@@ -79,6 +79,31 @@ class ControlStub:
                 request_serializer=ipupod__proto_dot_control__pb2.BenchmarkRequest.SerializeToString,
                 response_deserializer=ipupod__proto_dot_control__pb2.BenchmarkResult.FromString,
                 _registered_method=True)
+        self.KillCard = channel.unary_unary(
+                '/ipupod.control.v1.Control/KillCard',
+                request_serializer=ipupod__proto_dot_control__pb2.KillCardRequest.SerializeToString,
+                response_deserializer=ipupod__proto_dot_control__pb2.FaultState.FromString,
+                _registered_method=True)
+        self.DegradeLink = channel.unary_unary(
+                '/ipupod.control.v1.Control/DegradeLink',
+                request_serializer=ipupod__proto_dot_control__pb2.DegradeLinkRequest.SerializeToString,
+                response_deserializer=ipupod__proto_dot_control__pb2.FaultState.FromString,
+                _registered_method=True)
+        self.CutLink = channel.unary_unary(
+                '/ipupod.control.v1.Control/CutLink',
+                request_serializer=ipupod__proto_dot_control__pb2.LinkRef.SerializeToString,
+                response_deserializer=ipupod__proto_dot_control__pb2.FaultState.FromString,
+                _registered_method=True)
+        self.HealLink = channel.unary_unary(
+                '/ipupod.control.v1.Control/HealLink',
+                request_serializer=ipupod__proto_dot_control__pb2.LinkRef.SerializeToString,
+                response_deserializer=ipupod__proto_dot_control__pb2.FaultState.FromString,
+                _registered_method=True)
+        self.ListFaults = channel.unary_unary(
+                '/ipupod.control.v1.Control/ListFaults',
+                request_serializer=ipupod__proto_dot_control__pb2.ListFaultsRequest.SerializeToString,
+                response_deserializer=ipupod__proto_dot_control__pb2.FaultState.FromString,
+                _registered_method=True)
 
 
 class ControlServicer:
@@ -144,6 +169,38 @@ class ControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def KillCard(self, request, context):
+        """Faults: kill a card's actor (Ray restarts it empty), degrade, cut or heal a link.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DegradeLink(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CutLink(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HealLink(self, request, context):
+        """empty link: heal all
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListFaults(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -191,6 +248,31 @@ def add_ControlServicer_to_server(servicer, server):
                     servicer.RunBenchmark,
                     request_deserializer=ipupod__proto_dot_control__pb2.BenchmarkRequest.FromString,
                     response_serializer=ipupod__proto_dot_control__pb2.BenchmarkResult.SerializeToString,
+            ),
+            'KillCard': grpc.unary_unary_rpc_method_handler(
+                    servicer.KillCard,
+                    request_deserializer=ipupod__proto_dot_control__pb2.KillCardRequest.FromString,
+                    response_serializer=ipupod__proto_dot_control__pb2.FaultState.SerializeToString,
+            ),
+            'DegradeLink': grpc.unary_unary_rpc_method_handler(
+                    servicer.DegradeLink,
+                    request_deserializer=ipupod__proto_dot_control__pb2.DegradeLinkRequest.FromString,
+                    response_serializer=ipupod__proto_dot_control__pb2.FaultState.SerializeToString,
+            ),
+            'CutLink': grpc.unary_unary_rpc_method_handler(
+                    servicer.CutLink,
+                    request_deserializer=ipupod__proto_dot_control__pb2.LinkRef.FromString,
+                    response_serializer=ipupod__proto_dot_control__pb2.FaultState.SerializeToString,
+            ),
+            'HealLink': grpc.unary_unary_rpc_method_handler(
+                    servicer.HealLink,
+                    request_deserializer=ipupod__proto_dot_control__pb2.LinkRef.FromString,
+                    response_serializer=ipupod__proto_dot_control__pb2.FaultState.SerializeToString,
+            ),
+            'ListFaults': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFaults,
+                    request_deserializer=ipupod__proto_dot_control__pb2.ListFaultsRequest.FromString,
+                    response_serializer=ipupod__proto_dot_control__pb2.FaultState.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -436,6 +518,141 @@ class Control:
             '/ipupod.control.v1.Control/RunBenchmark',
             ipupod__proto_dot_control__pb2.BenchmarkRequest.SerializeToString,
             ipupod__proto_dot_control__pb2.BenchmarkResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KillCard(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ipupod.control.v1.Control/KillCard',
+            ipupod__proto_dot_control__pb2.KillCardRequest.SerializeToString,
+            ipupod__proto_dot_control__pb2.FaultState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DegradeLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ipupod.control.v1.Control/DegradeLink',
+            ipupod__proto_dot_control__pb2.DegradeLinkRequest.SerializeToString,
+            ipupod__proto_dot_control__pb2.FaultState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CutLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ipupod.control.v1.Control/CutLink',
+            ipupod__proto_dot_control__pb2.LinkRef.SerializeToString,
+            ipupod__proto_dot_control__pb2.FaultState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HealLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ipupod.control.v1.Control/HealLink',
+            ipupod__proto_dot_control__pb2.LinkRef.SerializeToString,
+            ipupod__proto_dot_control__pb2.FaultState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFaults(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ipupod.control.v1.Control/ListFaults',
+            ipupod__proto_dot_control__pb2.ListFaultsRequest.SerializeToString,
+            ipupod__proto_dot_control__pb2.FaultState.FromString,
             options,
             channel_credentials,
             insecure,

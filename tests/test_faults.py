@@ -1,0 +1,199 @@
+"""Faults on real Ray and gRPC: killed cards, hung cards, degraded and cut links, recovery.
+
+One DSS 8440 (8 C2-card actors) for the kill trials and link faults, and the four-server
+``two-level`` example (each server one actor, joined by a switch) for a link with no way
+round it.
+"""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from cluster.errors import UserError
+from cluster.faults import LinkDown, find_link
+from gcl.phantom import simulate
+from gcl.planner import plan
+from gcl.collectives import collective
+from ipu_node.errors import DeviceDied, DeviceError
+from ipu_node.pod import EmulatedPod
+
+KILL_TRIALS = 20
+ELEMENTS = 4 << 20  # int32 per IPU: 16 MiB, an allreduce of about a second here
+FAIL_WITHIN_S = 10.0  # the issue's bound on a failure's arrival (the default deadline)
+
+
+@pytest.fixture(scope="module")
+def pod(ray_session):
+    launched = EmulatedPod.launch("dss8440")
+    yield launched
+    launched.shutdown()
+
+
+@pytest.fixture(scope="module")
+def two_level(ray_session):
+    launched = EmulatedPod.launch("examples/topologies/two-level.yaml")
+    yield launched
+    launched.shutdown()
+
+
+def _wait_healthy(pod, within_s: float = 60.0) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < within_s:
+        if all(d.state == "healthy" for d in pod.health()):
+            return time.monotonic() - started
+        time.sleep(0.2)
+    raise AssertionError(f"not healthy within {within_s} s: {pod.health()}")
+
+
+def _in_background(fn):
+    box = {}
+
+    def run():
+        started = time.monotonic()
+        try:
+            box["result"] = fn()
+        except Exception as error:  # noqa: BLE001 - the test looks at it
+            box["error"] = error
+        box["ended"] = time.monotonic()
+        box["seconds"] = box["ended"] - started
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def test_twenty_cards_killed_mid_collective_fail_fast_name_the_card_and_recover(pod):
+    rng = np.random.default_rng(7)
+    data = [rng.integers(-1000, 1000, ELEMENTS, dtype=np.int32) for _ in range(16)]
+    pod.put("x", data)
+    expected = np.sum(data, axis=0)
+    small = [rng.integers(-1000, 1000, 4096, dtype=np.int32) for _ in range(16)]
+    cards = [spec for spec in pod.specs if spec.ipus]
+    hangs, report = 0, []
+    for trial in range(KILL_TRIALS):
+        card = cards[trial % len(cards)]
+        thread, box = _in_background(
+            lambda: pod.collective("allreduce", "x", algorithm="clockwise_ring", output="y"))
+        time.sleep(0.3)
+        killed_at = time.monotonic()
+        pod.kill_card(card.name)
+        thread.join(FAIL_WITHIN_S + 20)
+        if thread.is_alive():
+            hangs += 1
+            continue
+        error = box.get("error")
+        assert isinstance(error, DeviceDied), f"trial {trial}: {box}"
+        assert card.name in str(error)
+        assert "IPUs " + ", ".join(map(str, card.ipus)) in str(error)
+        assert box["ended"] - killed_at < FAIL_WITHIN_S
+        down = {d.name: d.state for d in pod.health()}
+        assert down[card.name] in ("restarting", "healthy")  # it may be back already
+        recovery = _wait_healthy(pod)
+        # The card came back empty: its IPUs hold nothing, its memory is all free.
+        held = pod.tensor_info("x")
+        assert not any(ipu in held for ipu in card.ipus)
+        stats = {s["name"]: s for s in pod.stats()}[card.name]
+        assert all(m["used_bytes"] == 0 for m in stats["memory"].values())
+        # The next collective on the POD is right.
+        result = pod.collective("allreduce", small, algorithm="bidirectional_ring_pair")
+        assert all(np.array_equal(r, np.sum(small, axis=0)) for r in result.results)
+        pod.put("x", [data[i] for i in card.ipus], ipus=list(card.ipus))
+        report.append((card.name, round(box["ended"] - killed_at, 2), round(recovery, 2)))
+    assert hangs == 0
+    assert sum(pod.restarts) >= KILL_TRIALS
+    assert pod.fault_counts["card_killed"] >= KILL_TRIALS
+    # And a full-size collective after all that is right everywhere.
+    result = pod.collective("allreduce", "x", algorithm="clockwise_ring")
+    assert all(np.array_equal(r, expected) for r in result.results)
+    print("card, failure after kill (s), back after (s):", report)
+
+
+def test_a_hung_card_turns_into_a_link_timeout_naming_it_within_the_deadline(pod):
+    _wait_healthy(pod)
+    victim = next(spec for spec in pod.specs if spec.ipus and spec.name.endswith("card5"))
+    pid = {s["name"]: s["pid"] for s in pod.stats()}[victim.name]
+    data = [np.full(1 << 16, i, dtype=np.int32) for i in range(16)]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(DeviceError, match=victim.name):
+            pod.collective("allreduce", data, algorithm="clockwise_ring", deadline_s=3.0)
+        assert time.monotonic() - started < 3.0 + 2.0 + 3.0  # deadline + abort grace + slack
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    result = pod.collective("allreduce", data, algorithm="clockwise_ring")
+    assert all(np.array_equal(r, np.full(1 << 16, sum(range(16)))) for r in result.results)
+
+
+def test_a_degraded_link_slows_real_mode_exactly_as_the_cost_model_says(pod):
+    _wait_healthy(pod)
+    data = [np.full(1 << 16, i, dtype=np.float32) for i in range(16)]
+    before = pod.collective("allreduce", data, algorithm="clockwise_ring").sim_seconds
+    link = "s0.card0.ipu0--s0.card0.ipu1"
+    pod.degrade_link(link, bandwidth_factor=0.25, added_latency_s=2e-6)
+    try:
+        after = pod.collective("allreduce", data, algorithm="clockwise_ring")
+        schedule = plan(collective("allreduce"), pod.topology, 1 << 16, dtype="float32",
+                        algorithm_name="clockwise_ring")
+        assert after.sim_seconds == simulate(schedule, pod.topology).sim_seconds
+        assert after.sim_seconds > before
+        assert all(np.array_equal(r, np.full(1 << 16, sum(range(16)), np.float32))
+                   for r in after.results)
+        assert pod.faults() and "s0.card0.ipu0--s0.card0.ipu1" in next(iter(pod.faults()))
+    finally:
+        assert pod.heal(link)
+    healed = pod.collective("allreduce", data, algorithm="clockwise_ring").sim_seconds
+    assert healed == before
+
+
+def test_a_cut_ipu_link_is_routed_round_and_carries_nothing(pod):
+    _wait_healthy(pod)
+    data = [np.arange(1 << 12, dtype=np.int32) * i for i in range(16)]
+    link = find_link(pod.base_topology, "s0.card2.ipu1--s0.card3.ipu1")
+    pod.cut_link(link)
+    try:
+        start = pod.link_bytes()
+        result = pod.collective("allreduce", data, algorithm="clockwise_ring")
+        carried = pod.link_bytes() - start
+        assert carried[2 * link] == carried[2 * link + 1] == 0
+        assert carried.sum() > 0
+        assert all(np.array_equal(r, np.sum(data, axis=0)) for r in result.results)
+    finally:
+        pod.heal()
+    assert pod.topology is pod.base_topology
+
+
+def test_a_cut_link_with_no_way_round_fails_naming_it_before_any_byte_moves(two_level):
+    pod = two_level
+    data = [np.ones(64, dtype=np.float32) for _ in range(16)]
+    pod.cut_link("s0.ipu0--sw")
+    try:
+        start = pod.link_bytes()
+        with pytest.raises(LinkDown, match=r"s0\.ipu0--sw"):
+            pod.collective("allreduce", data, algorithm="hierarchical")
+        assert pod.link_bytes().sum() == start.sum()
+        # IPUs that do not need it still work: servers 1 to 3.
+        ipus = list(range(4, 16))
+        result = pod.collective("allreduce", data[:12], ipus=ipus, algorithm="clockwise_ring")
+        assert all(np.array_equal(r, np.full(64, 12, np.float32)) for r in result.results)
+    finally:
+        pod.heal()
+    assert pod.collective("allreduce", data).results[0][0] == 16
+
+
+def test_fault_requests_with_bad_input_say_what_to_do(pod):
+    with pytest.raises(UserError, match="no card or machine named 'card99'"):
+        pod.kill_card("card99")
+    with pytest.raises(UserError, match="degrades nothing"):
+        pod.degrade_link("s0.card0.ipu0--s0.card0.ipu1")
+    with pytest.raises(UserError, match="bandwidth"):
+        pod.degrade_link("s0.card0.ipu0--s0.card0.ipu1", bandwidth_factor=1.5)
+    with pytest.raises(UserError, match="no fault to heal"):
+        pod.heal("s0.card0.ipu0--s0.card0.ipu1")
+    with pytest.raises(UserError):
+        pod.cut_link("nowhere--s0.card0.ipu0")
+    assert pod.faults() == {}
