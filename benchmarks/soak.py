@@ -48,7 +48,7 @@ class Tally:
     bytes: int = 0
     sim_seconds: float = 0.0
     wall: list[float] = field(default_factory=list)
-    killed_runs: int = 0  # failed because a card was killed, then run again
+    killed_runs: int = 0  # failed while cards were being killed, then run again
     misnamed: list[str] = field(default_factory=list)  # failures that did not name the card
     refused: int = 0  # algorithm not applicable to the group: run with auto instead
     errors: list[str] = field(default_factory=list)  # anything else that went wrong
@@ -112,7 +112,7 @@ def soak_partition(pod, tally: Tally, count: int, seed: int, max_bytes: int,
 
 def _soak(pod, tally: Tally, count: int, seed: int, max_bytes: int, killed: dict) -> None:
     from cluster.errors import ScheduleError
-    from ipu_node.errors import DeviceDied
+    from ipu_node.errors import DeviceError
 
     rng = np.random.default_rng(seed)
     ipus = list(tally.ipus)
@@ -131,7 +131,9 @@ def _soak(pod, tally: Tally, count: int, seed: int, max_bytes: int, killed: dict
                 tally.refused += 1
                 request["algorithm"] = "auto"
                 continue
-            except DeviceDied as error:
+            except DeviceError as error:  # must be a killed card's doing, and name it
+                if not killed:
+                    raise
                 tally.killed_runs += 1
                 if not any(name in str(error) for name in killed):
                     tally.misnamed.append(str(error))
@@ -171,7 +173,7 @@ def killer(pod, kills: int, every_s: float, seed: int, killed: dict, stop: threa
         pod.kill_card(name)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topology", default="dss8440")
     parser.add_argument("--partitions", type=int, default=4)
@@ -181,8 +183,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-every", type=float, default=5.0, help="seconds between kills")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    report = soak(args)
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    failed = report["wrong_elements"] or report["misnamed_failures"] or report["errors"]
+    return 1 if failed else 0
+
+
+def soak(args: argparse.Namespace) -> dict:
+    """Run the soak as ``args`` say; return its report (:func:`summarize`)."""
     from cluster.partitions import PartitionTable
     from ipu_node.pod import EmulatedPod
 
@@ -213,11 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         restarts = sum(pod.restarts)
     finally:
         pod.shutdown(stop_ray=True)
-    report = summarize(args, tallies, soak_seconds, time.perf_counter() - started, killed,
-                       restarts)
-    print(json.dumps(report, indent=2) if args.json else render(report))
-    failed = report["wrong_elements"] or report["misnamed_failures"] or report["errors"]
-    return 1 if failed else 0
+    return summarize(args, tallies, soak_seconds, time.perf_counter() - started, killed,
+                     restarts)
 
 
 def summarize(args, tallies: list[Tally], soak_seconds: float, total_seconds: float,

@@ -129,11 +129,17 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
             ipu: inputs[replica_of_ipu[ipu]] for ipu in ranks[d]}
         refs.append(pod.actors[d].run.remote(schedule, collective_id, ranks[d], data, output, op,
                                              deadline_s, timing.sim_seconds))
-    outputs = gather(ray, refs, [pod.specs[d] for d in devices],
-                     deadline_s * max(1, schedule.supersteps),
-                     abort=lambda reason: _abort(pod, devices, collective_id, reason),
-                     on_death=lambda i, why: pod.note_down(devices[i], why),
-                     what=f"{coll.name} {collective_id}")
+    restarts_before = list(pod.restarts)
+    what = f"{coll.name} {collective_id}"
+    try:
+        outputs = gather(ray, refs, [pod.specs[d] for d in devices],
+                         deadline_s * max(1, schedule.supersteps),
+                         abort=lambda reason: _abort(pod, devices, collective_id, reason),
+                         on_death=lambda i, why: pod.note_down(devices[i], why), what=what)
+    except DeviceError as error:
+        if isinstance(error, DeviceDied):
+            raise
+        raise _blame_the_dead(pod, devices, restarts_before, what) or error from None
     results: list[np.ndarray] = [None] * len(replica_ipus)  # type: ignore[list-item]
     link_bytes = np.zeros(2 * topology.link_count_physical)
     for device_results, sent in outputs:
@@ -168,6 +174,25 @@ def _check_memory(pod, schedule: Schedule, deadline_s: float) -> None:
                 raise OutOfMemory(
                     f"IPU {pod.topology.ipu_name(ipu)}: the collective needs {buffers:,} bytes "
                     f"but only {free[ipu]:,} bytes are free: use a smaller size or more IPUs")
+
+
+def _blame_the_dead(pod, devices: list[int], restarts_before: list[int],
+                    what: str) -> DeviceError | None:
+    """After a failure that named no dead device (a peer saw a link drop, or waited in
+    vain): if one of the collective's devices died meanwhile (it is restarting, or came
+    back as a new process) or does not answer, that is the cause to report."""
+    from ipu_node.pod import describe
+
+    health = pod.health()
+    for index in devices:
+        spec = describe(pod.specs[index])
+        if health[index].state == "unreachable":
+            return DeviceError(f"device {spec} stopped answering during {what} (hung?)")
+        if health[index].state != "healthy" or pod.restarts[index] > restarts_before[index]:
+            return DeviceDied(f"device {spec} died during {what}: Ray restarts it with its "
+                              "memory empty; run the collective again once it is back (put "
+                              "its tensors again first)")
+    return None
 
 
 def _abort(pod, devices: list[int], collective_id: str, reason: str) -> None:

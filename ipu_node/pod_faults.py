@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from cluster.errors import UserError
 from cluster.faults import LinkFault, find_link, link_name, with_faults
-from ipu_node.errors import DeviceRestarting
+from ipu_node.errors import DeviceError, DeviceRestarting
 
 HEALTH_DEADLINE_S = 2.0
 REWIRE_DEADLINE_S = 30.0
@@ -56,14 +56,21 @@ class PodFaults:
         from ipu_node.pod import _get
 
         limit = time.monotonic() + deadline_s
+        restarting: DeviceRestarting | None = None
         while True:
             try:
                 return _get(ray, [getattr(a, method).remote() for a in self.actors],
                             max(0.1, limit - time.monotonic()), self.specs, method)
-            except DeviceRestarting:
+            except DeviceRestarting as error:
+                restarting = error
                 if time.monotonic() >= limit:
                     raise
                 time.sleep(0.2)
+            except DeviceError:
+                if restarting is None:
+                    raise
+                raise DeviceRestarting(f"{restarting} (still not back after {deadline_s:g} s)"
+                                       ) from None
 
     def _rejoin(self, answers: list[dict], deadline_s: float = REWIRE_DEADLINE_S) -> None:
         """Wire in the devices whose answers show a new incarnation (a restart)."""
