@@ -81,6 +81,7 @@ class Device(ReplicaHost):
         self.peers: dict[int, LinkClient] = {}
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"{spec.name}-push")
         self.spare: dict[tuple[int, str], list[np.ndarray]] = {}  # buffers to reuse
+        self.running: set[str] = set()  # collectives in progress here
 
     def _empty(self, elements: int, dtype) -> np.ndarray:
         """A collective buffer, reused from an earlier collective when one fits (fresh
@@ -154,7 +155,7 @@ class Device(ReplicaHost):
 
     def stats(self) -> dict:
         return {"name": self.spec.name, "address": self.address, "pid": os.getpid(),
-                "counters": self.counters,
+                "counters": self.counters, "collectives_running": len(self.running),
                 "memory": {ipu: {"used_bytes": m.used_bytes, "capacity_bytes": m.capacity_bytes,
                                  "free_bytes": m.free_bytes} for ipu, m in self.memory.items()},
                 "link_bytes": self.link_bytes}
@@ -186,6 +187,7 @@ class Device(ReplicaHost):
         sent = np.zeros_like(self.link_bytes)
         data = {ipu: self.get(ipu, inputs) for ipu in ranks} if isinstance(inputs, str) else inputs
         buffers = {}
+        self.running.add(collective)
         try:
             for ipu, (group, rank) in ranks.items():
                 laid = layout(schedule, group, rank, data[ipu], self._empty)
@@ -201,6 +203,7 @@ class Device(ReplicaHost):
             self.mailbox.discard(collective)
             raise
         finally:
+            self.running.discard(collective)
             for ipu in ranks:
                 self.memory[ipu].release(tag)
             for laid in buffers.values():

@@ -49,6 +49,16 @@ def _wait_healthy(pod, within_s: float = 60.0) -> float:
     raise AssertionError(f"not healthy within {within_s} s: {pod.health()}")
 
 
+def _until_running(pod, name: str, within_s: float = 30.0) -> None:
+    """Wait until device ``name`` is running a collective (so a kill lands in flight)."""
+    limit = time.monotonic() + within_s
+    while time.monotonic() < limit:
+        if {s["name"]: s for s in pod.stats()}[name]["collectives_running"]:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{name} did not start the collective within {within_s} s")
+
+
 def _in_background(fn):
     box = {}
 
@@ -78,7 +88,7 @@ def test_twenty_cards_killed_mid_collective_fail_fast_name_the_card_and_recover(
         card = cards[trial % len(cards)]
         thread, box = _in_background(
             lambda: pod.collective("allreduce", "x", algorithm="clockwise_ring", output="y"))
-        time.sleep(0.3)
+        _until_running(pod, card.name)
         killed_at = time.monotonic()
         pod.kill_card(card.name)
         thread.join(FAIL_WITHIN_S + 20)
@@ -207,3 +217,17 @@ def test_the_soak_script_checks_every_result_of_concurrent_partitions(ray_sessio
     assert report["wrong_elements"] == 0 and report["errors"] == [], report
     assert report["cards_killed"] == 1 and report["misnamed_failures"] == []
     assert sum(report["by_collective"].values()) == 16
+
+
+def test_the_faults_example_runs_and_recovers():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run([sys.executable, str(root / "examples" / "faults.py")],
+                         capture_output=True, text=True, timeout=300, cwd=root,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "results unchanged" in run.stdout and "it carried 0 bytes" in run.stdout
+    assert "next allreduce correct: True" in run.stdout
