@@ -144,7 +144,7 @@ class EmulatedPod:
                     ).remote(specs[index], topology, link_host)
             infos = _get(ray, [a.info.remote() for a in actors], deadline_s, specs, "start")
             names = [info["name"] for info in infos]
-            addresses = [info["address"] for info in infos]
+            addresses = [info.get("link_address", info["address"]) for info in infos]
             owner_of_ipu = np.array([next(i for i, s in enumerate(specs) if ipu in s.ipus)
                                      for ipu in range(topology.ipu_count)])
             hosts = {topology.node_names.index(s.name): i for i, s in enumerate(specs)
