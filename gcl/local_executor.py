@@ -84,8 +84,9 @@ def extract(schedule: Schedule, group: int, rank: int, buffers: dict[str, np.nda
     owner = schedule.slot_of_rank[group]
     n, count, chunk, name = len(owner), schedule.count, schedule.chunk, schedule.collective
     work = buffers[WORK]
-    if name in ("allreduce", "broadcast"):
-        result = work[:count] if into is not None else work[:count].copy()
+    if name in ("allreduce", "broadcast"):  # a view only when it is copied into ``into``
+        fits = into is not None and into.shape == (count,) and into.dtype == work.dtype
+        result = work[:count] if fits else work[:count].copy()
     elif name == "reduce-scatter":
         result = work[owner[rank] * chunk:owner[rank] * chunk + count].copy()
     else:

@@ -25,8 +25,8 @@ import numpy as np
 from cluster.topology import Topology
 from gcl.collectives import DTYPES
 from gcl.local_executor import extract, land, layout
-from gcl.schedule import Schedule
 from cluster.faults import LinkFault, with_faults
+from gcl.schedule import WORK, Schedule
 from ipu_node.errors import DeviceError
 from ipu_node.link import (LinkClient, LinkServer, Mailbox, Transfer, TransferKey,
                            encode_transfers)
@@ -104,7 +104,8 @@ class Device(ReplicaHost):
         except Exception:  # outside Ray (unit use)
             node = None
         return {"name": self.spec.name, "kind": self.spec.kind, "ipus": list(self.spec.ipus),
-                "address": self.address, "node_id": node, "pid": os.getpid()}
+                "address": self.address, "link_address": self.server.link_address,
+                "node_id": node, "pid": os.getpid()}
 
     def connect(self, names: list[str], addresses: list[str], index: int,
                 ownership: Ownership, faults: dict[int, LinkFault] | None = None) -> None:
@@ -154,7 +155,8 @@ class Device(ReplicaHost):
         self.memory[ipu].release(name)
 
     def stats(self) -> dict:
-        return {"name": self.spec.name, "address": self.address, "pid": os.getpid(),
+        return {"name": self.spec.name, "address": self.address,
+                "link_address": self.server.link_address, "pid": os.getpid(),
                 "counters": self.counters, "collectives_running": len(self.running),
                 "memory": {ipu: {"used_bytes": m.used_bytes, "capacity_bytes": m.capacity_bytes,
                                  "free_bytes": m.free_bytes} for ipu, m in self.memory.items()},
@@ -196,9 +198,19 @@ class Device(ReplicaHost):
             for index, phase in enumerate(schedule.phases):
                 sent += self._run_phase(collective, index, phase, buffers, op, deadline_s,
                                         itemsize)
-            results = {ipu: extract(schedule, g, r, buffers[ipu], op,
-                                    self.tensors[ipu].get(output) if output else None)
-                       for ipu, (g, r) in ranks.items()}
+            results = {}
+            for ipu, (g, r) in ranks.items():
+                into = self.tensors[ipu].get(output) if output else None
+                work = buffers[ipu][WORK]
+                if (into is not None and schedule.collective in ("allreduce", "broadcast")
+                        and op != "mean" and len(buffers[ipu]) == 1
+                        and work.size == schedule.count and into.shape == work.shape
+                        and into.dtype == work.dtype):
+                    # the result is the whole work buffer: it becomes the output tensor and
+                    # the old output array goes back to the pool (no copy)
+                    results[ipu], buffers[ipu] = work, {WORK: into}
+                else:
+                    results[ipu] = extract(schedule, g, r, buffers[ipu], op, into)
         except Exception:
             self.mailbox.discard(collective)
             raise
@@ -228,12 +240,19 @@ class Device(ReplicaHost):
         for step in range(phase.steps):
             moves = phase.transfers(step)
             local, remote = {}, {}
+            written_end = moves.dst_offset + moves.count
             for t in outgoing.tolist():
                 src, dst = int(moves.src[t]), int(moves.dst[t])
                 start, count = int(moves.src_offset[t]), int(moves.count[t])
                 payload = buffers[src][moves.src_buffer][start:start + count]
                 if dst in buffers:
-                    local[t] = payload.copy()  # the superstep's snapshot
+                    # the superstep's snapshot: a copy, unless nothing lands on that range of
+                    # the source during this superstep (then the range itself is the snapshot)
+                    overwritten = src == dst or (
+                        moves.src_buffer == moves.dst_buffer and bool(np.any(
+                            (moves.dst == src) & (moves.dst_offset < start + count)
+                            & (written_end > start))))
+                    local[t] = payload.copy() if overwritten else payload
                 else:
                     hop = self.ownership.next_device(self.index, dst)
                     remote.setdefault(hop, []).append(Transfer(t, src, dst, payload))
@@ -247,12 +266,12 @@ class Device(ReplicaHost):
                 target, offset = buffers[dst][moves.dst_buffer], int(moves.dst_offset[t])
                 if t in local:
                     pieces = [(0, local.pop(t))]
-                else:
+                else:  # chunks land as they arrive, in place: no reassembly
                     sender = f"IPU {self.topology.ipu_name(src)} ({self._device_of(src)})"
-                    pieces = [(at // itemsize, np.frombuffer(data, dtype=dtype)) for at, data in
-                              self.mailbox.take(TransferKey(collective, index, step, t),
-                                                deadline_s, sender)]
-                for at, piece in pieces:  # chunks land where they belong, no reassembly
+                    pieces = ((at // itemsize, np.frombuffer(data, dtype=dtype)) for at, data in
+                              self.mailbox.chunks(TransferKey(collective, index, step, t),
+                                                  deadline_s, sender))
+                for at, piece in pieces:
                     land(target, offset + at, piece, moves.reduce, op)
                     self.counters[dst]["bytes_in"] += piece.nbytes
             for push in pushes:

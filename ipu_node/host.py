@@ -49,7 +49,8 @@ class HostRelay:
         import ray
 
         return {"name": self.spec.name, "kind": self.spec.kind, "ipus": [],
-                "address": self.address, "pid": os.getpid(),
+                "address": self.address, "link_address": self.server.link_address,
+                "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id()}
 
     def connect(self, names: list[str], addresses: list[str], index: int,
@@ -110,7 +111,8 @@ class HostRelay:
         return {}
 
     def stats(self) -> dict:
-        return {"name": self.spec.name, "address": self.address, "pid": os.getpid(),
+        return {"name": self.spec.name, "address": self.address,
+                "link_address": self.server.link_address, "pid": os.getpid(),
                 "counters": {}, "memory": {},
                 "link_bytes": self.link_bytes, "relayed_bytes": self.relayed_bytes}
 

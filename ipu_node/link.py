@@ -2,15 +2,20 @@
 
 A sender pushes, per superstep and peer, one client stream carrying the chunks of every
 transfer it has for that peer (:data:`CHUNK_BYTES` each). The receiving device's
-:class:`Mailbox` files chunks by ``(collective, phase, step, transfer)`` until a transfer is
-whole; its executor waits on it with a deadline. Servers bind to 127.0.0.1 unless told
-otherwise.
+:class:`Mailbox` files chunks by ``(collective, phase, step, transfer)``; its executor takes
+and lands them as they arrive, in transfer order, waiting with a deadline. Servers bind
+to 127.0.0.1 unless told otherwise; a server on loopback also listens on a Unix socket and
+gives that as its link address (same gRPC; measured: fewer page faults than TCP loopback).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
+import time
 from collections import OrderedDict
+from pathlib import Path
 from concurrent import futures
 from typing import Callable, Iterable, Iterator, NamedTuple
 
@@ -26,6 +31,7 @@ _MESSAGE_LIMIT = 16 * CHUNK_BYTES
 _ABORTED_KEPT = 1024  # aborted collectives remembered, so their late chunks are dropped
 _OPTIONS = [("grpc.max_send_message_length", _MESSAGE_LIMIT), ("grpc.http2.bdp_probe", 1),
             ("grpc.max_receive_message_length", _MESSAGE_LIMIT)]
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class TransferKey(NamedTuple):
@@ -36,15 +42,15 @@ class TransferKey(NamedTuple):
 
 
 class Mailbox:
-    """Incoming transfers, kept as their chunks until whole; thread-safe. A collective can
-    be aborted (a peer died): its waits end at once with the reason, its chunks are
-    dropped, and late ones are ignored."""
+    """Incoming transfers, handed out chunk by chunk as they arrive; thread-safe. A
+    collective can be aborted (a peer died): its waits end at once with the reason, its
+    chunks are dropped, and late ones are ignored."""
 
     def __init__(self) -> None:
         self._ready = threading.Condition()
         self._chunks: dict[TransferKey, list[tuple[int, bytes]]] = {}
         self._received: dict[TransferKey, int] = {}
-        self._complete: set[TransferKey] = set()
+        self._total: dict[TransferKey, int] = {}
         self._aborted: OrderedDict[str, str] = OrderedDict()  # collective -> reason
         self.bytes_received = 0
 
@@ -54,35 +60,48 @@ class Mailbox:
                 return
             self._chunks.setdefault(key, []).append((offset, data))
             self._received[key] = self._received.get(key, 0) + len(data)
+            self._total[key] = total
             self.bytes_received += len(data)
-            if self._received[key] >= total:
-                self._complete.add(key)
-                self._ready.notify_all()
+            self._ready.notify_all()
+
+    def chunks(self, key: TransferKey, deadline_s: float,
+               sender: str) -> Iterator[tuple[int, bytes]]:
+        """The chunks ``(byte offset, data)`` of ``key`` as they arrive, until the transfer
+        is whole, waiting at most ``deadline_s`` in all."""
+        limit = time.monotonic() + deadline_s
+        while True:
+            with self._ready:
+                arrived = self._ready.wait_for(
+                    lambda: self._chunks.get(key) or key.collective in self._aborted,
+                    timeout=max(0.0, limit - time.monotonic()))
+                if key.collective in self._aborted:
+                    raise DeviceError(f"collective {key.collective} aborted: "
+                                      f"{self._aborted[key.collective]}")
+                if not arrived:
+                    raise LinkTimeout(
+                        f"no data from {sender} for step {key.step} of phase {key.phase} "
+                        f"within {deadline_s:g} s (collective {key.collective}): is {sender} "
+                        "alive?")
+                batch = self._chunks[key]
+                self._chunks[key] = []
+                whole = self._received[key] >= self._total[key]
+                if whole:
+                    del self._chunks[key], self._received[key], self._total[key]
+            yield from batch
+            if whole:
+                return
 
     def take(self, key: TransferKey, deadline_s: float, sender: str) -> list[tuple[int, bytes]]:
         """The chunks ``(byte offset, data)`` of ``key``, waiting at most ``deadline_s``."""
-        with self._ready:
-            arrived = self._ready.wait_for(
-                lambda: key in self._complete or key.collective in self._aborted,
-                timeout=deadline_s)
-            if key.collective in self._aborted:
-                raise DeviceError(f"collective {key.collective} aborted: "
-                                  f"{self._aborted[key.collective]}")
-            if not arrived:
-                raise LinkTimeout(
-                    f"no data from {sender} for step {key.step} of phase {key.phase} within "
-                    f"{deadline_s:g} s (collective {key.collective}): is {sender} alive?")
-            self._complete.discard(key)
-            del self._received[key]
-            return self._chunks.pop(key)
+        return list(self.chunks(key, deadline_s, sender))
 
     def discard(self, collective: str) -> None:
         """Drop everything of a collective (after a failure), so nothing stale is left."""
         with self._ready:
-            for key in [k for k in self._chunks if k.collective == collective]:
-                self._chunks.pop(key)
+            for key in [k for k in self._received if k.collective == collective]:
+                self._chunks.pop(key, None)
                 self._received.pop(key, None)
-                self._complete.discard(key)
+                self._total.pop(key, None)
 
     def abort(self, collective: str, reason: str) -> None:
         """End every wait of ``collective`` now with ``reason``; drop its chunks."""
@@ -132,6 +151,19 @@ def _handlers(device: str, deliver) -> grpc.GenericRpcHandler:
     })
 
 
+def _sweep_stale_sockets() -> None:
+    """Remove the Unix sockets of link servers whose process is gone (killed devices
+    cannot clean up after themselves)."""
+    folder = Path(tempfile.gettempdir())
+    for path in folder.glob("ipupod-link-*-*.sock"):
+        try:
+            os.kill(int(path.name.split("-")[2]), 0)
+        except ProcessLookupError:
+            path.unlink(missing_ok=True)
+        except (ValueError, PermissionError, OSError):
+            continue  # not ours to judge
+
+
 class LinkServer:
     """The ``Link`` gRPC service of one device, on an ephemeral port of ``host``.
     ``receive`` is a :class:`Mailbox` (cards, machines) or a function that takes a stream
@@ -147,10 +179,25 @@ class LinkServer:
         self.port = self._server.add_insecure_port(f"{host}:0")
         if self.port == 0:
             raise DeviceError(f"{device}: could not bind a link port on {host}")
+        self.unix_path = None
+        if host in _LOOPBACK:  # only this machine can connect: a Unix socket costs less
+            _sweep_stale_sockets()
+            self.unix_path = os.path.join(tempfile.gettempdir(),
+                                          f"ipupod-link-{os.getpid()}-{self.port}.sock")
+            try:
+                if not self._server.add_insecure_port(f"unix:{self.unix_path}"):
+                    self.unix_path = None
+            except RuntimeError:  # no Unix sockets here: TCP it is
+                self.unix_path = None
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def link_address(self) -> str:
+        """Where peers connect: the Unix socket of a loopback server, else :attr:`address`."""
+        return f"unix:{self.unix_path}" if self.unix_path else self.address
 
     def start(self) -> str:
         self._server.start()
@@ -158,6 +205,11 @@ class LinkServer:
 
     def stop(self, grace_s: float = 0.5) -> None:
         self._server.stop(grace_s).wait(grace_s + 1)
+        if self.unix_path:
+            try:
+                os.unlink(self.unix_path)
+            except OSError:
+                pass
 
 
 class Transfer(NamedTuple):

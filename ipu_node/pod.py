@@ -30,7 +30,7 @@ from ipu_node.host import HostRelay
 from ipu_node.ownership import ownership, relaying_hosts
 from ipu_node.errors import DeviceError, DeviceRestarting
 from ipu_node.memory import available_ram_bytes
-from ipu_node.pod_faults import PodFaults
+from ipu_node.pod_faults import PodFaults, incarnation
 
 LOCAL_IPU_SLOTS = 256  # the IPU resource an embedded local Ray offers (or the POD's size)
 LAUNCH_DEADLINE_S = 120.0
@@ -157,7 +157,7 @@ class EmulatedPod(PodFaults):
                     ).remote(specs[index], topology, link_host)
             infos = _get(ray, [a.info.remote() for a in actors], deadline_s, specs, "start")
             names = [info["name"] for info in infos]
-            addresses = [info["address"] for info in infos]
+            addresses = [info.get("link_address", info["address"]) for info in infos]
             owner_of_ipu = np.array([next(i for i, s in enumerate(specs) if ipu in s.ipus)
                                      for ipu in range(topology.ipu_count)])
             hosts = {topology.node_names.index(s.name): i for i, s in enumerate(specs)
@@ -182,7 +182,7 @@ class EmulatedPod(PodFaults):
     def _wired(self, infos: list[dict]) -> None:
         """Fault and recovery state of a freshly launched POD."""
         self.base_topology = self.topology
-        self.incarnations = [f"{info['pid']}@{info['address']}" for info in infos]
+        self.incarnations = [incarnation(info) for info in infos]
         self.link_faults = {}
         self.restarts = [0] * len(self.specs)
         self.fault_counts = {}

@@ -32,6 +32,11 @@ HEALTH_DEADLINE_S = 2.0
 REWIRE_DEADLINE_S = 30.0
 
 
+def incarnation(answer: dict) -> str:
+    """Which process of a device answered (``info`` or ``stats``): pid and link address."""
+    return f"{answer['pid']}@{answer['link_address']}"
+
+
 @dataclass(frozen=True)
 class DeviceHealth:
     """One device as the POD last heard it: ``state`` is healthy, restarting, unreachable
@@ -77,13 +82,13 @@ class PodFaults:
         import ray
 
         with self._state_lock:
-            fresh = {i: f"{a['pid']}@{a['address']}" for i, a in enumerate(answers)
-                     if a is not None and f"{a['pid']}@{a['address']}" != self.incarnations[i]}
+            fresh = {i: incarnation(a) for i, a in enumerate(answers)
+                     if a is not None and incarnation(a) != self.incarnations[i]}
             if not fresh:
                 return
-            for index, incarnation in fresh.items():
-                self.incarnations[index] = incarnation
-                self.addresses[index] = answers[index]["address"]
+            for index, new in fresh.items():
+                self.incarnations[index] = new
+                self.addresses[index] = answers[index]["link_address"]
                 self.restarts[index] += 1
                 self.down.pop(index, None)
             addresses, faults = list(self.addresses), dict(self.link_faults)
