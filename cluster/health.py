@@ -8,7 +8,9 @@
 
 The routes considered are those from the partition's first IPU to each other IPU and back,
 and between neighbours in its ring order: together they cross every network-tree link the
-partition uses, and its IPU-Links are added as they are (both ends in the partition).
+partition uses; IPU-Links with both ends in the partition are added. A detour between two
+other members over an IPU-Link outside the partition can be missed: health is a summary,
+the planner (which routes every transfer) has the last word.
 """
 
 from __future__ import annotations

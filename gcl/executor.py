@@ -99,7 +99,7 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
     replica_ipus = np.arange(topology.ipu_count) if ipus is None else np.asarray(ipus)
     groups = replica_groups(topology, group, replica_ipus)
     if isinstance(inputs, str):
-        held = pod.tensor_info(inputs, deadline_s)
+        held = pod.tensor_info(inputs, deadline_s, replica_ipus.tolist())
         missing = [pod.topology.ipu_name(i) for i in replica_ipus.tolist() if i not in held]
         if missing:
             raise UserError(f"no tensor {inputs!r} on IPU {missing[0]}: put it there first")
@@ -128,7 +128,8 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
         data = inputs if isinstance(inputs, str) else {
             ipu: inputs[replica_of_ipu[ipu]] for ipu in ranks[d]}
         refs.append(pod.actors[d].run.remote(schedule, collective_id, ranks[d], data, output, op,
-                                             deadline_s, timing.sim_seconds))
+                                             deadline_s, timing.sim_seconds,
+                                             dict(topology.faults)))
     restarts_before = list(pod.restarts)
     what = f"{coll.name} {collective_id}"
     try:
@@ -158,8 +159,7 @@ def _host_link_bytes(ray, pod, hosts: list[int], deadline_s: float) -> np.ndarra
     """Bytes the relaying hosts have counted on their links so far."""
     total = np.zeros(2 * pod.topology.link_count_physical)
     if hosts:
-        for stats in gather(ray, [pod.actors[h].stats.remote() for h in hosts],
-                            [pod.specs[h] for h in hosts], deadline_s):
+        for stats in pod.stats(deadline_s, hosts):
             total += stats["link_bytes"]
     return total
 
@@ -167,7 +167,9 @@ def _host_link_bytes(ray, pod, hosts: list[int], deadline_s: float) -> np.ndarra
 def _check_memory(pod, schedule: Schedule, deadline_s: float) -> None:
     """Each IPU must have room for the collective's buffers (input, and output if any)."""
     buffers = schedule.buffer_elements * schedule.itemsize * (2 if schedule.collective == "all-to-all" else 1)
-    free = {ipu: m["free_bytes"] for s in pod.stats(deadline_s) for ipu, m in s["memory"].items()}
+    devices = sorted({pod.owner[ipu] for members in schedule.groups for ipu in members.tolist()})
+    free = {ipu: m["free_bytes"] for s in pod.stats(deadline_s, devices)
+            for ipu, m in s["memory"].items()}
     for members in schedule.groups:
         for ipu in members.tolist():
             if buffers > free[ipu]:
@@ -185,13 +187,19 @@ def _blame_the_dead(pod, devices: list[int], restarts_before: list[int],
 
     health = pod.health()
     for index in devices:
-        spec = describe(pod.specs[index])
-        if health[index].state == "unreachable":
-            return DeviceError(f"device {spec} stopped answering during {what} (hung?)")
-        if health[index].state != "healthy" or pod.restarts[index] > restarts_before[index]:
+        spec, state = describe(pod.specs[index]), health[index].state
+        if state == "dead":
+            return DeviceDied(f"device {spec} died during {what} and Ray will not restart it "
+                              "(no restarts left): launch the POD again")
+        if state == "restarting" or pod.restarts[index] > restarts_before[index]:
             return DeviceDied(f"device {spec} died during {what}: Ray restarts it with its "
                               "memory empty; run the collective again once it is back (put "
                               "its tensors again first)")
+    for index in devices:
+        if health[index].state == "unreachable":
+            spec = describe(pod.specs[index])
+            return DeviceError(f"device {spec} stopped answering during {what} (hung, or "
+                               "still restarting)")
     return None
 
 
@@ -224,7 +232,7 @@ def gather(ray, refs: list, specs: list, deadline_s: float, *, abort=None, on_de
                 error = _named(ray, failure, specs[index_of[done[0]]], what)
                 if _died(ray, failure) and on_death:
                     on_death(index_of[done[0]], str(error))
-        if abort is None or isinstance(error, (UserError, ScheduleError)):
+        if abort is None:
             raise error
         abort(str(error))
         settled, _ = ray.wait(pending, num_returns=len(pending), timeout=ABORT_GRACE_S)

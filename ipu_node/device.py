@@ -7,7 +7,9 @@ and runs its share of a schedule: IPUs of this device exchange in memory, others
 the links, every wait with a deadline.
 
 The actor is threaded (the launcher gives it a few threads): collectives of disjoint
-partitions can run on it at once, and an ``abort`` reaches a collective that is waiting.
+partitions can run on it at once. The control methods (info, stats, connect, abort, link
+faults) have threads of their own (the ``control`` concurrency group), so they are answered
+even while collectives wait, and an ``abort`` reaches a collective that is waiting.
 Ray restarts it when it dies; it comes back empty, on a new port, and the launcher wires
 it in again (:meth:`connect`).
 """
@@ -18,21 +20,27 @@ import ctypes
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 import numpy as np
+import ray
 
 from cluster.topology import Topology
 from gcl.collectives import DTYPES
 from gcl.local_executor import extract, land, layout
 from cluster.faults import LinkFault, with_faults
 from gcl.schedule import WORK, Schedule
-from ipu_node.errors import DeviceError
+from ipu_node.errors import DeviceError, LinkTimeout
 from ipu_node.link import (LinkClient, LinkServer, Mailbox, Transfer, TransferKey,
                            encode_transfers)
 from ipu_node.memory import IpuMemory
 from ipu_node.ownership import Ownership
 from ipu_node.replica import ReplicaHost
+
+
+CONTROL = "control"  # the concurrency group of the control methods
+CONTROL_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -82,12 +90,17 @@ class Device(ReplicaHost):
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"{spec.name}-push")
         self.spare: dict[tuple[int, str], list[np.ndarray]] = {}  # buffers to reuse
         self.running: set[str] = set()  # collectives in progress here
+        self.fault_version = -1  # of the link faults last heard (older news is ignored)
+        self._faulted: dict[tuple, Topology] = {}  # per fault set, the topology to count on
+        self._faulted_lock = threading.Lock()
 
     def _empty(self, elements: int, dtype) -> np.ndarray:
         """A collective buffer, reused from an earlier collective when one fits (fresh
         memory costs page faults on every first touch)."""
-        stack = self.spare.get((elements, np.dtype(dtype).name))
-        return stack.pop() if stack else np.empty(elements, dtype)
+        try:
+            return self.spare[(elements, np.dtype(dtype).name)].pop()
+        except (KeyError, IndexError):  # none spare (another thread may have just taken it)
+            return np.empty(elements, dtype)
 
     def _recycle(self, buffers: dict[str, np.ndarray]) -> None:
         for array in buffers.values():
@@ -95,7 +108,8 @@ class Device(ReplicaHost):
             if len(stack) < 4:
                 stack.append(array)
 
-    # -- control ------------------------------------------------------------------------
+    # -- control (own threads: answered even while collectives fill the others) ----------
+    @ray.method(concurrency_group=CONTROL)
     def info(self) -> dict:
         try:
             import ray
@@ -107,8 +121,10 @@ class Device(ReplicaHost):
                 "address": self.address, "link_address": self.server.link_address,
                 "node_id": node, "pid": os.getpid()}
 
+    @ray.method(concurrency_group=CONTROL)
     def connect(self, names: list[str], addresses: list[str], index: int,
-                ownership: Ownership, faults: dict[int, LinkFault] | None = None) -> None:
+                ownership: Ownership, faults: dict[int, LinkFault] | None = None,
+                fault_version: int = 0) -> None:
         """Learn every device's name and link address, this device's index among them, and
         who owns what (which device each IPU's data goes to next, which links to count).
         Called again when a peer restarted on a new port: links to it are reopened."""
@@ -121,12 +137,27 @@ class Device(ReplicaHost):
             self.ownership = ownership
             hosts = np.array(sorted(ownership.hosts), dtype=np.int64)
             self._counted = ~np.isin(ownership.link_owner, hosts)  # host-owned: hosts count
-        self.set_link_faults(faults or {})
+        self.set_link_faults(faults or {}, fault_version)
 
-    def set_link_faults(self, faults: dict[int, LinkFault]) -> None:
-        """Count bytes on the routes the faulted topology takes (a cut link reroutes)."""
-        self.topology = with_faults(self.base_topology, faults)
+    @ray.method(concurrency_group=CONTROL)
+    def set_link_faults(self, faults: dict[int, LinkFault], version: int = 0) -> None:
+        """The POD's link faults (version ``version``; older versions are ignored). A
+        collective counts its bytes on the routes of the faults it was planned with."""
+        with self._lock:
+            if version >= self.fault_version:
+                self.fault_version = version
+                self.topology = self._topology_for(faults)
 
+    def _topology_for(self, faults: dict[int, LinkFault]) -> Topology:
+        key = tuple(sorted(faults.items()))
+        with self._faulted_lock:
+            if key not in self._faulted:
+                if len(self._faulted) >= 4:
+                    self._faulted.pop(next(iter(self._faulted)))
+                self._faulted[key] = with_faults(self.base_topology, faults)
+            return self._faulted[key]
+
+    @ray.method(concurrency_group=CONTROL)
     def abort(self, collective: str, reason: str) -> None:
         """End ``collective`` here now (a peer died): its waits raise ``reason``."""
         self.mailbox.abort(collective, reason)
@@ -154,13 +185,17 @@ class Device(ReplicaHost):
         self.tensors[ipu].pop(name, None)
         self.memory[ipu].release(name)
 
+    @ray.method(concurrency_group=CONTROL)
     def stats(self) -> dict:
+        with self._lock:
+            counters = {ipu: dict(c) for ipu, c in self.counters.items()}
+            link_bytes = self.link_bytes.copy()
         return {"name": self.spec.name, "address": self.address,
                 "link_address": self.server.link_address, "pid": os.getpid(),
-                "counters": self.counters, "collectives_running": len(self.running),
+                "counters": counters, "collectives_running": len(self.running),
                 "memory": {ipu: {"used_bytes": m.used_bytes, "capacity_bytes": m.capacity_bytes,
                                  "free_bytes": m.free_bytes} for ipu, m in self.memory.items()},
-                "link_bytes": self.link_bytes}
+                "link_bytes": link_bytes}
 
     def shutdown(self) -> None:
         for client in self.peers.values():
@@ -169,6 +204,7 @@ class Device(ReplicaHost):
         self.server.stop()
 
     # -- a collective --------------------------------------------------------------------
+    @ray.method(concurrency_group=CONTROL)
     def tensor_info(self, name: str) -> dict[int, tuple[tuple[int, ...], str]]:
         """Shape and dtype of tensor ``name`` on each of this device's IPUs that holds it."""
         return {ipu: (held[name].shape, held[name].dtype.name)
@@ -176,14 +212,20 @@ class Device(ReplicaHost):
 
     def run(self, schedule: Schedule, collective: str, ranks: dict[int, tuple[int, int]],
             inputs: dict[int, np.ndarray] | str, output: str | None, op: str,
-            deadline_s: float, sim_seconds: float) -> tuple[dict[int, np.ndarray] | None, np.ndarray]:
+            deadline_s: float, sim_seconds: float,
+            faults: dict[int, LinkFault] | None = None) -> tuple[dict[int, np.ndarray] | None, np.ndarray]:
         """Run this device's share of ``schedule``; ``ranks[ipu] = (group, rank)``.
 
         ``inputs`` are arrays per IPU, or the name of a tensor each IPU holds. With
         ``output`` the results stay on the IPUs as that tensor and nothing is returned but
         the bytes sent per directed link; otherwise the results are returned too. The
-        collective's buffers are accounted in IPU memory while it runs.
+        collective's buffers are accounted in IPU memory while it runs. Bytes are counted
+        on the routes of ``faults``, the link faults the schedule was planned with.
         """
+        if self.ownership is None:
+            raise DeviceError(f"device {self.spec.name} has restarted and is not wired in yet: "
+                              "run the collective again in a moment")
+        topology = self._topology_for(faults or {})
         tag = f"collective:{collective}"
         itemsize = np.dtype(DTYPES[schedule.dtype]).itemsize
         sent = np.zeros_like(self.link_bytes)
@@ -197,7 +239,7 @@ class Device(ReplicaHost):
                 buffers[ipu] = laid
             for index, phase in enumerate(schedule.phases):
                 sent += self._run_phase(collective, index, phase, buffers, op, deadline_s,
-                                        itemsize)
+                                        itemsize, topology)
             results = {}
             for ipu, (g, r) in ranks.items():
                 into = self.tensors[ipu].get(output) if output else None
@@ -211,8 +253,8 @@ class Device(ReplicaHost):
                     results[ipu], buffers[ipu] = work, {WORK: into}
                 else:
                     results[ipu] = extract(schedule, g, r, buffers[ipu], op, into)
-        except Exception:
-            self.mailbox.discard(collective)
+        except Exception as error:  # late chunks of it are dropped from now on
+            self.mailbox.abort(collective, f"{self.spec.name} failed: {error}")
             raise
         finally:
             self.running.discard(collective)
@@ -231,7 +273,7 @@ class Device(ReplicaHost):
         return results, sent
 
     def _run_phase(self, collective, index, phase, buffers, op, deadline_s,
-                   itemsize) -> np.ndarray:
+                   itemsize, topology: Topology) -> np.ndarray:
         """Run one phase's supersteps; return the bytes sent per directed link."""
         mine = np.array(self.spec.ipus)
         outgoing = np.flatnonzero(np.isin(phase.src, mine))
@@ -274,14 +316,23 @@ class Device(ReplicaHost):
                 for at, piece in pieces:
                     land(target, offset + at, piece, moves.reduce, op)
                     self.counters[dst]["bytes_in"] += piece.nbytes
-            for push in pushes:
-                push.result(timeout=deadline_s)
+            for peer, push in zip(encoded, pushes):
+                try:
+                    push.result(timeout=deadline_s)
+                except FutureTimeout:
+                    raise LinkTimeout(f"the link to {self.names[peer]} did not take step {step} "
+                                      f"of phase {index} within {deadline_s:g} s") from None
         for ipu in buffers:
             self.counters[ipu]["supersteps"] += phase.steps
         if not len(outgoing):
             return np.zeros_like(self.link_bytes)
-        routes = self.topology.router.route(phase.src[outgoing], phase.dst[outgoing])
+        routes = topology.router.route(phase.src[outgoing], phase.dst[outgoing])
         sent = (phase.count[outgoing] * itemsize * phase.steps)[routes.pair_flow]
-        counted = self._counted[routes.pair_link]
+        # Host-owned links are counted by the host relaying the data; data that goes
+        # straight to its device (no relay on the way) counts them here.
+        dst = phase.dst[outgoing]
+        relayed = np.array([self.ownership.next_device(self.index, int(d))
+                            != self.ownership.owner_of_ipu[d] for d in dst.tolist()])
+        counted = self._counted[routes.pair_link] | ~relayed[routes.pair_flow]
         return np.bincount(routes.pair_link[counted], weights=sent[counted],
                            minlength=len(self.link_bytes)).astype(np.float64)

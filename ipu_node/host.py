@@ -15,10 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 import numpy as np
+import ray
 
-from cluster.faults import LinkFault, with_faults
+from cluster.faults import LinkDown, LinkFault, with_faults
 from cluster.topology import Topology
-from ipu_node.device import DeviceSpec, keep_freed_memory
+from ipu_node.device import CONTROL, DeviceSpec, keep_freed_memory
 from ipu_node.link import LinkClient, LinkServer
 from ipu_node.ownership import Ownership
 from ipu_node.wire import decode_chunk
@@ -32,6 +33,7 @@ class HostRelay:
     def __init__(self, spec: DeviceSpec, topology: Topology, host: str = "127.0.0.1") -> None:
         keep_freed_memory()
         self.spec, self.topology, self.base_topology = spec, topology, topology
+        self.fault_version = -1
         self._lock = threading.Lock()
         self.link_bytes = np.zeros(2 * topology.link_count_physical)
         self.relayed_bytes = 0
@@ -45,6 +47,7 @@ class HostRelay:
         self.ownership: Ownership | None = None
         self._owned_links: dict[tuple[int, int], np.ndarray] = {}
 
+    @ray.method(concurrency_group=CONTROL)
     def info(self) -> dict:
         import ray
 
@@ -53,8 +56,10 @@ class HostRelay:
                 "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id()}
 
+    @ray.method(concurrency_group=CONTROL)
     def connect(self, names: list[str], addresses: list[str], index: int,
-                ownership: Ownership, faults: dict[int, LinkFault] | None = None) -> None:
+                ownership: Ownership, faults: dict[int, LinkFault] | None = None,
+                fault_version: int = 0) -> None:
         """As :meth:`ipu_node.device.Device.connect`: links to restarted peers reopen."""
         with self._lock:
             for device, client in list(self.peers.items()):
@@ -63,13 +68,17 @@ class HostRelay:
                     del self.peers[device]
             self.names, self.addresses, self.index = names, addresses, index
             self.ownership = ownership
-        self.set_link_faults(faults or {})
+        self.set_link_faults(faults or {}, fault_version)
 
-    def set_link_faults(self, faults: dict[int, LinkFault]) -> None:
+    @ray.method(concurrency_group=CONTROL)
+    def set_link_faults(self, faults: dict[int, LinkFault], version: int = 0) -> None:
+        """Count relayed bytes on the routes of the POD's link faults (newest version)."""
+        topology = with_faults(self.base_topology, faults)
         with self._lock:
-            self.topology = with_faults(self.base_topology, faults)
-            self._owned_links = {}
+            if version >= self.fault_version:
+                self.fault_version, self.topology, self._owned_links = version, topology, {}
 
+    @ray.method(concurrency_group=CONTROL)
     def abort(self, collective: str, reason: str) -> None:
         """Nothing waits here: a host only forwards."""
 
@@ -84,8 +93,11 @@ class HostRelay:
         key = (src_ipu, dst_ipu)
         with self._lock:  # the link server delivers on many threads
             if key not in self._owned_links:
-                links = self.topology.router.route(np.array([src_ipu]),
-                                                   np.array([dst_ipu])).pair_link
+                try:
+                    links = self.topology.router.route(np.array([src_ipu]),
+                                                       np.array([dst_ipu])).pair_link
+                except LinkDown:  # cut since the collective was planned: count nothing
+                    links = np.zeros(0, dtype=np.int64)
                 self._owned_links[key] = links[self.ownership.link_owner[links] == self.index]
             self.link_bytes[self._owned_links[key]] += nbytes
 
@@ -107,14 +119,18 @@ class HostRelay:
         self.relayed_bytes += total
         return total, count
 
+    @ray.method(concurrency_group=CONTROL)
     def tensor_info(self, name: str) -> dict:
         return {}
 
+    @ray.method(concurrency_group=CONTROL)
     def stats(self) -> dict:
+        with self._lock:
+            link_bytes = self.link_bytes.copy()
         return {"name": self.spec.name, "address": self.address,
                 "link_address": self.server.link_address, "pid": os.getpid(),
-                "counters": {}, "memory": {},
-                "link_bytes": self.link_bytes, "relayed_bytes": self.relayed_bytes}
+                "counters": {}, "memory": {}, "collectives_running": 0,
+                "link_bytes": link_bytes, "relayed_bytes": self.relayed_bytes}
 
     def shutdown(self) -> None:
         for client in self.peers.values():

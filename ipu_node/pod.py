@@ -25,7 +25,7 @@ import numpy as np
 from cluster.errors import UserError
 from cluster.spec import load_topology
 from cluster.topology import Topology
-from ipu_node.device import Device, DeviceSpec
+from ipu_node.device import CONTROL, CONTROL_THREADS, Device, DeviceSpec
 from ipu_node.host import HostRelay
 from ipu_node.ownership import ownership, relaying_hosts
 from ipu_node.errors import DeviceError, DeviceRestarting
@@ -134,7 +134,8 @@ class EmulatedPod(PodFaults):
             by_server.setdefault(device.server, []).append(index)
         pod_id = f"pod{os.getpid()}-{next(_pod_ids)}"
         groups, actors = [], [None] * len(specs)
-        remote = ray.remote(Device)
+        remote = ray.remote(concurrency_groups={CONTROL: CONTROL_THREADS})(Device)
+        relay = ray.remote(concurrency_groups={CONTROL: CONTROL_THREADS})(HostRelay)
         try:
             for server, members in by_server.items():
                 group = placement_group([{"IPU": len(specs[i].ipus)} for i in members
@@ -147,7 +148,7 @@ class EmulatedPod(PodFaults):
                 cards = [i for i in members if specs[i].ipus]
                 for index in members:
                     bundle = cards.index(index) if index in cards else 0
-                    kind = remote if specs[index].ipus else ray.remote(HostRelay)
+                    kind = remote if specs[index].ipus else relay
                     actors[index] = kind.options(
                         num_cpus=0,
                         resources={"IPU": len(specs[index].ipus)} if specs[index].ipus else {},
@@ -177,6 +178,7 @@ class EmulatedPod(PodFaults):
                   time.perf_counter() - started)
         pod.infos, pod.names, pod.addresses, pod.ownership = infos, names, addresses, owns
         pod._wired(infos)
+        pod.max_restarts = max_restarts
         return pod
 
     def _wired(self, infos: list[dict]) -> None:
@@ -187,7 +189,11 @@ class EmulatedPod(PodFaults):
         self.restarts = [0] * len(self.specs)
         self.fault_counts = {}
         self.down: dict[int, str] = {}  # device -> why it is known to be down
+        self.fault_version = 0
+        self._last_stats: dict[int, dict] = {}  # per device, its counters as last heard
+        self._offsets: dict[int, dict] = {}  # per device, what its earlier lives counted
         self._state_lock = threading.RLock()
+        self._rewire_lock = threading.Lock()
 
     def device_of(self, ipu: int) -> str:
         return self.specs[self.owner[ipu]].name
@@ -196,12 +202,14 @@ class EmulatedPod(PodFaults):
         """Which Ray node each device runs on."""
         return {info["name"]: info["node_id"] for info in self.infos}
 
-    def stats(self, deadline_s: float = 30.0) -> list[dict]:
-        """Every device's counters, memory and link bytes. Waits (up to ``deadline_s``)
-        for a restarting device, and wires restarted ones in again."""
-        stats = self._ask("stats", deadline_s)
-        self._rejoin(stats, deadline_s)
-        return stats
+    def stats(self, deadline_s: float = 30.0, devices: list[int] | None = None) -> list[dict]:
+        """Counters, memory and link bytes of ``devices`` (every device by default), in
+        that order. Waits (up to ``deadline_s``) for a restarting device, and wires
+        restarted ones in again; counters carry on across restarts."""
+        answers = self._ask("stats", deadline_s, devices)
+        self._rejoin(answers, deadline_s)
+        with self._state_lock:
+            return [self._with_offsets(i, a) for i, a in answers.items()]
 
     def put(self, name: str, arrays: list[np.ndarray], ipus: list[int] | None = None) -> None:
         """Store ``arrays[r]`` on IPU ``ipus[r]`` (IPU r by default) as tensor ``name``."""
@@ -220,12 +228,13 @@ class EmulatedPod(PodFaults):
         refs = [self.actors[self.owner[ipu]].get.remote(ipu, name) for ipu in targets]
         return _get(ray, refs, 120.0, [self.specs[self.owner[i]] for i in targets], "get")
 
-    def tensor_info(self, name: str, deadline_s: float = 30.0) -> dict[int, tuple[tuple[int, ...], str]]:
-        """Shape and dtype of tensor ``name`` per IPU holding it."""
-        ray = _ray()
+    def tensor_info(self, name: str, deadline_s: float = 30.0,
+                    ipus: list[int] | None = None) -> dict[int, tuple[tuple[int, ...], str]]:
+        """Shape and dtype of tensor ``name`` per IPU holding it (asking only the devices
+        of ``ipus``, when given)."""
+        devices = None if ipus is None else sorted({self.owner[i] for i in ipus})
         merged: dict[int, tuple[tuple[int, ...], str]] = {}
-        for part in _get(ray, [a.tensor_info.remote(name) for a in self.actors], deadline_s,
-                         self.specs, "tensor_info"):
+        for part in self._ask("tensor_info", deadline_s, devices, name).values():
             merged.update(part)
         return merged
 

@@ -54,18 +54,24 @@ class PodFaults:
     uses the POD's actors, specs, addresses, ownership and state lock)."""
 
     # -- hearing from devices, wiring restarted ones in ----------------------------------
-    def _ask(self, method: str, deadline_s: float) -> list:
-        """``method()`` of every device, waiting out restarts up to ``deadline_s``."""
+    def _ask(self, method: str, deadline_s: float, indices: list[int] | None = None,
+             *args) -> dict[int, object]:
+        """``method(*args)`` of devices ``indices`` (all by default), by device index,
+        waiting out restarts up to ``deadline_s``."""
         import ray
 
         from ipu_node.pod import _get
 
+        chosen = list(range(len(self.actors))) if indices is None else list(indices)
         limit = time.monotonic() + deadline_s
         restarting: DeviceRestarting | None = None
         while True:
             try:
-                return _get(ray, [getattr(a, method).remote() for a in self.actors],
-                            max(0.1, limit - time.monotonic()), self.specs, method)
+                answers = _get(ray, [getattr(self.actors[i], method).remote(*args)
+                                     for i in chosen],
+                               max(0.1, limit - time.monotonic()),
+                               [self.specs[i] for i in chosen], method)
+                return dict(zip(chosen, answers))
             except DeviceRestarting as error:
                 restarting = error
                 if time.monotonic() >= limit:
@@ -77,25 +83,66 @@ class PodFaults:
                 raise DeviceRestarting(f"{restarting} (still not back after {deadline_s:g} s)"
                                        ) from None
 
-    def _rejoin(self, answers: list[dict], deadline_s: float = REWIRE_DEADLINE_S) -> None:
-        """Wire in the devices whose answers show a new incarnation (a restart)."""
+    def _rejoin(self, answers: dict[int, dict | None],
+                deadline_s: float = REWIRE_DEADLINE_S) -> None:
+        """Wire in the devices whose answers (``info`` or ``stats``) show a new incarnation
+        (a restart). Returns once every device has the new addresses, so a collective that
+        starts after it finds its peers; callers meanwhile wait on the rewire lock."""
         import ray
 
-        with self._state_lock:
-            fresh = {i: incarnation(a) for i, a in enumerate(answers)
-                     if a is not None and incarnation(a) != self.incarnations[i]}
-            if not fresh:
-                return
-            for index, new in fresh.items():
-                self.incarnations[index] = new
-                self.addresses[index] = answers[index]["link_address"]
-                self.restarts[index] += 1
-                self.down.pop(index, None)
-            addresses, faults = list(self.addresses), dict(self.link_faults)
-            refs = [actor.connect.remote(self.names, addresses, i, self.ownership, faults)
-                    for i, actor in enumerate(self.actors)]
-        # A device that is down now gets wired when it comes back (its own restart).
-        ray.wait(refs, num_returns=len(refs), timeout=deadline_s)
+        with self._rewire_lock:
+            with self._state_lock:
+                fresh = {i: incarnation(a) for i, a in answers.items()
+                         if a is not None and incarnation(a) != self.incarnations[i]}
+                if not fresh:
+                    return
+                for index, new in fresh.items():
+                    self.incarnations[index] = new
+                    self.addresses[index] = answers[index]["link_address"]
+                    self.restarts[index] += 1
+                    self._fold_counters(index)
+                    self.down.pop(index, None)
+                addresses, faults = list(self.addresses), dict(self.link_faults)
+                version = self.fault_version
+            refs = [actor.connect.remote(self.names, addresses, i, self.ownership, faults,
+                                         version) for i, actor in enumerate(self.actors)]
+            # A device that is down now gets wired when it comes back (its own restart).
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=deadline_s)
+            for index in fresh:
+                try:
+                    if refs[index] not in ready:
+                        raise TimeoutError
+                    ray.get(refs[index])
+                except Exception:  # noqa: BLE001 - not wired: try again next time
+                    with self._state_lock:
+                        self.incarnations[index] = "unwired"
+                        self.restarts[index] -= 1
+
+    def _fold_counters(self, index: int) -> None:
+        """A restarted device counts from 0 again: keep what its last incarnation had
+        counted (as last heard), so the POD's counters never go backwards."""
+        last = self._last_stats.get(index)
+        if last is None:
+            return
+        offset = self._offsets.setdefault(index, {"link_bytes": 0.0, "counters": {}})
+        offset["link_bytes"] = offset["link_bytes"] + last["link_bytes"]
+        for ipu, counts in last["counters"].items():
+            kept = offset["counters"].setdefault(ipu, {})
+            for name, value in counts.items():
+                kept[name] = kept.get(name, 0) + value
+        self._last_stats.pop(index)
+
+    def _with_offsets(self, index: int, stats: dict) -> dict:
+        """``stats`` of device ``index`` plus what its earlier incarnations counted."""
+        self._last_stats[index] = stats
+        offset = self._offsets.get(index)
+        if offset is None:
+            return stats
+        adjusted = dict(stats, link_bytes=stats["link_bytes"] + offset["link_bytes"])
+        adjusted["counters"] = {ipu: {name: value + offset["counters"].get(ipu, {}).get(name, 0)
+                                      for name, value in counts.items()}
+                                for ipu, counts in stats["counters"].items()}
+        return adjusted
 
     def note_down(self, index: int, why: str) -> None:
         """Remember that device ``index`` is down (until it answers again)."""
@@ -110,7 +157,7 @@ class PodFaults:
         refs = [actor.info.remote() for actor in self.actors]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=deadline_s)
         ready = set(ready)
-        answers, states = [], []
+        answers, states = {}, []
         for index, ref in enumerate(refs):
             answer, state = None, "unreachable"
             if ref in ready:
@@ -120,15 +167,17 @@ class PodFaults:
                     state = "dead"
                 except ray.exceptions.RayActorError:
                     state = "restarting"
-            answers.append(answer)
+            answers[index] = answer
             states.append(state)
         self._rejoin(answers)
         with self._state_lock:
             for index, state in enumerate(states):
-                if state != "healthy":
-                    self.down.setdefault(index, state)
+                if state == "healthy" and self.incarnations[index] != "unwired":
+                    self.down.pop(index, None)
+                else:
+                    self.down[index] = state
             return [DeviceHealth(spec.name, spec.ipus, state, self.restarts[i],
-                                 self.down.get(i, "") if state != "healthy" else "")
+                                 "" if state == "healthy" else self.down.get(i, ""))
                     for i, (spec, state) in enumerate(zip(self.specs, states))]
 
     # -- cards ------------------------------------------------------------------------
@@ -155,6 +204,9 @@ class PodFaults:
             self.down[index] = "killed by fault injection"
             self._count("card_killed")
         spec = self.specs[index]
+        if self.max_restarts == 0:
+            return DeviceHealth(spec.name, spec.ipus, "dead", self.restarts[index],
+                                f"{describe(spec)} killed: max_restarts is 0, so it stays dead")
         return DeviceHealth(spec.name, spec.ipus, "restarting", self.restarts[index],
                             f"{describe(spec)} killed: Ray is restarting it")
 
@@ -188,7 +240,8 @@ class PodFaults:
                     raise UserError(f"link {link_name(self.base_topology, index)} has no "
                                     "fault to heal (`ipupod fault list` shows the faults)")
                 healed = [index]
-            self._apply({i: f for i, f in self.link_faults.items() if i not in healed})
+            refs = self._apply({i: f for i, f in self.link_faults.items() if i not in healed})
+        self._settle(refs)
         return [link_name(self.base_topology, i) for i in healed]
 
     def faults(self) -> dict[str, LinkFault]:
@@ -201,17 +254,26 @@ class PodFaults:
 
     def _set_link_fault(self, index: int, fault: LinkFault, kind: str) -> None:
         with self._state_lock:
-            self._apply({**self.link_faults, index: fault})
+            refs = self._apply({**self.link_faults, index: fault})
             self._count(kind)
+        self._settle(refs)
 
-    def _apply(self, faults: dict[int, LinkFault]) -> None:
-        """Make ``faults`` the POD's link faults: its topology and every device's."""
-        import ray
-
+    def _apply(self, faults: dict[int, LinkFault]) -> list:
+        """Make ``faults`` the POD's link faults (call with the state lock held): its
+        topology now, every device's by the returned calls (:meth:`_settle` them after
+        the lock is released). Devices ignore a fault set older than one they have."""
         self.topology = with_faults(self.base_topology, faults)  # validates before storing
         self.link_faults = faults
-        refs = [actor.set_link_faults.remote(dict(faults)) for actor in self.actors]
-        # A device that is down gets the faults when it is wired in again.
+        self.fault_version += 1
+        return [actor.set_link_faults.remote(dict(faults), self.fault_version)
+                for actor in self.actors]
+
+    @staticmethod
+    def _settle(refs: list) -> None:
+        """Wait (bounded) for the devices to take new link faults; a device that is down
+        gets them when it is wired in again."""
+        import ray
+
         ray.wait(refs, num_returns=len(refs), timeout=REWIRE_DEADLINE_S)
 
     def _count(self, kind: str) -> None:
