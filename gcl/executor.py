@@ -192,9 +192,7 @@ def _blame_the_dead(pod, devices: list[int], restarts_before: list[int],
             return DeviceDied(f"device {spec} died during {what} and Ray will not restart it "
                               "(no restarts left): launch the POD again")
         if state == "restarting" or pod.restarts[index] > restarts_before[index]:
-            return DeviceDied(f"device {spec} died during {what}: Ray restarts it with its "
-                              "memory empty; run the collective again once it is back (put "
-                              "its tensors again first)")
+            return _died_during(pod.specs[index], what)
     for index in devices:
         if health[index].state == "unreachable":
             spec = describe(pod.specs[index])
@@ -252,14 +250,20 @@ def _died(ray, failure: Exception) -> bool:
     return isinstance(failure, ray.exceptions.RayActorError)
 
 
+def _died_during(spec, what: str) -> DeviceDied:
+    from ipu_node.pod import describe
+
+    return DeviceDied(f"device {describe(spec)} died during {what}: Ray restarts it with its "
+                      "memory empty; run the collective again once it is back (put its "
+                      "tensors again first)")
+
+
 def _named(ray, failure: Exception, spec, what: str) -> Exception:
     """The error to raise for ``failure`` of the device ``spec``."""
     from ipu_node.pod import describe
 
     if _died(ray, failure):
-        return DeviceDied(f"device {describe(spec)} died during {what}: Ray restarts it "
-                           "with its memory empty; run the collective again once it is back "
-                           "(put its tensors again first)")
+        return _died_during(spec, what)
     if isinstance(failure, ray.exceptions.RayTaskError):
         cause = failure.cause if getattr(failure, "cause", None) else failure
         if isinstance(cause, (UserError, ScheduleError)):

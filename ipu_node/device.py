@@ -32,7 +32,7 @@ from gcl.local_executor import extract, land, layout
 from cluster.faults import LinkFault, with_faults
 from gcl.schedule import WORK, Schedule
 from ipu_node.errors import DeviceError, LinkTimeout
-from ipu_node.link import (LinkClient, LinkServer, Mailbox, Transfer, TransferKey,
+from ipu_node.link import (LinkServer, Mailbox, PeerLinks, Transfer, TransferKey,
                            encode_transfers)
 from ipu_node.memory import IpuMemory
 from ipu_node.ownership import Ownership
@@ -82,11 +82,9 @@ class Device(ReplicaHost):
         self.mailbox = Mailbox()
         self.server = LinkServer(spec.name, self.mailbox, host)
         self.address = self.server.start()
-        self.names: list[str] = []
-        self.addresses: list[str] = []
         self.index = -1
         self.ownership: Ownership | None = None
-        self.peers: dict[int, LinkClient] = {}
+        self.peers = PeerLinks()
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"{spec.name}-push")
         self.spare: dict[tuple[int, str], list[np.ndarray]] = {}  # buffers to reuse
         self.running: set[str] = set()  # collectives in progress here
@@ -128,13 +126,9 @@ class Device(ReplicaHost):
         """Learn every device's name and link address, this device's index among them, and
         who owns what (which device each IPU's data goes to next, which links to count).
         Called again when a peer restarted on a new port: links to it are reopened."""
+        self.peers.wire(names, addresses)
         with self._lock:
-            for device, client in list(self.peers.items()):
-                if addresses[device] != client.address:
-                    client.close()
-                    del self.peers[device]
-            self.names, self.addresses, self.index = names, addresses, index
-            self.ownership = ownership
+            self.index, self.ownership = index, ownership
             hosts = np.array(sorted(ownership.hosts), dtype=np.int64)
             self._counted = ~np.isin(ownership.link_owner, hosts)  # host-owned: hosts count
         self.set_link_faults(faults or {}, fault_version)
@@ -162,14 +156,8 @@ class Device(ReplicaHost):
         """End ``collective`` here now (a peer died): its waits raise ``reason``."""
         self.mailbox.abort(collective, reason)
 
-    def _peer(self, device: int) -> LinkClient:
-        with self._lock:
-            if device not in self.peers:
-                self.peers[device] = LinkClient(self.names[device], self.addresses[device])
-            return self.peers[device]
-
     def _device_of(self, ipu: int) -> str:
-        return self.names[int(self.ownership.owner_of_ipu[ipu])]
+        return self.peers.names[int(self.ownership.owner_of_ipu[ipu])]
 
     def put(self, ipu: int, name: str, array: np.ndarray) -> None:
         """Store a named tensor on one of this device's IPUs (memory is accounted)."""
@@ -198,8 +186,7 @@ class Device(ReplicaHost):
                 "link_bytes": link_bytes}
 
     def shutdown(self) -> None:
-        for client in self.peers.values():
-            client.close()
+        self.peers.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.server.stop()
 
@@ -301,7 +288,7 @@ class Device(ReplicaHost):
                 self.counters[src]["bytes_out"] += count * itemsize
             encoded = {peer: list(encode_transfers(collective, index, step, transfers))
                        for peer, transfers in remote.items()}  # copies: the snapshot
-            pushes = [self.pool.submit(self._peer(peer).push, messages, deadline_s)
+            pushes = [self.pool.submit(self.peers.to(peer).push, messages, deadline_s)
                       for peer, messages in encoded.items()]
             for t in incoming.tolist():
                 src, dst = int(moves.src[t]), int(moves.dst[t])
@@ -320,7 +307,7 @@ class Device(ReplicaHost):
                 try:
                     push.result(timeout=deadline_s)
                 except FutureTimeout:
-                    raise LinkTimeout(f"the link to {self.names[peer]} did not take step {step} "
+                    raise LinkTimeout(f"the link to {self.peers.names[peer]} did not take step {step} "
                                       f"of phase {index} within {deadline_s:g} s") from None
         for ipu in buffers:
             self.counters[ipu]["supersteps"] += phase.steps

@@ -20,7 +20,7 @@ import ray
 from cluster.faults import LinkDown, LinkFault, with_faults
 from cluster.topology import Topology
 from ipu_node.device import CONTROL, DeviceSpec, keep_freed_memory
-from ipu_node.link import LinkClient, LinkServer
+from ipu_node.link import LinkServer, PeerLinks
 from ipu_node.ownership import Ownership
 from ipu_node.wire import decode_chunk
 
@@ -40,9 +40,7 @@ class HostRelay:
         self.server = LinkServer(spec.name, self._deliver, host, workers=32)
         self.address = self.server.start()
         self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix=f"{spec.name}-relay")
-        self.peers: dict[int, LinkClient] = {}
-        self.names: list[str] = []
-        self.addresses: list[str] = []
+        self.peers = PeerLinks()
         self.index = -1
         self.ownership: Ownership | None = None
         self._owned_links: dict[tuple[int, int], np.ndarray] = {}
@@ -61,13 +59,9 @@ class HostRelay:
                 ownership: Ownership, faults: dict[int, LinkFault] | None = None,
                 fault_version: int = 0) -> None:
         """As :meth:`ipu_node.device.Device.connect`: links to restarted peers reopen."""
+        self.peers.wire(names, addresses)
         with self._lock:
-            for device, client in list(self.peers.items()):
-                if addresses[device] != client.address:
-                    client.close()
-                    del self.peers[device]
-            self.names, self.addresses, self.index = names, addresses, index
-            self.ownership = ownership
+            self.index, self.ownership = index, ownership
         self.set_link_faults(faults or {}, fault_version)
 
     @ray.method(concurrency_group=CONTROL)
@@ -81,12 +75,6 @@ class HostRelay:
     @ray.method(concurrency_group=CONTROL)
     def abort(self, collective: str, reason: str) -> None:
         """Nothing waits here: a host only forwards."""
-
-    def _peer(self, device: int) -> LinkClient:
-        with self._lock:
-            if device not in self.peers:
-                self.peers[device] = LinkClient(self.names[device], self.addresses[device])
-            return self.peers[device]
 
     def _count(self, src_ipu: int, dst_ipu: int, nbytes: int) -> None:
         """Add ``nbytes`` to the links this host owns on the route ``src -> dst``."""
@@ -112,7 +100,7 @@ class HostRelay:
             self._count(header.src_ipu, header.dst_ipu, len(payload))
             total += len(payload)
             count += 1
-        pushes = [self.pool.submit(self._peer(d).push, batch, RELAY_DEADLINE_S)
+        pushes = [self.pool.submit(self.peers.to(d).push, batch, RELAY_DEADLINE_S)
                   for d, batch in onward.items()]
         for push in pushes:
             push.result(timeout=RELAY_DEADLINE_S)
@@ -133,7 +121,6 @@ class HostRelay:
                 "link_bytes": link_bytes, "relayed_bytes": self.relayed_bytes}
 
     def shutdown(self) -> None:
-        for client in self.peers.values():
-            client.close()
+        self.peers.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.server.stop()
