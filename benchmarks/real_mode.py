@@ -64,8 +64,8 @@ def launch_pod64() -> dict:
 
 PLACEMENTS = {
     "ipu-order": None,  # replica r on IPU r
-    # replica r and r + 8 on the same C2 card: halving_doubling's first (largest) exchange
-    # stays inside each card actor, so half as many bytes cross actors (896 vs 1,792 MiB)
+    # replica r and r + 8 on the same C2 card: halving_doubling's largest exchanges (between
+    # replicas r and r XOR 1) then cross card actors, twice the bytes (1,792 vs 896 MiB)
     "card-pairs": [0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15],
 }
 

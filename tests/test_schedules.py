@@ -170,3 +170,14 @@ def test_every_algorithm_is_registered_whatever_was_imported_first():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert "hierarchical" in out and "halving_doubling" in out
+
+
+def test_halving_doubling_swaps_its_largest_halves_between_nearest_ranks():
+    schedule = plan("allreduce", TOPOLOGIES["dss8440"], 1600, algorithm_name="halving_doubling")
+    first, last = schedule.phases[0], schedule.phases[-1]
+    ipus = np.arange(16)
+    np.testing.assert_array_equal(first.dst, ipus ^ 1)  # the two IPUs of one C2 card
+    np.testing.assert_array_equal(last.dst, ipus ^ 1)
+    assert set(first.count.tolist()) == {8 * schedule.chunk}  # half of the 16 slots
+    assert [int(p.count[0] // schedule.chunk) for p in schedule.phases] == [8, 4, 2, 1, 1, 2, 4, 8]
+    assert schedule.slot_of_rank[0].tolist()[:4] == [0, 8, 4, 12]  # bit-reversed ranks

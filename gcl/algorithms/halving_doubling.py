@@ -1,11 +1,15 @@
 """``halving_doubling``: recursive halving and doubling (Rabenseifner), and binomial trees.
 
-Reduce-scatter by recursive halving: at distance d = n/2, n/4, ..., 1 each rank swaps half
-of the range it still holds with rank XOR d and reduces the half it keeps; log2(n)
-supersteps, the bandwidth term of a ring, far fewer latencies. All-gather by recursive
-doubling mirrors it. Allreduce is one then the other. Broadcast is a binomial tree from
-the root (log2(n) supersteps of the whole buffer). Needs a power-of-two group except for
-broadcast. Partners far apart share links: the cost model charges for it.
+Reduce-scatter by recursive halving: at distance d = 1, 2, 4, ..., n/2 each rank swaps
+half of the range it still holds with rank XOR d and reduces the half it keeps; log2(n)
+supersteps, the bandwidth term of a ring, far fewer latencies. The nearest partners swap
+the largest halves (as MPICH's Rabenseifner allreduce does): replicas numbered along the
+hardware (the two IPUs of a C2 card, then neighbouring cards) keep the big exchanges on
+the short links, and in real mode inside one card actor. Rank r ends up holding slot
+bit-reverse(r). All-gather by recursive doubling mirrors it (distance n/2 first).
+Allreduce is one then the other. Broadcast is a binomial tree from the root (log2(n)
+supersteps of the whole buffer). Needs a power-of-two group except for broadcast. Partners
+far apart share links: the cost model charges for it.
 """
 
 from __future__ import annotations
@@ -18,14 +22,24 @@ from gcl.collectives import Collective
 from gcl.schedule import FLAT, FixedOffsets, Phase
 
 
-def _exchange(ctx: GroupContext, distance: int, first_slot: np.ndarray, reduce: bool,
-              label: str) -> Phase:
+def _exchange(ctx: GroupContext, distance: int, first_slot: np.ndarray, slots: int,
+              reduce: bool, label: str) -> Phase:
+    """Each rank sends ``slots`` slots from ``first_slot`` on to rank XOR ``distance``,
+    which lands them at the same offsets."""
     ranks = np.arange(ctx.size)
     offsets = first_slot * ctx.chunk
     return Phase(label=label, scope=FLAT, steps=1, src=ctx.ipus[ranks],
                  dst=ctx.ipus[ranks ^ distance],
-                 count=np.full(ctx.size, distance * ctx.chunk, dtype=np.int64), reduce=reduce,
+                 count=np.full(ctx.size, slots * ctx.chunk, dtype=np.int64), reduce=reduce,
                  offsets=FixedOffsets(offsets, offsets))
+
+
+def bit_reversed(ranks: np.ndarray, bits: int) -> np.ndarray:
+    """Each rank with its lowest ``bits`` bits in reverse order (the slot it ends up with)."""
+    out = np.zeros_like(ranks)
+    for bit in range(bits):
+        out |= ((ranks >> bit) & 1) << (bits - 1 - bit)
+    return out
 
 
 @register
@@ -49,23 +63,23 @@ class HalvingDoubling(Algorithm):
         ranks = np.arange(n)
         if name == "broadcast":
             return self._binomial(ctx), ranks
+        bits = n.bit_length() - 1
+        slot = bit_reversed(ranks, bits)  # rank r's slot at the end of the reduce-scatter
+        # before step k (distance 2**k) a rank holds n >> k slots: those whose top k bits
+        # match slot's; it keeps the half picked by bit k of its rank, the partner the other
+        held_start = [(slot >> (bits - k)) << (bits - k) for k in range(bits)]
+        kept_start = [held_start[k] + ((ranks >> k) & 1) * (n >> (k + 1)) for k in range(bits)]
         phases = []
         if name in ("allreduce", "reduce-scatter"):
-            distance = n // 2
-            while distance >= 1:
-                start = ranks & ~(2 * distance - 1)
-                partner_half = start + ((ranks ^ distance) & distance)
-                phases.append(_exchange(ctx, distance, partner_half, True,
-                                        f"reduce-scatter (distance {distance})"))
-                distance //= 2
+            for k in range(bits):
+                given = held_start[k] + (1 - ((ranks >> k) & 1)) * (n >> (k + 1))
+                phases.append(_exchange(ctx, 1 << k, given, n >> (k + 1), True,
+                                        f"reduce-scatter (distance {1 << k})"))
         if name in ("allreduce", "all-gather"):
-            distance = 1
-            while distance < n:
-                own = ranks & ~(distance - 1)
-                phases.append(_exchange(ctx, distance, own, False,
-                                        f"all-gather (distance {distance})"))
-                distance *= 2
-        return phases, ranks
+            for k in reversed(range(bits)):
+                phases.append(_exchange(ctx, 1 << k, kept_start[k], n >> (k + 1), False,
+                                        f"all-gather (distance {1 << k})"))
+        return phases, slot
 
     def _binomial(self, ctx: GroupContext) -> list[Phase]:
         n, phases, reach = ctx.size, [], 1

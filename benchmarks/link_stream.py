@@ -1,0 +1,173 @@
+"""What one emulated link costs: bytes pushed from one process to another over the ``Link``
+gRPC service, against a plain Unix socket moving the same bytes, in the same run.
+
+The sender encodes chunks from a NumPy buffer (:func:`ipu_node.link.encode_transfers`) and
+pushes them with a :class:`ipu_node.link.LinkClient`; the receiver, a
+:class:`ipu_node.link.LinkServer` in another process, lands every chunk in a NumPy buffer,
+as a device does. The peer is the floor for moving bytes between two processes here: the
+sender writes its buffer to a Unix socket, the receiver reads straight into its buffer (one
+copy into the kernel, one out, the way gloo's TCP transport moves data). Both report wall
+GB/s and the CPU seconds each side spends per GiB.
+
+    python benchmarks/link_stream.py               # 1 GiB, 3 repeats, best of each
+    python benchmarks/link_stream.py --gib 2 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+GIB = 1 << 30
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _grpc_receiver(size: int, ready) -> None:
+    """A link server that lands every chunk in one buffer of ``size`` bytes."""
+    from ipu_node.device import keep_freed_memory
+    from ipu_node.link import LinkServer
+    from ipu_node.wire import decode_chunk
+
+    keep_freed_memory()
+    target = np.zeros(size, dtype=np.uint8)
+
+    def land(messages):
+        total = count = 0
+        for message in messages:
+            header, payload = decode_chunk(message)
+            target[header.offset:header.offset + len(payload)] = np.frombuffer(payload, np.uint8)
+            total, count = total + len(payload), count + 1
+        return total, count
+
+    server = LinkServer("receiver", land)
+    server.start()
+    ready.send(server.link_address)
+    ready.recv()  # until told to stop
+    server.stop()
+
+
+def _socket_receiver(size: int, path: str, ready) -> None:
+    """A Unix socket server at ``path`` that reads each stream straight into one buffer."""
+    target = memoryview(np.zeros(size, dtype=np.uint8))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen()
+        ready.send(path)
+        while True:
+            connection, _ = listener.accept()
+            with connection:
+                done = 0
+                while done < size:
+                    got = connection.recv_into(target[done:])
+                    if not got:
+                        return
+                    done += got
+                connection.sendall(b"k")
+
+
+def _measure(send, receiver_pid: int, size: int, repeats: int) -> dict:
+    send()  # warm-up: connections open, buffers touched
+    runs = []
+    for _ in range(repeats):
+        receiver_before, sender_before = _cpu_seconds(receiver_pid), _cpu_seconds(os.getpid())
+        started = time.perf_counter()
+        send()
+        wall = time.perf_counter() - started
+        runs.append({"wall_seconds": wall, "gb_per_second": size / wall / 1e9,
+                     "sender_cpu_seconds_per_gib": (_cpu_seconds(os.getpid()) - sender_before)
+                     * GIB / size,
+                     "receiver_cpu_seconds_per_gib": (_cpu_seconds(receiver_pid)
+                                                      - receiver_before) * GIB / size})
+    best = min(runs, key=lambda run: run["wall_seconds"])
+    return {**best, "runs": runs}
+
+
+def grpc_link(size: int, repeats: int) -> dict:
+    from ipu_node.link import LinkClient, Transfer, encode_transfers
+
+    ours, theirs = multiprocessing.Pipe()
+    receiver = multiprocessing.get_context("spawn").Process(target=_grpc_receiver,
+                                                            args=(size, theirs), daemon=True)
+    receiver.start()
+    client = LinkClient("receiver", ours.recv())
+    source = np.ones(size // 4, dtype=np.float32)
+
+    def send() -> None:
+        messages = encode_transfers("bench", 0, 0, [Transfer(0, 0, 1, source)])
+        if client.push(messages, deadline_s=60) != size:
+            raise RuntimeError("the link server did not take every byte")
+
+    try:
+        return _measure(send, receiver.pid, size, repeats)
+    finally:
+        client.close()
+        ours.send("stop")
+        receiver.join(5)
+
+
+def unix_socket(size: int, repeats: int) -> dict:
+    ours, theirs = multiprocessing.Pipe()
+    path = os.path.join(tempfile.gettempdir(), f"ipupod-bench-{os.getpid()}.sock")
+    receiver = multiprocessing.get_context("spawn").Process(target=_socket_receiver,
+                                                            args=(size, path, theirs), daemon=True)
+    receiver.start()
+    ours.recv()
+    source = memoryview(np.ones(size, dtype=np.uint8))
+
+    def send() -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.connect(path)
+            connection.sendall(source)
+            if connection.recv(1) != b"k":
+                raise RuntimeError("the socket peer did not take every byte")
+
+    try:
+        return _measure(send, receiver.pid, size, repeats)
+    finally:
+        receiver.kill()
+        receiver.join(5)
+        Path(path).unlink(missing_ok=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gib", type=float, default=1.0, help="bytes per run, in GiB")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if not 0 < args.gib <= 8 or args.repeats < 1:
+        parser.error("--gib must be in (0, 8] and --repeats at least 1")
+    size = int(args.gib * GIB) // 4 * 4
+    report = {"bytes": size, "grpc_link": grpc_link(size, args.repeats),
+              "unix_socket": unix_socket(size, args.repeats)}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    print(f"{size / GIB:g} GiB from one process to another, best of {args.repeats}:")
+    print(f"  {'':<12} {'wall s':>7} {'GB/s':>6} {'sender CPU s/GiB':>17} "
+          f"{'receiver CPU s/GiB':>19}")
+    for name in ("grpc_link", "unix_socket"):
+        row = report[name]
+        print(f"  {name:<12} {row['wall_seconds']:7.3f} {row['gb_per_second']:6.2f} "
+              f"{row['sender_cpu_seconds_per_gib']:17.2f} {row['receiver_cpu_seconds_per_gib']:19.2f}")
+
+
+if __name__ == "__main__":
+    main()
