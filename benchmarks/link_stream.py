@@ -1,13 +1,17 @@
 """What one emulated link costs: bytes pushed from one process to another over the ``Link``
-gRPC service, against a plain Unix socket moving the same bytes, in the same run.
+gRPC service, against grpcio and a plain Unix socket moving the same bytes, in the same run.
 
-The sender encodes chunks from a NumPy buffer (:func:`ipu_node.link.encode_transfers`) and
-pushes them with a :class:`ipu_node.link.LinkClient`; the receiver, a
-:class:`ipu_node.link.LinkServer` in another process, lands every chunk in a NumPy buffer,
-as a device does. The peer is the floor for moving bytes between two processes here: the
-sender writes its buffer to a Unix socket, the receiver reads straight into its buffer (one
-copy into the kernel, one out, the way gloo's TCP transport moves data). Both report wall
-GB/s and the CPU seconds each side spends per GiB.
+- ``link``: chunks of a NumPy buffer (:func:`ipu_node.link.encode_transfers`) pushed by a
+  :class:`ipu_node.link.LinkClient` to a :class:`ipu_node.link.LinkServer` in another
+  process, which lands each in a NumPy buffer, as a device does (gRPC over
+  :mod:`ipu_node.h2`).
+- ``grpcio``: the same chunks and landing through grpcio's own client and server (what the
+  links used before 2026-11-21).
+- ``unix_socket``: the floor for moving bytes between two processes here: the sender
+  writes its buffer to a Unix socket, the receiver reads straight into its buffer (one
+  copy into the kernel, one out, the way gloo's TCP transport moves data).
+
+Each row gives wall GB/s and the CPU seconds each side spends per GiB.
 
     python benchmarks/link_stream.py               # 1 GiB, 3 repeats, best of each
     python benchmarks/link_stream.py --gib 2 --json
@@ -63,6 +67,44 @@ def _grpc_receiver(size: int, ready) -> None:
     server.stop()
 
 
+def _grpcio_receiver(size: int, ready) -> None:
+    """grpcio's server, landing every chunk in one buffer of ``size`` bytes."""
+    from concurrent import futures
+
+    import grpc
+
+    from ipu_node.device import keep_freed_memory
+    from ipu_node.wire import decode_chunk
+    from ipupod_proto import link_pb2
+
+    keep_freed_memory()
+    target = np.zeros(size, dtype=np.uint8)
+
+    def push(messages, context):
+        total = 0
+        for message in messages:
+            header, payload = decode_chunk(message)
+            target[header.offset:header.offset + len(payload)] = np.frombuffer(payload, np.uint8)
+            total += len(payload)
+        return link_pb2.PushReply(bytes=total)
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=_GRPCIO_OPTIONS)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        "ipupod.link.v1.Link", {"Push": grpc.stream_unary_rpc_method_handler(
+            push, response_serializer=link_pb2.PushReply.SerializeToString)}),))
+    path = os.path.join(tempfile.gettempdir(), f"ipupod-bench-grpcio-{os.getpid()}.sock")
+    server.add_insecure_port(f"unix:{path}")
+    server.start()
+    ready.send(f"unix:{path}")
+    ready.recv()
+    server.stop(0)
+    Path(path).unlink(missing_ok=True)
+
+
+_GRPCIO_OPTIONS = [("grpc.max_send_message_length", 64 << 20),
+                   ("grpc.max_receive_message_length", 64 << 20)]
+
+
 def _socket_receiver(size: int, path: str, ready) -> None:
     """A Unix socket server at ``path`` that reads each stream straight into one buffer."""
     target = memoryview(np.zeros(size, dtype=np.uint8))
@@ -99,7 +141,7 @@ def _measure(send, receiver_pid: int, size: int, repeats: int) -> dict:
     return {**best, "runs": runs}
 
 
-def grpc_link(size: int, repeats: int) -> dict:
+def link(size: int, repeats: int) -> dict:
     from ipu_node.link import LinkClient, Transfer, encode_transfers
 
     ours, theirs = multiprocessing.Pipe()
@@ -118,6 +160,35 @@ def grpc_link(size: int, repeats: int) -> dict:
         return _measure(send, receiver.pid, size, repeats)
     finally:
         client.close()
+        ours.send("stop")
+        receiver.join(5)
+
+
+def grpcio_link(size: int, repeats: int) -> dict:
+    import grpc
+
+    from ipu_node.link import Transfer, encode_transfers
+    from ipupod_proto import link_pb2
+
+    ours, theirs = multiprocessing.Pipe()
+    receiver = multiprocessing.get_context("spawn").Process(target=_grpcio_receiver,
+                                                            args=(size, theirs), daemon=True)
+    receiver.start()
+    channel = grpc.insecure_channel(ours.recv(), options=_GRPCIO_OPTIONS)
+    push = channel.stream_unary("/ipupod.link.v1.Link/Push",
+                                response_deserializer=link_pb2.PushReply.FromString)
+    source = np.ones(size // 4, dtype=np.float32)
+
+    def send() -> None:
+        chunks = encode_transfers("bench", 0, 0, [Transfer(0, 0, 1, source)])
+        messages = (b"".join((header, payload)) for header, payload in chunks)  # grpcio: bytes
+        if push(messages, timeout=60).bytes != size:
+            raise RuntimeError("the grpcio server did not take every byte")
+
+    try:
+        return _measure(send, receiver.pid, size, repeats)
+    finally:
+        channel.close()
         ours.send("stop")
         receiver.join(5)
 
@@ -155,7 +226,8 @@ def main() -> None:
     if not 0 < args.gib <= 8 or args.repeats < 1:
         parser.error("--gib must be in (0, 8] and --repeats at least 1")
     size = int(args.gib * GIB) // 4 * 4
-    report = {"bytes": size, "grpc_link": grpc_link(size, args.repeats),
+    report = {"bytes": size, "link": link(size, args.repeats),
+              "grpcio": grpcio_link(size, args.repeats),
               "unix_socket": unix_socket(size, args.repeats)}
     if args.json:
         print(json.dumps(report, indent=2))
@@ -163,7 +235,7 @@ def main() -> None:
     print(f"{size / GIB:g} GiB from one process to another, best of {args.repeats}:")
     print(f"  {'':<12} {'wall s':>7} {'GB/s':>6} {'sender CPU s/GiB':>17} "
           f"{'receiver CPU s/GiB':>19}")
-    for name in ("grpc_link", "unix_socket"):
+    for name in ("link", "grpcio", "unix_socket"):
         row = report[name]
         print(f"  {name:<12} {row['wall_seconds']:7.3f} {row['gb_per_second']:6.2f} "
               f"{row['sender_cpu_seconds_per_gib']:17.2f} {row['receiver_cpu_seconds_per_gib']:19.2f}")

@@ -32,8 +32,8 @@ from gcl.local_executor import extract, land, layout
 from cluster.faults import LinkFault, with_faults
 from gcl.schedule import WORK, Schedule
 from ipu_node.errors import DeviceError, LinkTimeout
-from ipu_node.link import (LinkServer, Mailbox, PeerLinks, Transfer, TransferKey,
-                           encode_transfers)
+from ipu_node.link import LinkServer, PeerLinks, Transfer, encode_transfers
+from ipu_node.mailbox import Mailbox, TransferKey
 from ipu_node.memory import IpuMemory
 from ipu_node.ownership import Ownership
 from ipu_node.replica import ReplicaHost
@@ -274,20 +274,23 @@ class Device(ReplicaHost):
                 src, dst = int(moves.src[t]), int(moves.dst[t])
                 start, count = int(moves.src_offset[t]), int(moves.count[t])
                 payload = buffers[src][moves.src_buffer][start:start + count]
+                # the superstep's snapshot: a copy, unless nothing lands on that range of the
+                # source during this superstep (then the range itself is the snapshot, and
+                # links send it from there: the push ends before the superstep does)
+                overwritten = src == dst or (
+                    moves.src_buffer == moves.dst_buffer and bool(np.any(
+                        (moves.dst == src) & (moves.dst_offset < start + count)
+                        & (written_end > start))))
+                if overwritten:
+                    payload = payload.copy()
                 if dst in buffers:
-                    # the superstep's snapshot: a copy, unless nothing lands on that range of
-                    # the source during this superstep (then the range itself is the snapshot)
-                    overwritten = src == dst or (
-                        moves.src_buffer == moves.dst_buffer and bool(np.any(
-                            (moves.dst == src) & (moves.dst_offset < start + count)
-                            & (written_end > start))))
-                    local[t] = payload.copy() if overwritten else payload
+                    local[t] = payload
                 else:
                     hop = self.ownership.next_device(self.index, dst)
                     remote.setdefault(hop, []).append(Transfer(t, src, dst, payload))
                 self.counters[src]["bytes_out"] += count * itemsize
             encoded = {peer: list(encode_transfers(collective, index, step, transfers))
-                       for peer, transfers in remote.items()}  # copies: the snapshot
+                       for peer, transfers in remote.items()}  # views, no copies
             pushes = [self.pool.submit(self.peers.to(peer).push, messages, deadline_s)
                       for peer, messages in encoded.items()]
             for t in incoming.tolist():

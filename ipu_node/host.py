@@ -37,7 +37,7 @@ class HostRelay:
         self._lock = threading.Lock()
         self.link_bytes = np.zeros(2 * topology.link_count_physical)
         self.relayed_bytes = 0
-        self.server = LinkServer(spec.name, self._deliver, host, workers=32)
+        self.server = LinkServer(spec.name, self._deliver, host)
         self.address = self.server.start()
         self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix=f"{spec.name}-relay")
         self.peers = PeerLinks()

@@ -5,150 +5,37 @@ transfer it has for that peer (:data:`CHUNK_BYTES` each). The receiving device's
 :class:`Mailbox` files chunks by ``(collective, phase, step, transfer)``; its executor takes
 and lands them as they arrive, in transfer order, waiting with a deadline. Servers bind
 to 127.0.0.1 unless told otherwise; a server on loopback also listens on a Unix socket and
-gives that as its link address (same gRPC; measured: fewer page faults than TCP loopback).
+gives that as its link address (same gRPC; fewer page faults than TCP loopback).
+
+Incoming chunks go to a :class:`ipu_node.mailbox.Mailbox`. The service is
+``ipupod.link.v1.Link`` of ``proto/``, spoken by :mod:`ipu_node.h2` (gRPC's
+HTTP/2 protocol without grpcio's copies; grpcio clients and servers interoperate).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 import threading
 import time
-from collections import OrderedDict
 from pathlib import Path
-from concurrent import futures
 from typing import Callable, Iterable, Iterator, NamedTuple
 
-import grpc
 import numpy as np
 
+from ipu_node import h2
 from ipu_node.errors import DeviceError, LinkTimeout
-from ipu_node.wire import decode_chunk, encode_chunk, encode_header
-from ipupod_proto import link_pb2, link_pb2_grpc
+from ipu_node.mailbox import Mailbox, deliver_to
+from ipu_node.wire import encode_header, payload_prefix
+from ipupod_proto import link_pb2
 
 CHUNK_BYTES = 4 << 20
-_MESSAGE_LIMIT = 16 * CHUNK_BYTES
-_ABORTED_KEPT = 1024  # aborted collectives remembered, so their late chunks are dropped
-_OPTIONS = [("grpc.max_send_message_length", _MESSAGE_LIMIT), ("grpc.http2.bdp_probe", 1),
-            ("grpc.max_receive_message_length", _MESSAGE_LIMIT)]
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-class TransferKey(NamedTuple):
-    collective: str
-    phase: int
-    step: int
-    transfer: int
-
-
-class Mailbox:
-    """Incoming transfers, handed out chunk by chunk as they arrive; thread-safe. A
-    collective can be aborted (a peer died): its waits end at once with the reason, its
-    chunks are dropped, and late ones are ignored."""
-
-    def __init__(self) -> None:
-        self._ready = threading.Condition()
-        self._chunks: dict[TransferKey, list[tuple[int, bytes]]] = {}
-        self._received: dict[TransferKey, int] = {}
-        self._total: dict[TransferKey, int] = {}
-        self._aborted: OrderedDict[str, str] = OrderedDict()  # collective -> reason
-        self.bytes_received = 0
-
-    def deposit(self, key: TransferKey, offset: int, total: int, data: bytes) -> None:
-        with self._ready:
-            if key.collective in self._aborted:
-                return
-            self._chunks.setdefault(key, []).append((offset, data))
-            self._received[key] = self._received.get(key, 0) + len(data)
-            self._total[key] = total
-            self.bytes_received += len(data)
-            self._ready.notify_all()
-
-    def chunks(self, key: TransferKey, deadline_s: float,
-               sender: str) -> Iterator[tuple[int, bytes]]:
-        """The chunks ``(byte offset, data)`` of ``key`` as they arrive, until the transfer
-        is whole, waiting at most ``deadline_s`` in all."""
-        limit = time.monotonic() + deadline_s
-        while True:
-            with self._ready:
-                arrived = self._ready.wait_for(
-                    lambda: self._chunks.get(key) or key.collective in self._aborted,
-                    timeout=max(0.0, limit - time.monotonic()))
-                if key.collective in self._aborted:
-                    raise DeviceError(f"collective {key.collective} aborted: "
-                                      f"{self._aborted[key.collective]}")
-                if not arrived:
-                    raise LinkTimeout(
-                        f"no data from {sender} for step {key.step} of phase {key.phase} "
-                        f"within {deadline_s:g} s (collective {key.collective}): is {sender} "
-                        "alive?")
-                batch = self._chunks[key]
-                self._chunks[key] = []
-                whole = self._received[key] >= self._total[key]
-                if whole:
-                    del self._chunks[key], self._received[key], self._total[key]
-            yield from batch
-            if whole:
-                return
-
-    def take(self, key: TransferKey, deadline_s: float, sender: str) -> list[tuple[int, bytes]]:
-        """The chunks ``(byte offset, data)`` of ``key``, waiting at most ``deadline_s``."""
-        return list(self.chunks(key, deadline_s, sender))
-
-    def discard(self, collective: str) -> None:
-        """Drop everything of a collective (after a failure), so nothing stale is left."""
-        with self._ready:
-            for key in [k for k in self._received if k.collective == collective]:
-                self._chunks.pop(key, None)
-                self._received.pop(key, None)
-                self._total.pop(key, None)
-
-    def abort(self, collective: str, reason: str) -> None:
-        """End every wait of ``collective`` now with ``reason``; drop its chunks."""
-        with self._ready:
-            self._aborted[collective] = reason
-            while len(self._aborted) > _ABORTED_KEPT:
-                self._aborted.popitem(last=False)
-            self._ready.notify_all()
-        self.discard(collective)
-
-
 SERVICE = "ipupod.link.v1.Link"
-
-
-def deliver_to(mailbox: Mailbox) -> Callable[[Iterable[bytes]], tuple[int, int]]:
-    """What a card or machine does with a stream: file every chunk in its mailbox."""
-
-    def deliver(messages: Iterable[bytes]) -> tuple[int, int]:
-        total = count = 0
-        for message in messages:
-            header, payload = decode_chunk(message)
-            key = TransferKey(header.collective, header.phase, header.step, header.transfer)
-            mailbox.deposit(key, header.offset, header.total, payload)
-            total += len(payload)
-            count += 1
-        return total, count
-
-    return deliver
-
-
-def _handlers(device: str, deliver) -> grpc.GenericRpcHandler:
-    """``Link`` with ``Push`` taking raw message bytes (decoded by :mod:`ipu_node.wire`)."""
-
-    def push(messages, context):
-        total, count = deliver(messages)
-        return link_pb2.PushReply(bytes=total, chunks=count)
-
-    def ping(request, context):
-        return link_pb2.PingReply(device=device)
-
-    return grpc.method_handlers_generic_handler(SERVICE, {
-        "Push": grpc.stream_unary_rpc_method_handler(
-            push, response_serializer=link_pb2.PushReply.SerializeToString),
-        "Ping": grpc.unary_unary_rpc_method_handler(
-            ping, request_deserializer=link_pb2.PingRequest.FromString,
-            response_serializer=link_pb2.PingReply.SerializeToString),
-    })
+PUSH, PING = f"/{SERVICE}/Push", f"/{SERVICE}/Ping"
 
 
 def _sweep_stale_sockets() -> None:
@@ -164,31 +51,47 @@ def _sweep_stale_sockets() -> None:
             continue  # not ours to judge
 
 
+def _grpc_message(text: str) -> str:
+    """``grpc-message`` is percent-encoded outside printable ASCII."""
+    return "".join(c if " " <= c <= "~" and c != "%" else "".join(f"%{b:02X}" for b in c.encode())
+                   for c in text)
+
+
 class LinkServer:
     """The ``Link`` gRPC service of one device, on an ephemeral port of ``host``.
     ``receive`` is a :class:`Mailbox` (cards, machines) or a function that takes a stream
-    of chunk messages and returns (payload bytes, chunks) (relaying hosts)."""
+    of chunk messages and returns (payload bytes, chunks) (relaying hosts). Each
+    connection is served by a thread of its own, one stream at a time."""
 
-    def __init__(self, device: str, receive: "Mailbox | Callable", host: str = "127.0.0.1",
-                 workers: int = 16) -> None:
+    def __init__(self, device: str, receive: "Mailbox | Callable",
+                 host: str = "127.0.0.1") -> None:
         self.device, self.host = device, host
-        deliver = deliver_to(receive) if isinstance(receive, Mailbox) else receive
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
-                                   options=_OPTIONS)
-        self._server.add_generic_rpc_handlers((_handlers(device, deliver),))
-        self.port = self._server.add_insecure_port(f"{host}:0")
-        if self.port == 0:
-            raise DeviceError(f"{device}: could not bind a link port on {host}")
+        self._deliver = deliver_to(receive) if isinstance(receive, Mailbox) else receive
+        self._listeners: list[socket.socket] = []
+        self._connections: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._stopped = False
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        tcp = socket.socket(family, socket.SOCK_STREAM)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            tcp.bind((host, 0))
+        except OSError as error:
+            tcp.close()
+            raise DeviceError(f"{device}: could not bind a link port on {host}: {error}") from None
+        self.port = tcp.getsockname()[1]
+        self._listeners.append(tcp)
         self.unix_path = None
-        if host in _LOOPBACK:  # only this machine can connect: a Unix socket costs less
+        if host in _LOOPBACK and hasattr(socket, "AF_UNIX"):  # only this machine: cheaper
             _sweep_stale_sockets()
-            self.unix_path = os.path.join(tempfile.gettempdir(),
-                                          f"ipupod-link-{os.getpid()}-{self.port}.sock")
+            path = os.path.join(tempfile.gettempdir(), f"ipupod-link-{os.getpid()}-{self.port}.sock")
+            unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                if not self._server.add_insecure_port(f"unix:{self.unix_path}"):
-                    self.unix_path = None
-            except RuntimeError:  # no Unix sockets here: TCP it is
-                self.unix_path = None
+                unix.bind(path)
+                self._listeners.append(unix)
+                self.unix_path = path
+            except OSError:  # no Unix sockets here: TCP it is
+                unix.close()
 
     @property
     def address(self) -> str:
@@ -200,21 +103,97 @@ class LinkServer:
         return f"unix:{self.unix_path}" if self.unix_path else self.address
 
     def start(self) -> str:
-        self._server.start()
+        for listener in self._listeners:
+            listener.listen(64)
+            threading.Thread(target=self._accept, args=(listener,), daemon=True,
+                             name=f"{self.device}-link-accept").start()
         return self.address
 
-    def stop(self, grace_s: float = 0.5) -> None:
-        self._server.stop(grace_s).wait(grace_s + 1)
-        if self.unix_path:
+    def stop(self) -> None:
+        """Stop listening and close every connection (streams in flight fail)."""
+        self._stopped = True
+        with self._lock:
+            sockets = [*self._listeners, *self._connections]
+            self._connections.clear()
+        for sock in sockets:
             try:
-                os.unlink(self.unix_path)
+                sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            sock.close()
+        if self.unix_path:
+            Path(self.unix_path).unlink(missing_ok=True)
+
+    def _accept(self, listener: socket.socket) -> None:
+        while not self._stopped:
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                return  # closed by stop()
+            if sock.family != getattr(socket, "AF_UNIX", None):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                if self._stopped:
+                    sock.close()
+                    return
+                self._connections.add(sock)
+            threading.Thread(target=self._serve, args=(sock,), daemon=True,
+                             name=f"{self.device}-link").start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        connection = h2.Connection(sock)
+        try:
+            if connection.read(len(h2.PREFACE)) != h2.PREFACE:
+                return  # not HTTP/2: nothing to say to it
+            connection.send_settings(server=True)
+            while True:
+                length, kind, flags, stream = connection.read_header()
+                if kind != h2.HEADERS:
+                    connection.handle_control(length, kind, flags, stream)
+                    continue
+                headers = connection.read_headers(length, flags, stream)
+                messages = iter(()) if flags & h2.END_STREAM else connection.messages(stream)
+                try:
+                    self._call(connection, stream, headers.get(":path", ""), messages)
+                except h2.StreamReset:
+                    continue  # the client gave up on this stream: ready for the next
+        except (h2.ProtocolError, OSError):
+            pass  # the peer went away or broke the protocol: drop the connection
+        finally:
+            with self._lock:
+                self._connections.discard(sock)
+            connection.close()
+
+    def _call(self, connection: h2.Connection, stream: int, path: str, messages) -> None:
+        """Run one RPC and answer it; a failing handler becomes a gRPC status."""
+        status, detail, reply = 0, "", b""
+        try:
+            if path == PUSH:
+                total, count = self._deliver(messages)
+                reply = link_pb2.PushReply(bytes=total, chunks=count).SerializeToString()
+            elif path == PING:
+                reply = link_pb2.PingReply(device=self.device).SerializeToString()
+            else:
+                status, detail = 12, f"{path} is not a method of {SERVICE}"  # UNIMPLEMENTED
+        except (h2.ProtocolError, OSError):
+            raise
+        except Exception as error:  # the handler's failure: tell the client, keep serving
+            status, detail = 13, f"{self.device}: {error}"  # INTERNAL
+        for _ in messages:  # whatever the handler left unread
+            pass
+        response = [(":status", "200"), ("content-type", "application/grpc")]
+        if status:
+            connection.send_headers(stream, [*response, ("grpc-status", str(status)),
+                                             ("grpc-message", _grpc_message(detail))], end=True)
+            return
+        connection.send_headers(stream, response, end=False)
+        connection.send_messages(stream, [reply], end=False)
+        connection.send_headers(stream, [("grpc-status", "0")], end=True)
 
 
 class Transfer(NamedTuple):
     """One outgoing transfer: its index in the superstep, endpoints, and payload (a view of
-    the sender's buffer; :func:`encode_transfers` copies it into the messages)."""
+    the sender's buffer, sent from there: it must not change until the push returns)."""
 
     index: int
     src_ipu: int
@@ -223,52 +202,128 @@ class Transfer(NamedTuple):
 
 
 def encode_transfers(collective: str, phase: int, step: int,
-                     transfers: Iterable[Transfer]) -> Iterator[bytes]:
-    """The serialized chunks of ``transfers``, :data:`CHUNK_BYTES` each. Encoding copies
-    the payloads: run it to the end (``list(...)``) and it is the superstep's snapshot."""
+                     transfers: Iterable[Transfer]) -> Iterator[tuple[bytes, memoryview]]:
+    """The chunks of ``transfers``, :data:`CHUNK_BYTES` each, as (serialized header fields,
+    payload view) pairs: sent back to back they are one ``Chunk`` message. Nothing is
+    copied."""
     for transfer in transfers:
-        flat = memoryview(transfer.payload.view(np.uint8))
+        flat = memoryview(transfer.payload.view(np.uint8).reshape(-1))
         total = flat.nbytes
         for offset in range(0, max(total, 1), CHUNK_BYTES):
+            piece = flat[offset:offset + CHUNK_BYTES]
             header = encode_header(collective, phase, step, transfer.index, transfer.src_ipu,
                                    transfer.dst_ipu, offset, total)
-            yield encode_chunk(header, flat[offset:offset + CHUNK_BYTES])
+            yield payload_prefix(header, len(piece)), piece
 
 
 class LinkClient:
-    """The sending end of the links from one device to one peer device."""
+    """The sending end of the links from one device to one peer device: a few HTTP/2
+    connections (one per stream in flight), reused. Thread-safe."""
 
     def __init__(self, peer: str, address: str) -> None:
         self.peer, self.address = peer, address
-        self._channel = grpc.insecure_channel(address, options=_OPTIONS)
-        self._stub = link_pb2_grpc.LinkStub(self._channel)
-        self._push = self._channel.stream_unary(
-            f"/{SERVICE}/Push", response_deserializer=link_pb2.PushReply.FromString)
+        self._idle: list[h2.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
 
     def ping(self, deadline_s: float = 10.0) -> str:
-        try:
-            return self._stub.Ping(link_pb2.PingRequest(), timeout=deadline_s).device
-        except grpc.RpcError as error:
-            raise self._error(error) from None
+        return link_pb2.PingReply.FromString(self._call(PING, [b""], deadline_s)).device
 
-    def push(self, messages: Iterable[bytes], deadline_s: float) -> int:
-        """Send serialized chunks (:func:`encode_transfers`) in one stream; return the
-        payload bytes the peer acknowledged."""
-        try:
-            return self._push(iter(messages), timeout=deadline_s).bytes
-        except grpc.RpcError as error:
-            raise self._error(error) from None
+    def push(self, messages: Iterable, deadline_s: float) -> int:
+        """Send chunks (:func:`encode_transfers`, or serialized ``Chunk`` messages) in one
+        stream; return the payload bytes the peer acknowledged."""
+        return link_pb2.PushReply.FromString(self._call(PUSH, messages, deadline_s)).bytes
 
-    def _error(self, error: grpc.RpcError) -> DeviceError:
-        code = error.code() if hasattr(error, "code") else None
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return LinkTimeout(f"the link to {self.peer} ({self.address}) did not take the data "
-                               "in time")
-        return DeviceError(f"the link to {self.peer} ({self.address}) failed: "
-                           f"{code.name if code else ''} {error.details() if hasattr(error, 'details') else error}")
+    def _connect(self, limit: float) -> h2.Connection:
+        if self.address.startswith("unix:"):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            target: object = self.address[len("unix:"):]
+        else:
+            host, _, port = self.address.rpartition(":")
+            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                                 socket.SOCK_STREAM)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            target = (host.strip("[]"), int(port))
+        connection = h2.Connection(sock)
+        try:
+            sock.settimeout(max(0.001, limit - time.monotonic()))
+            sock.connect(target)
+            connection.write([h2.PREFACE])
+            connection.send_settings(server=False)
+            while not connection.settings_seen:
+                length, kind, flags, stream = connection.read_header()
+                connection.handle_control(length, kind, flags, stream)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _call(self, path: str, messages: Iterable, deadline_s: float) -> bytes:
+        limit = time.monotonic() + deadline_s
+        with self._lock:
+            connection = self._idle.pop() if self._idle else None
+        try:
+            if connection is None:
+                connection = self._connect(limit)
+            connection.sock.settimeout(max(0.001, limit - time.monotonic()))
+            stream = connection.next_stream
+            connection.next_stream += 2
+            connection.send_headers(stream, [
+                (":method", "POST"), (":scheme", "http"), (":path", path),
+                (":authority", "localhost"), ("content-type", "application/grpc"),
+                ("te", "trailers"), ("grpc-timeout", f"{max(1, int(deadline_s * 1000))}m")],
+                end=False)
+            connection.send_messages(stream, messages, end=True)
+            connection.sock.settimeout(max(0.001, limit - time.monotonic()))
+            reply, trailers = self._response(connection, stream)
+        except socket.timeout:
+            if connection is not None:
+                connection.close()
+            raise LinkTimeout(f"the link to {self.peer} ({self.address}) did not take the data "
+                              "in time") from None
+        except (h2.ProtocolError, OSError) as error:
+            if connection is not None:
+                connection.close()
+            raise DeviceError(f"the link to {self.peer} ({self.address}) failed: {error}") from None
+        except BaseException:
+            if connection is not None:
+                connection.close()
+            raise
+        status = trailers.get("grpc-status", "2")
+        with self._lock:
+            if self._closed or connection.next_stream > 1 << 30:
+                connection.close()
+            else:
+                self._idle.append(connection)
+        if status != "0":
+            raise DeviceError(f"the link to {self.peer} ({self.address}) failed: gRPC status "
+                              f"{status} {trailers.get('grpc-message', '')}")
+        return bytes(reply) if reply is not None else b""
+
+    @staticmethod
+    def _response(connection: h2.Connection, stream: int) -> tuple[object, dict[str, str]]:
+        """The reply message and trailers of ``stream``."""
+        reply, headers = None, {}
+        while True:
+            length, kind, flags, on = connection.read_header()
+            if on == stream and kind == h2.HEADERS:
+                headers.update(connection.read_headers(length, flags, on))
+                if flags & h2.END_STREAM:
+                    return reply, headers
+            elif on == stream and kind == h2.DATA:
+                for message in connection.messages(stream, first=(length, flags)):
+                    reply = message
+                headers.update(connection.trailers)
+                return reply, headers
+            else:
+                connection.handle_control(length, kind, flags, on)
 
     def close(self) -> None:
-        self._channel.close()
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
 
 
 class PeerLinks:

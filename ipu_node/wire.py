@@ -1,9 +1,10 @@
 """The ``Chunk`` message of ``link.proto``, encoded and decoded by hand on the hot path.
 
 The bytes are standard protobuf (any client may send ``link_pb2.Chunk`` messages, and these
-parse as one), but the payload is copied once on the way out (straight from the NumPy
-buffer into the message) and not at all on the way in (the payload is a view into the
-received message). Protobuf's own Python classes would copy it twice more each way.
+parse as one), but the payload is never copied: on the way out the header fields and
+:func:`payload_prefix` go to the socket followed by a view of the NumPy buffer, and on the
+way in the payload is a view into the received message. Protobuf's own Python classes
+would copy it twice each way.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from ipu_node.errors import DeviceError
 
 _VARINT, _LENGTH = 0, 2
 _PAYLOAD_TAG = bytes([(9 << 3) | _LENGTH])
+_PAD_TAG = bytes([(10 << 3) | _LENGTH])
+ALIGN = 16  # payloads start at a multiple of this in the message (NumPy reads them in place)
 
 
 class ChunkHeader(NamedTuple):
@@ -51,6 +54,15 @@ def encode_header(collective: str, phase: int, step: int, transfer: int, src_ipu
     return b"".join(parts)
 
 
+def payload_prefix(header: bytes, length: int) -> bytes:
+    """``header`` and what follows it before a payload of ``length`` bytes: a ``pad`` field
+    that makes the payload start at a multiple of :data:`ALIGN`, then field 9's tag and
+    length. That, then the payload, is a whole ``Chunk``."""
+    tail = _PAYLOAD_TAG + _varint(length)
+    fill = -(len(header) + 2 + len(tail)) % ALIGN  # the pad field is 2 bytes with no filler
+    return b"".join((header, _PAD_TAG, bytes([fill]), bytes(fill), tail))
+
+
 def encode_chunk(header: bytes, payload: memoryview) -> bytes:
     """A whole ``Chunk``: its header fields, then field 9 (the payload), in one copy."""
     return b"".join((header, _PAYLOAD_TAG, _varint(len(payload)), payload))
@@ -73,7 +85,7 @@ def decode_chunk(message: bytes) -> tuple[ChunkHeader, memoryview]:
                 position += length
                 if number == 9:
                     payload = value
-                else:
+                elif number != 10:  # 10 is filler
                     fields[number] = bytes(value).decode()
             elif kind == 1:
                 position += 8  # a 64-bit field from a newer sender: skip it

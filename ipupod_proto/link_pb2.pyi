@@ -5,7 +5,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Chunk(_message.Message):
-    __slots__ = ("collective", "phase", "step", "transfer", "src_ipu", "dst_ipu", "offset", "total", "data")
+    __slots__ = ("collective", "phase", "step", "transfer", "src_ipu", "dst_ipu", "offset", "total", "data", "pad")
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -15,6 +15,7 @@ class Chunk(_message.Message):
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    PAD_FIELD_NUMBER: _ClassVar[int]
     collective: str
     phase: int
     step: int
@@ -24,7 +25,8 @@ class Chunk(_message.Message):
     offset: int
     total: int
     data: bytes
-    def __init__(self, collective: _Optional[str] = ..., phase: _Optional[int] = ..., step: _Optional[int] = ..., transfer: _Optional[int] = ..., src_ipu: _Optional[int] = ..., dst_ipu: _Optional[int] = ..., offset: _Optional[int] = ..., total: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+    pad: bytes
+    def __init__(self, collective: _Optional[str] = ..., phase: _Optional[int] = ..., step: _Optional[int] = ..., transfer: _Optional[int] = ..., src_ipu: _Optional[int] = ..., dst_ipu: _Optional[int] = ..., offset: _Optional[int] = ..., total: _Optional[int] = ..., data: _Optional[bytes] = ..., pad: _Optional[bytes] = ...) -> None: ...
 
 class PushReply(_message.Message):
     __slots__ = ("bytes", "chunks")
