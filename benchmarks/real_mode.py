@@ -4,7 +4,8 @@
    wall seconds, and resident memory (the actors' processes summed, and the machine's
    used memory before and after). Targets: under 20 s and 6 GB.
 2. A 64 MiB float32 allreduce over the 16 IPUs of one DSS 8440 in real mode (inputs
-   already on the IPUs, results left there), against torch.distributed's gloo backend
+   already on the IPUs, results left there; in place, as gloo's, unless ``--out-of-place``),
+   against torch.distributed's gloo backend
    allreducing the same bytes over 16 processes on this machine, in the same run (the peer
    runs after Ray is stopped, so neither competes with the other). Goal: no slower than gloo.
 
@@ -70,25 +71,31 @@ PLACEMENTS = {
 }
 
 
-def emulator_allreduce(repeats: int, algorithms: list[str],
-                       placement: str = "ipu-order") -> dict:
+def emulator_allreduce(repeats: int, algorithms: list[str], placement: str = "ipu-order",
+                       in_place: bool = True) -> dict:
+    """Wall seconds of each algorithm's allreduce of ``grad``: in place (``output`` is
+    ``grad``, as gloo's ``all_reduce`` works) or into a second tensor."""
     import ray
 
     from ipu_node.pod import EmulatedPod
 
     pod = EmulatedPod.launch("dss8440")
     count = ALLREDUCE_BYTES // 4
-    pod.put("grad", [np.full(count, r + 1, dtype=np.float32) for r in range(16)])
     out = {}
     options = {"ipus": PLACEMENTS[placement]} if PLACEMENTS[placement] else {}
+    output = "grad" if in_place else "sum"
     for algorithm in algorithms:
-        pod.collective("allreduce", "grad", output="sum", algorithm=algorithm,
-                       **options)  # warm-up
-        seconds = [pod.collective("allreduce", "grad", output="sum", algorithm=algorithm,
-                                  **options).wall_seconds for _ in range(repeats)]
-        correct = bool(np.all(pod.get("sum", [5])[0] == 136))
-        result = pod.collective("allreduce", "grad", output="sum", algorithm=algorithm,
-                                **options)
+        pod.put("grad", [np.full(count, r + 1, dtype=np.float32) for r in range(16)])
+
+        def run():
+            return pod.collective("allreduce", "grad", output=output, algorithm=algorithm,
+                                  **options)
+
+        result = run()  # warm-up
+        seconds = [run().wall_seconds for _ in range(repeats)]
+        # in place every run sums sums: 136 * 16**k, exact in float32
+        expected = 136.0 * 16.0 ** (repeats if in_place else 0)
+        correct = bool(np.all(pod.get(output, [5])[0] == expected))
         out[algorithm] = {"seconds": seconds, "best_seconds": min(seconds),
                           "median_seconds": statistics.median(seconds), "correct": correct,
                           "sim_seconds": result.sim_seconds}
@@ -106,10 +113,12 @@ def main() -> None:
                         help="which IPU each replica is on (card-pairs: replicas r and r+8 "
                              "share a card)")
     parser.add_argument("--skip-launch", action="store_true", help="skip the pod64 launch")
+    parser.add_argument("--out-of-place", action="store_true",
+                        help="allreduce into a second tensor (default: in place, like gloo)")
     args = parser.parse_args()
     report = {"pod64_launch": None if args.skip_launch else launch_pod64(),
               "emulator": emulator_allreduce(args.repeats, args.algorithms.split(","),
-                                             args.placement)}
+                                             args.placement, not args.out_of_place)}
     from benchmarks.gloo_peer import gloo_allreduce_seconds, torch_available
 
     report["gloo"] = (gloo_allreduce_seconds(16, ALLREDUCE_BYTES, args.repeats)
@@ -122,8 +131,8 @@ def main() -> None:
         print(f"pod64 launch ({launch['devices']} actors): {launch['launch_seconds']:.1f} s wall "
               f"(target 20 s); actors RSS {launch['actors_rss_bytes'] / 2**30:.2f} GiB, "
               f"machine used +{launch['machine_used_delta_bytes'] / 2**30:.2f} GiB (target 6 GB)")
-    print(f"64 MiB float32 allreduce, 16 IPUs / 16 processes, wall seconds (best, median of "
-          f"{args.repeats}):")
+    print(f"64 MiB float32 allreduce ({'into a second tensor' if args.out_of_place else 'in place'}"
+          f"), 16 IPUs / 16 processes, wall seconds (best, median of {args.repeats}):")
     for name, row in report["emulator"].items():
         print(f"  emulator {name:<26} {row['best_seconds']:7.3f} {row['median_seconds']:7.3f}"
               f"  correct={row['correct']}  (simulated {row['sim_seconds'] * 1e3:.3f} ms)")

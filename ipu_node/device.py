@@ -66,6 +66,15 @@ def keep_freed_memory() -> None:
         pass
 
 
+def _fills_work(schedule: Schedule, tensor: np.ndarray) -> bool:
+    """Whether an allreduce can work in ``tensor`` itself: one flat, contiguous array of
+    the buffer's exact size and dtype (no padding to lay out)."""
+    return (schedule.collective == "allreduce" and tensor.ndim == 1
+            and tensor.flags.c_contiguous and tensor.flags.writeable
+            and tensor.size == schedule.buffer_elements == schedule.count
+            and tensor.dtype == np.dtype(DTYPES[schedule.dtype]))
+
+
 class Device(ReplicaHost):
     """The state and behaviour of one emulated card or machine (wrapped by ``ray.remote``)."""
 
@@ -102,6 +111,8 @@ class Device(ReplicaHost):
 
     def _recycle(self, buffers: dict[str, np.ndarray]) -> None:
         for array in buffers.values():
+            if not array.flags.writeable:  # a tensor that arrived read-only (from Ray)
+                continue
             stack = self.spare.setdefault((array.size, array.dtype.name), [])
             if len(stack) < 4:
                 stack.append(array)
@@ -205,7 +216,9 @@ class Device(ReplicaHost):
 
         ``inputs`` are arrays per IPU, or the name of a tensor each IPU holds. With
         ``output`` the results stay on the IPUs as that tensor and nothing is returned but
-        the bytes sent per directed link; otherwise the results are returned too. The
+        the bytes sent per directed link; otherwise the results are returned too. An
+        allreduce whose output is its input works in the tensor itself (no copy; if the
+        collective fails, the tensor holds partial sums, as with NCCL or gloo). The
         collective's buffers are accounted in IPU memory while it runs. Bytes are counted
         on the routes of ``faults``, the link faults the schedule was planned with.
         """
@@ -217,12 +230,19 @@ class Device(ReplicaHost):
         itemsize = np.dtype(DTYPES[schedule.dtype]).itemsize
         sent = np.zeros_like(self.link_bytes)
         data = {ipu: self.get(ipu, inputs) for ipu in ranks} if isinstance(inputs, str) else inputs
-        buffers = {}
+        buffers, in_place = {}, set()
         self.running.add(collective)
         try:
             for ipu, (group, rank) in ranks.items():
-                laid = layout(schedule, group, rank, data[ipu], self._empty)
-                self.memory[ipu].allocate(tag, sum(b.nbytes for b in laid.values()))
+                if (output is not None and output == inputs and _fills_work(schedule, data[ipu])
+                        and not any(np.may_share_memory(data[ipu], buffers[other][WORK])
+                                    for other in in_place)):
+                    laid = {WORK: data[ipu]}  # in place: the tensor is the work buffer
+                    in_place.add(ipu)
+                else:
+                    laid = layout(schedule, group, rank, data[ipu], self._empty)
+                self.memory[ipu].allocate(tag, 0 if ipu in in_place else
+                                          sum(b.nbytes for b in laid.values()))
                 buffers[ipu] = laid
             for index, phase in enumerate(schedule.phases):
                 sent += self._run_phase(collective, index, phase, buffers, op, deadline_s,
@@ -239,7 +259,8 @@ class Device(ReplicaHost):
                     # the old output array goes back to the pool (no copy)
                     results[ipu], buffers[ipu] = work, {WORK: into}
                 else:
-                    results[ipu] = extract(schedule, g, r, buffers[ipu], op, into)
+                    writable = into if into is not None and into.flags.writeable else None
+                    results[ipu] = extract(schedule, g, r, buffers[ipu], op, writable)
         except Exception as error:  # late chunks of it are dropped from now on
             self.mailbox.abort(collective, f"{self.spec.name} failed: {error}")
             raise
@@ -247,8 +268,9 @@ class Device(ReplicaHost):
             self.running.discard(collective)
             for ipu in ranks:
                 self.memory[ipu].release(tag)
-            for laid in buffers.values():
-                self._recycle(laid)
+            for ipu, laid in buffers.items():
+                if ipu not in in_place:  # an in-place work buffer is the tensor: not spare
+                    self._recycle(laid)
         with self._lock:
             self.link_bytes += sent
             for ipu in ranks:

@@ -29,6 +29,7 @@ DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, \
 END_STREAM = ACK = 0x1
 END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
 MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE = 0x3, 0x4, 0x5
+REFUSED_STREAM = 0x7  # RST_STREAM code: not processed, safe to retry
 MAX_WINDOW = (1 << 31) - 1
 OUR_FRAME_BYTES = (1 << 24) - 1  # the largest frame HTTP/2 allows
 DEFAULT_WINDOW, DEFAULT_FRAME_BYTES = 65535, 16384
@@ -78,6 +79,10 @@ class Connection:
                 raise ProtocolError("the peer closed the connection")
             view = view[got:]
 
+    def skip(self, length: int) -> None:
+        while length:
+            length -= len(self.read(min(length, 1 << 20)))
+
     def read(self, length: int) -> bytes:
         buffer = bytearray(length)
         self.read_into(memoryview(buffer))
@@ -116,7 +121,15 @@ class Connection:
         self.send_frame(WINDOW_UPDATE, 0, 0, [struct.pack(">I", MAX_WINDOW - DEFAULT_WINDOW)])
 
     def handle_control(self, length: int, kind: int, flags: int, stream: int) -> None:
-        """A frame that is not a stream's HEADERS or DATA: settle it here."""
+        """A frame no stream in progress takes: settle it here. Header blocks are decoded
+        all the same (HPACK state is per connection); DATA is dropped, its credit given back."""
+        if kind == HEADERS:
+            self.read_headers(length, flags, stream)
+            return
+        if kind == DATA:
+            self.skip(length)
+            self.give_credit(0, length)
+            return
         payload = self.read(length)
         if kind == SETTINGS and not flags & ACK:
             for at in range(0, len(payload) - 5, 6):
@@ -199,8 +212,11 @@ class Connection:
             room = min(self.peer_frame_bytes, self.send_window, self.stream_windows[stream])
             if room <= 0:  # wait for credit
                 length, kind, flags, on = self.read_header()
-                if kind in (HEADERS, DATA):
-                    raise ProtocolError("the peer answered before the request ended")
+                if kind == HEADERS and on == stream:  # an answer before the request ended
+                    self.trailers = self.read_headers(length, flags, on)
+                    raise StreamReset(f"the peer ended the call early: gRPC status "
+                                      f"{self.trailers.get('grpc-status', '?')} "
+                                      f"{self.trailers.get('grpc-message', '')}")
                 self.handle_control(length, kind, flags, on)
                 continue
             frame, size = [], 0
@@ -231,11 +247,13 @@ class Connection:
                     if flags & END_STREAM:
                         return
                     continue
-                if kind != DATA:
+                if kind == HEADERS:  # a second stream: one at a time, the client retries
+                    self.read_headers(length, flags, on)
+                    self.send_frame(RST_STREAM, 0, on, [struct.pack(">I", REFUSED_STREAM)])
+                    continue
+                if kind != DATA or on != stream:
                     self.handle_control(length, kind, flags, on)
                     continue
-                if on != stream:
-                    raise ProtocolError(f"DATA for stream {on} while stream {stream} is open")
                 pending = (length, flags)
             length, flags = pending
             pending = None

@@ -124,3 +124,31 @@ def test_a_link_to_a_server_that_stopped_answering_times_out():
             LinkClient("mute", f"127.0.0.1:{silent.getsockname()[1]}").ping(deadline_s=0.5)
     finally:
         silent.close()
+
+
+def test_concurrent_grpcio_calls_on_one_channel_all_get_through():
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    from ipupod_proto import link_pb2_grpc
+
+    mailbox = Mailbox()
+    server = LinkServer("receiver", mailbox)
+    channel = grpc.insecure_channel(server.start())
+    stub = link_pb2_grpc.LinkStub(channel)
+
+    def push(transfer: int) -> int:
+        chunk = link_pb2.Chunk(collective="c4", transfer=transfer, total=70_000,
+                               data=bytes([transfer]) * 70_000)
+        return stub.Push(iter([chunk]), timeout=20).bytes
+
+    try:
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            assert list(pool.map(push, range(12))) == [70_000] * 12
+        for transfer in range(12):
+            (_, data), = mailbox.take(TransferKey("c4", 0, 0, transfer), 5, "IPU 0")
+            assert bytes(data) == bytes([transfer]) * 70_000
+    finally:
+        channel.close()
+        server.stop()
