@@ -27,6 +27,7 @@ import socket
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -111,15 +112,20 @@ def _socket_receiver(size: int, path: str, ready) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
         listener.bind(path)
         listener.listen()
+        listener.settimeout(0.2)
         ready.send(path)
-        while True:
-            connection, _ = listener.accept()
+        while not ready.poll():  # until told to stop
+            try:
+                connection, _ = listener.accept()
+            except socket.timeout:
+                continue
             with connection:
+                connection.settimeout(None)
                 done = 0
                 while done < size:
                     got = connection.recv_into(target[done:])
                     if not got:
-                        return
+                        break
                     done += got
                 connection.sendall(b"k")
 
@@ -141,27 +147,39 @@ def _measure(send, receiver_pid: int, size: int, repeats: int) -> dict:
     return {**best, "runs": runs}
 
 
+@contextmanager
+def _receiver(target, *args):
+    """Run ``target(*args, pipe)`` in a fresh process; yield (its pid, the first thing it
+    sends on the pipe, its address); tell it to stop afterwards."""
+    ours, theirs = multiprocessing.Pipe()
+    process = multiprocessing.get_context("spawn").Process(target=target, args=(*args, theirs),
+                                                           daemon=True)
+    process.start()
+    try:
+        yield process.pid, ours.recv()
+    finally:
+        ours.send("stop")
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+
+
 def link(size: int, repeats: int) -> dict:
     from ipu_node.link import LinkClient, Transfer, encode_transfers
 
-    ours, theirs = multiprocessing.Pipe()
-    receiver = multiprocessing.get_context("spawn").Process(target=_grpc_receiver,
-                                                            args=(size, theirs), daemon=True)
-    receiver.start()
-    client = LinkClient("receiver", ours.recv())
     source = np.ones(size // 4, dtype=np.float32)
+    with _receiver(_grpc_receiver, size) as (pid, address):
+        client = LinkClient("receiver", address)
 
-    def send() -> None:
-        messages = encode_transfers("bench", 0, 0, [Transfer(0, 0, 1, source)])
-        if client.push(messages, deadline_s=60) != size:
-            raise RuntimeError("the link server did not take every byte")
+        def send() -> None:
+            messages = encode_transfers("bench", 0, 0, [Transfer(0, 0, 1, source)])
+            if client.push(messages, deadline_s=60) != size:
+                raise RuntimeError("the link server did not take every byte")
 
-    try:
-        return _measure(send, receiver.pid, size, repeats)
-    finally:
-        client.close()
-        ours.send("stop")
-        receiver.join(5)
+        try:
+            return _measure(send, pid, size, repeats)
+        finally:
+            client.close()
 
 
 def grpcio_link(size: int, repeats: int) -> dict:
@@ -170,50 +188,39 @@ def grpcio_link(size: int, repeats: int) -> dict:
     from ipu_node.link import Transfer, encode_transfers
     from ipupod_proto import link_pb2
 
-    ours, theirs = multiprocessing.Pipe()
-    receiver = multiprocessing.get_context("spawn").Process(target=_grpcio_receiver,
-                                                            args=(size, theirs), daemon=True)
-    receiver.start()
-    channel = grpc.insecure_channel(ours.recv(), options=_GRPCIO_OPTIONS)
-    push = channel.stream_unary("/ipupod.link.v1.Link/Push",
-                                response_deserializer=link_pb2.PushReply.FromString)
     source = np.ones(size // 4, dtype=np.float32)
+    with _receiver(_grpcio_receiver, size) as (pid, address):
+        channel = grpc.insecure_channel(address, options=_GRPCIO_OPTIONS)
+        push = channel.stream_unary("/ipupod.link.v1.Link/Push",
+                                    response_deserializer=link_pb2.PushReply.FromString)
 
-    def send() -> None:
-        chunks = encode_transfers("bench", 0, 0, [Transfer(0, 0, 1, source)])
-        messages = (b"".join((header, payload)) for header, payload in chunks)  # grpcio: bytes
-        if push(messages, timeout=60).bytes != size:
-            raise RuntimeError("the grpcio server did not take every byte")
+        def send() -> None:
+            chunks = encode_transfers("bench", 0, 0, [Transfer(0, 0, 1, source)])
+            messages = (b"".join(parts) for parts in chunks)  # grpcio takes bytes only
+            if push(messages, timeout=60).bytes != size:
+                raise RuntimeError("the grpcio server did not take every byte")
 
-    try:
-        return _measure(send, receiver.pid, size, repeats)
-    finally:
-        channel.close()
-        ours.send("stop")
-        receiver.join(5)
+        try:
+            return _measure(send, pid, size, repeats)
+        finally:
+            channel.close()
 
 
 def unix_socket(size: int, repeats: int) -> dict:
-    ours, theirs = multiprocessing.Pipe()
     path = os.path.join(tempfile.gettempdir(), f"ipupod-bench-{os.getpid()}.sock")
-    receiver = multiprocessing.get_context("spawn").Process(target=_socket_receiver,
-                                                            args=(size, path, theirs), daemon=True)
-    receiver.start()
-    ours.recv()
     source = memoryview(np.ones(size, dtype=np.uint8))
-
-    def send() -> None:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-            connection.connect(path)
-            connection.sendall(source)
-            if connection.recv(1) != b"k":
-                raise RuntimeError("the socket peer did not take every byte")
-
     try:
-        return _measure(send, receiver.pid, size, repeats)
+        with _receiver(_socket_receiver, size, path) as (pid, _):
+
+            def send() -> None:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+                    connection.connect(path)
+                    connection.sendall(source)
+                    if connection.recv(1) != b"k":
+                        raise RuntimeError("the socket peer did not take every byte")
+
+            return _measure(send, pid, size, repeats)
     finally:
-        receiver.kill()
-        receiver.join(5)
         Path(path).unlink(missing_ok=True)
 
 

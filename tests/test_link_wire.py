@@ -152,3 +152,21 @@ def test_concurrent_grpcio_calls_on_one_channel_all_get_through():
     finally:
         channel.close()
         server.stop()
+
+
+def test_the_link_benchmark_moves_every_byte_through_all_three_transports():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "link_stream.py"
+    run = subprocess.run([sys.executable, str(script), "--gib", "0.02", "--repeats", "1",
+                          "--json"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    for name in ("link", "grpcio", "unix_socket"):
+        assert report[name]["gb_per_second"] > 0 and len(report[name]["runs"]) == 1
+    bad = subprocess.run([sys.executable, str(script), "--gib", "0"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "--gib must be" in bad.stderr
