@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple
+from urllib.parse import unquote
 
 import numpy as np
 
@@ -297,7 +298,7 @@ class LinkClient:
                 self._idle.append(connection)
         if status != "0":
             raise DeviceError(f"the link to {self.peer} ({self.address}) failed: gRPC status "
-                              f"{status} {trailers.get('grpc-message', '')}")
+                              f"{status} {unquote(trailers.get('grpc-message', ''))}")
         return bytes(reply) if reply is not None else b""
 
     @staticmethod

@@ -170,3 +170,21 @@ def test_the_link_benchmark_moves_every_byte_through_all_three_transports():
     bad = subprocess.run([sys.executable, str(script), "--gib", "0"], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "--gib must be" in bad.stderr
+
+
+def test_a_receiver_that_fails_answers_with_a_readable_grpc_status_and_keeps_serving():
+    def receive(messages):
+        for _ in messages:
+            raise DeviceError("no room for 100% of this: ü")
+        return 0, 0
+
+    server = LinkServer("receiver", receive)
+    client = LinkClient("receiver", server.start())
+    try:
+        payload = np.zeros(3 * CHUNK_BYTES // 4, dtype=np.float32)  # the rest goes unread
+        with pytest.raises(DeviceError, match="gRPC status 13 receiver: no room for 100% of this: ü"):
+            client.push(encode_transfers("c5", 0, 0, [Transfer(0, 0, 1, payload)]), 10)
+        assert client.ping() == "receiver"  # the same server, still answering
+    finally:
+        client.close()
+        server.stop()
