@@ -181,6 +181,8 @@ class Connection:
     def send_headers(self, stream: int, headers: list[tuple[str, str]], end: bool) -> None:
         block = self.encoder.encode(headers)
         self.send_frame(HEADERS, END_HEADERS | (END_STREAM if end else 0), stream, [block])
+        if end:
+            self.stream_windows.pop(stream, None)
 
     def give_credit(self, stream: int, received: int) -> None:
         """Count ``received`` DATA bytes; give the window back in large steps."""
