@@ -263,6 +263,8 @@ class Device(ReplicaHost):
                     results[ipu] = extract(schedule, g, r, buffers[ipu], op, writable)
         except Exception as error:  # late chunks of it are dropped from now on
             self.mailbox.abort(collective, f"{self.spec.name} failed: {error}")
+            # pushes still in flight may read the buffers until their deadline: not spare
+            buffers = {}
             raise
         finally:
             self.running.discard(collective)

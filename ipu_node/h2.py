@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from typing import Iterable, Iterator, Sequence
 
 import hpack
@@ -28,7 +29,7 @@ DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, \
     WINDOW_UPDATE, CONTINUATION = range(10)
 END_STREAM = ACK = 0x1
 END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
-MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE = 0x3, 0x4, 0x5
+ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE = 0x2, 0x3, 0x4, 0x5
 REFUSED_STREAM = 0x7  # RST_STREAM code: not processed, safe to retry
 MAX_WINDOW = (1 << 31) - 1
 OUR_FRAME_BYTES = (1 << 24) - 1  # the largest frame HTTP/2 allows
@@ -70,10 +71,24 @@ class Connection:
         self.settings_seen = False
         self.trailers: dict[str, str] = {}  # of the stream :meth:`messages` read last
         self.next_stream = 1  # a client's next stream id (odd)
+        self.current = 0  # the stream in progress: resets of others are old news
+        self.stream_unacknowledged = 0  # the same as unacknowledged, for the current stream
+        self.closing = False  # the peer sent GOAWAY: finish, then do not reuse
+        self.deadline: float | None = None  # time.monotonic() by which every wait must end
+
+    def _wait_limit(self) -> None:
+        """Bound the next socket operation by :attr:`deadline` (a whole call's deadline,
+        not each operation's)."""
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("deadline passed")
+            self.sock.settimeout(left)
 
     # -- bytes -----------------------------------------------------------------------------
     def read_into(self, view: memoryview) -> None:
         while len(view):
+            self._wait_limit()
             got = self.sock.recv_into(view)
             if not got:
                 raise ProtocolError("the peer closed the connection")
@@ -92,6 +107,7 @@ class Connection:
         """Send ``parts`` (bytes-like) in order, whole: ``sendmsg`` until all are gone."""
         views = [memoryview(part).cast("B") for part in parts if len(part)]
         while views:
+            self._wait_limit()
             sent = self.sock.sendmsg(views[:512])
             while sent and views:
                 if sent >= len(views[0]):
@@ -114,8 +130,7 @@ class Connection:
 
     def send_settings(self, server: bool) -> None:
         settings = [(INITIAL_WINDOW_SIZE, MAX_WINDOW), (MAX_FRAME_SIZE, OUR_FRAME_BYTES)]
-        if server:
-            settings.append((MAX_CONCURRENT_STREAMS, 1))
+        settings.append((MAX_CONCURRENT_STREAMS, 1) if server else (ENABLE_PUSH, 0))
         payload = b"".join(struct.pack(">HI", key, value) for key, value in settings)
         self.send_frame(SETTINGS, 0, 0, [payload])
         self.send_frame(WINDOW_UPDATE, 0, 0, [struct.pack(">I", MAX_WINDOW - DEFAULT_WINDOW)])
@@ -151,13 +166,16 @@ class Connection:
                 self.send_window += increment
             elif stream in self.stream_windows:
                 self.stream_windows[stream] += increment
-        elif kind == RST_STREAM:
+        elif kind == RST_STREAM and stream == self.current:  # others are closed already
             code = int.from_bytes(payload[:4], "big") if len(payload) >= 4 else 0
             raise StreamReset(f"the peer reset stream {stream} (HTTP/2 error code {code})")
         elif kind == GOAWAY:
-            code = int.from_bytes(payload[4:8], "big") if len(payload) >= 8 else 0
-            raise StreamReset(f"the peer is closing the connection (GOAWAY, code {code}): "
-                              f"{payload[8:].decode(errors='replace')}")
+            self.closing = True
+            last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF if len(payload) >= 4 else 0
+            if self.current > last:  # the stream in progress will not be processed
+                code = int.from_bytes(payload[4:8], "big") if len(payload) >= 8 else 0
+                raise StreamReset(f"the peer is closing the connection (GOAWAY, code {code}): "
+                                  f"{payload[8:].decode(errors='replace')}")
         # PRIORITY, PUSH_PROMISE (never sent to a server) and unknown types: ignored
 
     def read_headers(self, length: int, flags: int, stream: int) -> dict[str, str]:
@@ -174,25 +192,34 @@ class Connection:
             if kind != CONTINUATION:
                 raise ProtocolError("a header block was interrupted by another frame")
             block += self.read(length)
-        return {name if isinstance(name, str) else name.decode():
-                value if isinstance(value, str) else value.decode()
-                for name, value in self.decoder.decode(bytes(block))}
+        try:
+            return {name if isinstance(name, str) else name.decode():
+                    value if isinstance(value, str) else value.decode()
+                    for name, value in self.decoder.decode(bytes(block))}
+        except Exception as error:  # hpack's errors, or headers that are not text
+            raise ProtocolError(f"a header block did not decode: {error}") from None
 
     def send_headers(self, stream: int, headers: list[tuple[str, str]], end: bool) -> None:
+        if not end:  # a stream that will carry DATA: its window counts from now
+            self.stream_windows.setdefault(stream, self.peer_initial_window)
         block = self.encoder.encode(headers)
         self.send_frame(HEADERS, END_HEADERS | (END_STREAM if end else 0), stream, [block])
         if end:
             self.stream_windows.pop(stream, None)
 
     def give_credit(self, stream: int, received: int) -> None:
-        """Count ``received`` DATA bytes; give the window back in large steps."""
+        """Count ``received`` DATA bytes (of ``stream``, or 0 for none); give the
+        connection's and the stream's windows back in large steps, each its own count."""
         self.unacknowledged += received
         if self.unacknowledged >= WINDOW_TOP_UP:
-            increment = struct.pack(">I", self.unacknowledged)
-            self.send_frame(WINDOW_UPDATE, 0, 0, [increment])
-            if stream:
-                self.send_frame(WINDOW_UPDATE, 0, stream, [increment])
+            self.send_frame(WINDOW_UPDATE, 0, 0, [struct.pack(">I", self.unacknowledged)])
             self.unacknowledged = 0
+        if stream:
+            self.stream_unacknowledged += received
+            if self.stream_unacknowledged >= WINDOW_TOP_UP:
+                self.send_frame(WINDOW_UPDATE, 0, stream,
+                                [struct.pack(">I", self.stream_unacknowledged)])
+                self.stream_unacknowledged = 0
 
     # -- gRPC messages -----------------------------------------------------------------------
     def send_messages(self, stream: int, messages: Iterable, end: bool) -> None:
@@ -238,7 +265,7 @@ class Connection:
         its own (a NumPy byte array), until the stream ends. Control frames are settled on
         the way; trailers end up in :attr:`trailers`. ``first`` is a DATA frame's (length,
         flags) already announced."""
-        pending, self.trailers = first, {}
+        pending, self.trailers, self.stream_unacknowledged = first, {}, 0
         prefix, have = bytearray(5), 0
         message, filled = None, 0
         while True:

@@ -153,11 +153,13 @@ class LinkServer:
                     connection.handle_control(length, kind, flags, stream)
                     continue
                 headers = connection.read_headers(length, flags, stream)
+                connection.current = stream
                 messages = iter(()) if flags & h2.END_STREAM else connection.messages(stream)
                 try:
                     self._call(connection, stream, headers.get(":path", ""), messages)
                 except h2.StreamReset:
-                    continue  # the client gave up on this stream: ready for the next
+                    pass  # the client gave up on this stream: ready for the next
+                connection.current = 0  # what comes about it from now on is old news
         except (h2.ProtocolError, OSError):
             pass  # the peer went away or broke the protocol: drop the connection
         finally:
@@ -246,6 +248,7 @@ class LinkClient:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             target = (host.strip("[]"), int(port))
         connection = h2.Connection(sock)
+        connection.deadline = limit
         try:
             sock.settimeout(max(0.001, limit - time.monotonic()))
             sock.connect(target)
@@ -266,8 +269,8 @@ class LinkClient:
         try:
             if connection is None:
                 connection = self._connect(limit)
-            connection.sock.settimeout(max(0.001, limit - time.monotonic()))
-            stream = connection.next_stream
+            connection.deadline = limit  # for the whole call, every wait included
+            stream = connection.current = connection.next_stream
             connection.next_stream += 2
             connection.send_headers(stream, [
                 (":method", "POST"), (":scheme", "http"), (":path", path),
@@ -275,7 +278,6 @@ class LinkClient:
                 ("te", "trailers"), ("grpc-timeout", f"{max(1, int(deadline_s * 1000))}m")],
                 end=False)
             connection.send_messages(stream, messages, end=True)
-            connection.sock.settimeout(max(0.001, limit - time.monotonic()))
             reply, trailers = self._response(connection, stream)
         except socket.timeout:
             if connection is not None:
@@ -291,8 +293,9 @@ class LinkClient:
                 connection.close()
             raise
         status = trailers.get("grpc-status", "2")
+        connection.current, connection.deadline = 0, None
         with self._lock:
-            if self._closed or connection.next_stream > 1 << 30:
+            if self._closed or connection.closing or connection.next_stream > 1 << 30:
                 connection.close()
             else:
                 self._idle.append(connection)

@@ -188,3 +188,76 @@ def test_a_receiver_that_fails_answers_with_a_readable_grpc_status_and_keeps_ser
     finally:
         client.close()
         server.stop()
+
+
+def test_a_slow_receiver_makes_a_push_time_out_within_its_whole_deadline():
+    import socket
+    import threading
+    import time
+
+    from ipu_node import h2
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def trickle():  # speaks HTTP/2, then takes 256 KiB every 0.2 s
+        sock, _ = listener.accept()
+        connection = h2.Connection(sock)
+        connection.read(len(h2.PREFACE))
+        connection.send_settings(server=True)
+        while True:
+            time.sleep(0.2)
+            try:
+                if not sock.recv(256 << 10):
+                    return
+            except OSError:
+                return
+
+    threading.Thread(target=trickle, daemon=True).start()
+    client = LinkClient("slow", f"127.0.0.1:{listener.getsockname()[1]}")
+    payload = np.zeros(16 << 18, dtype=np.float32)  # 16 MiB: 13 s at that pace
+    started = time.monotonic()
+    try:
+        with pytest.raises(LinkTimeout, match="link to slow"):
+            client.push(encode_transfers("c6", 0, 0, [Transfer(0, 0, 1, payload)]), 1.0)
+        assert time.monotonic() - started < 4.0  # the deadline is the whole call's
+    finally:
+        client.close()
+        listener.close()
+
+
+def test_a_reset_of_a_finished_stream_is_old_news_and_the_connection_carries_on():
+    import socket
+    import struct
+
+    from ipu_node import h2
+
+    server = LinkServer("receiver", Mailbox())
+    server.start()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    connection = h2.Connection(sock)
+    connection.write([h2.PREFACE])
+    connection.send_settings(server=False)
+
+    def ping(stream: int) -> dict:
+        connection.send_headers(stream, [(":method", "POST"), (":scheme", "http"),
+                                         (":path", "/ipupod.link.v1.Link/Ping"),
+                                         ("content-type", "application/grpc")], end=False)
+        connection.send_messages(stream, [b""], end=True)
+        while True:
+            length, kind, flags, on = connection.read_header()
+            if kind == h2.DATA and on == stream:
+                reply = [bytes(m) for m in connection.messages(stream, first=(length, flags))]
+                return {"reply": reply, **connection.trailers}
+            connection.handle_control(length, kind, flags, on)
+
+    try:
+        assert ping(1)["grpc-status"] == "0"
+        connection.send_frame(h2.RST_STREAM, 0, 1, [struct.pack(">I", 8)])  # CANCEL, too late
+        answer = ping(3)
+        assert answer["grpc-status"] == "0"
+        assert link_pb2.PingReply.FromString(answer["reply"][0]).device == "receiver"
+    finally:
+        connection.close()
+        server.stop()
