@@ -196,7 +196,7 @@ def grpcio_link(size: int, repeats: int) -> dict:
 
         def send() -> None:
             chunks = encode_transfers("bench", 0, 0, [Transfer(0, 0, 1, source)])
-            messages = (b"".join(parts) for parts in chunks)  # grpcio takes bytes only
+            messages = (b"".join(parts) for parts in chunks)  # grpcio takes bytes: a copy
             if push(messages, timeout=60).bytes != size:
                 raise RuntimeError("the grpcio server did not take every byte")
 

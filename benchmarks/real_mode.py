@@ -116,6 +116,8 @@ def main() -> None:
     parser.add_argument("--out-of-place", action="store_true",
                         help="allreduce into a second tensor (default: in place, like gloo)")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     report = {"pod64_launch": None if args.skip_launch else launch_pod64(),
               "emulator": emulator_allreduce(args.repeats, args.algorithms.split(","),
                                              args.placement, not args.out_of_place)}

@@ -279,18 +279,15 @@ class LinkClient:
                 end=False)
             connection.send_messages(stream, messages, end=True)
             reply, trailers = self._response(connection, stream)
-        except socket.timeout:
+        except BaseException as error:  # the connection is in an unknown state: drop it
             if connection is not None:
                 connection.close()
-            raise LinkTimeout(f"the link to {self.peer} ({self.address}) did not take the data "
-                              "in time") from None
-        except (h2.ProtocolError, OSError) as error:
-            if connection is not None:
-                connection.close()
-            raise DeviceError(f"the link to {self.peer} ({self.address}) failed: {error}") from None
-        except BaseException:
-            if connection is not None:
-                connection.close()
+            if isinstance(error, socket.timeout):
+                raise LinkTimeout(f"the link to {self.peer} ({self.address}) did not take the "
+                                  "data in time") from None
+            if isinstance(error, (h2.ProtocolError, OSError)):
+                raise DeviceError(f"the link to {self.peer} ({self.address}) failed: "
+                                  f"{error}") from None
             raise
         status = trailers.get("grpc-status", "2")
         connection.current, connection.deadline = 0, None

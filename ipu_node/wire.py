@@ -64,8 +64,9 @@ def payload_prefix(header: bytes, length: int) -> bytes:
 
 
 def encode_chunk(header: bytes, payload: memoryview) -> bytes:
-    """A whole ``Chunk``: its header fields, then field 9 (the payload), in one copy."""
-    return b"".join((header, _PAYLOAD_TAG, _varint(len(payload)), payload))
+    """A whole ``Chunk`` as one ``bytes`` (a copy; for clients that need one, like
+    grpcio's): :func:`payload_prefix`, then the payload."""
+    return b"".join((payload_prefix(header, len(payload)), payload))
 
 
 def decode_chunk(message: bytes) -> tuple[ChunkHeader, memoryview]:
