@@ -1,10 +1,10 @@
 """What one emulated link costs: bytes pushed from one process to another over the ``Link``
 gRPC service, against grpcio and a plain Unix socket moving the same bytes, in the same run.
 
-- ``link``: chunks of a NumPy buffer (:func:`ipu_node.link.encode_transfers`) pushed by a
-  :class:`ipu_node.link.LinkClient` to a :class:`ipu_node.link.LinkServer` in another
+- ``link``: chunks of a NumPy buffer (:func:`ipu_node.links.channel.encode_transfers`) pushed by a
+  :class:`ipu_node.links.channel.LinkClient` to a :class:`ipu_node.links.channel.LinkServer` in another
   process, which lands each in a NumPy buffer, as a device does (gRPC over
-  :mod:`ipu_node.h2`).
+  :mod:`ipu_node.links.h2`).
 - ``grpcio``: the same chunks and landing through grpcio's own client and server (what the
   links used before 2026-11-21).
 - ``unix_socket``: the floor for moving bytes between two processes here: the sender
@@ -46,9 +46,9 @@ def _cpu_seconds(pid: int) -> float:
 
 def _grpc_receiver(size: int, ready) -> None:
     """A link server that lands every chunk in one buffer of ``size`` bytes."""
-    from ipu_node.device import keep_freed_memory
-    from ipu_node.link import LinkServer
-    from ipu_node.wire import decode_chunk
+    from ipu_node.card import keep_freed_memory
+    from ipu_node.links.channel import LinkServer
+    from ipu_node.links.wire import decode_chunk
 
     keep_freed_memory()
     target = np.zeros(size, dtype=np.uint8)
@@ -74,8 +74,8 @@ def _grpcio_receiver(size: int, ready) -> None:
 
     import grpc
 
-    from ipu_node.device import keep_freed_memory
-    from ipu_node.wire import decode_chunk
+    from ipu_node.card import keep_freed_memory
+    from ipu_node.links.wire import decode_chunk
     from ipupod_proto import link_pb2
 
     keep_freed_memory()
@@ -117,7 +117,7 @@ def _socket_receiver(size: int, path: str, ready) -> None:
         while not ready.poll():  # until told to stop
             try:
                 connection, _ = listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             with connection:
                 connection.settimeout(None)
@@ -165,7 +165,7 @@ def _receiver(target, *args):
 
 
 def link(size: int, repeats: int) -> dict:
-    from ipu_node.link import LinkClient, Transfer, encode_transfers
+    from ipu_node.links.channel import LinkClient, Transfer, encode_transfers
 
     source = np.ones(size // 4, dtype=np.float32)
     with _receiver(_grpc_receiver, size) as (pid, address):
@@ -185,7 +185,7 @@ def link(size: int, repeats: int) -> dict:
 def grpcio_link(size: int, repeats: int) -> dict:
     import grpc
 
-    from ipu_node.link import Transfer, encode_transfers
+    from ipu_node.links.channel import Transfer, encode_transfers
     from ipupod_proto import link_pb2
 
     source = np.ones(size // 4, dtype=np.float32)

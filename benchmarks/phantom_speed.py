@@ -32,7 +32,7 @@ CASES = {
 def run_case(name: str) -> dict:
     """Measure one case in this process (called in a child)."""
     sys.path.insert(0, str(ROOT))
-    from cluster.spec import load_topology
+    from cluster.model.spec import load_topology
     from gcl.bench import run_phantom
     from gcl.collectives import ALLREDUCE
 

@@ -106,7 +106,7 @@ def soak_partition(pod, tally: Tally, count: int, seed: int, max_bytes: int,
                    killed: dict) -> None:
     try:
         _soak(pod, tally, count, seed, max_bytes, killed)
-    except Exception as error:  # noqa: BLE001 - reported, and fails the soak
+    except Exception as error:
         tally.errors.append(f"{type(error).__name__}: {error}")
 
 
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def soak(args: argparse.Namespace) -> dict:
     """Run the soak as ``args`` say; return its report (:func:`summarize`)."""
-    from cluster.partitions import PartitionTable
+    from cluster.service.partitions import PartitionTable
     from ipu_node.pod import EmulatedPod
 
     started = time.perf_counter()

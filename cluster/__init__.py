@@ -1,2 +1,3 @@
-"""The IPU-POD as a whole: hardware catalogue, topologies, routes, the network cost model
-and the command line."""
+"""The IPU-POD as a whole, in layers (``docs/architecture.md``): the pure model of the
+machine (:mod:`cluster.model`), the control service (:mod:`cluster.service`), data-parallel
+training (:mod:`cluster.training`) and the command line (:mod:`cluster.cli`)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from cluster.device_manager import DeviceManager
+from cluster.service.device_manager import DeviceManager
 
 
 def main(ipus: int = 8) -> None:

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from cluster.faults import find_link
+from cluster.model.link_faults import find_link
 from ipu_node.errors import DeviceDied
 from ipu_node.pod import EmulatedPod
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator
 
 import numpy as np
 
 from cluster.errors import UserError
-from cluster.topology import Topology
-from cluster.units import format_size
+from cluster.model.topology import Topology
+from cluster.model.units import format_size
 from gcl.collectives import DTYPES, Collective, check_op, dtype_itemsize
 from gcl.groups import CommGroup
 from gcl.planner import AUTO, plan_timed, replica_groups
@@ -136,36 +136,6 @@ def count_wrong(schedule, results: list[np.ndarray], inputs: list[np.ndarray], o
             wrong += int(np.count_nonzero(got != want))
         start += n
     return wrong
-
-
-def run_real(pod, coll: Collective, byte_sizes: list[int], *, dtype: str = "float32",
-             op: str = "sum", algorithm_name: str = AUTO, group: CommGroup = CommGroup(),
-             root: int = 0, ipus: list[int] | None = None) -> Iterator[BenchRow]:
-    """Run each size on the POD's devices with real data and yield its row (``wall`` is the
-    collective alone; inputs are placed on the IPUs first, results checked after).
-    ``ipus``: the replicas' IPUs (default: all)."""
-    from gcl.executor import run_collective
-
-    check_op(op)
-    itemsize = dtype_itemsize(dtype)
-    targets = list(range(pod.topology.ipu_count)) if ipus is None else list(ipus)
-    groups = replica_groups(pod.topology, group, np.array(targets))
-    n = len(groups[0])
-    root = root if coll.name == "broadcast" else 0
-    counts = [coll.count_for_bytes(size, n, itemsize) for size in byte_sizes]
-    for count in dict.fromkeys(counts):
-        per_replica = count * (n if coll.blocks_per_size and coll.name != "all-gather" else 1)
-        inputs = bench_inputs(per_replica, len(targets), dtype)
-        pod.put("bench.in", inputs, ipus=targets)
-        result = run_collective(pod, coll.name, "bench.in", output="bench.out",
-                                algorithm=algorithm_name, group=group, op=op, root=root,
-                                ipus=targets)
-        outputs = dict(zip(targets, pod.get("bench.out", targets)))
-        by_ipu = dict(zip(targets, inputs))
-        ordered = [by_ipu[i] for members in result.schedule.groups for i in members.tolist()]
-        got = [outputs[i] for members in result.schedule.groups for i in members.tolist()]
-        yield make_row(coll, result.schedule, result.timing, group, op, result.wall_seconds,
-                       result.link_type_bytes, count_wrong(result.schedule, got, ordered, op, root))
 
 
 def preamble(coll: Collective, topology: Topology, group: CommGroup, mode: str,

@@ -7,8 +7,8 @@ bandwidth (``bytes / time``) into bus bandwidth, comparable with the links' spee
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

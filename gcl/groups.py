@@ -34,7 +34,7 @@ class CommGroup:
     size: int = 0
 
     @classmethod
-    def parse(cls, text: str) -> "CommGroup":
+    def parse(cls, text: str) -> CommGroup:
         """Read ``all``, ``consecutive:4`` or ``orthogonal:4``."""
         name, _, size = text.strip().lower().partition(":")
         try:

@@ -9,11 +9,11 @@ modes agree by construction.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from cluster.costmodel import superstep_cost
-from cluster.topology import Topology
+from cluster.model.costmodel import superstep_cost
+from cluster.model.topology import Topology
 from gcl.schedule import Schedule
 
 

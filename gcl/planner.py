@@ -4,15 +4,16 @@ one the cost model says is fastest."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from cluster.errors import ScheduleError
-from cluster.faults import LinkDown
-from cluster.topology import Topology
+from cluster.model.link_faults import LinkDown
+from cluster.model.topology import Topology
 from gcl.algorithms import GroupContext, algorithm, for_collective
-from gcl.collectives import Collective, collective as lookup_collective, dtype_itemsize
+from gcl.collectives import Collective, dtype_itemsize
+from gcl.collectives import collective as lookup_collective
 from gcl.groups import CommGroup
 from gcl.phantom import Timing, simulate
 from gcl.schedule import Phase, Schedule

@@ -26,7 +26,7 @@ class Ring:
     count: int
     base: int = 0
 
-    def reversed(self) -> "Ring":
+    def reversed(self) -> Ring:
         return Ring(self.ipus[::-1].copy(), self.slots[::-1].copy(), self.stride, self.count,
                     self.base)
 

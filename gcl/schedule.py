@@ -56,7 +56,7 @@ class RingOffsets:
         return offset, offset
 
     @staticmethod
-    def concat(parts: list["RingOffsets"]) -> "RingOffsets":
+    def concat(parts: list[RingOffsets]) -> RingOffsets:
         starts, total = [], 0
         for part in parts:
             starts.append(part.start + total)
@@ -83,7 +83,7 @@ class FixedOffsets:
         return self.src_offset, self.dst_offset
 
     @staticmethod
-    def concat(parts: list["FixedOffsets"]) -> "FixedOffsets":
+    def concat(parts: list[FixedOffsets]) -> FixedOffsets:
         return FixedOffsets(np.concatenate([p.src_offset for p in parts]),
                             np.concatenate([p.dst_offset for p in parts]))
 
@@ -113,7 +113,7 @@ class Phase:
                          self.src_buffer, self.dst_buffer)
 
     @staticmethod
-    def concurrent(parts: list["Phase"], label: str | None = None) -> "Phase":
+    def concurrent(parts: list[Phase], label: str | None = None) -> Phase:
         """Run phases of the same shape in the same supersteps (several groups at once, or
         the two directions of a ring pair): their transfers are concatenated."""
         first = parts[0]

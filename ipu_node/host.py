@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable
 
 import numpy as np
 import ray
 
-from cluster.faults import LinkDown, LinkFault, with_faults
-from cluster.topology import Topology
-from ipu_node.device import CONTROL, DeviceSpec, keep_freed_memory
-from ipu_node.link import LinkServer, PeerLinks
+from cluster.model.faulted import with_faults
+from cluster.model.link_faults import LinkDown, LinkFault
+from cluster.model.topology import Topology
+from ipu_node.card import CONTROL, DeviceSpec, keep_freed_memory
+from ipu_node.links.channel import LinkServer, PeerLinks
+from ipu_node.links.wire import decode_chunk
 from ipu_node.ownership import Ownership
-from ipu_node.wire import decode_chunk
 
 RELAY_DEADLINE_S = 60.0
 
@@ -58,7 +59,7 @@ class HostRelay:
     def connect(self, names: list[str], addresses: list[str], index: int,
                 ownership: Ownership, faults: dict[int, LinkFault] | None = None,
                 fault_version: int = 0) -> None:
-        """As :meth:`ipu_node.device.Device.connect`: links to restarted peers reopen."""
+        """As :meth:`ipu_node.card.Device.connect`: links to restarted peers reopen."""
         self.peers.wire(names, addresses)
         with self._lock:
             self.index, self.ownership = index, ownership

@@ -1,6 +1,6 @@
 """In-Processor-Memory accounting for one IPU: capacity, named allocations, what is free.
 
-Capacities come from the catalogue (``cluster.hardware``): 304 MiB for a GC2 (1216 tiles of
+Capacities come from the catalogue (``cluster.model.hardware``): 304 MiB for a GC2 (1216 tiles of
 256 kB), 900 MB for a GC200. An IPU-M2000 adds Streaming Memory, shared by its four IPUs,
 which tensors may spill to (``streaming_bytes`` here is this IPU's quarter of it).
 """

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cluster.topology import Topology
+from cluster.model.topology import Topology
 
 
 @dataclass(frozen=True)

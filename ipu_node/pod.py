@@ -8,8 +8,8 @@ actor, placement group and port; launching again in the same process works.
 
 Ray restarts a device that dies (``max_restarts``); the restarted actor is empty and
 listens on a new port, so whenever the POD hears from its devices (:meth:`stats`,
-:meth:`~ipu_node.pod_faults.PodFaults.health`) it notices new incarnations and wires them
-in again. Fault injection lives in :mod:`ipu_node.pod_faults`.
+:meth:`~ipu_node.faults.PodFaults.health`) it notices new incarnations and wires them
+in again. Fault injection lives in :mod:`ipu_node.faults`.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster.errors import UserError
-from cluster.spec import load_topology
-from cluster.topology import Topology
-from ipu_node.device import CONTROL, CONTROL_THREADS, Device, DeviceSpec
-from ipu_node.host import HostRelay
-from ipu_node.ownership import ownership, relaying_hosts
+from cluster.model.spec import load_topology
+from cluster.model.topology import Topology
+from ipu_node.card import CONTROL, CONTROL_THREADS, Device, DeviceSpec
 from ipu_node.errors import DeviceError, DeviceRestarting
+from ipu_node.faults import PodFaults, incarnation
+from ipu_node.host import HostRelay
 from ipu_node.memory import available_ram_bytes
-from ipu_node.pod_faults import PodFaults, incarnation
+from ipu_node.ownership import ownership, relaying_hosts
 
 LOCAL_IPU_SLOTS = 256  # the IPU resource an embedded local Ray offers (or the POD's size)
 LAUNCH_DEADLINE_S = 120.0
@@ -69,7 +69,7 @@ def ensure_ray(ray_address: str | None, ipus_needed: int) -> bool:
 def device_specs(topology: Topology) -> list[DeviceSpec]:
     """One device per unit (card or machine), IPUs in no unit one each, then one per
     relaying host (a DSS 8440 cluster's servers), named after the host node."""
-    from cluster.hardware import ipu_m2000
+    from cluster.model.hardware import ipu_m2000
 
     streaming = ipu_m2000().streaming_memory_bytes // 4
     specs, covered = [], set()
@@ -108,7 +108,7 @@ class EmulatedPod(PodFaults):
     @classmethod
     def launch(cls, spec: str | Topology = "dss8440x2", *, ray_address: str | None = None,
                link_host: str = "127.0.0.1", deadline_s: float = LAUNCH_DEADLINE_S,
-               max_restarts: int = -1) -> "EmulatedPod":
+               max_restarts: int = -1) -> EmulatedPod:
         """Start one actor per card or machine of ``spec`` and wire their links. Ray
         restarts a dead device up to ``max_restarts`` times (-1: always)."""
         started = time.perf_counter()
@@ -250,8 +250,8 @@ class EmulatedPod(PodFaults):
                                       method)))
 
     def collective(self, collective: str, inputs, **options):
-        """Run a collective on this POD: see :func:`gcl.executor.run_collective`."""
-        from gcl.executor import run_collective
+        """Run a collective on this POD: see :func:`ipu_node.executor.run_collective`."""
+        from ipu_node.executor import run_collective
 
         return run_collective(self, collective, inputs, **options)
 
@@ -279,7 +279,7 @@ class EmulatedPod(PodFaults):
         if stop_ray and self.started_ray:
             ray.shutdown()
 
-    def __enter__(self) -> "EmulatedPod":
+    def __enter__(self) -> EmulatedPod:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from cluster.hardware import LinkType, gc200
-from cluster.topology import Topology, TopologyBuilder
+from cluster.model.builder import TopologyBuilder
+from cluster.model.hardware import LinkType, gc200
+from cluster.model.topology import Topology
 
 GB = 1e9
 

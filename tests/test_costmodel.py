@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from cluster.costmodel import max_min_rates, send_seconds, superstep_cost
+from cluster.model.costmodel import max_min_rates, send_seconds, superstep_cost
 from tests.builders import GB, chain, star
 
 MB = 1e6
@@ -68,7 +68,7 @@ def test_reduction_time_is_three_passes_of_the_received_bytes_over_memory_bandwi
 
 
 def test_sync_is_global_when_a_transfer_leaves_its_ipu_link_domain():
-    from cluster.presets import build_preset
+    from cluster.model.presets import build_preset
 
     topology = build_preset("dss8440x2")
     inside = superstep_cost(topology, np.array([0]), np.array([2]), np.array([1.0]))

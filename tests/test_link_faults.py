@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cluster.costmodel import send_seconds
 from cluster.errors import ScheduleError, SpecError, UserError
-from cluster.faults import LinkDown, LinkFault, find_link, link_name, with_faults
-from cluster.spec import load_topology
+from cluster.model.costmodel import send_seconds
+from cluster.model.faulted import with_faults
+from cluster.model.link_faults import LinkDown, LinkFault, find_link, link_name
+from cluster.model.spec import load_topology
 from gcl.planner import plan_timed
 
 RING8 = str(Path(__file__).resolve().parent.parent / "examples" / "topologies" / "ring8.yaml")

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from ipu_node.errors import DeviceError, LinkTimeout
-from ipu_node.link import CHUNK_BYTES, LinkClient, LinkServer, Transfer, encode_transfers
-from ipu_node.mailbox import Mailbox, TransferKey
-from ipu_node.wire import decode_chunk, encode_chunk, encode_header
+from ipu_node.links.channel import CHUNK_BYTES, LinkClient, LinkServer, Transfer, encode_transfers
+from ipu_node.links.mailbox import Mailbox, TransferKey
+from ipu_node.links.wire import decode_chunk, encode_chunk, encode_header
 from ipupod_proto import link_pb2
 
 FIELDS = dict(collective="pod-c7", phase=3, step=300, transfer=2, src_ipu=17, dst_ipu=0,
@@ -195,7 +195,7 @@ def test_a_slow_receiver_makes_a_push_time_out_within_its_whole_deadline():
     import threading
     import time
 
-    from ipu_node import h2
+    from ipu_node.links import h2
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -231,7 +231,7 @@ def test_a_reset_of_a_finished_stream_is_old_news_and_the_connection_carries_on(
     import socket
     import struct
 
-    from ipu_node import h2
+    from ipu_node.links import h2
 
     server = LinkServer("receiver", Mailbox())
     server.start()

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from cluster.errors import UserError
-from cluster.partitions import Partition, PartitionError, PartitionTable
-from cluster.presets import build_preset
+from cluster.model.presets import build_preset
+from cluster.service.partitions import Partition, PartitionError, PartitionTable
 
 
 @pytest.fixture(scope="module")

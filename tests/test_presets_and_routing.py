@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from cluster.errors import SpecError
-from cluster.hardware import FigureChoice, LinkType, gc2, gc200
-from cluster.presets import LinkOverride, PresetOptions, build_preset
-from cluster.topology import TopologyBuilder
+from cluster.model.builder import TopologyBuilder
+from cluster.model.hardware import FigureChoice, LinkType, gc2, gc200
+from cluster.model.presets import LinkOverride, PresetOptions, build_preset
 
 
 def route_labels(topology, src, dst):

@@ -10,9 +10,9 @@ from gcl import plan, simulate
 from gcl.algorithms import for_collective
 from gcl.collectives import COLLECTIVES
 from gcl.local_executor import run_in_memory
+from gcl.reference import expected
 from ipu_node.errors import DeviceError, OutOfMemory
 from ipu_node.pod import EmulatedPod
-from gcl.reference import expected
 
 TOPOLOGIES = ("dss8440", "dss8440x2", "pod16")
 CASES = [(c, a.name) for c in COLLECTIVES for a in for_collective(COLLECTIVES[c])]
@@ -207,7 +207,7 @@ def test_server_hosts_are_devices_that_relay_and_count_traffic_between_servers(p
 
 
 def test_inputs_too_big_for_this_machine_point_to_phantom_mode():
-    from gcl.executor import check_replicas
+    from ipu_node.executor import check_replicas
 
     huge = [(10**11,)] * 16  # 400 GB per replica, described, never allocated
     with pytest.raises(UserError, match="use phantom mode"):

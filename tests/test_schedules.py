@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from cluster.errors import ScheduleError
-from cluster.presets import build_preset
+from cluster.model.presets import build_preset
 from gcl import CommGroup, plan
 from gcl.algorithms import for_collective
 from gcl.collectives import COLLECTIVES
@@ -143,9 +143,9 @@ def test_auto_picks_the_fastest_by_the_cost_model():
 
 
 def test_groups_split_differently_by_domains_get_a_schedule_error_and_auto_moves_on():
-    from cluster.topology import TopologyBuilder
+    from cluster.model.builder import TopologyBuilder
+    from cluster.model.hardware import gc200
     from tests.builders import link, quiet
-    from cluster.hardware import gc200
 
     b = TopologyBuilder("mixed")
     ipus = b.add_ipus([f"ipu{i}" for i in range(16)], gc200())

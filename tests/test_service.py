@@ -10,9 +10,10 @@ import sys
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from cluster.service import start_server, write_token
+from cluster.service.server import start_server, write_token
 from ipu_node.pod import EmulatedPod
 from ipupod_proto import control_pb2, control_pb2_grpc
 
@@ -114,7 +115,7 @@ def test_health_and_reflection_answer(service):
 def cli(service, *args):
     env = {**os.environ, "IPUOF_VIPU_API_PORT": str(service["port"]),
            "IPUPOD_TOKEN_FILE": str(service["token_file"])}
-    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cluster.cli.main", *args], capture_output=True,
                           text=True, timeout=120, env=env)
 
 
@@ -136,7 +137,7 @@ def test_the_cli_drives_the_service(service):
 def test_the_cli_says_when_no_service_answers(tmp_path):
     token = tmp_path / "token"
     token.write_text("x")
-    run = subprocess.run([sys.executable, "-m", "cluster.cli", "status", "--port", "1",
+    run = subprocess.run([sys.executable, "-m", "cluster.cli.main", "status", "--port", "1",
                           "--token-file", str(token)], capture_output=True, text=True,
                          timeout=60)
     assert run.returncode == 2 and "is `ipupod serve` running?" in run.stderr
@@ -186,7 +187,7 @@ def test_hostile_benchmark_requests_get_the_right_errors_and_the_service_lives(
 
 
 def test_device_manager_acquires_a_partition_and_gives_it_back(service, monkeypatch):
-    from cluster.device_manager import DeviceManager
+    from cluster.service.device_manager import DeviceManager
 
     monkeypatch.setenv("IPUOF_VIPU_API_PORT", str(service["port"]))
     monkeypatch.delenv("IPUOF_VIPU_API_PARTITION_ID", raising=False)
@@ -201,8 +202,8 @@ def test_device_manager_acquires_a_partition_and_gives_it_back(service, monkeypa
 
 
 def test_device_manager_takes_the_partition_named_in_the_environment(service, monkeypatch):
-    from cluster.device_manager import DeviceManager
     from cluster.errors import UserError
+    from cluster.service.device_manager import DeviceManager
 
     stub, auth = service["stub"], service["auth"]
     stub.CreatePartition(control_pb2.CreatePartitionRequest(name="given", size=4), metadata=auth)
@@ -226,7 +227,7 @@ def test_ipupod_serve_runs_until_sigterm_and_stops_cleanly(tmp_path):
     token = tmp_path / "token"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS", None)
-    server = subprocess.Popen([sys.executable, "-m", "cluster.cli", "serve", "--topology",
+    server = subprocess.Popen([sys.executable, "-m", "cluster.cli.main", "serve", "--topology",
                                "pod16", "--port", "0", "--token-file", str(token)],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                               env=env)
@@ -235,7 +236,7 @@ def test_ipupod_serve_runs_until_sigterm_and_stops_cleanly(tmp_path):
         match = re.search(r"on 127\.0\.0\.1:(\d+); token in (\S+)", line)
         assert match, line
         port = match.group(1)
-        status = subprocess.run([sys.executable, "-m", "cluster.cli", "status", "--port", port,
+        status = subprocess.run([sys.executable, "-m", "cluster.cli.main", "status", "--port", port,
                                  "--token-file", str(token), "--json"], capture_output=True,
                                 text=True, timeout=60)
         assert json.loads(status.stdout)["ipus"] == 16

@@ -12,7 +12,7 @@ import urllib.request
 import grpc
 import pytest
 
-from cluster.service import start_server, write_token
+from cluster.service.server import start_server, write_token
 from gcl.bench import run_phantom
 from gcl.collectives import collective
 from ipu_node.pod import EmulatedPod
@@ -44,7 +44,7 @@ def service(ray_session, tmp_path_factory):
 def cli(service, *args):
     env = {**os.environ, "IPUOF_VIPU_API_PORT": str(service["port"]),
            "IPUPOD_TOKEN_FILE": str(service["token_file"])}
-    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cluster.cli.main", *args], capture_output=True,
                           text=True, timeout=120, env=env)
 
 

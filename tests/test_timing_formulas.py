@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.costmodel import REDUCE_MEMORY_PASSES
-from cluster.presets import build_preset
-from cluster.topology_yaml import load_yaml_topology
+from cluster.model.costmodel import REDUCE_MEMORY_PASSES
+from cluster.model.presets import build_preset
+from cluster.model.topology_yaml import load_yaml_topology
 from gcl import plan, simulate
 from gcl.collectives import collective as collective_record
 

@@ -1,4 +1,4 @@
-"""Tests of ``cluster.topology_show``: summaries, text/JSON/DOT renderings, bisection bandwidth.
+"""Tests of ``cluster.model.topology_show``: summaries, text/JSON/DOT renderings, bisection bandwidth.
 
 Expected numbers are worked out by hand from shared/HARDWARE.md and the preset docstrings
 (cluster/presets/dss8440.py, cluster/presets/ipu_pod.py); the derivations are in comments.
@@ -12,11 +12,12 @@ import time
 
 import pytest
 
-from cluster import hardware as hw
 from cluster.errors import UserError
-from cluster.presets import build_preset
-from cluster.topology import Topology, TopologyBuilder
-from cluster.topology_show import (
+from cluster.model import hardware as hw
+from cluster.model.builder import TopologyBuilder
+from cluster.model.presets import build_preset
+from cluster.model.topology import Topology
+from cluster.model.topology_show import (
     bisection_bandwidth_Bps,
     render_dot,
     render_json,

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from cluster.errors import SpecError
-from cluster.topology_yaml import load_yaml_topology
+from cluster.model.topology_yaml import load_yaml_topology
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "topologies"
 GB = 1e9

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cluster.costmodel import transmission_seconds
-from cluster.routing import Routes
-from cluster.topology import HOST, ROLES, Topology
+from cluster.model.costmodel import transmission_seconds
+from cluster.model.routing import Routes
+from cluster.model.topology import HOST, ROLES, Topology
 from gcl.phantom import Timing
 
 

@@ -13,15 +13,15 @@ reports the simulated step time only, at any scale.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Callable
 
 import numpy as np
 
 from cluster.errors import UserError
-from cluster.presets import build_preset
-from cluster.spec import load_topology
-from cluster.topology import Topology
+from cluster.model.presets import build_preset
+from cluster.model.spec import load_topology
+from cluster.model.topology import Topology
 from cluster.training.data import make_dataset, replica_slice, step_batch, train_reference
 from cluster.training.model import MLPSpec, init_params, training_flops
 from cluster.training.timing import StepTime, allreduce_parts, compute_seconds, host_io_seconds
@@ -180,7 +180,7 @@ def _train_real(config: TrainConfig, pod, on_step) -> tuple[list[float], bool]:
     """Train with the replicas on the devices: each device computes its replicas'
     gradients, the gradients are averaged by an allreduce on the devices, each device
     updates its replicas; this process only streams the micro-batches (the host's job)."""
-    from ipu_node.replica import GRAD, GRAD_MEAN
+    from cluster.training.replica import GRAD, GRAD_MEAN
 
     spec, replicas, gcd = config.spec, config.replicas, config.gcd
     x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)

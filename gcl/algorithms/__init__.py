@@ -14,14 +14,14 @@ from typing import ClassVar
 import numpy as np
 
 from cluster.errors import ScheduleError
-from cluster.plugins import PluginModules
-from cluster.topology import Topology
+from cluster.model.plugins import PluginModules
+from cluster.model.topology import Topology
 from gcl.collectives import Collective
 from gcl.schedule import Phase
 
 _MODULES = PluginModules("gcl.algorithms.ring", "gcl.algorithms.bidirectional",
                          "gcl.algorithms.hierarchical", "gcl.algorithms.halving_doubling")
-_REGISTRY: dict[str, "Algorithm"] = {}
+_REGISTRY: dict[str, Algorithm] = {}
 _ALIASES = {"ring": "clockwise_ring", "bidirectional": "bidirectional_ring_pair",
             "rhd": "halving_doubling", "recursive_halving_doubling": "halving_doubling"}
 

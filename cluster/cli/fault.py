@@ -1,0 +1,103 @@
+"""``ipupod fault``: inject faults into a running POD service, and heal them.
+
+    ipupod fault kill CARD                       # the card's actor dies; Ray restarts it empty
+    ipupod fault degrade LINK --bandwidth-factor 0.5 --added-latency-us 2
+    ipupod fault cut LINK
+    ipupod fault heal LINK | --all
+    ipupod fault list
+
+LINK is ``A--B`` (node names, as `ipupod links` prints them) or the link's index; CARD is
+a card or machine name (the ``unit`` column of `ipupod devices`).
+"""
+
+from __future__ import annotations
+
+import click
+
+from cluster.cli.service import Client, _echo, client_options
+from cluster.errors import UserError
+
+
+@click.group("fault")
+def fault_group() -> None:
+    """Kill cards, degrade, cut and heal links of a running POD service."""
+
+
+def _show(state, as_json: bool) -> None:
+    lines = [state.message] if state.message else []
+    for link in state.links:
+        what = "cut" if link.cut else (
+            f"bandwidth x{link.bandwidth_factor:g}, +{link.added_latency_seconds * 1e6:g} us")
+        lines.append(f"link {link.link}: {what}")
+    for card in state.cards:
+        lines.append(f"card {card.card} (IPUs {','.join(map(str, card.ipus))}): {card.health}, "
+                     f"restarted {card.restarts} times" + (f"; {card.detail}" if card.detail else ""))
+    _echo(state, as_json, "\n".join(lines) or "no faults in force")
+
+
+@fault_group.command("kill")
+@click.argument("card")
+@client_options
+def fault_kill(card, host, port, token_file, as_json) -> None:
+    """Kill CARD's actor, as a crash would: Ray restarts it with its memory empty."""
+    from ipupod_proto import control_pb2
+
+    _show(Client(host, port, token_file).call("KillCard", control_pb2.KillCardRequest(card=card)),
+          as_json)
+
+
+@fault_group.command("degrade")
+@click.argument("link")
+@click.option("--bandwidth-factor", type=float, default=1.0, show_default=True,
+              help="Multiply the link's bandwidth by this (0 < f <= 1).")
+@click.option("--added-latency-us", type=float, default=0.0, show_default=True,
+              help="Add this many microseconds to every crossing.")
+@client_options
+def fault_degrade(link, bandwidth_factor, added_latency_us, host, port, token_file,
+                  as_json) -> None:
+    """Slow LINK down (both directions), from the next collective on."""
+    from ipupod_proto import control_pb2
+
+    if not 0 < bandwidth_factor <= 1:
+        raise UserError(f"--bandwidth-factor must be above 0 and at most 1, not "
+                        f"{bandwidth_factor:g} (to take a link away: ipupod fault cut)")
+    if added_latency_us < 0:
+        raise UserError(f"--added-latency-us must be 0 or more, not {added_latency_us:g}")
+    _show(Client(host, port, token_file).call("DegradeLink", control_pb2.DegradeLinkRequest(
+        link=link, bandwidth_factor=bandwidth_factor,
+        added_latency_seconds=added_latency_us * 1e-6)), as_json)
+
+
+@fault_group.command("cut")
+@click.argument("link")
+@client_options
+def fault_cut(link, host, port, token_file, as_json) -> None:
+    """Cut LINK: routes go round it where the topology allows, else collectives fail."""
+    from ipupod_proto import control_pb2
+
+    _show(Client(host, port, token_file).call("CutLink", control_pb2.LinkRef(link=link)),
+          as_json)
+
+
+@fault_group.command("heal")
+@click.argument("link", required=False)
+@click.option("--all", "heal_all", is_flag=True, help="Heal every link.")
+@client_options
+def fault_heal(link, heal_all, host, port, token_file, as_json) -> None:
+    """Undo LINK's fault (or every link's, with --all)."""
+    from ipupod_proto import control_pb2
+
+    if bool(link) == heal_all:
+        raise UserError("name one LINK to heal, or give --all (not both)")
+    _show(Client(host, port, token_file).call("HealLink", control_pb2.LinkRef(link=link or "")),
+          as_json)
+
+
+@fault_group.command("list")
+@client_options
+def fault_list(host, port, token_file, as_json) -> None:
+    """Link faults in force, and cards that are down or have restarted."""
+    from ipupod_proto import control_pb2
+
+    _show(Client(host, port, token_file).call("ListFaults", control_pb2.ListFaultsRequest()),
+          as_json)

@@ -1,0 +1,136 @@
+"""The network cost model: how long one BSP superstep takes on a topology, in simulated seconds.
+
+The contract, as in astra-network-analytical, is one call per question:
+
+- :func:`send_seconds` ``(topology, src, dst, nbytes) -> seconds`` for one transfer alone;
+- :func:`superstep_cost` ``(topology, src, dst, nbytes, reduce) -> StepCost`` for a superstep.
+
+The model is flow-level and a pure function of its arguments (no clock, no randomness):
+
+1. each transfer follows its route (:mod:`cluster.model.routing`);
+2. links are full duplex; transfers sharing a directed link split its bandwidth max-min
+   fairly (progressive filling); when a transfer finishes, the others share again;
+3. a transfer's last byte lands its route's summed per-hop latency after it is sent;
+4. the superstep costs ``sync + exchange + reduce``: the BSP sync (local to an IPU-Link
+   domain, or global when any transfer leaves its domain), the time the last transfer
+   lands, and the reductions on the receivers' tiles: ``REDUCE_MEMORY_PASSES`` times the
+   bytes received for reduction over the IPU's memory bandwidth (read both operands, write
+   the result), the slowest IPU setting the pace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cluster.model.routing import Routes
+from cluster.model.topology import Topology
+
+REDUCE_MEMORY_PASSES = 3
+_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One superstep's simulated duration and its parts (seconds), and bytes per link type."""
+
+    seconds: float
+    sync_seconds: float
+    exchange_seconds: float
+    reduce_seconds: float
+    link_type_bytes: dict[str, float]
+
+
+def max_min_rates(flow_count: int, pair_flow: np.ndarray, pair_link: np.ndarray,
+                  capacity_Bps: np.ndarray) -> np.ndarray:
+    """Max-min fair rates (bytes/s) of flows over links by progressive filling.
+
+    ``pair_flow[i]`` crosses link ``pair_link[i]`` (indices into ``capacity_Bps``). Repeatedly
+    the link with the smallest fair share (remaining capacity over unfrozen flows) fixes the
+    rate of every flow through it. A flow crossing no link gets ``inf``.
+    """
+    rate = np.full(flow_count, np.inf)
+    capacity = capacity_Bps.astype(np.float64, copy=True)
+    links = len(capacity)
+    while len(pair_flow):
+        count = np.bincount(pair_link, minlength=links)
+        used = np.flatnonzero(count)
+        share = capacity[used] / count[used]
+        level = share.min()
+        bottleneck = np.zeros(links, dtype=bool)
+        bottleneck[used[share <= level * (1 + _EPS)]] = True
+        frozen = np.zeros(flow_count, dtype=bool)
+        frozen[pair_flow[bottleneck[pair_link]]] = True
+        rate[frozen] = level
+        selected = frozen[pair_flow]
+        capacity -= np.bincount(pair_link[selected], minlength=links) * level
+        np.maximum(capacity, 0.0, out=capacity)
+        pair_flow, pair_link = pair_flow[~selected], pair_link[~selected]
+    return rate
+
+
+def transmission_seconds(routes: Routes, nbytes: np.ndarray, topology: Topology) -> np.ndarray:
+    """When each flow's last byte has been sent, with fair sharing renewed at every finish."""
+    flow_count = len(nbytes)
+    # Work on the links this superstep uses only.
+    used_links, pair_link = np.unique(routes.pair_link, return_inverse=True)
+    capacity = topology.directed_bandwidth_Bps[used_links]
+    pair_flow = routes.pair_flow
+    remaining = nbytes.astype(np.float64, copy=True)
+    finish = np.zeros(flow_count)
+    active = remaining > 0
+    now = 0.0
+    while active.any():
+        keep = active[pair_flow]
+        pair_flow, pair_link = pair_flow[keep], pair_link[keep]
+        rate = max_min_rates(flow_count, pair_flow, pair_link, capacity)
+        live = np.flatnonzero(active)
+        needed = remaining[live] / rate[live]
+        step = needed.min()
+        now += step
+        done = live[needed <= step * (1 + _EPS)]
+        remaining[live] -= rate[live] * step
+        finish[done] = now
+        active[done] = False
+    return finish
+
+
+def superstep_cost(topology: Topology, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+                   reduce: np.ndarray | bool = False) -> StepCost:
+    """Simulated duration of one superstep whose transfers are ``src[f] -> dst[f]`` of
+    ``nbytes[f]`` bytes; where ``reduce[f]`` the receiver reduces what it gets."""
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    nbytes = np.asarray(nbytes, dtype=np.float64)
+    reduce = np.broadcast_to(np.asarray(reduce, dtype=bool), src.shape)
+    if not (src.shape == dst.shape == nbytes.shape):
+        raise ValueError("src, dst and nbytes need one entry per transfer")
+    if not np.isfinite(nbytes).all() or (nbytes < 0).any():
+        raise ValueError("transfer sizes must be finite byte counts, 0 or more")
+    ids = np.concatenate([src, dst])
+    if len(ids) and (ids.min() < 0 or ids.max() >= topology.ipu_count):
+        raise ValueError(f"IPU ids run from 0 to {topology.ipu_count - 1} on {topology.name}")
+    moving = nbytes > 0
+    if not moving.all():
+        src, dst, nbytes, reduce = src[moving], dst[moving], nbytes[moving], reduce[moving]
+    if len(src) == 0:
+        return StepCost(0.0, 0.0, 0.0, 0.0, {})
+    if (src == dst).any():
+        raise ValueError("a transfer from an IPU to itself is not a network transfer")
+    routes = topology.router.route(src, dst)
+    exchange = float((transmission_seconds(routes, nbytes, topology) + routes.latency_s).max())
+    sync = topology.sync_global_s if routes.crosses_domains.any() else topology.sync_local_s
+    reduced = np.bincount(dst[reduce], weights=nbytes[reduce], minlength=topology.ipu_count)
+    reduce_s = float((REDUCE_MEMORY_PASSES * reduced / topology.ipu_memory_bandwidth_Bps).max())
+    per_type = np.bincount(topology.directed_type[routes.pair_link],
+                           weights=nbytes[routes.pair_flow], minlength=len(topology.link_types))
+    link_bytes = {t.name: float(v) for t, v in zip(topology.link_types, per_type) if v}
+    return StepCost(sync + exchange + reduce_s, sync, exchange, reduce_s, link_bytes)
+
+
+def send_seconds(topology: Topology, src: int, dst: int, nbytes: float) -> float:
+    """Time for ``nbytes`` to go from IPU ``src`` to IPU ``dst`` alone on the network: its
+    route's latency plus the bytes over its slowest link (no sync, no reduction)."""
+    cost = superstep_cost(topology, np.array([src]), np.array([dst]), np.array([nbytes]))
+    return cost.exchange_seconds

@@ -1,0 +1,107 @@
+"""Topology presets: ``dss8440``, ``dss8440xN``, ``pod16``, ``pod64`` ... ``pod65536``.
+
+A preset is one function, registered with :func:`preset` under a regular expression that
+its spec strings match. Adding a preset is one new module here that calls :func:`preset`,
+plus its name in ``_MODULES`` below.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cluster.errors import SpecError
+from cluster.model.hardware import SEED_FIGURES, FigureChoice, LinkType
+from cluster.model.plugins import PluginModules
+from cluster.model.topology import Topology
+
+_MODULES = PluginModules("cluster.model.presets.dss8440", "cluster.model.presets.ipu_pod")
+
+
+@dataclass(frozen=True)
+class LinkOverride:
+    """Replace a link type's bandwidth (GB/s per direction) or latency (ns) in a preset."""
+
+    bandwidth_GBps: float | None = None
+    latency_ns: float | None = None
+
+
+@dataclass(frozen=True)
+class PresetOptions:
+    """How to build a preset: which disputed figures, and any overridden numbers."""
+
+    figures: FigureChoice = SEED_FIGURES
+    link_overrides: tuple[tuple[str, LinkOverride], ...] = ()
+    sync_local_s: float | None = None
+    sync_global_s: float | None = None
+
+    def link(self, link_type: LinkType) -> LinkType:
+        """The link type with this preset's overrides for it applied."""
+        for name, override in self.link_overrides:
+            if name == link_type.name:
+                return link_type.with_overrides(
+                    None if override.bandwidth_GBps is None else override.bandwidth_GBps * 1e9,
+                    None if override.latency_ns is None else override.latency_ns / 1e9,
+                )
+        return link_type
+
+
+@dataclass(frozen=True)
+class Preset:
+    pattern: re.Pattern[str]
+    example: str
+    summary: str
+    build: Callable[[re.Match[str], PresetOptions], Topology]
+
+
+_PRESETS: list[Preset] = []
+
+
+def preset(pattern: str, example: str, summary: str):
+    """Register ``fn(match, options) -> Topology`` for spec strings matching ``pattern``."""
+
+    def register(fn: Callable[[re.Match[str], PresetOptions], Topology]):
+        _PRESETS.append(Preset(re.compile(pattern + r"\Z"), example, summary, fn))
+        return fn
+
+    return register
+
+
+def presets() -> list[Preset]:
+    _MODULES.load()
+    return list(_PRESETS)
+
+
+def is_preset(spec: str) -> bool:
+    """Whether ``spec`` has the form of a preset name (its numbers may still be invalid)."""
+    return any(entry.pattern.match(spec.strip().lower()) for entry in presets())
+
+
+def build_preset(spec: str, options: PresetOptions = PresetOptions()) -> Topology:
+    """Build the preset that ``spec`` names, or raise :class:`SpecError` listing the choices."""
+    for entry in presets():
+        match = entry.pattern.match(spec.strip().lower())
+        if match:
+            topology = entry.build(match, options)
+            used = {t.name for t in topology.link_types}
+            unknown = [name for name, _ in options.link_overrides if name not in used]
+            if unknown:
+                raise SpecError(
+                    f"preset {spec!r} has no link type {unknown[0]!r}; its link types are "
+                    f"{', '.join(sorted(used))}"
+                )
+            return topology
+    choices = "; ".join(f"{p.example} ({p.summary})" for p in presets())
+    raise SpecError(f"unknown topology {spec!r}: use a preset ({choices}) or a YAML file path")
+
+
+def apply_sync(builder, options: PresetOptions) -> None:
+    """Copy sync overrides from the options onto a builder."""
+    if options.sync_local_s is not None:
+        builder.sync_local_s = options.sync_local_s
+    if options.sync_global_s is not None:
+        builder.sync_global_s = options.sync_global_s
+
+
+__all__ = ["LinkOverride", "PresetOptions", "build_preset", "is_preset", "preset", "presets"]

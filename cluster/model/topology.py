@@ -1,0 +1,148 @@
+"""The topology: IPUs, hosts, switches and the links between them, with routes.
+
+A :class:`Topology` is built once (by a preset in :mod:`cluster.model.presets` or from a YAML
+file by :mod:`cluster.model.topology_yaml`) through a
+:class:`~cluster.model.builder.TopologyBuilder`, which also gives it its routes
+(``Topology.router``), then used read-only. IPUs are numbered ``0 .. ipu_count-1`` and are also nodes ``0 .. ipu_count-1``;
+other nodes (cards' PCIe endpoints, hosts, switches, IPU-Gateways) follow them.
+
+Links are physical and full duplex: physical link ``l`` joining nodes ``a`` and ``b`` is the
+two *directed links* ``2l`` (a to b) and ``2l+1`` (b to a), each with the link's bandwidth
+per direction. Parallel links between two nodes (two InfiniBand adapters, two GW-Links) are
+one *bundle* whose bandwidth is their sum: traffic is striped over them.
+
+Every link has a role: ``fabric`` links carry IPU-to-IPU traffic; ``host`` links only join a
+host to the system (an IPU-M2000's RoCE NIC) and carry no collective traffic.
+
+A topology may carry link faults (:mod:`cluster.model.link_faults`), by physical link: they scale the
+link's bandwidth, add to its latency, or cut it. :func:`cluster.model.link_faults.with_faults` makes
+such a topology from a healthy one; the properties below already include the faults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from cluster.model.hardware import LinkType, Processor
+
+if TYPE_CHECKING:
+    from cluster.model.link_faults import LinkFault
+    from cluster.model.routing import Router
+
+FABRIC = "fabric"
+HOST = "host"
+ROLES = (FABRIC, HOST)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A card (C2) or machine (IPU-M2000): the hardware one emulator actor stands for."""
+
+    name: str
+    kind: str
+    ipus: tuple[int, ...]
+    server: int
+
+
+@dataclass(frozen=True)
+class Server:
+    """A server (DSS 8440) or rack (POD64): the scope of one IPU-Link domain in presets."""
+
+    name: str
+    kind: str
+    units: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Topology:
+    """A built, read-only topology. See the module docstring for numbering conventions."""
+
+    name: str
+    node_names: tuple[str, ...]
+    node_kinds: tuple[str, ...]
+    ipu_count: int
+    ipu_processors: tuple[Processor, ...]
+    link_types: tuple[LinkType, ...]
+    link_a: np.ndarray
+    link_b: np.ndarray
+    link_type: np.ndarray
+    link_count: np.ndarray
+    link_role: np.ndarray
+    units: tuple[Unit, ...]
+    servers: tuple[Server, ...]
+    ring_order: np.ndarray
+    sync_local_s: float
+    sync_global_s: float
+    memory_bandwidth_override_Bps: float | None = None
+    router: Router = None  # type: ignore[assignment]  # set by TopologyBuilder.build
+    faults: Mapping[int, LinkFault] = field(default_factory=dict)  # by physical link
+
+    @property
+    def node_count(self) -> int:
+        return len(self.node_names)
+
+    @property
+    def link_count_physical(self) -> int:
+        return len(self.link_a)
+
+    @cached_property
+    def directed_src(self) -> np.ndarray:
+        """Source node of every directed link (``2l``: a to b, ``2l+1``: b to a)."""
+        return np.stack([self.link_a, self.link_b], axis=1).ravel()
+
+    @cached_property
+    def directed_dst(self) -> np.ndarray:
+        return np.stack([self.link_b, self.link_a], axis=1).ravel()
+
+    @cached_property
+    def directed_bandwidth_Bps(self) -> np.ndarray:
+        """Bandwidth of every directed link: the bundle's count times its type's bandwidth,
+        times its fault's ``bandwidth_factor``."""
+        per_type = np.array([t.bandwidth_Bps for t in self.link_types])
+        bandwidth = per_type[self.link_type] * self.link_count
+        if self.faults:
+            bandwidth[list(self.faults)] *= [f.bandwidth_factor for f in self.faults.values()]
+        return np.repeat(bandwidth, 2)
+
+    @cached_property
+    def directed_latency_s(self) -> np.ndarray:
+        """Latency per crossing of every directed link, its fault's ``added_latency_s`` in."""
+        per_type = np.array([t.latency_s for t in self.link_types])
+        latency = per_type[self.link_type]
+        if self.faults:
+            latency[list(self.faults)] += [f.added_latency_s for f in self.faults.values()]
+        return np.repeat(latency, 2)
+
+    @cached_property
+    def cut_links(self) -> frozenset[int]:
+        """Physical links that are cut (they carry nothing); empty on a healthy topology."""
+        return frozenset(link for link, fault in self.faults.items() if fault.cut)
+
+    @cached_property
+    def directed_type(self) -> np.ndarray:
+        return np.repeat(self.link_type, 2)
+
+    @cached_property
+    def ipu_memory_bandwidth_Bps(self) -> np.ndarray:
+        """Per IPU, the tiles' memory bandwidth (reductions are timed against it)."""
+        if self.memory_bandwidth_override_Bps is not None:
+            return np.full(self.ipu_count, float(self.memory_bandwidth_override_Bps))
+        return np.array([p.memory_bandwidth_Bps for p in self.ipu_processors])
+
+    @cached_property
+    def ipu_memory_bytes(self) -> np.ndarray:
+        return np.array([p.in_processor_memory_bytes for p in self.ipu_processors], dtype=np.int64)
+
+    def ipu_name(self, ipu: int) -> str:
+        return self.node_names[ipu]
+
+    def link_label(self, directed_link: int) -> str:
+        """``'ipu3 -> ipu5 (ipu-link-rail)'`` for a directed link id."""
+        src, dst = self.directed_src[directed_link], self.directed_dst[directed_link]
+        kind = self.link_types[self.directed_type[directed_link]].name
+        return f"{self.node_names[src]} -> {self.node_names[dst]} ({kind})"

@@ -1,0 +1,247 @@
+"""V-IPU partitions: named sets of IPUs that one application owns, placed on a topology.
+
+The rules of Graphcore's V-IPU controller (``vipu create partition NAME --size N``, ``vipu
+list partitions``, ``vipu remove partition NAME``) as pure Python, so that the control
+service (gRPC) and the tests share one implementation:
+
+- A name is 1 to 64 characters from ASCII letters, digits, ``-``, ``_`` and ``.``, starting
+  with a letter or digit; two partitions never share a name.
+- The size is a power of two from 1 to the topology's IPU count. A partition is split into
+  ``gcds`` graph compile domains (GCDs): ``gcds`` divides the size and each GCD has a
+  power-of-two number of IPUs.
+- Partitions never share an IPU.
+- Placement is buddy-style, as V-IPU keeps partitions on IPU-Links: a partition no larger
+  than an IPU-Link domain takes ``size`` consecutive IPUs of the topology's ring order inside
+  one domain, starting at a multiple of ``size`` among that domain's ring positions; a
+  larger one takes consecutive whole free domains (in ring order) starting at a ring offset
+  that is a multiple of ``size``. Of the blocks that fit, the one whose largest enclosing
+  free aligned block is smallest wins (then the first in ring order), so large blocks stay
+  whole for large partitions. When no block fits the request fails: a partition is never
+  scattered over the fabric.
+
+A partition's IPUs are kept in ring order, so each GCD is a contiguous piece of the ring.
+Every mistake raises :class:`PartitionError`, whose ``code`` is the gRPC status the service
+answers with. :class:`PartitionTable` holds a lock in every method: the service is
+multi-threaded.
+"""
+
+from __future__ import annotations
+
+import builtins
+import numbers
+import re
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from cluster.errors import UserError
+from cluster.model.topology import Topology
+
+INVALID_ARGUMENT = "INVALID_ARGUMENT"
+NOT_FOUND = "NOT_FOUND"
+ALREADY_EXISTS = "ALREADY_EXISTS"
+RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+CODES = (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, RESOURCE_EXHAUSTED)
+
+MAX_NAME_LENGTH = 64
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
+_NAME_RULE = (f"a partition name is 1 to {MAX_NAME_LENGTH} characters from ASCII letters, "
+              "digits, '-', '_' and '.', starting with a letter or digit")
+
+
+class PartitionError(UserError):
+    """A partition request that cannot be done; ``code`` is the gRPC status to answer with."""
+
+    def __init__(self, code: str, message: str) -> None:
+        if code not in CODES:
+            raise ValueError(f"unknown partition error code {code!r}: use one of {CODES}")
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A named partition: its IPUs in ring order, split into ``gcds`` equal GCDs."""
+
+    name: str
+    ipus: tuple[int, ...]
+    gcds: int
+
+    @property
+    def size(self) -> int:
+        return len(self.ipus)
+
+    def gcd_ipus(self) -> list[tuple[int, ...]]:
+        """The IPUs of each graph compile domain: consecutive equal slices of ``ipus``."""
+        per = self.size // self.gcds
+        return [self.ipus[g * per:(g + 1) * per] for g in range(self.gcds)]
+
+
+def _shown(value: object) -> str:
+    """``repr`` of a name for a message, cut short when huge."""
+    if isinstance(value, str) and len(value) > 40:
+        return f"{value[:20]!r}... ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _integer(what: str, value: object, rule: str) -> int:
+    """``value`` as an int; bools, floats and strings are refused, not converted."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise PartitionError(INVALID_ARGUMENT,
+                             f"{what} must be an integer, not {type(value).__name__} "
+                             f"{_shown(value)}: {rule}")
+    return int(value)
+
+
+class PartitionTable:
+    """The partitions of one topology: creates, finds, lists and removes them (thread-safe)."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self._lock = threading.RLock()
+        self._partitions: dict[str, Partition] = {}  # in creation order
+        self._owner: dict[int, str] = {}
+        self._used = np.zeros(topology.ipu_count, dtype=bool)
+        members: dict[int, list[int]] = {}
+        for ipu in topology.ring_order.tolist():
+            members.setdefault(int(topology.router.domain_of_ipu[ipu]), []).append(int(ipu))
+        # Each IPU-Link domain's IPUs in ring order; domains in order of first ring position.
+        self._domains = [np.array(m, dtype=np.int64) for m in members.values()]
+
+    def create(self, name: str, size: int, gcds: int = 1) -> Partition:
+        """Check the request, place the partition and record it."""
+        with self._lock:
+            if not isinstance(name, str) or not _NAME.fullmatch(name):
+                raise PartitionError(INVALID_ARGUMENT,
+                                     f"invalid partition name {_shown(name)}: {_NAME_RULE}")
+            count = self.topology.ipu_count
+            size_rule = (f"a partition's size is a power of two from 1 to {count} (the IPUs "
+                         f"of topology {self.topology.name!r})")
+            size = _integer("size", size, size_rule)
+            if not (_is_power_of_two(size) and size <= count):
+                raise PartitionError(INVALID_ARGUMENT, f"size {size} is not allowed: {size_rule}")
+            gcd_rule = (f"the number of GCDs is an integer from 1 that divides the size {size} "
+                        "into GCDs of a power-of-two number of IPUs")
+            gcds = _integer("gcds", gcds, gcd_rule)
+            if gcds < 1 or size % gcds or not _is_power_of_two(size // gcds):
+                raise PartitionError(INVALID_ARGUMENT, f"gcds {gcds} is not allowed: {gcd_rule}")
+            if name in self._partitions:
+                raise PartitionError(ALREADY_EXISTS,
+                                     f"partition {name!r} already exists: choose another name "
+                                     "or remove it first")
+            ipus = self._place(size)
+            if ipus is None:
+                raise PartitionError(RESOURCE_EXHAUSTED, self._exhausted(name, size))
+            partition = Partition(name, ipus, gcds)
+            self._partitions[name] = partition
+            self._used[list(ipus)] = True
+            self._owner.update((ipu, name) for ipu in ipus)
+            return partition
+
+    def get(self, name: str) -> Partition:
+        """The partition called ``name``; NOT_FOUND names the existing ones."""
+        with self._lock:
+            partition = self._partitions.get(name) if isinstance(name, str) else None
+            if partition is None:
+                existing = ", ".join(self._partitions) or "there are none"
+                raise PartitionError(NOT_FOUND, f"no partition named {_shown(name)} on topology "
+                                                f"{self.topology.name!r}; existing partitions: "
+                                                f"{existing}")
+            return partition
+
+    def list(self) -> builtins.list[Partition]:
+        """Every partition, in creation order."""
+        with self._lock:
+            return list(self._partitions.values())
+
+    def remove(self, name: str) -> Partition:
+        """Remove the partition called ``name`` and free its IPUs; return it."""
+        with self._lock:
+            partition = self.get(name)
+            del self._partitions[name]
+            self._used[list(partition.ipus)] = False
+            for ipu in partition.ipus:
+                del self._owner[ipu]
+            return partition
+
+    def partition_of(self, ipu: int) -> str | None:
+        """The name of the partition holding IPU ``ipu``, or None if it is free."""
+        with self._lock:
+            rule = f"IPUs are numbered 0 to {self.topology.ipu_count - 1}"
+            ipu = _integer("ipu", ipu, rule)
+            if not 0 <= ipu < self.topology.ipu_count:
+                raise PartitionError(INVALID_ARGUMENT, f"no IPU {ipu}: {rule}")
+            return self._owner.get(ipu)
+
+    def free_ipus(self) -> builtins.list[int]:
+        """The IPUs in no partition, by IPU number."""
+        with self._lock:
+            return np.flatnonzero(~self._used).tolist()
+
+    # -- placement -------------------------------------------------------------------
+    def _place(self, size: int) -> tuple[int, ...] | None:
+        """The IPUs for a new partition of ``size`` IPUs (see the module docstring), or None."""
+        best: tuple[int, int, int] | None = None  # (enclosing free block, domain, block)
+        for d, members in enumerate(self._domains):
+            n = len(members)
+            if size > n:
+                continue
+            used = self._used[members]
+            blocks = n // size
+            free = ~used[:blocks * size].reshape(blocks, size).any(axis=1)
+            if not free.any():
+                continue
+            enclosing = np.full(blocks, size)
+            level = 2 * size
+            while level <= n:  # grow each block while its aligned buddy block is free
+                groups = n // level
+                level_free = ~used[:groups * level].reshape(groups, level).any(axis=1)
+                group = np.arange(blocks) // (level // size)
+                inside = group < groups
+                grown = np.zeros(blocks, dtype=bool)
+                grown[inside] = level_free[group[inside]]
+                enclosing = np.where(grown, level, enclosing)
+                level *= 2
+            k = int(np.flatnonzero(free)[np.argmin(enclosing[free])])
+            if best is None or (int(enclosing[k]), d, k) < best:
+                best = (int(enclosing[k]), d, k)
+        if best is not None:
+            _, d, k = best
+            return tuple(self._domains[d][k * size:(k + 1) * size].tolist())
+        return self._place_whole_domains(size)
+
+    def _place_whole_domains(self, size: int) -> tuple[int, ...] | None:
+        """Two or more consecutive free domains of ``size`` IPUs in all, aligned in the ring."""
+        offset = 0
+        for i, first in enumerate(self._domains):
+            if offset % size == 0:
+                run, total = [], 0
+                for members in self._domains[i:]:
+                    if total >= size or self._used[members].any():
+                        break
+                    run.append(members)
+                    total += len(members)
+                if total == size and len(run) >= 2:
+                    return tuple(np.concatenate(run).tolist())
+            offset += len(first)
+        return None
+
+    def _exhausted(self, name: str, size: int) -> str:
+        free = int((~self._used).sum())
+        count = self.topology.ipu_count
+        if free == 0:
+            return (f"cannot create partition {name!r} of {size} IPUs: 0 of {count} IPUs of "
+                    f"topology {self.topology.name!r} are free; remove a partition first")
+        largest = 1 << (count.bit_length() - 1)
+        while largest > 1 and self._place(largest) is None:
+            largest //= 2
+        return (f"cannot create partition {name!r} of {size} IPUs: {free} of {count} IPUs of "
+                f"topology {self.topology.name!r} are free, but no aligned block of {size} "
+                "inside an IPU-Link domain (or of whole domains) is; the largest partition that "
+                f"can be created now has {largest} IPU{'s' if largest > 1 else ''}")

@@ -1,0 +1,273 @@
+"""Real mode: run a collective's schedule on a launched POD's device actors with real data.
+
+Everything a request could get wrong is checked before any byte moves: one array per
+replica, equal shapes and dtypes, a dtype and op GCL knows, room in every IPU's memory and
+in this machine's RAM. Then each device gets its IPUs' inputs and runs its share of the
+schedule; tensor bytes go peer to peer over the links, never through this process. The
+simulated time is :func:`gcl.phantom.simulate` of the same schedule, so real and phantom
+mode agree by construction.
+
+Failures end fast: every wait on a device has a deadline (``deadline_s``, 10 s by default),
+and when one device fails or dies the others are told to abort at once, so the error (naming
+the dead card and its IPUs where one died) arrives within seconds, never a hang.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from cluster.errors import ScheduleError, UserError
+from gcl.collectives import BROADCAST, DTYPES, check_op
+from gcl.collectives import collective as lookup
+from gcl.groups import CommGroup
+from gcl.local_executor import BLOCKED
+from gcl.phantom import Timing
+from gcl.planner import AUTO, plan_timed, replica_groups
+from gcl.schedule import Schedule
+from ipu_node.errors import DeviceDied, DeviceError, OutOfMemory
+from ipu_node.memory import available_ram_bytes
+
+DEFAULT_DEADLINE_S = 10.0  # the longest any one wait (a transfer, an answer) may take
+ABORT_GRACE_S = 2.0  # after a failure: how long the other devices get to stop
+_RAM_FACTOR = 4  # inputs, device buffers, results in flight, results returned
+_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    """Results in replica order, and where the time went (simulated and wall)."""
+
+    results: list[np.ndarray]
+    schedule: Schedule
+    timing: Timing  # simulated seconds, per phase
+    wall_seconds: float
+    link_type_bytes: dict[str, float]  # measured on the devices
+
+    @property
+    def sim_seconds(self) -> float:
+        return self.timing.sim_seconds
+
+    @property
+    def algorithm(self) -> str:
+        return self.schedule.algorithm
+
+
+def check_replicas(shapes: list[tuple[int, ...]], dtypes: list[str], replicas: int,
+                   group_size: int, collective: str) -> tuple[str, int]:
+    """The dtype name and per-replica element count, or a UserError saying what is wrong."""
+    if len(shapes) != replicas:
+        raise UserError(f"give one array per replica: {replicas} replicas, {len(shapes)} arrays")
+    for index, (shape, dtype) in enumerate(zip(shapes, dtypes)):
+        if shape != shapes[0] or dtype != dtypes[0]:
+            raise UserError(f"replica {index} has shape {shape} and dtype {dtype}, replica 0 has "
+                            f"{shapes[0]} and {dtypes[0]}: all must match")
+    names = {np.dtype(t).name: n for n, t in DTYPES.items()}
+    if dtypes[0] not in names:
+        raise UserError(f"dtype {dtypes[0]} is not supported: use {', '.join(DTYPES)}")
+    size = int(np.prod(shapes[0], dtype=np.int64))
+    if size == 0:
+        raise UserError("the arrays are empty: a collective needs at least one element")
+    if collective in BLOCKED and size % group_size:
+        raise UserError(f"{collective} splits each array into {group_size} equal blocks; "
+                        f"{size} elements do not split: pad to a multiple of {group_size}")
+    total = size * np.dtype(dtypes[0]).itemsize * replicas
+    if total * _RAM_FACTOR > available_ram_bytes():
+        raise UserError(f"{total:,} bytes of inputs would not fit in this machine's RAM in real "
+                        "mode: use phantom mode (sizes only) for this size")
+    return names[dtypes[0]], size // group_size if collective in BLOCKED else size
+
+
+def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
+                   output: str | None = None, algorithm: str = AUTO,
+                   group: CommGroup | str = CommGroup(), op: str = "sum", root: int = 0,
+                   ipus: list[int] | None = None,
+                   deadline_s: float = DEFAULT_DEADLINE_S) -> CollectiveResult:
+    """Run ``collective`` on the devices of ``pod``, replica r on ``ipus[r]`` (IPU r by
+    default). ``inputs`` are arrays (one per replica) or the name of a tensor the IPUs hold
+    (:meth:`EmulatedPod.put`); with ``output`` the results stay on the IPUs under that name
+    and ``results`` is empty."""
+    import ray
+
+    started = time.perf_counter()
+    coll = lookup(collective)
+    check_op(op)
+    group = CommGroup.parse(group) if isinstance(group, str) else group
+    topology = pod.topology
+    replica_ipus = np.arange(topology.ipu_count) if ipus is None else np.asarray(ipus)
+    groups = replica_groups(topology, group, replica_ipus)
+    if isinstance(inputs, str):
+        held = pod.tensor_info(inputs, deadline_s, replica_ipus.tolist())
+        missing = [pod.topology.ipu_name(i) for i in replica_ipus.tolist() if i not in held]
+        if missing:
+            raise UserError(f"no tensor {inputs!r} on IPU {missing[0]}: put it there first")
+        shapes = [held[i][0] for i in replica_ipus.tolist()]
+        dtypes = [held[i][1] for i in replica_ipus.tolist()]
+    else:
+        inputs = [np.asarray(a) for a in inputs]
+        shapes, dtypes = [a.shape for a in inputs], [a.dtype.name for a in inputs]
+    dtype, count = check_replicas(shapes, dtypes, len(replica_ipus), len(groups[0]), coll.name)
+    if coll is not BROADCAST:
+        root = 0
+    schedule, timing = plan_timed(coll, topology, count, dtype=dtype, algorithm_name=algorithm,
+                                  group=group, ipus=replica_ipus, root=root)
+    _check_memory(pod, schedule, deadline_s)
+    replica_of_ipu = {int(ipu): i for i, ipu in enumerate(replica_ipus.tolist())}
+    ranks: dict[int, dict[int, tuple[int, int]]] = {}
+    for g, members in enumerate(schedule.groups):
+        for r, ipu in enumerate(members.tolist()):
+            ranks.setdefault(pod.owner[ipu], {})[ipu] = (g, r)
+    collective_id = f"{pod.pod_id}-c{next(_ids)}"
+    devices = sorted(ranks)
+    hosts = [i for i, spec in enumerate(pod.specs) if not spec.ipus]  # relays count their links
+    host_bytes_before = _host_link_bytes(ray, pod, hosts, deadline_s)
+    refs = []
+    for d in devices:
+        data = inputs if isinstance(inputs, str) else {
+            ipu: inputs[replica_of_ipu[ipu]] for ipu in ranks[d]}
+        refs.append(pod.actors[d].run.remote(schedule, collective_id, ranks[d], data, output, op,
+                                             deadline_s, timing.sim_seconds,
+                                             dict(topology.faults)))
+    restarts_before = list(pod.restarts)
+    what = f"{coll.name} {collective_id}"
+    try:
+        outputs = gather(ray, refs, [pod.specs[d] for d in devices],
+                         deadline_s * max(1, schedule.supersteps),
+                         abort=lambda reason: _abort(pod, devices, collective_id, reason),
+                         on_death=lambda i, why: pod.note_down(devices[i], why), what=what)
+    except DeviceError as error:
+        if isinstance(error, DeviceDied):
+            raise
+        raise _blame_the_dead(pod, devices, restarts_before, what) or error from None
+    results: list[np.ndarray] = [None] * len(replica_ipus)  # type: ignore[list-item]
+    link_bytes = np.zeros(2 * topology.link_count_physical)
+    for device_results, sent in outputs:
+        link_bytes += sent
+        for ipu, result in (device_results or {}).items():
+            results[replica_of_ipu[ipu]] = result
+    link_bytes += _host_link_bytes(ray, pod, hosts, deadline_s) - host_bytes_before
+    per_type = np.bincount(topology.directed_type, weights=link_bytes,
+                           minlength=len(topology.link_types))
+    measured = {t.name: float(v) for t, v in zip(topology.link_types, per_type) if v}
+    return CollectiveResult(results if output is None else [], schedule, timing,
+                            time.perf_counter() - started, measured)
+
+
+def _host_link_bytes(ray, pod, hosts: list[int], deadline_s: float) -> np.ndarray:
+    """Bytes the relaying hosts have counted on their links so far."""
+    total = np.zeros(2 * pod.topology.link_count_physical)
+    if hosts:
+        for stats in pod.stats(deadline_s, hosts):
+            total += stats["link_bytes"]
+    return total
+
+
+def _check_memory(pod, schedule: Schedule, deadline_s: float) -> None:
+    """Each IPU must have room for the collective's buffers (input, and output if any)."""
+    buffers = schedule.buffer_elements * schedule.itemsize * (2 if schedule.collective == "all-to-all" else 1)
+    devices = sorted({pod.owner[ipu] for members in schedule.groups for ipu in members.tolist()})
+    free = {ipu: m["free_bytes"] for s in pod.stats(deadline_s, devices)
+            for ipu, m in s["memory"].items()}
+    for members in schedule.groups:
+        for ipu in members.tolist():
+            if buffers > free[ipu]:
+                raise OutOfMemory(
+                    f"IPU {pod.topology.ipu_name(ipu)}: the collective needs {buffers:,} bytes "
+                    f"but only {free[ipu]:,} bytes are free: use a smaller size or more IPUs")
+
+
+def _blame_the_dead(pod, devices: list[int], restarts_before: list[int],
+                    what: str) -> DeviceError | None:
+    """After a failure that named no dead device (a peer saw a link drop, or waited in
+    vain): if one of the collective's devices died meanwhile (it is restarting, or came
+    back as a new process) or does not answer, that is the cause to report."""
+    from ipu_node.pod import describe
+
+    health = pod.health()
+    for index in devices:
+        spec, state = describe(pod.specs[index]), health[index].state
+        if state == "dead":
+            return DeviceDied(f"device {spec} died during {what} and Ray will not restart it "
+                              "(no restarts left): launch the POD again")
+        if state == "restarting" or pod.restarts[index] > restarts_before[index]:
+            return _died_during(pod.specs[index], what)
+    for index in devices:
+        if health[index].state == "unreachable":
+            spec = describe(pod.specs[index])
+            return DeviceError(f"device {spec} stopped answering during {what} (hung, or "
+                               "still restarting)")
+    return None
+
+
+def _abort(pod, devices: list[int], collective_id: str, reason: str) -> None:
+    """Tell every device of the collective to stop waiting for it."""
+    for index in devices:
+        pod.actors[index].abort.remote(collective_id, reason)
+
+
+def gather(ray, refs: list, specs: list, deadline_s: float, *, abort=None, on_death=None,
+           what: str = "the collective") -> list:
+    """Results of ``refs`` in order. The first failure (a dead device, a link timeout) ends
+    the wait at once: with ``abort`` the other devices are told ``abort(reason)`` and get
+    :data:`ABORT_GRACE_S` to stop, and a device found dead meanwhile is the one the
+    DeviceError names (``on_death(index, why)`` hears of it)."""
+    index_of = {ref: i for i, ref in enumerate(refs)}
+    results: list = [None] * len(refs)
+    pending, limit = list(refs), time.monotonic() + deadline_s
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, limit - time.monotonic()))
+        if not done:
+            late = ", ".join(specs[index_of[r]].name for r in pending)
+            error: Exception = DeviceError(f"{what} did not finish within {deadline_s:g} s; "
+                                           f"still running: {late}")
+        else:
+            try:
+                results[index_of[done[0]]] = ray.get(done[0])
+                continue
+            except Exception as failure:
+                error = _named(ray, failure, specs[index_of[done[0]]], what)
+                if _died(ray, failure) and on_death:
+                    on_death(index_of[done[0]], str(error))
+        if abort is None:
+            raise error
+        abort(str(error))
+        settled, _ = ray.wait(pending, num_returns=len(pending), timeout=ABORT_GRACE_S)
+        for ref in settled:
+            try:
+                ray.get(ref)
+            except Exception as failure:
+                if _died(ray, failure) and not isinstance(error, DeviceDied):
+                    error = _named(ray, failure, specs[index_of[ref]], what)
+                    if on_death:
+                        on_death(index_of[ref], str(error))
+        raise error
+    return results
+
+
+def _died(ray, failure: Exception) -> bool:
+    return isinstance(failure, ray.exceptions.RayActorError)
+
+
+def _died_during(spec, what: str) -> DeviceDied:
+    from ipu_node.pod import describe
+
+    return DeviceDied(f"device {describe(spec)} died during {what}: Ray restarts it with its "
+                      "memory empty; run the collective again once it is back (put its "
+                      "tensors again first)")
+
+
+def _named(ray, failure: Exception, spec, what: str) -> Exception:
+    """The error to raise for ``failure`` of the device ``spec``."""
+    from ipu_node.pod import describe
+
+    if _died(ray, failure):
+        return _died_during(spec, what)
+    if isinstance(failure, ray.exceptions.RayTaskError):
+        cause = failure.cause if getattr(failure, "cause", None) else failure
+        if isinstance(cause, (UserError, ScheduleError)):
+            return cause
+        return DeviceError(f"device {describe(spec)}: {cause}")
+    return DeviceError(f"device {describe(spec)}: {failure}")

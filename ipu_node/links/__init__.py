@@ -1,0 +1,4 @@
+"""The link transport between emulated devices: gRPC over HTTP/2 spoken directly
+(:mod:`~ipu_node.links.h2`), the chunk wire format (:mod:`~ipu_node.links.wire`), where
+arriving chunks wait for their collective (:mod:`~ipu_node.links.mailbox`), and the link
+server and clients a device holds (:mod:`~ipu_node.links.channel`)."""

@@ -1,0 +1,111 @@
+"""A device's incoming transfers: chunks filed by (collective, phase, step, transfer) as
+the link server receives them, handed to the executor as they arrive, with deadlines and
+aborts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple
+
+from ipu_node.errors import DeviceError, LinkTimeout
+from ipu_node.links.wire import decode_chunk
+
+_ABORTED_KEPT = 1024  # aborted collectives remembered, so their late chunks are dropped
+
+
+class TransferKey(NamedTuple):
+    collective: str
+    phase: int
+    step: int
+    transfer: int
+
+
+class Mailbox:
+    """Incoming transfers, handed out chunk by chunk as they arrive; thread-safe. A
+    collective can be aborted (a peer died): its waits end at once with the reason, its
+    chunks are dropped, and late ones are ignored."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition()
+        self._chunks: dict[TransferKey, list[tuple[int, bytes]]] = {}
+        self._received: dict[TransferKey, int] = {}
+        self._total: dict[TransferKey, int] = {}
+        self._aborted: OrderedDict[str, str] = OrderedDict()  # collective -> reason
+        self.bytes_received = 0
+
+    def deposit(self, key: TransferKey, offset: int, total: int, data: bytes) -> None:
+        with self._ready:
+            if key.collective in self._aborted:
+                return
+            self._chunks.setdefault(key, []).append((offset, data))
+            self._received[key] = self._received.get(key, 0) + len(data)
+            self._total[key] = total
+            self.bytes_received += len(data)
+            self._ready.notify_all()
+
+    def chunks(self, key: TransferKey, deadline_s: float,
+               sender: str) -> Iterator[tuple[int, bytes]]:
+        """The chunks ``(byte offset, data)`` of ``key`` as they arrive, until the transfer
+        is whole, waiting at most ``deadline_s`` in all."""
+        limit = time.monotonic() + deadline_s
+        while True:
+            with self._ready:
+                arrived = self._ready.wait_for(
+                    lambda: self._chunks.get(key) or key.collective in self._aborted,
+                    timeout=max(0.0, limit - time.monotonic()))
+                if key.collective in self._aborted:
+                    raise DeviceError(f"collective {key.collective} aborted: "
+                                      f"{self._aborted[key.collective]}")
+                if not arrived:
+                    raise LinkTimeout(
+                        f"no data from {sender} for step {key.step} of phase {key.phase} "
+                        f"within {deadline_s:g} s (collective {key.collective}): is {sender} "
+                        "alive?")
+                batch = self._chunks[key]
+                self._chunks[key] = []
+                whole = self._received[key] >= self._total[key]
+                if whole:
+                    del self._chunks[key], self._received[key], self._total[key]
+            yield from batch
+            if whole:
+                return
+
+    def take(self, key: TransferKey, deadline_s: float, sender: str) -> list[tuple[int, bytes]]:
+        """The chunks ``(byte offset, data)`` of ``key``, waiting at most ``deadline_s``."""
+        return list(self.chunks(key, deadline_s, sender))
+
+    def discard(self, collective: str) -> None:
+        """Drop everything of a collective (after a failure), so nothing stale is left."""
+        with self._ready:
+            for key in [k for k in self._received if k.collective == collective]:
+                self._chunks.pop(key, None)
+                self._received.pop(key, None)
+                self._total.pop(key, None)
+
+    def abort(self, collective: str, reason: str) -> None:
+        """End every wait of ``collective`` now with ``reason``; drop its chunks."""
+        with self._ready:
+            self._aborted[collective] = reason
+            while len(self._aborted) > _ABORTED_KEPT:
+                self._aborted.popitem(last=False)
+            self._ready.notify_all()
+        self.discard(collective)
+
+
+def deliver_to(mailbox: Mailbox) -> Callable[[Iterable], tuple[int, int]]:
+    """What a card or machine does with a stream: file every chunk in its mailbox."""
+
+    def deliver(messages: Iterable) -> tuple[int, int]:
+        total = count = 0
+        for message in messages:
+            header, payload = decode_chunk(message)
+            key = TransferKey(header.collective, header.phase, header.step, header.transfer)
+            mailbox.deposit(key, header.offset, header.total, payload)
+            total += len(payload)
+            count += 1
+        return total, count
+
+    return deliver
