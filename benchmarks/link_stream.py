@@ -46,7 +46,7 @@ def _cpu_seconds(pid: int) -> float:
 
 def _grpc_receiver(size: int, ready) -> None:
     """A link server that lands every chunk in one buffer of ``size`` bytes."""
-    from ipu_node.card import keep_freed_memory
+    from ipu_node.control import keep_freed_memory
     from ipu_node.links.channel import LinkServer
     from ipu_node.links.wire import decode_chunk
 
@@ -74,7 +74,7 @@ def _grpcio_receiver(size: int, ready) -> None:
 
     import grpc
 
-    from ipu_node.card import keep_freed_memory
+    from ipu_node.control import keep_freed_memory
     from ipu_node.links.wire import decode_chunk
     from ipupod_proto import link_pb2
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cluster.errors import ScheduleError, UserError
+from cluster.errors import UserError
 from gcl.collectives import BROADCAST, DTYPES, check_op
 from gcl.collectives import collective as lookup
 from gcl.groups import CommGroup
@@ -28,11 +29,15 @@ from gcl.local_executor import BLOCKED
 from gcl.phantom import Timing
 from gcl.planner import AUTO, plan_timed, replica_groups
 from gcl.schedule import Schedule
+from ipu_node.calls import died_during, gather
+from ipu_node.device_spec import describe
 from ipu_node.errors import DeviceDied, DeviceError, OutOfMemory
 from ipu_node.memory import available_ram_bytes
 
+if TYPE_CHECKING:
+    from ipu_node.pod import EmulatedPod
+
 DEFAULT_DEADLINE_S = 10.0  # the longest any one wait (a transfer, an answer) may take
-ABORT_GRACE_S = 2.0  # after a failure: how long the other devices get to stop
 _RAM_FACTOR = 4  # inputs, device buffers, results in flight, results returned
 _ids = itertools.count()
 
@@ -81,7 +86,7 @@ def check_replicas(shapes: list[tuple[int, ...]], dtypes: list[str], replicas: i
     return names[dtypes[0]], size // group_size if collective in BLOCKED else size
 
 
-def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
+def run_collective(pod: EmulatedPod, collective: str, inputs: list[np.ndarray] | str, *,
                    output: str | None = None, algorithm: str = AUTO,
                    group: CommGroup | str = CommGroup(), op: str = "sum", root: int = 0,
                    ipus: list[int] | None = None,
@@ -90,8 +95,6 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
     default). ``inputs`` are arrays (one per replica) or the name of a tensor the IPUs hold
     (:meth:`EmulatedPod.put`); with ``output`` the results stay on the IPUs under that name
     and ``results`` is empty."""
-    import ray
-
     started = time.perf_counter()
     coll = lookup(collective)
     check_op(op)
@@ -114,6 +117,7 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
         root = 0
     schedule, timing = plan_timed(coll, topology, count, dtype=dtype, algorithm_name=algorithm,
                                   group=group, ipus=replica_ipus, root=root)
+    assert timing is not None  # plan_timed times by default
     _check_memory(pod, schedule, deadline_s)
     replica_of_ipu = {int(ipu): i for i, ipu in enumerate(replica_ipus.tolist())}
     ranks: dict[int, dict[int, tuple[int, int]]] = {}
@@ -123,7 +127,7 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
     collective_id = f"{pod.pod_id}-c{next(_ids)}"
     devices = sorted(ranks)
     hosts = [i for i, spec in enumerate(pod.specs) if not spec.ipus]  # relays count their links
-    host_bytes_before = _host_link_bytes(ray, pod, hosts, deadline_s)
+    host_bytes_before = _host_link_bytes(pod, hosts, deadline_s)
     refs = []
     for d in devices:
         data = inputs if isinstance(inputs, str) else {
@@ -134,7 +138,7 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
     restarts_before = list(pod.restarts)
     what = f"{coll.name} {collective_id}"
     try:
-        outputs = gather(ray, refs, [pod.specs[d] for d in devices],
+        outputs = gather(refs, [pod.specs[d] for d in devices],
                          deadline_s * max(1, schedule.supersteps),
                          abort=lambda reason: _abort(pod, devices, collective_id, reason),
                          on_death=lambda i, why: pod.note_down(devices[i], why), what=what)
@@ -148,7 +152,7 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
         link_bytes += sent
         for ipu, result in (device_results or {}).items():
             results[replica_of_ipu[ipu]] = result
-    link_bytes += _host_link_bytes(ray, pod, hosts, deadline_s) - host_bytes_before
+    link_bytes += _host_link_bytes(pod, hosts, deadline_s) - host_bytes_before
     per_type = np.bincount(topology.directed_type, weights=link_bytes,
                            minlength=len(topology.link_types))
     measured = {t.name: float(v) for t, v in zip(topology.link_types, per_type) if v}
@@ -156,7 +160,7 @@ def run_collective(pod, collective: str, inputs: list[np.ndarray] | str, *,
                             time.perf_counter() - started, measured)
 
 
-def _host_link_bytes(ray, pod, hosts: list[int], deadline_s: float) -> np.ndarray:
+def _host_link_bytes(pod: EmulatedPod, hosts: list[int], deadline_s: float) -> np.ndarray:
     """Bytes the relaying hosts have counted on their links so far."""
     total = np.zeros(2 * pod.topology.link_count_physical)
     if hosts:
@@ -165,7 +169,7 @@ def _host_link_bytes(ray, pod, hosts: list[int], deadline_s: float) -> np.ndarra
     return total
 
 
-def _check_memory(pod, schedule: Schedule, deadline_s: float) -> None:
+def _check_memory(pod: EmulatedPod, schedule: Schedule, deadline_s: float) -> None:
     """Each IPU must have room for the collective's buffers (input, and output if any)."""
     buffers = schedule.buffer_elements * schedule.itemsize * (2 if schedule.collective == "all-to-all" else 1)
     devices = sorted({pod.owner[ipu] for members in schedule.groups for ipu in members.tolist()})
@@ -179,13 +183,11 @@ def _check_memory(pod, schedule: Schedule, deadline_s: float) -> None:
                     f"but only {free[ipu]:,} bytes are free: use a smaller size or more IPUs")
 
 
-def _blame_the_dead(pod, devices: list[int], restarts_before: list[int],
+def _blame_the_dead(pod: EmulatedPod, devices: list[int], restarts_before: list[int],
                     what: str) -> DeviceError | None:
     """After a failure that named no dead device (a peer saw a link drop, or waited in
     vain): if one of the collective's devices died meanwhile (it is restarting, or came
     back as a new process) or does not answer, that is the cause to report."""
-    from ipu_node.pod import describe
-
     health = pod.health()
     for index in devices:
         spec, state = describe(pod.specs[index]), health[index].state
@@ -193,7 +195,7 @@ def _blame_the_dead(pod, devices: list[int], restarts_before: list[int],
             return DeviceDied(f"device {spec} died during {what} and Ray will not restart it "
                               "(no restarts left): launch the POD again")
         if state == "restarting" or pod.restarts[index] > restarts_before[index]:
-            return _died_during(pod.specs[index], what)
+            return died_during(pod.specs[index], what)
     for index in devices:
         if health[index].state == "unreachable":
             spec = describe(pod.specs[index])
@@ -202,72 +204,7 @@ def _blame_the_dead(pod, devices: list[int], restarts_before: list[int],
     return None
 
 
-def _abort(pod, devices: list[int], collective_id: str, reason: str) -> None:
+def _abort(pod: EmulatedPod, devices: list[int], collective_id: str, reason: str) -> None:
     """Tell every device of the collective to stop waiting for it."""
     for index in devices:
         pod.actors[index].abort.remote(collective_id, reason)
-
-
-def gather(ray, refs: list, specs: list, deadline_s: float, *, abort=None, on_death=None,
-           what: str = "the collective") -> list:
-    """Results of ``refs`` in order. The first failure (a dead device, a link timeout) ends
-    the wait at once: with ``abort`` the other devices are told ``abort(reason)`` and get
-    :data:`ABORT_GRACE_S` to stop, and a device found dead meanwhile is the one the
-    DeviceError names (``on_death(index, why)`` hears of it)."""
-    index_of = {ref: i for i, ref in enumerate(refs)}
-    results: list = [None] * len(refs)
-    pending, limit = list(refs), time.monotonic() + deadline_s
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, limit - time.monotonic()))
-        if not done:
-            late = ", ".join(specs[index_of[r]].name for r in pending)
-            error: Exception = DeviceError(f"{what} did not finish within {deadline_s:g} s; "
-                                           f"still running: {late}")
-        else:
-            try:
-                results[index_of[done[0]]] = ray.get(done[0])
-                continue
-            except Exception as failure:
-                error = _named(ray, failure, specs[index_of[done[0]]], what)
-                if _died(ray, failure) and on_death:
-                    on_death(index_of[done[0]], str(error))
-        if abort is None:
-            raise error
-        abort(str(error))
-        settled, _ = ray.wait(pending, num_returns=len(pending), timeout=ABORT_GRACE_S)
-        for ref in settled:
-            try:
-                ray.get(ref)
-            except Exception as failure:
-                if _died(ray, failure) and not isinstance(error, DeviceDied):
-                    error = _named(ray, failure, specs[index_of[ref]], what)
-                    if on_death:
-                        on_death(index_of[ref], str(error))
-        raise error
-    return results
-
-
-def _died(ray, failure: Exception) -> bool:
-    return isinstance(failure, ray.exceptions.RayActorError)
-
-
-def _died_during(spec, what: str) -> DeviceDied:
-    from ipu_node.pod import describe
-
-    return DeviceDied(f"device {describe(spec)} died during {what}: Ray restarts it with its "
-                      "memory empty; run the collective again once it is back (put its "
-                      "tensors again first)")
-
-
-def _named(ray, failure: Exception, spec, what: str) -> Exception:
-    """The error to raise for ``failure`` of the device ``spec``."""
-    from ipu_node.pod import describe
-
-    if _died(ray, failure):
-        return _died_during(spec, what)
-    if isinstance(failure, ray.exceptions.RayTaskError):
-        cause = failure.cause if getattr(failure, "cause", None) else failure
-        if isinstance(cause, (UserError, ScheduleError)):
-            return cause
-        return DeviceError(f"device {describe(spec)}: {cause}")
-    return DeviceError(f"device {describe(spec)}: {failure}")

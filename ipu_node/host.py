@@ -9,76 +9,43 @@ IPUs, no tensors and no memory of its own.
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
-import ray
 
-from cluster.model.faulted import with_faults
-from cluster.model.link_faults import LinkDown, LinkFault
+from cluster.model.link_faults import LinkDown
 from cluster.model.topology import Topology
-from ipu_node.card import CONTROL, DeviceSpec, keep_freed_memory
-from ipu_node.links.channel import LinkServer, PeerLinks
+from ipu_node.control import DeviceControl, directed_links, keep_freed_memory
+from ipu_node.counters import Counters
+from ipu_node.device_spec import DeviceSpec
+from ipu_node.links.endpoint import LinkEndpoint
 from ipu_node.links.wire import decode_chunk
-from ipu_node.ownership import Ownership
 
 RELAY_DEADLINE_S = 60.0
+RELAY_THREADS = 16
 
 
-class HostRelay:
+class HostRelay(DeviceControl):
     """One server's host: forwards chunks between its cards and the other servers."""
 
     def __init__(self, spec: DeviceSpec, topology: Topology, host: str = "127.0.0.1") -> None:
         keep_freed_memory()
-        self.spec, self.topology, self.base_topology = spec, topology, topology
-        self.fault_version = -1
-        self._lock = threading.Lock()
-        self.link_bytes = np.zeros(2 * topology.link_count_physical)
         self.relayed_bytes = 0
-        self.server = LinkServer(spec.name, self._deliver, host)
-        self.address = self.server.start()
-        self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix=f"{spec.name}-relay")
-        self.peers = PeerLinks()
-        self.index = -1
-        self.ownership: Ownership | None = None
         self._owned_links: dict[tuple[int, int], np.ndarray] = {}
+        super().__init__(spec, topology,
+                         LinkEndpoint(spec.name, self._deliver, host, RELAY_THREADS),
+                         Counters((), directed_links(topology)))
 
-    @ray.method(concurrency_group=CONTROL)
-    def info(self) -> dict:
-        import ray
+    def _faults_changed(self) -> None:
+        self._owned_links = {}  # routes may have changed
 
-        return {"name": self.spec.name, "kind": self.spec.kind, "ipus": [],
-                "address": self.address, "link_address": self.server.link_address,
-                "pid": os.getpid(),
-                "node_id": ray.get_runtime_context().get_node_id()}
-
-    @ray.method(concurrency_group=CONTROL)
-    def connect(self, names: list[str], addresses: list[str], index: int,
-                ownership: Ownership, faults: dict[int, LinkFault] | None = None,
-                fault_version: int = 0) -> None:
-        """As :meth:`ipu_node.card.Device.connect`: links to restarted peers reopen."""
-        self.peers.wire(names, addresses)
-        with self._lock:
-            self.index, self.ownership = index, ownership
-        self.set_link_faults(faults or {}, fault_version)
-
-    @ray.method(concurrency_group=CONTROL)
-    def set_link_faults(self, faults: dict[int, LinkFault], version: int = 0) -> None:
-        """Count relayed bytes on the routes of the POD's link faults (newest version)."""
-        topology = with_faults(self.base_topology, faults)
-        with self._lock:
-            if version >= self.fault_version:
-                self.fault_version, self.topology, self._owned_links = version, topology, {}
-
-    @ray.method(concurrency_group=CONTROL)
-    def abort(self, collective: str, reason: str) -> None:
-        """Nothing waits here: a host only forwards."""
+    def _details(self) -> dict[str, Any]:
+        return {"memory": {}, "collectives_running": 0, "relayed_bytes": self.relayed_bytes}
 
     def _count(self, src_ipu: int, dst_ipu: int, nbytes: int) -> None:
         """Add ``nbytes`` to the links this host owns on the route ``src -> dst``."""
+        assert self.ownership is not None
         key = (src_ipu, dst_ipu)
         with self._lock:  # the link server delivers on many threads
             if key not in self._owned_links:
@@ -88,10 +55,12 @@ class HostRelay:
                 except LinkDown:  # cut since the collective was planned: count nothing
                     links = np.zeros(0, dtype=np.int64)
                 self._owned_links[key] = links[self.ownership.link_owner[links] == self.index]
-            self.link_bytes[self._owned_links[key]] += nbytes
+            owned = self._owned_links[key]
+        self.counters.add_at_links(owned, nbytes)
 
     def _deliver(self, messages: Iterable[bytes]) -> tuple[int, int]:
         """Take a stream of chunks, pass each on towards its IPU, answer once all arrived."""
+        assert self.ownership is not None
         onward: dict[int, list[bytes]] = {}
         total = count = 0
         for message in messages:
@@ -101,27 +70,8 @@ class HostRelay:
             self._count(header.src_ipu, header.dst_ipu, len(payload))
             total += len(payload)
             count += 1
-        pushes = [self.pool.submit(self.peers.to(d).push, batch, RELAY_DEADLINE_S)
-                  for d, batch in onward.items()]
+        pushes = [self.endpoint.push(d, batch, RELAY_DEADLINE_S) for d, batch in onward.items()]
         for push in pushes:
             push.result(timeout=RELAY_DEADLINE_S)
         self.relayed_bytes += total
         return total, count
-
-    @ray.method(concurrency_group=CONTROL)
-    def tensor_info(self, name: str) -> dict:
-        return {}
-
-    @ray.method(concurrency_group=CONTROL)
-    def stats(self) -> dict:
-        with self._lock:
-            link_bytes = self.link_bytes.copy()
-        return {"name": self.spec.name, "address": self.address,
-                "link_address": self.server.link_address, "pid": os.getpid(),
-                "counters": {}, "memory": {}, "collectives_running": 0,
-                "link_bytes": link_bytes, "relayed_bytes": self.relayed_bytes}
-
-    def shutdown(self) -> None:
-        self.peers.close()
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        self.server.stop()

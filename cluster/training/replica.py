@@ -14,48 +14,49 @@ import hashlib
 import numpy as np
 
 from cluster.training.model import MLPSpec, loss_and_grad, sgd_momentum
+from ipu_node.store import TensorStore
 
 PARAMS, VELOCITY, GRAD, GRAD_MEAN = "model.params", "model.velocity", "model.grad", "model.grad.mean"
 
 
-class ReplicaHost:
-    """Methods of a device that holds model replicas (uses the device's put/get)."""
+def place_replicas(store: TensorStore, params: np.ndarray, ipus: list[int]) -> None:
+    """Place a replica's starting weights (and zero velocity) on each of ``ipus``."""
+    for ipu in ipus:
+        store.put(ipu, PARAMS, params.copy())
+        store.put(ipu, VELOCITY, np.zeros_like(params))
 
-    def replicas_init(self, spec: MLPSpec, params: np.ndarray, ipus: list[int]) -> None:
-        """Place a replica's starting weights (and zero velocity) on each of ``ipus``."""
-        self.model_spec = spec
-        for ipu in ipus:
-            self.put(ipu, PARAMS, params.copy())
-            self.put(ipu, VELOCITY, np.zeros_like(params))
 
-    def replicas_gradients(self, work: dict[int, tuple[list, tuple[int, ...]]]) -> dict[int, float]:
-        """For each replica IPU: its micro-batches ``[(x, y), ...]`` and the IPUs its
-        gradient goes to (one, or two halves). Returns each replica's mean loss."""
-        losses = {}
-        for ipu, (batches, targets) in work.items():
-            params = self.get(ipu, PARAMS)
-            total = np.zeros_like(params)
-            loss_sum = 0.0
-            for x, y in batches:
-                loss, grad = loss_and_grad(self.model_spec, params, x, y)
-                total += grad
-                loss_sum += loss
-            gradient = total / np.float32(len(batches))
-            for target, piece in zip(targets, _split(gradient, len(targets))):
-                self.put(target, GRAD, piece)
-            losses[ipu] = loss_sum / len(batches)
-        return losses
+def compute_gradients(store: TensorStore, spec: MLPSpec,
+                      work: dict[int, tuple[list, tuple[int, ...]]]) -> dict[int, float]:
+    """For each replica IPU: its micro-batches ``[(x, y), ...]`` and the IPUs its
+    gradient goes to (one, or two halves). Returns each replica's mean loss."""
+    losses = {}
+    for ipu, (batches, targets) in work.items():
+        params = store.get(ipu, PARAMS)
+        total = np.zeros_like(params)
+        loss_sum = 0.0
+        for x, y in batches:
+            loss, grad = loss_and_grad(spec, params, x, y)
+            total += grad
+            loss_sum += loss
+        gradient = total / np.float32(len(batches))
+        for target, piece in zip(targets, _split(gradient, len(targets))):
+            store.put(target, GRAD, piece)
+        losses[ipu] = loss_sum / len(batches)
+    return losses
 
-    def replicas_update(self, work: dict[int, tuple[tuple[int, ...], float, float]]) -> dict[int, str]:
-        """Apply the averaged gradient on each replica; return a digest of its new weights
-        (equal digests: identical replicas, without shipping the weights)."""
-        digests = {}
-        for ipu, (sources, lr, momentum) in work.items():
-            params, velocity = self.get(ipu, PARAMS), self.get(ipu, VELOCITY)
-            gradient = np.concatenate([self.get(s, GRAD_MEAN) for s in sources])[:params.size]
-            sgd_momentum(params, velocity, gradient, lr, momentum)
-            digests[ipu] = hashlib.sha256(params.tobytes()).hexdigest()
-        return digests
+
+def apply_update(store: TensorStore,
+                 work: dict[int, tuple[tuple[int, ...], float, float]]) -> dict[int, str]:
+    """Apply the averaged gradient on each replica; return a digest of its new weights
+    (equal digests: identical replicas, without shipping the weights)."""
+    digests = {}
+    for ipu, (sources, lr, momentum) in work.items():
+        params, velocity = store.get(ipu, PARAMS), store.get(ipu, VELOCITY)
+        gradient = np.concatenate([store.get(s, GRAD_MEAN) for s in sources])[:params.size]
+        sgd_momentum(params, velocity, gradient, lr, momentum)
+        digests[ipu] = hashlib.sha256(params.tobytes()).hexdigest()
+    return digests
 
 
 def _split(gradient: np.ndarray, parts: int) -> list[np.ndarray]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,8 +25,13 @@ from cluster.model.spec import load_topology
 from cluster.model.topology import Topology
 from cluster.training.data import make_dataset, replica_slice, step_batch, train_reference
 from cluster.training.model import MLPSpec, init_params, training_flops
+from cluster.training.replica import (GRAD, GRAD_MEAN, apply_update, compute_gradients,
+                                      place_replicas)
 from cluster.training.timing import StepTime, allreduce_parts, compute_seconds, host_io_seconds
 from gcl import CommGroup, plan, simulate
+
+if TYPE_CHECKING:
+    from ipu_node.pod import EmulatedPod
 
 IPUS_PER_SERVER = 16
 
@@ -176,12 +182,10 @@ def train(config: TrainConfig, pod=None,
     return record
 
 
-def _train_real(config: TrainConfig, pod, on_step) -> tuple[list[float], bool]:
+def _train_real(config: TrainConfig, pod: EmulatedPod, on_step) -> tuple[list[float], bool]:
     """Train with the replicas on the devices: each device computes its replicas'
     gradients, the gradients are averaged by an allreduce on the devices, each device
     updates its replicas; this process only streams the micro-batches (the host's job)."""
-    from cluster.training.replica import GRAD, GRAD_MEAN
-
     spec, replicas, gcd = config.spec, config.replicas, config.gcd
     x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)
     ipus = replica_ipus(config, pod.topology)
@@ -192,7 +196,7 @@ def _train_real(config: TrainConfig, pod, on_step) -> tuple[list[float], bool]:
     placed: dict[int, list[int]] = {}
     for r in range(replicas):
         placed.setdefault(device_of[r], []).append(home[r])
-    pod.call("replicas_init", {d: (spec, start, h) for d, h in placed.items()})
+    pod.call("execute", {d: (place_replicas, start, h) for d, h in placed.items()})
     _, group = allreduce_plan(config, pod.topology)
     losses, identical = [], True
     for step in range(config.steps):
@@ -204,14 +208,16 @@ def _train_real(config: TrainConfig, pod, on_step) -> tuple[list[float], bool]:
                        for micro in range(config.accumulation)]
             work.setdefault(device_of[r], {})[home[r]] = (batches, targets[r])
         replica_losses = {}
-        for answer in pod.call("replicas_gradients", {d: (w,) for d, w in work.items()}).values():
+        gradients = {d: (compute_gradients, spec, w) for d, w in work.items()}
+        for answer in pod.call("execute", gradients).values():
             replica_losses.update(answer)
         pod.collective("allreduce", GRAD, output=GRAD_MEAN, op="mean",
                        algorithm=config.algorithm, group=group, ipus=ipus.tolist())
-        updates = {d: ({home[r]: (targets[r], config.lr, config.momentum)
-                        for r in range(replicas) if device_of[r] == d},) for d in placed}
+        updates = {d: (apply_update, {home[r]: (targets[r], config.lr, config.momentum)
+                                      for r in range(replicas) if device_of[r] == d})
+                   for d in placed}
         digests = set()
-        for answer in pod.call("replicas_update", updates).values():
+        for answer in pod.call("execute", updates).values():
             digests.update(answer.values())
         identical &= len(digests) == 1
         losses.append(float(np.mean([replica_losses[h] for h in home])))

@@ -199,7 +199,7 @@ class Transfer(NamedTuple):
     """One outgoing transfer: its index in the superstep, endpoints, and payload (a view of
     the sender's buffer, sent from there: it must not change until the push returns)."""
 
-    index: int
+    number: int  # its index among the superstep's transfers
     src_ipu: int
     dst_ipu: int
     payload: np.ndarray
@@ -211,11 +211,11 @@ def encode_transfers(collective: str, phase: int, step: int,
     payload view) pairs: sent back to back they are one ``Chunk`` message. Nothing is
     copied."""
     for transfer in transfers:
-        flat = memoryview(transfer.payload.view(np.uint8).reshape(-1))
+        flat = transfer.payload.view(np.uint8).reshape(-1).data
         total = flat.nbytes
         for offset in range(0, max(total, 1), CHUNK_BYTES):
             piece = flat[offset:offset + CHUNK_BYTES]
-            header = encode_header(collective, phase, step, transfer.index, transfer.src_ipu,
+            header = encode_header(collective, phase, step, transfer.number, transfer.src_ipu,
                                    transfer.dst_ipu, offset, total)
             yield payload_prefix(header, len(piece)), piece
 
@@ -241,7 +241,7 @@ class LinkClient:
     def _connect(self, limit: float) -> h2.Connection:
         if self.address.startswith("unix:"):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            target: object = self.address[len("unix:"):]
+            target: str | tuple[str, int] = self.address[len("unix:"):]
         else:
             host, _, port = self.address.rpartition(":")
             sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
@@ -303,7 +303,8 @@ class LinkClient:
         return bytes(reply) if reply is not None else b""
 
     @staticmethod
-    def _response(connection: h2.Connection, stream: int) -> tuple[object, dict[str, str]]:
+    def _response(connection: h2.Connection,
+                  stream: int) -> tuple[np.ndarray | None, dict[str, str]]:
         """The reply message and trailers of ``stream``."""
         reply, headers = None, {}
         while True:

@@ -303,7 +303,7 @@ class Connection:
                         filled = 0
                 else:
                     take = min(len(message) - filled, remaining)
-                    self.read_into(memoryview(message)[filled:filled + take])
+                    self.read_into(message.data[filled:filled + take])
                     filled, remaining = filled + take, remaining - take
                 if message is not None and filled == len(message):
                     yield message

@@ -16,6 +16,9 @@ from ipu_node.links.wire import decode_chunk
 _ABORTED_KEPT = 1024  # aborted collectives remembered, so their late chunks are dropped
 
 
+Chunk = bytes | memoryview  # a chunk's payload, as it arrived
+
+
 class TransferKey(NamedTuple):
     collective: str
     phase: int
@@ -30,13 +33,14 @@ class Mailbox:
 
     def __init__(self) -> None:
         self._ready = threading.Condition()
-        self._chunks: dict[TransferKey, list[tuple[int, bytes]]] = {}
+        self._chunks: dict[TransferKey, list[tuple[int, Chunk]]] = {}
         self._received: dict[TransferKey, int] = {}
         self._total: dict[TransferKey, int] = {}
         self._aborted: OrderedDict[str, str] = OrderedDict()  # collective -> reason
         self.bytes_received = 0
 
-    def deposit(self, key: TransferKey, offset: int, total: int, data: bytes) -> None:
+    def deposit(self, key: TransferKey, offset: int, total: int,
+                data: Chunk) -> None:
         with self._ready:
             if key.collective in self._aborted:
                 return
@@ -47,7 +51,7 @@ class Mailbox:
             self._ready.notify_all()
 
     def chunks(self, key: TransferKey, deadline_s: float,
-               sender: str) -> Iterator[tuple[int, bytes]]:
+               sender: str) -> Iterator[tuple[int, Chunk]]:
         """The chunks ``(byte offset, data)`` of ``key`` as they arrive, until the transfer
         is whole, waiting at most ``deadline_s`` in all."""
         limit = time.monotonic() + deadline_s
@@ -73,7 +77,8 @@ class Mailbox:
             if whole:
                 return
 
-    def take(self, key: TransferKey, deadline_s: float, sender: str) -> list[tuple[int, bytes]]:
+    def take(self, key: TransferKey, deadline_s: float,
+             sender: str) -> list[tuple[int, Chunk]]:
         """The chunks ``(byte offset, data)`` of ``key``, waiting at most ``deadline_s``."""
         return list(self.chunks(key, deadline_s, sender))
 

@@ -9,7 +9,7 @@ would copy it twice each way.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ipu_node.errors import DeviceError
 
@@ -72,7 +72,7 @@ def encode_chunk(header: bytes, payload: memoryview) -> bytes:
 def decode_chunk(message: bytes) -> tuple[ChunkHeader, memoryview]:
     """The header fields and a view of the payload of a serialized ``Chunk``."""
     view, position, end = memoryview(message), 0, len(message)
-    fields: dict[int, object] = {}
+    fields: dict[int, Any] = {}
     payload = view[0:0]
     try:
         while position < end:

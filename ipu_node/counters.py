@@ -1,0 +1,38 @@
+"""What a device counts: per IPU, bytes out and in, supersteps and simulated seconds; per
+directed link of the topology, the bytes its IPUs sent over it (``stats``, metrics)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+COUNTER_NAMES = ("bytes_out", "bytes_in", "supersteps", "sim_seconds")
+
+
+class Counters:
+    """Counters of one device; collectives run in threads, so updates take a lock."""
+
+    def __init__(self, ipus: tuple[int, ...], directed_links: int) -> None:
+        self._lock = threading.Lock()
+        self.per_ipu: dict[int, dict[str, float]] = {
+            ipu: {"bytes_out": 0, "bytes_in": 0, "supersteps": 0, "sim_seconds": 0.0}
+            for ipu in ipus}
+        self.link_bytes = np.zeros(directed_links)
+
+    def add(self, ipu: int, name: str, amount: float) -> None:
+        with self._lock:
+            self.per_ipu[ipu][name] += amount
+
+    def add_link_bytes(self, sent: np.ndarray) -> None:
+        with self._lock:
+            self.link_bytes += sent
+
+    def add_at_links(self, links: np.ndarray, nbytes: float) -> None:
+        """Add ``nbytes`` to each of the directed ``links``."""
+        with self._lock:
+            self.link_bytes[links] += nbytes
+
+    def snapshot(self) -> tuple[dict[int, dict[str, float]], np.ndarray]:
+        with self._lock:
+            return {ipu: dict(c) for ipu, c in self.per_ipu.items()}, self.link_bytes.copy()

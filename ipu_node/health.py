@@ -1,0 +1,58 @@
+"""How each device of a POD is doing: asked at once, with a short deadline.
+
+States: ``healthy``; ``restarting`` (Ray is bringing it back); ``unreachable`` (no answer
+in time: hung, or still starting); ``dead`` (Ray gave up on it). Restarted devices that
+answer are wired in again on the way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from cluster.model.link_faults import LinkFault
+from ipu_node.calls import poll
+from ipu_node.roster import Roster
+
+HEALTH_DEADLINE_S = 2.0
+
+
+class HealthState(str, Enum):
+    """A device's state as the POD last heard it (compares equal to its string)."""
+
+    HEALTHY = "healthy"
+    RESTARTING = "restarting"
+    UNREACHABLE = "unreachable"
+    DEAD = "dead"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class DeviceHealth:
+    """One device as the POD last heard it."""
+
+    name: str
+    ipus: tuple[int, ...]
+    state: HealthState
+    restarts: int
+    detail: str = ""
+
+
+def check_health(roster: Roster, faults: dict[int, LinkFault], fault_version: int,
+                 deadline_s: float = HEALTH_DEADLINE_S) -> list[DeviceHealth]:
+    """Ask every device of ``roster`` at once; wire restarted ones in again (with the link
+    faults in force, ``fault_version``)."""
+    polled = poll([actor.info.remote() for actor in roster.actors], deadline_s)
+    roster.rejoin({i: answer for i, (answer, _) in enumerate(polled)}, faults, fault_version)
+    states = [HealthState(state) for _, state in polled]
+    with roster.lock:
+        for index, state in enumerate(states):
+            if state == HealthState.HEALTHY and roster.incarnations[index] != "unwired":
+                roster.down.pop(index, None)
+            else:
+                roster.down[index] = state.value
+        return [DeviceHealth(spec.name, spec.ipus, state, roster.restarts[i],
+                             "" if state == HealthState.HEALTHY else roster.down.get(i, ""))
+                for i, (spec, state) in enumerate(zip(roster.specs, states))]

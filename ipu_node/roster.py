@@ -1,0 +1,152 @@
+"""The devices of a launched POD as the POD last heard them: their actors, link addresses,
+incarnations, restarts, which are down, and their counters across restarts.
+
+Ray restarts a device that dies; the new incarnation is empty and listens on a new port.
+Whenever the POD hears from its devices (:meth:`Roster.ask` and :meth:`Roster.rejoin`), it
+notices new incarnations and wires them in again, so collectives find them; counters carry
+on across restarts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster.errors import UserError
+from cluster.model.link_faults import LinkFault
+from ipu_node.calls import settle, succeeded, wait_all
+from ipu_node.device_spec import DeviceSpec
+from ipu_node.errors import DeviceError, DeviceRestarting
+from ipu_node.ownership import Ownership
+
+REWIRE_DEADLINE_S = 30.0
+RESTART_POLL_S = 0.2
+
+
+def incarnation(answer: dict) -> str:
+    """Which process of a device answered (``info`` or ``stats``): pid and link address."""
+    return f"{answer['pid']}@{answer['link_address']}"
+
+
+@dataclass
+class Roster:
+    """Every device of the POD: ``specs[i]`` is emulated by ``actors[i]``."""
+
+    specs: list[DeviceSpec]
+    actors: list
+    names: list[str]
+    addresses: list[str]
+    ownership: Ownership
+    incarnations: list[str]
+    restarts: list[int]
+    down: dict[int, str] = field(default_factory=dict)  # device -> why it is known down
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    _rewire_lock: threading.Lock = field(default_factory=threading.Lock)
+    _last_stats: dict[int, dict] = field(default_factory=dict)  # counters as last heard
+    _offsets: dict[int, dict] = field(default_factory=dict)  # what earlier lives counted
+
+    @classmethod
+    def wired(cls, specs: list[DeviceSpec], actors: list, infos: list[dict],
+              ownership: Ownership) -> Roster:
+        """The roster of freshly launched devices (``infos``: their ``info`` answers)."""
+        return cls(specs, actors, [i["name"] for i in infos],
+                   [i.get("link_address", i["address"]) for i in infos], ownership,
+                   [incarnation(i) for i in infos], [0] * len(specs))
+
+    def ask(self, method: str, deadline_s: float, indices: list[int] | None = None,
+            *args: Any) -> dict[int, Any]:
+        """``method(*args)`` of devices ``indices`` (all by default), by device index,
+        waiting out restarts up to ``deadline_s``."""
+        chosen = list(range(len(self.actors))) if indices is None else list(indices)
+        limit = time.monotonic() + deadline_s
+        restarting: DeviceRestarting | None = None
+        while True:
+            try:
+                answers = wait_all([getattr(self.actors[i], method).remote(*args)
+                                    for i in chosen], [self.specs[i] for i in chosen],
+                                   max(0.1, limit - time.monotonic()), method)
+                return dict(zip(chosen, answers))
+            except DeviceRestarting as error:
+                restarting = error
+                if time.monotonic() >= limit:
+                    raise
+                time.sleep(RESTART_POLL_S)
+            except DeviceError:
+                if restarting is None:
+                    raise
+                raise DeviceRestarting(f"{restarting} (still not back after {deadline_s:g} s)"
+                                       ) from None
+
+    def rejoin(self, answers: dict[int, Any], faults: dict[int, LinkFault], version: int,
+               deadline_s: float = REWIRE_DEADLINE_S) -> None:
+        """Wire in the devices whose answers (``info`` or ``stats``) show a new incarnation
+        (a restart), telling every device the new addresses and the link faults in force.
+        Returns once they all know, so a collective that starts after it finds its peers;
+        callers meanwhile wait on the rewire lock."""
+        with self._rewire_lock:
+            with self.lock:
+                fresh = {i: incarnation(a) for i, a in answers.items()
+                         if a is not None and incarnation(a) != self.incarnations[i]}
+                if not fresh:
+                    return
+                for index, new in fresh.items():
+                    self.incarnations[index] = new
+                    self.addresses[index] = answers[index]["link_address"]
+                    self.restarts[index] += 1
+                    self._fold_counters(index)
+                    self.down.pop(index, None)
+                addresses = list(self.addresses)
+            refs = [actor.connect.remote(self.names, addresses, i, self.ownership, faults,
+                                         version) for i, actor in enumerate(self.actors)]
+            # A device that is down now gets wired when it comes back (its own restart).
+            ready = set(settle(refs, deadline_s))
+            for index in fresh:
+                if refs[index] not in ready or not succeeded(refs[index]):
+                    with self.lock:  # not wired: try again next time
+                        self.incarnations[index] = "unwired"
+                        self.restarts[index] -= 1
+
+    def _fold_counters(self, index: int) -> None:
+        """A restarted device counts from 0 again: keep what its last incarnation had
+        counted (as last heard), so the POD's counters never go backwards."""
+        last = self._last_stats.pop(index, None)
+        if last is None:
+            return
+        offset = self._offsets.setdefault(index, {"link_bytes": 0.0, "counters": {}})
+        offset["link_bytes"] = offset["link_bytes"] + last["link_bytes"]
+        for ipu, counts in last["counters"].items():
+            kept = offset["counters"].setdefault(ipu, {})
+            for name, value in counts.items():
+                kept[name] = kept.get(name, 0) + value
+
+    def with_offsets(self, index: int, stats: dict) -> dict:
+        """``stats`` of device ``index`` plus what its earlier incarnations counted."""
+        with self.lock:
+            self._last_stats[index] = stats
+            offset = self._offsets.get(index)
+        if offset is None:
+            return stats
+        adjusted = dict(stats, link_bytes=stats["link_bytes"] + offset["link_bytes"])
+        adjusted["counters"] = {
+            ipu: {name: value + offset["counters"].get(ipu, {}).get(name, 0)
+                  for name, value in counts.items()}
+            for ipu, counts in stats["counters"].items()}
+        return adjusted
+
+    def note_down(self, index: int, why: str) -> None:
+        """Remember that device ``index`` is down (until it answers again)."""
+        with self.lock:
+            self.down[index] = why
+
+    def card_index(self, name: str, topology_name: str) -> int:
+        """The device index of card or machine ``name``, or a UserError listing them."""
+        cards = [i for i, spec in enumerate(self.specs) if spec.ipus]
+        for index in cards:
+            if self.specs[index].name == name:
+                return index
+        shown = ", ".join(self.specs[i].name for i in cards[:8])
+        more = f" … ({len(cards)} in all)" if len(cards) > 8 else ""
+        raise UserError(f"no card or machine named {name!r} on {topology_name}: "
+                        f"use one of {shown}{more} (`ipupod devices` lists them)")

@@ -1,0 +1,232 @@
+"""A device's share of a collective: lay its IPUs' inputs out, run the schedule's phases
+superstep by superstep (IPUs of this device exchange in memory, others over the links,
+every wait with a deadline), and extract the results. Plain Python: testable without Ray.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import TimeoutError as FutureTimeout
+
+import numpy as np
+
+from cluster.model.topology import Topology
+from gcl.collectives import DTYPES
+from gcl.local_executor import extract, land, layout
+from gcl.schedule import WORK, Phase, Schedule
+from gcl.schedule import Transfers as Moves
+from ipu_node.counters import Counters
+from ipu_node.errors import DeviceError, LinkTimeout
+from ipu_node.links.channel import Transfer, encode_transfers
+from ipu_node.links.endpoint import LinkEndpoint
+from ipu_node.links.mailbox import Mailbox, TransferKey
+from ipu_node.ownership import Ownership
+from ipu_node.store import TensorStore
+
+Buffers = dict[int, dict[str, np.ndarray]]  # per IPU, the collective's buffers by name
+
+
+def fills_work(schedule: Schedule, tensor: np.ndarray) -> bool:
+    """Whether an allreduce can work in ``tensor`` itself: one flat, contiguous array of
+    the buffer's exact size and dtype (no padding to lay out)."""
+    return (schedule.collective == "allreduce" and tensor.ndim == 1
+            and tensor.flags.c_contiguous and tensor.flags.writeable
+            and tensor.size == schedule.buffer_elements == schedule.count
+            and tensor.dtype == np.dtype(DTYPES[schedule.dtype]))
+
+
+class ScheduleRunner:
+    """Runs collectives on the IPUs ``ipus`` of one device."""
+
+    def __init__(self, name: str, ipus: tuple[int, ...], topology: Topology,
+                 store: TensorStore, counters: Counters, endpoint: LinkEndpoint,
+                 mailbox: Mailbox) -> None:
+        self.name, self.ipus, self.topology = name, ipus, topology
+        self.store, self.counters, self.endpoint, self.mailbox = (store, counters, endpoint,
+                                                                  mailbox)
+        self.index = -1
+        self.ownership: Ownership | None = None
+        self._counted = np.zeros(0, dtype=bool)  # links this device counts (hosts count theirs)
+        self.running: set[str] = set()  # collectives in progress here
+
+    def wire(self, index: int, ownership: Ownership) -> None:
+        """This device's index among the POD's devices, and who owns what."""
+        self.index, self.ownership = index, ownership
+        hosts = np.array(sorted(ownership.hosts), dtype=np.int64)
+        self._counted = ~np.isin(ownership.link_owner, hosts)
+
+    def run(self, schedule: Schedule, collective: str, ranks: dict[int, tuple[int, int]],
+            inputs: dict[int, np.ndarray] | str, output: str | None, op: str,
+            deadline_s: float, sim_seconds: float, topology: Topology,
+            ) -> tuple[dict[int, np.ndarray] | None, np.ndarray]:
+        """Run this device's share of ``schedule``; ``ranks[ipu] = (group, rank)``. See
+        :meth:`ipu_node.card.Card.run`. Returns the results (None with ``output``) and the
+        bytes sent per directed link, counted on the routes of ``topology``."""
+        if self.ownership is None:
+            raise DeviceError(f"device {self.name} has restarted and is not wired in yet: "
+                              "run the collective again in a moment")
+        tag = f"collective:{collective}"
+        data = ({ipu: self.store.get(ipu, inputs) for ipu in ranks}
+                if isinstance(inputs, str) else inputs)
+        buffers: Buffers = {}
+        in_place: set[int] = set()
+        sent = np.zeros_like(self.counters.link_bytes)
+        self.running.add(collective)
+        try:
+            self._lay_out(schedule, ranks, data, output == inputs and output is not None,
+                          tag, buffers, in_place)
+            for index, phase in enumerate(schedule.phases):
+                sent += self._run_phase(collective, index, phase, buffers, op, deadline_s,
+                                        schedule.itemsize, topology)
+            results = self._results(schedule, ranks, buffers, output, op)
+        except Exception as error:  # late chunks of it are dropped from now on
+            self.mailbox.abort(collective, f"{self.name} failed: {error}")
+            buffers = {}  # pushes still in flight may read them until their deadline
+            raise
+        finally:
+            self.running.discard(collective)
+            for ipu in ranks:
+                self.store.memory[ipu].release(tag)
+            for ipu, laid in buffers.items():
+                if ipu not in in_place:  # an in-place work buffer is the tensor: not spare
+                    self.store.recycle(laid)
+        self.counters.add_link_bytes(sent)
+        for ipu in ranks:
+            self.counters.add(ipu, "sim_seconds", sim_seconds)
+        if output is not None:
+            for ipu, result in results.items():
+                self.store.put(ipu, output, result)
+            return None, sent
+        return results, sent
+
+    def _lay_out(self, schedule: Schedule, ranks: dict[int, tuple[int, int]],
+                 data: dict[int, np.ndarray], same_tensor: bool, tag: str,
+                 buffers: Buffers, in_place: set[int]) -> None:
+        """Each IPU's buffers (in ``buffers``), accounted in its memory. An allreduce whose
+        output is its input works in the tensor itself (``in_place``: no copy; if the
+        collective fails, the tensor holds partial sums, as with NCCL or gloo)."""
+        for ipu, (group, rank) in ranks.items():
+            if (same_tensor and fills_work(schedule, data[ipu])
+                    and not any(np.may_share_memory(data[ipu], buffers[other][WORK])
+                                for other in in_place)):
+                laid = {WORK: data[ipu]}
+                in_place.add(ipu)
+            else:
+                laid = layout(schedule, group, rank, data[ipu], self.store.empty)
+            self.store.memory[ipu].allocate(tag, 0 if ipu in in_place else
+                                            sum(b.nbytes for b in laid.values()))
+            buffers[ipu] = laid
+
+    def _results(self, schedule: Schedule, ranks: dict[int, tuple[int, int]],
+                 buffers: Buffers, output: str | None, op: str) -> dict[int, np.ndarray]:
+        results = {}
+        for ipu, (g, r) in ranks.items():
+            into = self.store.find(ipu, output) if output else None
+            work = buffers[ipu][WORK]
+            if (into is not None and schedule.collective in ("allreduce", "broadcast")
+                    and op != "mean" and len(buffers[ipu]) == 1
+                    and work.size == schedule.count and into.shape == work.shape
+                    and into.dtype == work.dtype):
+                # the result is the whole work buffer: it becomes the output tensor and
+                # the old output array goes back to the pool (no copy)
+                results[ipu], buffers[ipu] = work, {WORK: into}
+            else:
+                writable = into if into is not None and into.flags.writeable else None
+                results[ipu] = extract(schedule, g, r, buffers[ipu], op, writable)
+        return results
+
+    def _run_phase(self, collective: str, index: int, phase: Phase, buffers: Buffers,
+                   op: str, deadline_s: float, itemsize: int,
+                   topology: Topology) -> np.ndarray:
+        """Run one phase's supersteps; return the bytes sent per directed link."""
+        mine = np.array(self.ipus)
+        outgoing = np.flatnonzero(np.isin(phase.src, mine))
+        incoming = np.flatnonzero(np.isin(phase.dst, mine))
+        for step in range(phase.steps):
+            moves = phase.transfers(step)
+            local, remote = self._outgoing(moves, outgoing, buffers, itemsize)
+            encoded = {peer: list(encode_transfers(collective, index, step, transfers))
+                       for peer, transfers in remote.items()}  # views, no copies
+            pushes = [self.endpoint.push(peer, messages, deadline_s)
+                      for peer, messages in encoded.items()]
+            self._incoming(TransferKey(collective, index, step, -1), moves, incoming,
+                           buffers, local, op, deadline_s, itemsize)
+            for peer, push in zip(encoded, pushes):
+                try:
+                    push.result(timeout=deadline_s)
+                except FutureTimeout:
+                    raise LinkTimeout(
+                        f"the link to {self.endpoint.name_of(peer)} did not take step {step} "
+                        f"of phase {index} within {deadline_s:g} s") from None
+        for ipu in buffers:
+            self.counters.add(ipu, "supersteps", phase.steps)
+        return self._link_bytes(phase, outgoing, itemsize, topology)
+
+    def _outgoing(self, moves: Moves, outgoing: np.ndarray, buffers: Buffers,
+                  itemsize: int) -> tuple[dict[int, np.ndarray], dict[int, list[Transfer]]]:
+        """This superstep's payloads: for IPUs of this device (by transfer), and for
+        other devices (by next device on the way)."""
+        assert self.ownership is not None
+        local: dict[int, np.ndarray] = {}
+        remote: dict[int, list[Transfer]] = {}
+        written_end = moves.dst_offset + moves.count
+        for t in outgoing.tolist():
+            src, dst = int(moves.src[t]), int(moves.dst[t])
+            start, count = int(moves.src_offset[t]), int(moves.count[t])
+            payload = buffers[src][moves.src_buffer][start:start + count]
+            # the superstep's snapshot: a copy, unless nothing lands on that range of the
+            # source during this superstep (then the range itself is the snapshot, and
+            # links send it from there: the push ends before the superstep does)
+            overwritten = src == dst or (
+                moves.src_buffer == moves.dst_buffer and bool(np.any(
+                    (moves.dst == src) & (moves.dst_offset < start + count)
+                    & (written_end > start))))
+            if overwritten:
+                payload = payload.copy()
+            if dst in buffers:
+                local[t] = payload
+            else:
+                hop = self.ownership.next_device(self.index, dst)
+                remote.setdefault(hop, []).append(Transfer(t, src, dst, payload))
+            self.counters.add(src, "bytes_out", count * itemsize)
+        return local, remote
+
+    def _incoming(self, step_key: TransferKey, moves: Moves, incoming: np.ndarray,
+                  buffers: Buffers, local: dict[int, np.ndarray], op: str, deadline_s: float,
+                  itemsize: int) -> None:
+        """Land this superstep's transfers into this device's IPUs as they arrive
+        (``step_key``: the superstep's key, its transfer left -1)."""
+        dtype = next(iter(buffers.values()))[WORK].dtype if buffers else None
+        for t in incoming.tolist():
+            src, dst = int(moves.src[t]), int(moves.dst[t])
+            target, offset = buffers[dst][moves.dst_buffer], int(moves.dst_offset[t])
+            if t in local:
+                pieces = iter([(0, local.pop(t))])
+            else:  # chunks land as they arrive, in place: no reassembly
+                sender = f"IPU {self.topology.ipu_name(src)} ({self._device_of(src)})"
+                pieces = ((at // itemsize, np.frombuffer(data, dtype=dtype)) for at, data in
+                          self.mailbox.chunks(step_key._replace(transfer=t), deadline_s,
+                                              sender))
+            for at, piece in pieces:
+                land(target, offset + at, piece, moves.reduce, op)
+                self.counters.add(dst, "bytes_in", piece.nbytes)
+
+    def _device_of(self, ipu: int) -> str:
+        assert self.ownership is not None
+        return self.endpoint.name_of(int(self.ownership.owner_of_ipu[ipu]))
+
+    def _link_bytes(self, phase: Phase, outgoing: np.ndarray, itemsize: int,
+                    topology: Topology) -> np.ndarray:
+        """Bytes this phase sent per directed link that this device counts. Host-owned
+        links are counted by the host relaying the data; data that goes straight to its
+        device (no relay on the way) counts them here."""
+        assert self.ownership is not None
+        if not len(outgoing):
+            return np.zeros_like(self.counters.link_bytes)
+        routes = topology.router.route(phase.src[outgoing], phase.dst[outgoing])
+        sent = (phase.count[outgoing] * itemsize * phase.steps)[routes.pair_flow]
+        dst = phase.dst[outgoing]
+        relayed = np.array([self.ownership.next_device(self.index, int(d))
+                            != self.ownership.owner_of_ipu[d] for d in dst.tolist()])
+        counted = self._counted[routes.pair_link] | ~relayed[routes.pair_flow]
+        return np.bincount(routes.pair_link[counted], weights=sent[counted],
+                           minlength=len(self.counters.link_bytes)).astype(np.float64)
