@@ -1,14 +1,20 @@
-"""Errors a user can act on.
+"""The errors of ipupod, under one root: :class:`IpupodError`.
 
 Every mistake in user input (a topology spec, a size, an algorithm name) raises a
 :class:`UserError` whose message says what was wrong and what to do. The CLI prints the
-message without a traceback and exits with status 2; programs can catch the class.
+message without a traceback and exits with status 2; programs can catch the class. Failures
+of the emulated devices and links are :class:`ipu_node.errors.DeviceError`, also an
+``IpupodError``: ``except IpupodError`` catches everything the emulator raises on purpose.
 """
 
 from __future__ import annotations
 
 
-class UserError(ValueError):
+class IpupodError(Exception):
+    """The root of every error ipupod raises on purpose."""
+
+
+class UserError(IpupodError, ValueError):
     """Bad input from a person or a program: the message says what to change."""
 
 

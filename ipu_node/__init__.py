@@ -1,7 +1,15 @@
-"""Emulated hardware on Ray: a card (C2) or machine (IPU-M2000) actor per unit holding its
-IPUs' memory, tensors, counters and model replicas (:mod:`ipu_node.card`,
-:mod:`cluster.training.replica`), the gRPC link channels between them (:mod:`ipu_node.links.channel`,
-:mod:`ipu_node.links.wire`), DSS 8440 host actors that own PCIe and InfiniBand and relay between
-servers (:mod:`ipu_node.host`, :mod:`ipu_node.ownership`), and the launcher that places
-them all on Ray (:mod:`ipu_node.pod`), with fault injection and recovery
-(:mod:`ipu_node.faults`)."""
+"""The runtime: emulated hardware on Ray (``docs/architecture.md``).
+
+- :mod:`ipu_node.pod`: a launched POD, composed of a :mod:`~ipu_node.roster` of its
+  devices, a :mod:`~ipu_node.faults` injector and :mod:`~ipu_node.health` checks, placed
+  by :mod:`ipu_node.launcher`;
+- :mod:`ipu_node.card`: a card (C2) or machine (IPU-M2000) actor, a thin Ray facade over a
+  :mod:`~ipu_node.store` of tensors, :mod:`~ipu_node.counters` and a
+  :mod:`~ipu_node.runner` of schedules; :mod:`ipu_node.host`: a DSS 8440 server's host,
+  which owns PCIe and InfiniBand and relays between servers (:mod:`ipu_node.ownership`);
+  both share :mod:`ipu_node.control`;
+- :mod:`ipu_node.executor`: a collective's schedule run on the devices;
+  :mod:`ipu_node.bench`: real-mode benchmark rows;
+- :mod:`ipu_node.calls`: every wait on an actor, with a deadline, naming the device;
+- :mod:`ipu_node.links`: the link transport between devices.
+"""

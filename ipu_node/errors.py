@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from cluster.errors import UserError
+from cluster.errors import IpupodError, UserError
 
 
-class DeviceError(RuntimeError):
+class DeviceError(IpupodError, RuntimeError):
     """An emulated device or link failed (died, timed out, refused): the message names it."""
 
 

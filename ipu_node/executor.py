@@ -171,7 +171,8 @@ def _host_link_bytes(pod: EmulatedPod, hosts: list[int], deadline_s: float) -> n
 
 def _check_memory(pod: EmulatedPod, schedule: Schedule, deadline_s: float) -> None:
     """Each IPU must have room for the collective's buffers (input, and output if any)."""
-    buffers = schedule.buffer_elements * schedule.itemsize * (2 if schedule.collective == "all-to-all" else 1)
+    copies = 2 if schedule.collective == "all-to-all" else 1
+    buffers = schedule.buffer_elements * schedule.itemsize * copies
     devices = sorted({pod.owner[ipu] for members in schedule.groups for ipu in members.tolist()})
     free = {ipu: m["free_bytes"] for s in pod.stats(deadline_s, devices)
             for ipu, m in s["memory"].items()}

@@ -46,13 +46,15 @@ class Ownership:
         return my_host
 
 
-def ownership(topology: Topology, owner_of_ipu: np.ndarray, host_devices: dict[int, int]) -> Ownership:
+def ownership(topology: Topology, owner_of_ipu: np.ndarray,
+              host_devices: dict[int, int]) -> Ownership:
     """Work out ownership. ``host_devices`` maps host node ids to their device index."""
     router, n_nodes = topology.router, topology.node_count
     node_owner = np.full(n_nodes, -1, dtype=np.int64)
     node_owner[:topology.ipu_count] = owner_of_ipu
     # Nodes up the tree, children first (deepest first): owned by the single device below.
-    below: dict[int, set[int]] = {ipu: {int(owner_of_ipu[ipu])} for ipu in range(topology.ipu_count)}
+    below: dict[int, set[int]] = {ipu: {int(owner_of_ipu[ipu])}
+                                  for ipu in range(topology.ipu_count)}
     order = np.argsort(-router.depth)
     for node in order.tolist():
         if router.depth[node] < 0:

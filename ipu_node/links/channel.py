@@ -86,7 +86,8 @@ class LinkServer:
         self.unix_path = None
         if host in _LOOPBACK and hasattr(socket, "AF_UNIX"):  # only this machine: cheaper
             _sweep_stale_sockets()
-            path = os.path.join(tempfile.gettempdir(), f"ipupod-link-{os.getpid()}-{self.port}.sock")
+            path = os.path.join(tempfile.gettempdir(),
+                                f"ipupod-link-{os.getpid()}-{self.port}.sock")
             unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 unix.bind(path)
@@ -181,7 +182,7 @@ class LinkServer:
                 status, detail = 12, f"{path} is not a method of {SERVICE}"  # UNIMPLEMENTED
         except (h2.ProtocolError, OSError):
             raise
-        except Exception as error:  # the handler's failure: tell the client, keep serving
+        except Exception as error:  # noqa: BLE001 - the handler's failure: tell the client
             status, detail = 13, f"{self.device}: {error}"  # INTERNAL
         for _ in messages:  # whatever the handler left unread
             pass

@@ -196,7 +196,7 @@ class Connection:
             return {name if isinstance(name, str) else name.decode():
                     value if isinstance(value, str) else value.decode()
                     for name, value in self.decoder.decode(bytes(block))}
-        except Exception as error:  # hpack's errors, or headers that are not text
+        except Exception as error:  # noqa: BLE001 - hpack's errors, or headers not text
             raise ProtocolError(f"a header block did not decode: {error}") from None
 
     def send_headers(self, stream: int, headers: list[tuple[str, str]], end: bool) -> None:
