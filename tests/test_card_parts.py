@@ -7,12 +7,14 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from cluster.errors import UserError
 from cluster.model.spec import load_topology
 from gcl import plan
 from gcl.reference import expected
 from ipu_node.card import Card
 from ipu_node.device_spec import describe, device_specs
 from ipu_node.errors import DeviceError, OutOfMemory
+from ipu_node.links.transport import Transport, register, transport
 from ipu_node.ownership import ownership
 from ipu_node.store import TensorStore
 
@@ -95,3 +97,19 @@ def test_plain_cards_on_loopback_links_allreduce_to_the_reference(dss8440):
 
 def test_errors_name_a_card_by_its_ipus(dss8440):
     assert describe(device_specs(dss8440)[3]) == "s0.card3 (IPUs 6, 7)"
+
+
+def test_an_unknown_link_transport_is_refused_with_the_known_ones():
+    with pytest.raises(UserError, match="no link transport named 'carrier-pigeon': use one of "
+                                        "grpc-h2"):
+        transport("carrier-pigeon")
+
+
+def test_the_transport_registry_checks_what_it_is_given():
+    assert transport().name == "grpc-h2"
+    with pytest.raises(ValueError, match="registered already"):
+        register(transport("grpc-h2"))
+    with pytest.raises(TypeError, match="must be callables"):
+        register(Transport("broken", "server", "client"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="register a Transport"):
+        register("grpc-h2")  # type: ignore[arg-type]

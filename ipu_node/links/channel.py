@@ -29,6 +29,7 @@ import numpy as np
 from ipu_node.errors import DeviceError, LinkTimeout
 from ipu_node.links import h2
 from ipu_node.links.mailbox import Mailbox, deliver_to
+from ipu_node.links.transport import DEFAULT_TRANSPORT, Transport, register
 from ipu_node.links.wire import encode_header, payload_prefix
 from ipupod_proto import link_pb2
 
@@ -330,34 +331,4 @@ class LinkClient:
             connection.close()
 
 
-class PeerLinks:
-    """The sending ends of one device's links: a :class:`LinkClient` per peer device,
-    opened on first use and reopened when the peer's address changes (it restarted).
-    Thread-safe."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._clients: dict[int, LinkClient] = {}
-        self.names: list[str] = []
-        self.addresses: list[str] = []
-
-    def wire(self, names: list[str], addresses: list[str]) -> None:
-        """Every device's name and link address; links to moved peers are closed."""
-        with self._lock:
-            for device, client in list(self._clients.items()):
-                if addresses[device] != client.address:
-                    client.close()
-                    del self._clients[device]
-            self.names, self.addresses = names, addresses
-
-    def to(self, device: int) -> LinkClient:
-        with self._lock:
-            if device not in self._clients:
-                self._clients[device] = LinkClient(self.names[device], self.addresses[device])
-            return self._clients[device]
-
-    def close(self) -> None:
-        with self._lock:
-            for client in self._clients.values():
-                client.close()
-            self._clients.clear()
+register(Transport(DEFAULT_TRANSPORT, LinkServer, LinkClient))

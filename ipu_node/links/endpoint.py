@@ -3,22 +3,24 @@ and the threads that push (several peers are fed at once in one superstep)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ipu_node.links.channel import LinkServer, PeerLinks
-from ipu_node.links.mailbox import Mailbox
+from ipu_node.links.transport import DEFAULT_TRANSPORT, LinkClientLike, Receiver, transport
 
 
 class LinkEndpoint:
     """Receives through ``receive`` (a mailbox, or a function that takes a stream of
-    chunks), sends to peers by index; bound to ``host`` (loopback by default)."""
+    chunks), sends to peers by index; bound to ``host`` (loopback by default), speaking
+    the link transport named ``transport_name``."""
 
-    def __init__(self, name: str, receive: Mailbox | Callable[[Iterable], tuple[int, int]],
-                 host: str, push_threads: int) -> None:
-        self.server = LinkServer(name, receive, host)
+    def __init__(self, name: str, receive: Receiver, host: str, push_threads: int,
+                 transport_name: str = DEFAULT_TRANSPORT) -> None:
+        chosen = transport(transport_name)
+        self.server = chosen.server(name, receive, host)
         self.address = self.server.start()
-        self.peers = PeerLinks()
+        self.peers = PeerLinks(chosen.client)
         self._pool = ThreadPoolExecutor(max_workers=push_threads,
                                         thread_name_prefix=f"{name}-push")
 
@@ -41,3 +43,38 @@ class LinkEndpoint:
         self.peers.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.server.stop()
+
+
+class PeerLinks:
+    """The sending ends of one device's links: a client per peer device (built by
+    ``client(peer name, address)``), opened on first use and reopened when the peer's
+    address changes (it restarted). Thread-safe."""
+
+    def __init__(self, client: Callable[[str, str], LinkClientLike]) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+        self._clients: dict[int, LinkClientLike] = {}
+        self.names: list[str] = []
+        self.addresses: list[str] = []
+
+    def wire(self, names: list[str], addresses: list[str]) -> None:
+        """Every device's name and link address; links to moved peers are closed."""
+        with self._lock:
+            for device, client in list(self._clients.items()):
+                if addresses[device] != client.address:
+                    client.close()
+                    del self._clients[device]
+            self.names, self.addresses = names, addresses
+
+    def to(self, device: int) -> LinkClientLike:
+        with self._lock:
+            if device not in self._clients:
+                self._clients[device] = self._client(self.names[device],
+                                                     self.addresses[device])
+            return self._clients[device]
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
