@@ -24,6 +24,16 @@ import statistics
 import sys
 import time
 import traceback
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+    from multiprocessing.queues import Queue
+
+# What a rank reports: ("ok", rank, per-repeat wall seconds, sum correct) or
+# ("error", rank, the traceback's text, False).
+Report = tuple[str, int, list[float] | str, bool]
 
 TORCH_MISSING = "torch is not installed: pip install torch==2.13.0 (CPU build) to run the gloo peer"
 INIT_TIMEOUT = datetime.timedelta(seconds=120)  # rendezvous and per-collective limit in gloo
@@ -48,24 +58,27 @@ def _free_port() -> int:
 
 
 def _worker(rank: int, world_size: int, port: int, numel: int, repeats: int, warmup: int,
-            results) -> None:
-    """One gloo rank: time each allreduce after a barrier and check its sum; report on `results`.
+            results: Queue[Report]) -> None:
+    """One gloo rank: time each allreduce after a barrier and check its sum; report on
+    `results`.
 
     The environment is set before torch is imported so that gloo binds to loopback and
     each rank keeps to one thread (16 ranks share 2 cores)."""
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                        "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"})
-    dist = None
+    torch_dist: ModuleType | None = None  # torch.distributed, once imported
     try:
         import torch
         import torch.distributed as dist
 
+        torch_dist = dist
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size,
                                 timeout=INIT_TIMEOUT)
         tensor = torch.empty(numel, dtype=torch.float32)
         expected = float(world_size * (world_size + 1) // 2)
-        seconds, correct = [], True
+        seconds: list[float] = []
+        correct = True
         for i in range(warmup + repeats):
             tensor.fill_(rank + 1)
             dist.barrier()
@@ -76,14 +89,14 @@ def _worker(rank: int, world_size: int, port: int, numel: int, repeats: int, war
             if i >= warmup:
                 seconds.append(elapsed)
         results.put(("ok", rank, seconds, correct))
-    except BaseException:  # report every failure, so the parent need not wait for a timeout
+    except BaseException:  # noqa: BLE001 - report every failure: the parent need not time out
         results.put(("error", rank, traceback.format_exc(), False))
     finally:
-        if dist is not None and dist.is_initialized():
-            dist.destroy_process_group()
+        if torch_dist is not None and torch_dist.is_initialized():
+            torch_dist.destroy_process_group()
 
 
-def _stop(procs) -> None:
+def _stop(procs: list[BaseProcess]) -> None:
     """Kill every rank still alive and reap it, so a failed run leaves no processes behind."""
     for p in procs:
         if p.is_alive():
@@ -93,12 +106,13 @@ def _stop(procs) -> None:
 
 
 def gloo_allreduce_seconds(world_size: int = 16, nbytes: int = 64 << 20, repeats: int = 3,
-                           warmup: int = 1) -> dict:
+                           warmup: int = 1) -> dict[str, Any]:
     """Run `repeats` timed allreduces (after `warmup` untimed ones) of nbytes float32 over
-    world_size gloo processes on 127.0.0.1; return {"world_size", "bytes", "seconds": [per-repeat
-    wall seconds measured as the max over ranks of the time around dist.all_reduce with a barrier
-    before], "best_seconds", "median_seconds", "torch_version", "correct": bool (every rank's
-    result equalled the sum of the ranks' inputs: rank r fills with r+1, so world_size*(world_size+1)/2)}.
+    world_size gloo processes on 127.0.0.1; return {"world_size", "bytes", "seconds":
+    [per-repeat wall seconds measured as the max over ranks of the time around
+    dist.all_reduce with a barrier before], "best_seconds", "median_seconds",
+    "torch_version", "correct": bool (every rank's result equalled the sum of the ranks'
+    inputs: rank r fills with r+1, so world_size*(world_size+1)/2)}.
 
     Raises RuntimeError if torch is missing, or if a rank fails or the run outlasts
     RUN_TIMEOUT_SECONDS (every rank is then killed)."""
@@ -111,13 +125,14 @@ def gloo_allreduce_seconds(world_size: int = 16, nbytes: int = 64 << 20, repeats
     import torch
 
     ctx = mp.get_context("spawn")
-    results = ctx.Queue()
+    results: Queue[Report] = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_worker, name=f"gloo-rank-{r}", daemon=True,
-                         args=(r, world_size, port, nbytes // 4, repeats, warmup, results))
-             for r in range(world_size)]
+    procs: list[BaseProcess] = [
+        ctx.Process(target=_worker, name=f"gloo-rank-{r}", daemon=True,
+                    args=(r, world_size, port, nbytes // 4, repeats, warmup, results))
+        for r in range(world_size)]
     deadline = time.monotonic() + RUN_TIMEOUT_SECONDS
-    reports = {}
+    reports: dict[int, tuple[list[float], bool]] = {}  # by rank: seconds, sum correct
     try:
         for p in procs:
             p.start()
@@ -132,9 +147,9 @@ def gloo_allreduce_seconds(world_size: int = 16, nbytes: int = 64 << 20, repeats
                         if r not in reports and p.exitcode is not None]
                 if dead:  # exited without a report: crashed (e.g. killed for memory)
                     raise RuntimeError(f"gloo peer rank {dead[0][0]} exited with code "
-                                       f"{dead[0][1]} before reporting")
+                                       f"{dead[0][1]} before reporting") from None
                 continue
-            if status == "error":
+            if status == "error" or isinstance(payload, str):  # the payload is a traceback
                 raise RuntimeError(f"gloo peer rank {rank} failed:\n{payload}")
             reports[rank] = (payload, correct)
         for p in procs:

@@ -1,10 +1,10 @@
 """What one emulated link costs: bytes pushed from one process to another over the ``Link``
 gRPC service, against grpcio and a plain Unix socket moving the same bytes, in the same run.
 
-- ``link``: chunks of a NumPy buffer (:func:`ipu_node.links.channel.encode_transfers`) pushed by a
-  :class:`ipu_node.links.channel.LinkClient` to a :class:`ipu_node.links.channel.LinkServer` in another
-  process, which lands each in a NumPy buffer, as a device does (gRPC over
-  :mod:`ipu_node.links.h2`).
+- ``link``: chunks of a NumPy buffer (:func:`ipu_node.links.channel.encode_transfers`)
+  pushed by a :class:`ipu_node.links.channel.LinkClient` to a
+  :class:`ipu_node.links.channel.LinkServer` in another process, which lands each in a NumPy
+  buffer, as a device does (gRPC over :mod:`ipu_node.links.h2`).
 - ``grpcio``: the same chunks and landing through grpcio's own client and server (what the
   links used before 2026-11-21).
 - ``unix_socket``: the floor for moving bytes between two processes here: the sender
@@ -27,8 +27,11 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +47,7 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _grpc_receiver(size: int, ready) -> None:
+def _grpc_receiver(size: int, ready: Connection) -> None:
     """A link server that lands every chunk in one buffer of ``size`` bytes."""
     from ipu_node.control import keep_freed_memory
     from ipu_node.links.channel import LinkServer
@@ -53,7 +56,8 @@ def _grpc_receiver(size: int, ready) -> None:
     keep_freed_memory()
     target = np.zeros(size, dtype=np.uint8)
 
-    def land(messages):
+    def land(messages: Iterable[bytes]) -> tuple[int, int]:
+        """Land a stream's chunks; (payload bytes, chunks), as the link server wants."""
         total = count = 0
         for message in messages:
             header, payload = decode_chunk(message)
@@ -68,7 +72,7 @@ def _grpc_receiver(size: int, ready) -> None:
     server.stop()
 
 
-def _grpcio_receiver(size: int, ready) -> None:
+def _grpcio_receiver(size: int, ready: Connection) -> None:
     """grpcio's server, landing every chunk in one buffer of ``size`` bytes."""
     from concurrent import futures
 
@@ -81,7 +85,8 @@ def _grpcio_receiver(size: int, ready) -> None:
     keep_freed_memory()
     target = np.zeros(size, dtype=np.uint8)
 
-    def push(messages, context):
+    def push(messages: Iterable[bytes], context: grpc.ServicerContext) -> link_pb2.PushReply:
+        """The ``Push`` RPC: land every chunk, answer with the payload bytes."""
         total = 0
         for message in messages:
             header, payload = decode_chunk(message)
@@ -106,9 +111,9 @@ _GRPCIO_OPTIONS = [("grpc.max_send_message_length", 64 << 20),
                    ("grpc.max_receive_message_length", 64 << 20)]
 
 
-def _socket_receiver(size: int, path: str, ready) -> None:
+def _socket_receiver(size: int, path: str, ready: Connection) -> None:
     """A Unix socket server at ``path`` that reads each stream straight into one buffer."""
-    target = memoryview(np.zeros(size, dtype=np.uint8))
+    target = np.zeros(size, dtype=np.uint8).data  # a memoryview of the buffer
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
         listener.bind(path)
         listener.listen()
@@ -130,9 +135,12 @@ def _socket_receiver(size: int, path: str, ready) -> None:
                 connection.sendall(b"k")
 
 
-def _measure(send, receiver_pid: int, size: int, repeats: int) -> dict:
+def _measure(send: Callable[[], None], receiver_pid: int, size: int,
+             repeats: int) -> dict[str, Any]:
+    """Time ``send`` (``size`` bytes) ``repeats`` times after a warm-up: the best run's wall
+    seconds, GB/s and CPU seconds per GiB of each side, and every run under ``runs``."""
     send()  # warm-up: connections open, buffers touched
-    runs = []
+    runs: list[dict[str, float]] = []
     for _ in range(repeats):
         receiver_before, sender_before = _cpu_seconds(receiver_pid), _cpu_seconds(os.getpid())
         started = time.perf_counter()
@@ -148,14 +156,16 @@ def _measure(send, receiver_pid: int, size: int, repeats: int) -> dict:
 
 
 @contextmanager
-def _receiver(target, *args):
+def _receiver(target: Callable[..., None], *args: object) -> Iterator[tuple[int, str]]:
     """Run ``target(*args, pipe)`` in a fresh process; yield (its pid, the first thing it
-    sends on the pipe, its address); tell it to stop afterwards."""
+    sends on the pipe: its address); tell it to stop afterwards."""
     ours, theirs = multiprocessing.Pipe()
     process = multiprocessing.get_context("spawn").Process(target=target, args=(*args, theirs),
                                                            daemon=True)
     process.start()
     try:
+        if process.pid is None:  # set by start()
+            raise RuntimeError("the receiver process did not start")
         yield process.pid, ours.recv()
     finally:
         ours.send("stop")
@@ -164,7 +174,8 @@ def _receiver(target, *args):
             process.kill()
 
 
-def link(size: int, repeats: int) -> dict:
+def link(size: int, repeats: int) -> dict[str, Any]:
+    """``size`` bytes over this project's link (LinkClient to LinkServer): :func:`_measure`."""
     from ipu_node.links.channel import LinkClient, Transfer, encode_transfers
 
     source = np.ones(size // 4, dtype=np.float32)
@@ -182,7 +193,8 @@ def link(size: int, repeats: int) -> dict:
             client.close()
 
 
-def grpcio_link(size: int, repeats: int) -> dict:
+def grpcio_link(size: int, repeats: int) -> dict[str, Any]:
+    """``size`` bytes over grpcio's client and server: :func:`_measure`."""
     import grpc
 
     from ipu_node.links.channel import Transfer, encode_transfers
@@ -206,9 +218,10 @@ def grpcio_link(size: int, repeats: int) -> dict:
             channel.close()
 
 
-def unix_socket(size: int, repeats: int) -> dict:
+def unix_socket(size: int, repeats: int) -> dict[str, Any]:
+    """``size`` bytes over a plain Unix socket, the floor: :func:`_measure`."""
     path = os.path.join(tempfile.gettempdir(), f"ipupod-bench-{os.getpid()}.sock")
-    source = memoryview(np.ones(size, dtype=np.uint8))
+    source = np.ones(size, dtype=np.uint8).data  # a memoryview of the buffer
     try:
         with _receiver(_socket_receiver, size, path) as (pid, _):
 
@@ -225,6 +238,7 @@ def unix_socket(size: int, repeats: int) -> dict:
 
 
 def main() -> None:
+    """Command line: measure the three ways and print a table or JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=1.0, help="bytes per run, in GiB")
     parser.add_argument("--repeats", type=int, default=3)
@@ -233,9 +247,9 @@ def main() -> None:
     if not 0 < args.gib <= 8 or args.repeats < 1:
         parser.error("--gib must be in (0, 8] and --repeats at least 1")
     size = int(args.gib * GIB) // 4 * 4
-    report = {"bytes": size, "link": link(size, args.repeats),
-              "grpcio": grpcio_link(size, args.repeats),
-              "unix_socket": unix_socket(size, args.repeats)}
+    rows = {"link": link(size, args.repeats), "grpcio": grpcio_link(size, args.repeats),
+            "unix_socket": unix_socket(size, args.repeats)}
+    report = {"bytes": size, **rows}
     if args.json:
         print(json.dumps(report, indent=2))
         return
@@ -243,9 +257,10 @@ def main() -> None:
     print(f"  {'':<12} {'wall s':>7} {'GB/s':>6} {'sender CPU s/GiB':>17} "
           f"{'receiver CPU s/GiB':>19}")
     for name in ("link", "grpcio", "unix_socket"):
-        row = report[name]
+        row = rows[name]
         print(f"  {name:<12} {row['wall_seconds']:7.3f} {row['gb_per_second']:6.2f} "
-              f"{row['sender_cpu_seconds_per_gib']:17.2f} {row['receiver_cpu_seconds_per_gib']:19.2f}")
+              f"{row['sender_cpu_seconds_per_gib']:17.2f} "
+              f"{row['receiver_cpu_seconds_per_gib']:19.2f}")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,22 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, TypedDict
+
+
+class Case(TypedDict):
+    """One measured case: an allreduce sweep and the wall time (s) and peak memory (bytes)
+    it must stay under (no memory target: None)."""
+
+    topology: str  # a preset name or a YAML file under the repository
+    algorithm: str
+    sizes: list[int]  # bytes per replica
+    target_seconds: float
+    target_bytes: int | None
+
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = {
+CASES: dict[str, Case] = {
     "ring1024": {"topology": "examples/topologies/ring1024.yaml", "algorithm": "clockwise_ring",
                  "sizes": [64 << 20], "target_seconds": 0.5, "target_bytes": None},
     "pod65536": {"topology": "pod65536", "algorithm": "hierarchical",
@@ -29,7 +42,7 @@ CASES = {
 }
 
 
-def run_case(name: str) -> dict:
+def run_case(name: str) -> dict[str, Any]:
     """Measure one case in this process (called in a child)."""
     sys.path.insert(0, str(ROOT))
     from cluster.model.spec import load_topology
@@ -54,6 +67,7 @@ def run_case(name: str) -> dict:
 
 
 def main() -> None:
+    """Command line: run every case in a child process and print a table or JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -77,7 +91,8 @@ def main() -> None:
         target_mem = "-" if r["target_bytes"] is None else f"{r['target_bytes'] / 2**30:.0f} GiB"
         print(f"{r['case']:<10} {r['ipus']:>6} {r['algorithm']:<16} {r['sizes']:>5} "
               f"{r['wall_seconds']:>8.3f} {r['target_seconds']:>9.1f} "
-              f"{r['peak_rss_bytes'] / 2**20:>6.0f} MiB {target_mem:>7} {'ok' if ok else 'SLOW':>7}")
+              f"{r['peak_rss_bytes'] / 2**20:>6.0f} MiB {target_mem:>7} "
+              f"{'ok' if ok else 'SLOW':>7}")
     print("# wall: seconds on this machine after the imports; targets from the issue \"Core\"")
 
 

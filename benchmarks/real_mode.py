@@ -16,11 +16,13 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +33,7 @@ ALLREDUCE_BYTES = 64 << 20
 
 
 def _rss_bytes(pid: int) -> int:
+    """Resident memory of process ``pid`` in bytes (0 if it is gone)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -41,12 +44,18 @@ def _rss_bytes(pid: int) -> int:
 
 
 def _used_bytes() -> int:
+    """Memory in use on this machine, in bytes: total less available."""
     info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-    kib = lambda key: int(info[key].split()[0]) * 1024  # noqa: E731
+
+    def kib(key: str) -> int:
+        return int(info[key].split()[0]) * 1024
+
     return kib("MemTotal") - kib("MemAvailable")
 
 
-def launch_pod64() -> dict:
+def launch_pod64() -> dict[str, Any]:
+    """Launch pod64 from nothing: its devices, wall seconds to ready, the actors' resident
+    bytes and the machine's used bytes added; then shut it and Ray down."""
     import ray
 
     from ipu_node.pod import EmulatedPod
@@ -72,7 +81,7 @@ PLACEMENTS = {
 
 
 def emulator_allreduce(repeats: int, algorithms: list[str], placement: str = "ipu-order",
-                       in_place: bool = True) -> dict:
+                       in_place: bool = True) -> dict[str, dict[str, Any]]:
     """Wall seconds of each algorithm's allreduce of ``grad``: in place (``output`` is
     ``grad``, as gloo's ``all_reduce`` works) or into a second tensor."""
     import ray
@@ -81,15 +90,14 @@ def emulator_allreduce(repeats: int, algorithms: list[str], placement: str = "ip
 
     pod = EmulatedPod.launch("dss8440")
     count = ALLREDUCE_BYTES // 4
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     options = {"ipus": PLACEMENTS[placement]} if PLACEMENTS[placement] else {}
     output = "grad" if in_place else "sum"
     for algorithm in algorithms:
         pod.put("grad", [np.full(count, r + 1, dtype=np.float32) for r in range(16)])
 
-        def run():
-            return pod.collective("allreduce", "grad", output=output, algorithm=algorithm,
-                                  **options)
+        run = functools.partial(pod.collective, "allreduce", "grad", output=output,
+                                algorithm=algorithm, **options)
 
         result = run()  # warm-up
         seconds = [run().wall_seconds for _ in range(repeats)]
@@ -105,10 +113,12 @@ def emulator_allreduce(repeats: int, algorithms: list[str], placement: str = "ip
 
 
 def main() -> None:
+    """Command line: launch, allreduce, run the gloo peer; print a table or JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--algorithms", default="clockwise_ring,halving_doubling,bidirectional_ring_pair")
+    parser.add_argument("--algorithms",
+                        default="clockwise_ring,halving_doubling,bidirectional_ring_pair")
     parser.add_argument("--placement", choices=sorted(PLACEMENTS), default="ipu-order",
                         help="which IPU each replica is on (card-pairs: replicas r and r+8 "
                              "share a card)")
@@ -118,27 +128,26 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    report = {"pod64_launch": None if args.skip_launch else launch_pod64(),
-              "emulator": emulator_allreduce(args.repeats, args.algorithms.split(","),
-                                             args.placement, not args.out_of_place)}
+    launch = None if args.skip_launch else launch_pod64()
+    emulator = emulator_allreduce(args.repeats, args.algorithms.split(","), args.placement,
+                                  not args.out_of_place)
     from benchmarks.gloo_peer import gloo_allreduce_seconds, torch_available
 
-    report["gloo"] = (gloo_allreduce_seconds(16, ALLREDUCE_BYTES, args.repeats)
-                      if torch_available() else {"skipped": "torch is not installed"})
+    gloo = (gloo_allreduce_seconds(16, ALLREDUCE_BYTES, args.repeats)
+            if torch_available() else {"skipped": "torch is not installed"})
     if args.json:
+        report = {"pod64_launch": launch, "emulator": emulator, "gloo": gloo}
         print(json.dumps(report, indent=2))
         return
-    launch = report["pod64_launch"]
     if launch:
         print(f"pod64 launch ({launch['devices']} actors): {launch['launch_seconds']:.1f} s wall "
               f"(target 20 s); actors RSS {launch['actors_rss_bytes'] / 2**30:.2f} GiB, "
               f"machine used +{launch['machine_used_delta_bytes'] / 2**30:.2f} GiB (target 6 GB)")
     print(f"64 MiB float32 allreduce ({'into a second tensor' if args.out_of_place else 'in place'}"
           f"), 16 IPUs / 16 processes, wall seconds (best, median of {args.repeats}):")
-    for name, row in report["emulator"].items():
+    for name, row in emulator.items():
         print(f"  emulator {name:<26} {row['best_seconds']:7.3f} {row['median_seconds']:7.3f}"
               f"  correct={row['correct']}  (simulated {row['sim_seconds'] * 1e3:.3f} ms)")
-    gloo = report["gloo"]
     if "skipped" in gloo:
         print(f"  gloo: skipped ({gloo['skipped']})")
     else:

@@ -24,8 +24,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ipu_node.executor import CollectiveResult
+    from ipu_node.pod import EmulatedPod
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -34,6 +39,18 @@ COLLECTIVES = ("allreduce", "reduce-scatter", "all-gather", "broadcast", "all-to
 REDUCING = ("allreduce", "reduce-scatter")
 DTYPES = ("float32", "float16", "int32")
 OPS = ("sum", "mean", "max", "min")
+
+
+class Request(TypedDict):
+    """One random collective, as :meth:`ipu_node.pod.EmulatedPod.collective` takes it."""
+
+    collective: str
+    dtype: str
+    group: str  # all, consecutive:K or orthogonal:K
+    algorithm: str
+    op: str
+    elements: int  # per replica
+    root: int
 
 
 @dataclass
@@ -55,7 +72,7 @@ class Tally:
     by_collective: dict[str, int] = field(default_factory=dict)
 
 
-def random_request(rng: np.random.Generator, size: int, max_bytes: int) -> dict:
+def random_request(rng: np.random.Generator, size: int, max_bytes: int) -> Request:
     """One collective: kind, dtype, op, group, algorithm and per-replica inputs' length."""
     from gcl.algorithms import for_collective
     from gcl.collectives import collective
@@ -77,14 +94,17 @@ def random_request(rng: np.random.Generator, size: int, max_bytes: int) -> dict:
             "root": int(rng.integers(group_size)) if kind == "broadcast" else 0}
 
 
-def random_inputs(rng: np.random.Generator, request: dict, replicas: int) -> list[np.ndarray]:
+def random_inputs(rng: np.random.Generator, request: Request,
+                  replicas: int) -> list[np.ndarray]:
+    """One random input array per replica, of the request's dtype and length."""
     n, dtype = request["elements"], request["dtype"]
     if dtype == "int32":
         return [rng.integers(-1000, 1000, n, dtype=np.int32) for _ in range(replicas)]
     return [rng.standard_normal(n).astype(dtype) for _ in range(replicas)]
 
 
-def wrong_elements(result, inputs: list[np.ndarray], request: dict, ipus: list[int]) -> int:
+def wrong_elements(result: CollectiveResult, inputs: list[np.ndarray], request: Request,
+                   ipus: list[int]) -> int:
     """Elements that differ from the reference (bitwise for floats, exact for integers)."""
     from gcl.bench import count_wrong
     from gcl.local_executor import run_in_memory
@@ -102,15 +122,18 @@ def wrong_elements(result, inputs: list[np.ndarray], request: dict, ipus: list[i
     return wrong
 
 
-def soak_partition(pod, tally: Tally, count: int, seed: int, max_bytes: int,
-                   killed: dict) -> None:
+def soak_partition(pod: EmulatedPod, tally: Tally, count: int, seed: int, max_bytes: int,
+                   killed: dict[str, int]) -> None:
+    """One partition's thread: run ``count`` random collectives; any failure that ends it is
+    recorded in ``tally.errors``. ``killed`` counts the cards killed so far, by name."""
     try:
         _soak(pod, tally, count, seed, max_bytes, killed)
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - reported: the soak counts every failure
         tally.errors.append(f"{type(error).__name__}: {error}")
 
 
-def _soak(pod, tally: Tally, count: int, seed: int, max_bytes: int, killed: dict) -> None:
+def _soak(pod: EmulatedPod, tally: Tally, count: int, seed: int, max_bytes: int,
+          killed: dict[str, int]) -> None:
     from cluster.errors import ScheduleError
     from ipu_node.errors import DeviceError
 
@@ -151,7 +174,7 @@ def _soak(pod, tally: Tally, count: int, seed: int, max_bytes: int, killed: dict
             request["collective"], 0) + 1
 
 
-def _wait_until_healthy(pod, within_s: float = 120.0) -> None:
+def _wait_until_healthy(pod: EmulatedPod, within_s: float = 120.0) -> None:
     limit = time.monotonic() + within_s
     while time.monotonic() < limit:
         if all(d.state == "healthy" for d in pod.health()):
@@ -160,7 +183,8 @@ def _wait_until_healthy(pod, within_s: float = 120.0) -> None:
     raise RuntimeError(f"the POD did not recover within {within_s:g} s: {pod.health()}")
 
 
-def killer(pod, kills: int, every_s: float, seed: int, killed: dict, stop: threading.Event) -> None:
+def killer(pod: EmulatedPod, kills: int, every_s: float, seed: int, killed: dict[str, int],
+           stop: threading.Event) -> None:
     """Kill ``kills`` random cards, one every ``every_s`` seconds, each after the last is back."""
     rng = np.random.default_rng(seed)
     cards = [spec.name for spec in pod.specs if spec.ipus]
@@ -174,6 +198,7 @@ def killer(pod, kills: int, every_s: float, seed: int, killed: dict, stop: threa
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topology", default="dss8440")
     parser.add_argument("--partitions", type=int, default=4)
@@ -187,6 +212,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line: soak, print the report; exit status 1 if anything was wrong."""
     args = parse(argv)
     report = soak(args)
     print(json.dumps(report, indent=2) if args.json else render(report))
@@ -194,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def soak(args: argparse.Namespace) -> dict:
+def soak(args: argparse.Namespace) -> dict[str, Any]:
     """Run the soak as ``args`` say; return its report (:func:`summarize`)."""
     from cluster.service.partitions import PartitionTable
     from ipu_node.pod import EmulatedPod
@@ -230,8 +256,9 @@ def soak(args: argparse.Namespace) -> dict:
                      restarts)
 
 
-def summarize(args, tallies: list[Tally], soak_seconds: float, total_seconds: float,
-              killed: dict, restarts: int) -> dict:
+def summarize(args: argparse.Namespace, tallies: list[Tally], soak_seconds: float,
+              total_seconds: float, killed: dict[str, int], restarts: int) -> dict[str, Any]:
+    """The soak's report: per partition, totals, wall times (s), faults and errors."""
     walls = sorted(w for t in tallies for w in t.wall)
     kinds: dict[str, int] = {}
     for tally in tallies:
@@ -258,20 +285,23 @@ def summarize(args, tallies: list[Tally], soak_seconds: float, total_seconds: fl
     }
 
 
-def render(report: dict) -> str:
+def render(report: dict[str, Any]) -> str:
+    """The report as readable lines (no trailing newline)."""
     lines = [f"# soak on {report['topology']}: {report['collectives']} collectives on "
              f"{len(report['partitions'])} concurrent partitions (real mode; wall = this machine)",
              f"{'partition':<10} {'ipus':<16} {'collectives':>11} {'#wrong':>7} {'killed':>7}"]
     for p in report["partitions"]:
         lines.append(f"{p['name']:<10} {','.join(map(str, p['ipus'])):<16} "
                      f"{p['collectives']:>11} {p['wrong_elements']:>7} {p['killed_runs']:>7}")
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(report["by_collective"].items()))
     lines += [
-        f"by collective: {', '.join(f'{k} {v}' for k, v in sorted(report['by_collective'].items()))}",
-        f"wrong: {report['wrong_elements']} elements in {report['wrong_collectives']} collectives; "
-        f"{report['bytes_checked'] / 2**20:.1f} MiB of inputs checked",
+        f"by collective: {kinds}",
+        f"wrong: {report['wrong_elements']} elements in {report['wrong_collectives']} "
+        f"collectives; {report['bytes_checked'] / 2**20:.1f} MiB of inputs checked",
         f"wall: soak {report['soak_wall_seconds']:.1f} s ({report['collectives_per_second']:.1f} "
         f"collectives/s; per collective p50 {report['wall_p50_seconds'] * 1e3:.0f} ms, p99 "
-        f"{report['wall_p99_seconds'] * 1e3:.0f} ms); with launch {report['total_wall_seconds']:.1f} s",
+        f"{report['wall_p99_seconds'] * 1e3:.0f} ms); with launch "
+        f"{report['total_wall_seconds']:.1f} s",
         f"simulated: {report['sim_seconds'] * 1e3:.3f} ms of collectives in all",
         f"faults: {report['cards_killed']} cards killed, {report['actor_restarts']} restarts, "
         f"{report['runs_failed_by_kills']} collectives failed by them and were run again; "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TypedDict
 
 import numpy as np
 
@@ -22,7 +23,15 @@ from ipu_node.errors import DeviceDied
 from ipu_node.pod import EmulatedPod
 
 
+class _Failure(TypedDict, total=False):
+    """How the allreduce of step 3 failed, if it did: the error and when (monotonic s)."""
+
+    error: DeviceDied
+    at: float
+
+
 def main() -> None:
+    """Run the three steps of the module docstring on a dss8440, printing what happens."""
     with EmulatedPod.launch("dss8440") as pod:
         data = [np.full(1 << 20, i, dtype=np.int32) for i in range(16)]
         total = sum(range(16))
@@ -48,7 +57,7 @@ def main() -> None:
         pod.heal()
 
         pod.put("x", [np.full(4 << 20, i, dtype=np.int32) for i in range(16)])
-        failure = {}
+        failure: _Failure = {}
 
         def run() -> None:
             try:

@@ -20,6 +20,8 @@ from ipu_node.pod import EmulatedPod
 
 
 def main(spec: str = "dss8440x2") -> None:
+    """Allreduce (mean) one random gradient per IPU of ``spec``; print the error against
+    NumPy, the simulated and wall time, each phase and the bytes per link type."""
     with EmulatedPod.launch(spec) as pod:
         ipus = pod.topology.ipu_count
         rng = np.random.default_rng(0)

@@ -14,7 +14,8 @@ import numpy as np
 
 from cluster.errors import ScheduleError
 
-DTYPES = {"float32": np.float32, "float16": np.float16, "int32": np.int32}
+DTYPES: dict[str, type[np.generic]] = {"float32": np.float32, "float16": np.float16,
+                                      "int32": np.int32}
 OPS = ("sum", "mean", "max", "min")
 
 
@@ -34,11 +35,15 @@ class Collective:
     bus_factor: Callable[[int], float]
 
     def count_for_bytes(self, size: int, n: int, itemsize: int) -> int:
+        """Elements per replica (per block, for block collectives) of a ``size``-byte
+        benchmark over ``n`` ranks, at least 1."""
         elements = size // itemsize
         per = elements // n if self.blocks_per_size else elements
         return max(per, 1)
 
     def bytes_for_count(self, count: int, n: int, itemsize: int) -> int:
+        """The benchmark size in bytes that ``count`` elements per replica (per block) make:
+        the inverse of :meth:`count_for_bytes`."""
         return count * itemsize * (n if self.blocks_per_size else 1)
 
 
@@ -65,12 +70,14 @@ def collective(name: str) -> Collective:
 
 
 def dtype_itemsize(dtype: str) -> int:
+    """Bytes per element of ``dtype`` (``float32``, ``float16``, ``int32``)."""
     if dtype not in DTYPES:
         raise ScheduleError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
     return np.dtype(DTYPES[dtype]).itemsize
 
 
 def check_op(op: str) -> str:
+    """``op`` if it is a reduction this project knows (sum, mean, max, min)."""
     if op not in OPS:
         raise ScheduleError(f"unknown reduction op {op!r}: use one of {', '.join(OPS)}")
     return op

@@ -21,6 +21,8 @@ from cluster.errors import ScheduleError
 
 
 class CommGroupType(str, Enum):
+    """How replicas are partitioned into groups (see the module docstring)."""
+
     ALL = "all"
     CONSECUTIVE = "consecutive"
     ORTHOGONAL = "orthogonal"
@@ -52,7 +54,9 @@ class CommGroup:
         return cls(kind, int(size))
 
     def __str__(self) -> str:
-        return self.type.value if self.type is CommGroupType.ALL else f"{self.type.value}:{self.size}"
+        if self.type is CommGroupType.ALL:
+            return self.type.value
+        return f"{self.type.value}:{self.size}"
 
     def ranks(self, replicas: int) -> list[np.ndarray]:
         """The replica indices of each group, each in rank order."""

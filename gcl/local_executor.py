@@ -12,6 +12,8 @@ fixed schedule the reduction order is fixed, so results are deterministic.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from cluster.errors import ScheduleError
@@ -20,6 +22,9 @@ from gcl.schedule import OUT, WORK, Schedule
 
 _REDUCE = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}
 BLOCKED = ("reduce-scatter", "all-to-all")  # inputs of n blocks
+
+Allocator = Callable[[int, type[np.generic]], np.ndarray]
+"""``empty(elements, dtype)``: a new, uninitialised 1-D array (``np.empty``, or a pool's)."""
 
 
 def input_elements(schedule: Schedule) -> int:
@@ -41,7 +46,7 @@ def check_inputs(schedule: Schedule, inputs: list[np.ndarray]) -> None:
 
 
 def layout(schedule: Schedule, group: int, rank: int, data: np.ndarray,
-           empty=np.empty) -> dict[str, np.ndarray]:
+           empty: Allocator = np.empty) -> dict[str, np.ndarray]:
     """The ``work`` (and, for all-to-all, ``out``) buffer of rank ``rank`` of group ``group``
     with its input laid in its slots; padding is zero. ``empty(n, dtype)`` allocates (a
     device passes its buffer pool)."""
@@ -101,7 +106,8 @@ def extract(schedule: Schedule, group: int, rank: int, buffers: dict[str, np.nda
     return result
 
 
-def run_in_memory(schedule: Schedule, inputs: list[np.ndarray], op: str = "sum") -> list[np.ndarray]:
+def run_in_memory(schedule: Schedule, inputs: list[np.ndarray],
+                  op: str = "sum") -> list[np.ndarray]:
     """Run ``schedule`` on ``inputs`` (one array per replica, replicas being the groups' IPUs
     in order) and return each replica's result."""
     check_op(op)

@@ -31,6 +31,7 @@ class PhaseTiming:
 
     @property
     def seconds(self) -> float:
+        """Simulated seconds of the whole phase: its steps times one step's seconds."""
         return self.steps * self.step_seconds
 
 
@@ -45,6 +46,7 @@ class Timing:
     wall_seconds: float
 
     def seconds_by_scope(self) -> dict[str, float]:
+        """Simulated seconds summed by phase scope (``local``, ``global``, ``flat``)."""
         out: dict[str, float] = {}
         for phase in self.phases:
             out[phase.scope] = out.get(phase.scope, 0.0) + phase.seconds
@@ -58,7 +60,8 @@ def simulate(schedule: Schedule, topology: Topology,
     ``on_phase(done, total)``, if given, is called after each phase is costed (progress).
     """
     started = time.perf_counter()
-    phases, link_bytes = [], {}
+    phases: list[PhaseTiming] = []
+    link_bytes: dict[str, float] = {}
     for index, phase in enumerate(schedule.phases):
         cost = superstep_cost(topology, phase.src, phase.dst, phase.count * schedule.itemsize,
                               phase.reduce)

@@ -4,7 +4,7 @@ one the cost model says is fastest."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -22,7 +22,7 @@ AUTO = "auto"
 
 
 def replica_groups(topology: Topology, group: CommGroup,
-                   ipus: np.ndarray | None = None) -> list[np.ndarray]:
+                   ipus: np.ndarray | Sequence[int] | None = None) -> list[np.ndarray]:
     """The IPUs of each replica group (replica ``r`` runs on ``ipus[r]``)."""
     replicas = np.arange(topology.ipu_count) if ipus is None else np.asarray(ipus, np.int64)
     if len(np.unique(replicas)) != len(replicas):
@@ -34,7 +34,7 @@ def replica_groups(topology: Topology, group: CommGroup,
 
 def plan(collective: str | Collective, topology: Topology, count: int, *,
          dtype: str = "float32", algorithm_name: str = AUTO, group: CommGroup = CommGroup(),
-         ipus: np.ndarray | None = None, root: int = 0) -> Schedule:
+         ipus: np.ndarray | Sequence[int] | None = None, root: int = 0) -> Schedule:
     """Schedule ``collective`` on ``count`` elements per replica (per block for
     reduce-scatter, all-gather and all-to-all)."""
     return plan_timed(collective, topology, count, dtype=dtype, algorithm_name=algorithm_name,
@@ -43,9 +43,10 @@ def plan(collective: str | Collective, topology: Topology, count: int, *,
 
 def plan_timed(collective: str | Collective, topology: Topology, count: int, *,
                dtype: str = "float32", algorithm_name: str = AUTO,
-               group: CommGroup = CommGroup(), ipus: np.ndarray | None = None, root: int = 0,
-               time_it: bool = True,
-               on_phase: Callable[[int, int], None] | None = None) -> tuple[Schedule, Timing | None]:
+               group: CommGroup = CommGroup(),
+               ipus: np.ndarray | Sequence[int] | None = None, root: int = 0,
+               time_it: bool = True, on_phase: Callable[[int, int], None] | None = None,
+               ) -> tuple[Schedule, Timing | None]:
     """Like :func:`plan`, with the schedule's simulated timing (``auto`` has it anyway)."""
 
     coll = lookup_collective(collective) if isinstance(collective, str) else collective
@@ -99,6 +100,7 @@ def _check_memory(topology: Topology, groups: list[np.ndarray], buffer_bytes: in
 
 
 def _ring_ranks(topology: Topology, ipus: np.ndarray) -> np.ndarray:
+    """The ranks of ``ipus`` in the order of the topology's preferred ring."""
     position = np.empty(topology.ipu_count, dtype=np.int64)
     position[topology.ring_order] = np.arange(topology.ipu_count)
     return np.argsort(position[ipus], kind="stable")
@@ -120,7 +122,8 @@ def _build(coll: Collective, topology: Topology, count: int, dtype: str, name: s
     chunk = -(-per_slot // grain) * grain
     _check_memory(topology, groups, slots * chunk * itemsize * (2 if coll.name == "all-to-all"
                                                                  else 1))
-    group_phases, owners = [], []
+    group_phases: list[list[Phase]] = []
+    owners: list[np.ndarray] = []
     for ipus in groups:
         ctx = GroupContext(coll, topology, ipus, _ring_ranks(topology, ipus), chunk, root)
         chosen.check(ctx)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-_REDUCE = {"sum": lambda xs: np.sum(xs, axis=0, dtype=xs[0].dtype),
-           "max": lambda xs: np.max(xs, axis=0), "min": lambda xs: np.min(xs, axis=0)}
+_REDUCE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "sum": lambda xs: np.sum(xs, axis=0, dtype=xs[0].dtype),
+    "max": lambda xs: np.max(xs, axis=0), "min": lambda xs: np.min(xs, axis=0)}
 
 
 def expected(collective: str, inputs: list[np.ndarray], op: str = "sum",

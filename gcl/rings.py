@@ -27,6 +27,7 @@ class Ring:
     base: int = 0
 
     def reversed(self) -> Ring:
+        """The same ring walked the other way (each IPU keeps its slot)."""
         return Ring(self.ipus[::-1].copy(), self.slots[::-1].copy(), self.stride, self.count,
                     self.base)
 
@@ -37,7 +38,7 @@ def ring_phase(rings: list[Ring], reduce: bool, label: str, scope: str) -> Phase
     n = len(rings[0].ipus)
     if n < 2:
         return None
-    parts = []
+    parts: list[Phase] = []
     for ring in rings:
         flows = np.arange(n)
         parts.append(Phase(

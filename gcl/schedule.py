@@ -51,13 +51,16 @@ class RingOffsets:
     shift: int  # 1 for reduce-scatter steps, 0 for all-gather steps
 
     def at(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per flow, the (source, destination) element offsets at step ``step``."""
         position = (self.pos - step - self.shift) % self.length
         offset = self.base + self.slot[self.start + position] * self.chunk
         return offset, offset
 
     @staticmethod
     def concat(parts: list[RingOffsets]) -> RingOffsets:
-        starts, total = [], 0
+        """The offsets of ``parts``' flows side by side (rings renumbered into one array)."""
+        starts: list[np.ndarray] = []
+        total = 0
         for part in parts:
             starts.append(part.start + total)
             total += len(part.slot)
@@ -80,10 +83,12 @@ class FixedOffsets:
     dst_offset: np.ndarray
 
     def at(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per flow, the (source, destination) element offsets: the same at every step."""
         return self.src_offset, self.dst_offset
 
     @staticmethod
     def concat(parts: list[FixedOffsets]) -> FixedOffsets:
+        """The offsets of ``parts``' flows side by side."""
         return FixedOffsets(np.concatenate([p.src_offset for p in parts]),
                             np.concatenate([p.dst_offset for p in parts]))
 
@@ -132,10 +137,18 @@ class Phase:
             dst=np.concatenate([p.dst for p in parts]),
             count=np.concatenate([p.count for p in parts]),
             reduce=first.reduce,
-            offsets=type(first.offsets).concat([p.offsets for p in parts]),  # type: ignore[arg-type]
+            offsets=_concat_offsets([p.offsets for p in parts]),
             src_buffer=first.src_buffer,
             dst_buffer=first.dst_buffer,
         )
+
+
+def _concat_offsets(offsets: list[RingOffsets | FixedOffsets]) -> RingOffsets | FixedOffsets:
+    """Concatenate the offsets of phases of one shape: all of one type, as
+    :meth:`Phase.concurrent` checks."""
+    if isinstance(offsets[0], RingOffsets):
+        return RingOffsets.concat([o for o in offsets if isinstance(o, RingOffsets)])
+    return FixedOffsets.concat([o for o in offsets if isinstance(o, FixedOffsets)])
 
 
 @dataclass(frozen=True)
@@ -162,12 +175,15 @@ class Schedule:
 
     @property
     def buffer_elements(self) -> int:
+        """Elements of each IPU's buffer: ``slots * chunk``."""
         return self.slots * self.chunk
 
     @property
     def supersteps(self) -> int:
+        """Supersteps of the whole schedule, every phase's steps summed."""
         return sum(p.steps for p in self.phases)
 
     @property
     def group_size(self) -> int:
+        """Ranks (IPUs) per replica group; every group has the same size."""
         return len(self.groups[0])

@@ -95,8 +95,11 @@ class TopologyBuilder:
         names = self._names
         if len(set(names)) != len(names):
             seen: set[str] = set()
-            duplicate = next(n for n in names if n in seen or seen.add(n))  # type: ignore[func-returns-value]
-            raise SpecError(f"two nodes are named {duplicate!r}: every node needs its own name")
+            for duplicate in names:  # the first name given a second time
+                if duplicate in seen:
+                    raise SpecError(
+                        f"two nodes are named {duplicate!r}: every node needs its own name")
+                seen.add(duplicate)
         is_ipu = np.array(self._is_ipu, dtype=bool)
         ipu_count = int(is_ipu.sum())
         if ipu_count == 0:
@@ -106,7 +109,10 @@ class TopologyBuilder:
         new_id = np.empty(len(names), dtype=np.int64)
         new_id[order] = np.arange(len(names))
         empty = np.zeros(0, dtype=np.int64)
-        cat = lambda parts: np.concatenate(parts) if parts else empty  # noqa: E731
+
+        def cat(parts: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate(parts) if parts else empty
+
         a, b = cat(self._link_a), cat(self._link_b)
         if ((a < 0) | (a >= len(names)) | (b < 0) | (b >= len(names))).any():
             raise SpecError("a link names a node that does not exist")
@@ -115,7 +121,7 @@ class TopologyBuilder:
             raise SpecError(f"a link joins {bad!r} to itself: links join two different nodes")
         links = _bundle(new_id[a], new_id[b], cat(self._link_type), cat(self._link_count),
                         cat(self._link_role), [names[i] for i in order])
-        ring = None
+        ring: np.ndarray | None = None
         if self.ring_order is not None:
             ring = new_id[np.asarray(self.ring_order, dtype=np.int64)]
             if sorted(ring.tolist()) != list(range(ipu_count)):
@@ -142,8 +148,14 @@ class TopologyBuilder:
         return topology
 
 
-def _bundle(a, b, types, counts, roles, names):
-    """Merge parallel links between the same two nodes into one bundle (counts add up)."""
+_Links = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _bundle(a: np.ndarray, b: np.ndarray, types: np.ndarray, counts: np.ndarray,
+            roles: np.ndarray, names: list[str]) -> _Links:
+    """Merge parallel links between the same two nodes into one bundle (counts add up).
+
+    Returns ``(a, b, types, counts, roles)``, one entry per bundle."""
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     key = lo * (len(names) + 1) + hi
     unique_keys, first, inverse = np.unique(key, return_index=True, return_inverse=True)

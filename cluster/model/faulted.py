@@ -25,6 +25,8 @@ def with_faults(topology: Topology, faults: Mapping[int, LinkFault]) -> Topology
             raise UserError(f"a link fault is a LinkFault, not {type(fault).__name__}")
         merged[check_link_index(topology, link)] = fault
     kept = {link: fault for link, fault in sorted(merged.items()) if fault != LinkFault()}
-    faulted = dataclasses.replace(topology, faults=kept, router=None)  # picklable: a dict
+    # ``kept`` is a plain dict: picklable. The copy starts with ``topology``'s router, which
+    # is replaced at once by its own (routes round the faulted topology's cut links).
+    faulted = dataclasses.replace(topology, faults=kept)
     faulted.router = Router(faulted)
     return faulted

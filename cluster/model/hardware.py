@@ -44,7 +44,8 @@ class FigureChoice:
         """Take every disputed figure from one source (``seed`` or ``public``)."""
         if source not in ("seed", "public"):
             raise UserError(f"unknown figure source {source!r}: choose 'seed' or 'public'")
-        return cls(source, source, source)  # type: ignore[arg-type]
+        figure: FigureSource = "seed" if source == "seed" else "public"
+        return cls(figure, figure, figure)
 
 
 SEED_FIGURES = FigureChoice()
@@ -67,6 +68,7 @@ class Processor:
 
     @property
     def threads(self) -> int:
+        """Hardware threads on the whole IPU (tiles times threads per tile)."""
         return self.tiles * self.threads_per_tile
 
 
@@ -234,6 +236,8 @@ class IpuM2000:
 
 
 def ipu_m2000(figures: FigureChoice = SEED_FIGURES) -> IpuM2000:
+    """An IPU-M2000 of four GC200s; its Streaming Memory (bytes) per ``figures``: 450 GB
+    less the IPUs' In-Processor-Memory (002), or 128 GB (public docs)."""
     processor = gc200()
     if figures.m2000_streaming_memory == "seed":
         streaming = 450 * GB - 4 * processor.in_processor_memory_bytes

@@ -14,7 +14,8 @@ A fault applies to both directions of one physical link ``l`` (directed links ``
 
 :func:`cluster.model.faulted.with_faults` returns a new
 :class:`~cluster.model.topology.Topology` carrying the faults (``Topology.faults``, by
-physical link); the cost model, phantom simulation and planner take it unchanged. Links are named ``"A--B"`` by their nodes (:func:`find_link`, :func:`link_name`).
+physical link); the cost model, phantom simulation and planner take it unchanged. Links are
+named ``"A--B"`` by their nodes (:func:`find_link`, :func:`link_name`).
 """
 
 from __future__ import annotations
@@ -108,13 +109,15 @@ def find_link(topology: Topology, text: str) -> int:
 
 
 def check_link_index(topology: Topology, link: object) -> int:
+    """``link`` as an ``int`` if it is the index of one of ``topology``'s physical links
+    (an integer, not a bool, from 0 to the link count less one); else a UserError."""
     count = topology.link_count_physical
-    integer = isinstance(link, (int, np.integer)) and not isinstance(link, (bool, np.bool_))
-    if not integer or not 0 <= link < count:  # type: ignore[operator]
-        raise UserError(
-            f"there is no link {link!r} in topology {topology.name!r}: links are numbered "
-            f"0 to {count - 1}; {_LIST_HINT}")
-    return int(link)  # type: ignore[call-overload]
+    if (isinstance(link, (int, np.integer)) and not isinstance(link, (bool, np.bool_))
+            and 0 <= link < count):
+        return int(link)
+    raise UserError(
+        f"there is no link {link!r} in topology {topology.name!r}: links are numbered "
+        f"0 to {count - 1}; {_LIST_HINT}")
 
 
 def _node(topology: Topology, name: str) -> int:

@@ -10,10 +10,11 @@ Two rules, as GCL's local-then-global traffic runs on real systems:
    That part must be a tree (parallel links are one bundle), so the route is the unique
    path up to the lowest common ancestor and down again.
 
-Cut links (:mod:`cluster.model.link_faults`): a cut IPU-Link is left out of the IPU-Link graph, so
-routes go round it and a domain it splits becomes two. A cut tree link stays in the tree
-(there is no other path); :meth:`Router.route` raises :class:`~cluster.model.link_faults.LinkDown` for
-flows that need it, or that cut links leave with no path at all.
+Cut links (:mod:`cluster.model.link_faults`): a cut IPU-Link is left out of the IPU-Link
+graph, so routes go round it and a domain it splits becomes two. A cut tree link stays in
+the tree (there is no other path); :meth:`Router.route` raises
+:class:`~cluster.model.link_faults.LinkDown` for flows that need it, or that cut links leave
+with no path at all.
 
 Everything here is vectorised over the flows of a superstep: routing 65,536 flows is a
 handful of NumPy passes, not a Python loop per flow.
@@ -22,6 +23,7 @@ handful of NumPy passes, not a Python loop per flow.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.sparse import coo_matrix
@@ -30,6 +32,9 @@ from scipy.sparse.csgraph import breadth_first_order, connected_components, shor
 from cluster.errors import SpecError
 from cluster.model.link_faults import LinkDown, describe_links, link_name
 from cluster.model.topology import FABRIC, ROLES, Topology
+
+if TYPE_CHECKING:
+    from scipy.sparse import csr_matrix
 
 _ALL_PAIRS_LIMIT = 2048  # domains up to this many IPUs get an all-pairs table
 
@@ -74,7 +79,7 @@ class Router:
         self._build_tree(np.flatnonzero(fabric & ~ipu_link), n_node)
         # Directed links that are cut, or None on a topology with no cut (checked once here;
         # with cuts, route() refuses the flows that have no path).
-        self._directed_cut = np.repeat(cut, 2) if cut.any() else None
+        self._directed_cut: np.ndarray | None = np.repeat(cut, 2) if cut.any() else None
         if self._directed_cut is None:
             self._check_reachable()
 
@@ -101,7 +106,7 @@ class Router:
                 "would not be unique; make it a tree (parallel links between two nodes are "
                 "fine: declare them as one link with a count)"
             )
-        key_to_link = {}
+        key_to_link: dict[tuple[int, int], int] = {}
         for l, x, y in zip(tree_links.tolist(), a.tolist(), b.tolist()):
             key_to_link[(x, y)] = 2 * l
             key_to_link[(y, x)] = 2 * l + 1
@@ -141,6 +146,7 @@ class Router:
 
     # -- routes ----------------------------------------------------------------------
     def same_domain(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Per flow, whether IPUs ``src[f]`` and ``dst[f]`` share an IPU-Link domain."""
         return self.domain_of_ipu[src] == self.domain_of_ipu[dst]
 
     def route(self, src: np.ndarray, dst: np.ndarray) -> Routes:
@@ -151,7 +157,8 @@ class Router:
         local = self.same_domain(src, dst)
         if self._directed_cut is not None:
             self._refuse_unreachable(src[~local], dst[~local])
-        parts_flow, parts_link = [], []
+        parts_flow: list[np.ndarray] = []
+        parts_link: list[np.ndarray] = []
         if local.any():
             f, l = self._route_local(flows[local], src[local], dst[local])
             parts_flow.append(f)
@@ -184,6 +191,8 @@ class Router:
                     pair_link: np.ndarray) -> None:
         """LinkDown if some flow's route crosses a cut link (only tree links can be cut on a
         route: cut IPU-Links are not in the IPU-Link graph)."""
+        if self._directed_cut is None:  # a topology with no cut link
+            return
         crossing = np.flatnonzero(self._directed_cut[pair_link])
         if len(crossing):
             topo, i = self.topology, int(crossing[0])
@@ -198,7 +207,8 @@ class Router:
         """The directed links from IPU ``src`` to IPU ``dst``, in the order crossed."""
         routes = self.route(np.array([src]), np.array([dst]))
         links = routes.pair_link.tolist()
-        topo, ordered, node = self.topology, [], src
+        topo, node = self.topology, src
+        ordered: list[int] = []
         while links:
             hop = next(l for l in links if topo.directed_src[l] == node)
             links.remove(hop)
@@ -216,7 +226,10 @@ class Router:
         found = self._ipu_keys[pos] == keys
         return np.where(found, self._ipu_links[pos], -1)
 
-    def _route_local(self, flows, src, dst):
+    def _route_local(self, flows: np.ndarray, src: np.ndarray,
+                     dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(flow, directed link) pairs of flows inside one domain: a direct IPU-Link where
+        there is one, else a shortest path."""
         direct = self._direct(src, dst)
         hit = direct >= 0
         out_flow, out_link = [flows[hit]], [direct[hit]]
@@ -245,7 +258,7 @@ class Router:
         bounds = np.searchsorted(edges[:, 0], np.arange(self.domain_count + 1))
         shape_ids: dict[bytes, int] = {}
         self._shape_of_domain = np.empty(self.domain_count, dtype=np.int64)
-        self._shape_graph: list = []
+        self._shape_graph: list[csr_matrix] = []
         for d in range(self.domain_count):
             local_edges = edges[bounds[d]:bounds[d + 1], 1:]
             key = bytes(np.int64(sizes[d])) + local_edges.tobytes()
@@ -258,7 +271,8 @@ class Router:
             self._shape_of_domain[d] = shape_ids[key]
         self._shape_pred: dict[int, np.ndarray] = {}
 
-    def _walk(self, shape, flows, src, dst):
+    def _walk(self, shape: int, flows: np.ndarray, src: np.ndarray,
+              dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Shortest paths inside domains of one shape, walked back from each destination."""
         graph = self._shape_graph[shape]
         local_src, cur = self._local_index[src], self._local_index[dst].copy()
@@ -277,7 +291,8 @@ class Router:
                               for s in unique_src])
             rows = table[row_of]
         members = self._members_flat
-        out_flow, out_link = [], []
+        out_flow: list[np.ndarray] = []
+        out_link: list[np.ndarray] = []
         active = np.arange(len(flows))
         while len(active):
             prev = rows[active, cur[active]]
@@ -288,10 +303,12 @@ class Router:
             active = active[prev != local_src[active]]
         return np.concatenate(out_flow), np.concatenate(out_link)
 
-    def _route_tree(self, flows, src, dst):
+    def _route_tree(self, flows: np.ndarray, src: np.ndarray,
+                    dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Up from ``src`` to the lowest common ancestor, then down to ``dst``."""
         a, b = src.copy(), dst.copy()
-        out_flow, out_link = [], []
+        out_flow: list[np.ndarray] = []
+        out_link: list[np.ndarray] = []
         depth, parent = self.depth, self.parent
         while True:
             up = depth[a] > depth[b]
@@ -316,7 +333,7 @@ def _roots(component: np.ndarray, in_tree: np.ndarray, kinds: tuple[str, ...]) -
 
     The root does not change any route (paths in a tree are unique); it keeps depths small.
     """
-    roots = []
+    roots: list[int] = []
     for comp in np.unique(component[in_tree]).tolist():
         nodes = np.flatnonzero((component == comp) & in_tree)
         ranked = sorted(nodes.tolist(), key=lambda n: (

@@ -3,8 +3,9 @@
 A :class:`Topology` is built once (by a preset in :mod:`cluster.model.presets` or from a YAML
 file by :mod:`cluster.model.topology_yaml`) through a
 :class:`~cluster.model.builder.TopologyBuilder`, which also gives it its routes
-(``Topology.router``), then used read-only. IPUs are numbered ``0 .. ipu_count-1`` and are also nodes ``0 .. ipu_count-1``;
-other nodes (cards' PCIe endpoints, hosts, switches, IPU-Gateways) follow them.
+(``Topology.router``), then used read-only. IPUs are numbered ``0 .. ipu_count-1`` and are
+also nodes ``0 .. ipu_count-1``; other nodes (cards' PCIe endpoints, hosts, switches,
+IPU-Gateways) follow them.
 
 Links are physical and full duplex: physical link ``l`` joining nodes ``a`` and ``b`` is the
 two *directed links* ``2l`` (a to b) and ``2l+1`` (b to a), each with the link's bandwidth
@@ -14,9 +15,10 @@ one *bundle* whose bandwidth is their sum: traffic is striped over them.
 Every link has a role: ``fabric`` links carry IPU-to-IPU traffic; ``host`` links only join a
 host to the system (an IPU-M2000's RoCE NIC) and carry no collective traffic.
 
-A topology may carry link faults (:mod:`cluster.model.link_faults`), by physical link: they scale the
-link's bandwidth, add to its latency, or cut it. :func:`cluster.model.link_faults.with_faults` makes
-such a topology from a healthy one; the properties below already include the faults.
+A topology may carry link faults (:mod:`cluster.model.link_faults`), by physical link: they
+scale the link's bandwidth, add to its latency, or cut it.
+:func:`cluster.model.faulted.with_faults` makes such a topology from a healthy one; the
+properties below already include the faults.
 """
 
 from __future__ import annotations
@@ -84,10 +86,12 @@ class Topology:
 
     @property
     def node_count(self) -> int:
+        """Nodes of every kind: IPUs first, then cards, hosts, switches, gateways."""
         return len(self.node_names)
 
     @property
     def link_count_physical(self) -> int:
+        """Physical links (bundles); each is two directed links."""
         return len(self.link_a)
 
     @cached_property
@@ -97,6 +101,7 @@ class Topology:
 
     @cached_property
     def directed_dst(self) -> np.ndarray:
+        """Destination node of every directed link (``2l``: b, ``2l+1``: a)."""
         return np.stack([self.link_b, self.link_a], axis=1).ravel()
 
     @cached_property
@@ -125,6 +130,7 @@ class Topology:
 
     @cached_property
     def directed_type(self) -> np.ndarray:
+        """Index into ``link_types`` of every directed link."""
         return np.repeat(self.link_type, 2)
 
     @cached_property
@@ -136,9 +142,11 @@ class Topology:
 
     @cached_property
     def ipu_memory_bytes(self) -> np.ndarray:
+        """Per IPU, its In-Processor-Memory in bytes (int64)."""
         return np.array([p.in_processor_memory_bytes for p in self.ipu_processors], dtype=np.int64)
 
     def ipu_name(self, ipu: int) -> str:
+        """The node name of IPU ``ipu`` (e.g. ``'s0.card1.ipu0'``)."""
         return self.node_names[ipu]
 
     def link_label(self, directed_link: int) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -31,8 +31,8 @@ def _clean(value: float) -> float:
 
 
 def _router(topology: Topology) -> Router:
-    """The topology's router (typed ``object`` on :class:`Topology`; the builder sets it)."""
-    return cast(Router, topology.router)
+    """The topology's router (the builder sets it)."""
+    return topology.router
 
 
 def bisection_bandwidth_Bps(topology: Topology) -> float:

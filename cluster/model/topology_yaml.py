@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import numpy as np
@@ -40,7 +41,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     (PyYAML would silently keep the last one, e.g. drop a whole ``links:`` list)."""
 
 
-def _construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Any:
+def _construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Iterator[Any]:
+    """PyYAML's mapping constructor (a generator yielding the dict, filled afterwards), after
+    refusing a key that the mapping gives twice."""
     seen: set[Any] = set()
     for key_node, _ in node.value:
         if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
@@ -56,6 +59,7 @@ _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 
 
 def _show(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters, for messages."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -236,7 +240,8 @@ def _load_graph(r: _Reader, spec: Any, name: str) -> Topology:
 class _Graph:
     """An explicit graph read into a :class:`TopologyBuilder`, section by section."""
 
-    def __init__(self, r: _Reader, b: TopologyBuilder, processors: dict[str, hw.Processor]):
+    def __init__(self, r: _Reader, b: TopologyBuilder,
+                 processors: dict[str, hw.Processor]) -> None:
         self.r, self.b, self.processors = r, b, processors
         self.types: dict[str, hw.LinkType] = {}
         self.groups: dict[str, np.ndarray] = {}  # node group name -> builder ids
@@ -288,7 +293,7 @@ class _Graph:
         if not self.ipus:
             r.fail("spec.nodes", "no node has kind 'ipu': add at least one IPU")
 
-    def add_links(self, a: Any, c: Any, entry: dict[str, Any], path: str) -> None:
+    def add_links(self, a: np.ndarray, c: np.ndarray, entry: dict[str, Any], path: str) -> None:
         """Join ``a[i]`` to ``c[i]`` (builder ids) with the entry's type, count and role."""
         r = self.r
         type_name = r.string(entry["type"], f"{path}.type")

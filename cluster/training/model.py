@@ -17,6 +17,7 @@ against finite differences.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -42,7 +43,7 @@ class MLPSpec:
     def layer_shapes(self) -> list[tuple[int, int]]:
         """``(fan_in, fan_out)`` of each dense layer, input to output."""
         sizes = (self.input_size, *self.hidden, self.classes)
-        return [(int(a), int(b)) for a, b in zip(sizes[:-1], sizes[1:])]
+        return [(int(a), int(b)) for a, b in pairwise(sizes)]
 
     @property
     def parameter_count(self) -> int:
@@ -61,7 +62,7 @@ def _unflatten(spec: MLPSpec, flat: np.ndarray) -> list[tuple[np.ndarray, np.nda
         raise ValueError(
             f"expected a flat vector of {spec.parameter_count} parameters, got shape {flat.shape}"
         )
-    layers = []
+    layers: list[tuple[np.ndarray, np.ndarray]] = []
     offset = 0
     for fan_in, fan_out in spec.layer_shapes():
         w = flat[offset : offset + fan_in * fan_out].reshape(fan_in, fan_out)
@@ -93,6 +94,8 @@ def _work_dtype(params: np.ndarray) -> np.dtype:
 
 
 def _check_batch(spec: MLPSpec, x: np.ndarray, y: np.ndarray | None) -> None:
+    """ValueError unless ``x`` is a non-empty ``(batch, input_size)`` array and ``y``, if
+    given, one label in ``[0, classes)`` per row."""
     if x.ndim != 2 or x.shape[1] != spec.input_size:
         raise ValueError(f"x must have shape (batch, {spec.input_size}), got {x.shape}")
     if x.shape[0] == 0:
@@ -111,7 +114,7 @@ def _forward(
     dtype = _work_dtype(params)
     layers = _unflatten(spec, params.astype(dtype, copy=False))
     a = np.asarray(x, dtype=dtype)
-    inputs = []
+    inputs: list[np.ndarray] = []
     for i, (w, b) in enumerate(layers):
         inputs.append(a)
         a = a @ w + b

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 from statistics import fmean
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+Record = dict[str, Any]
+"""A run record (what the trainer returns) or a row of :func:`scaling_table`."""
 
 # (row/step key, label) of each part of a step's simulated time, in stacking order.
 TIME_PARTS: tuple[tuple[str, str], ...] = (
@@ -41,7 +48,7 @@ SIM_NOTE = ("All times are simulated seconds on the emulated IPU-POD hardware (s
             "per simulated second.")
 
 
-def scaling_table(runs: list[dict]) -> list[dict]:
+def scaling_table(runs: list[Record]) -> list[Record]:
     """One row per run, sorted by server count (then mode), summarising its simulated speed.
 
     Each row holds ``servers``, ``replicas``, ``mode``, ``global_batch``, ``step_seconds``
@@ -53,7 +60,7 @@ def scaling_table(runs: list[dict]) -> list[dict]:
     from the same cost model, so they time alike by construction. Raises ValueError for a
     run without steps.
     """
-    rows: list[dict[str, Any]] = []
+    rows: list[Record] = []
     for run in runs:
         steps = run["steps"]
         if not steps:
@@ -61,7 +68,7 @@ def scaling_table(runs: list[dict]) -> list[dict]:
         step_seconds = fmean(step["sim_seconds"] for step in steps)
         if step_seconds <= 0:
             raise ValueError(f"run with {run['servers']} servers has no simulated time")
-        row: dict[str, Any] = {
+        row: Record = {
             "servers": int(run["servers"]),
             "replicas": int(run["replicas"]),
             "mode": str(run["mode"]),
@@ -82,16 +89,16 @@ def scaling_table(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def _cells(row: dict) -> list[str]:
+def _cells(row: Record) -> list[str]:
     """The table cells of one row, seconds converted to milliseconds."""
-    cells = []
+    cells: list[str] = []
     for _, key, fmt in _COLUMNS:
         value = row[key[:-3]] * 1e3 if key.endswith("_ms") else row[key]
         cells.append(format(value, fmt))
     return cells
 
 
-def format_table(rows: list[dict]) -> str:
+def format_table(rows: list[Record]) -> str:
     """Plain-text table of ``scaling_table`` rows, aligned columns, units in headers."""
     headers = [header for header, _, _ in _COLUMNS]
     body = [_cells(row) for row in rows]
@@ -103,7 +110,7 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def markdown_table(rows: list[dict]) -> str:
+def markdown_table(rows: list[Record]) -> str:
     """Markdown table of ``scaling_table`` rows, same columns as ``format_table``."""
     headers = [header for header, _, _ in _COLUMNS]
     align = ["---" if fmt == "s" else "---:" for _, _, fmt in _COLUMNS]
@@ -111,7 +118,7 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join("| " + " | ".join(line) + " |" for line in lines)
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     """matplotlib.pyplot on the non-interactive Agg backend (files only, no display)."""
     import matplotlib
 
@@ -121,7 +128,7 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: Path | str) -> Path:
+def _save(fig: Figure, path: Path | str) -> Path:
     """Write the figure as PNG at ``path`` (parent folders created), close it, return path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -132,7 +139,7 @@ def _save(fig, path: Path | str) -> Path:
     return path
 
 
-def plot_loss(runs: list[dict], path: Path | str) -> Path:
+def plot_loss(runs: list[Record], path: Path | str) -> Path:
     """Training loss against step, one line per run with losses, labelled "N servers".
 
     Phantom runs carry no data, so their losses are None and they are left out; steps
@@ -164,7 +171,7 @@ def plot_loss(runs: list[dict], path: Path | str) -> Path:
     return _save(fig, path)
 
 
-def plot_throughput(rows: list[dict], path: Path | str) -> Path:
+def plot_throughput(rows: list[Record], path: Path | str) -> Path:
     """Throughput (samples per simulated second) against servers, with ideal linear scaling.
 
     The ideal line grows from the smallest run in proportion to the server count; the x axis
@@ -204,7 +211,7 @@ def plot_throughput(rows: list[dict], path: Path | str) -> Path:
     return _save(fig, path)
 
 
-def plot_breakdown(rows: list[dict], path: Path | str) -> Path:
+def plot_breakdown(rows: list[Record], path: Path | str) -> Path:
     """Stacked bars per server count: the mean simulated step time split into its parts (ms)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
@@ -225,7 +232,7 @@ def plot_breakdown(rows: list[dict], path: Path | str) -> Path:
     return _save(fig, path)
 
 
-def write_report(runs: list[dict], out_dir: Path, command: str) -> dict[str, Path]:
+def write_report(runs: list[Record], out_dir: Path, command: str) -> dict[str, Path]:
     """Write loss.png, throughput.png, breakdown.png and README.md into ``out_dir``.
 
     The README gives the command that produced the runs, says the times are simulated,

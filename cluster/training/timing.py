@@ -29,6 +29,7 @@ class StepTime:
 
     @property
     def sim_seconds(self) -> float:
+        """The whole step's simulated seconds: the four parts summed."""
         return (self.compute_seconds + self.host_io_seconds + self.local_allreduce_seconds
                 + self.global_allreduce_seconds)
 
@@ -44,7 +45,8 @@ def compute_seconds(topology: Topology, flops: int, ipus_per_replica: int,
 def _host_path(topology: Topology, ipu: int) -> list[int]:
     """Directed links from the IPU's host down to the IPU: up the network tree to a host,
     or to the node a host is attached to (an IPU-M2000's gateway, by its RoCE link)."""
-    router, down, node = topology.router, [], ipu
+    router, node = topology.router, ipu
+    down: list[int] = []
     host_links = np.flatnonzero(topology.link_role == ROLES.index(HOST))
     while node >= 0:
         if topology.node_kinds[node] == "host":
@@ -65,7 +67,8 @@ def _host_path(topology: Topology, ipu: int) -> list[int]:
 def host_io_seconds(topology: Topology, ipus: list[int], nbytes: float) -> float:
     """Time for every host to send ``nbytes`` to each of ``ipus`` at once (max-min fair
     over the shared PCIe or RoCE links, plus the path's latency)."""
-    flows, links = [], []
+    flows: list[int] = []
+    links: list[int] = []
     for flow, ipu in enumerate(ipus):
         path = _host_path(topology, ipu)
         flows += [flow] * len(path)

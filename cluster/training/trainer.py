@@ -7,15 +7,15 @@ micro-batches; the gradients are averaged by a GCL allreduce on the emulated dev
 InfiniBand with the default ``hierarchical`` algorithm; every replica then applies the
 same SGD-with-momentum update. The replicas live on the devices (``ipu_node/replica.py``):
 weights, velocity and gradients are IPU tensors, forward and backward run in the card's
-process; this process streams each replica its micro-batches, as the host does. Phantom mode skips the data and the devices and
-reports the simulated step time only, at any scale.
+process; this process streams each replica its micro-batches, as the host does. Phantom mode
+skips the data and the devices and reports the simulated step time only, at any scale.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,8 +25,13 @@ from cluster.model.spec import load_topology
 from cluster.model.topology import Topology
 from cluster.training.data import make_dataset, replica_slice, step_batch, train_reference
 from cluster.training.model import MLPSpec, init_params, training_flops
-from cluster.training.replica import (GRAD, GRAD_MEAN, apply_update, compute_gradients,
-                                      place_replicas)
+from cluster.training.replica import (
+    GRAD,
+    GRAD_MEAN,
+    apply_update,
+    compute_gradients,
+    place_replicas,
+)
 from cluster.training.timing import StepTime, allreduce_parts, compute_seconds, host_io_seconds
 from gcl import CommGroup, plan, simulate
 
@@ -60,6 +65,8 @@ class TrainConfig:
     topology: str | None = None  # a preset or YAML file; default: dss8440 x servers
 
     def validate(self, topology: Topology | None = None) -> None:
+        """UserError naming the option to change if this run cannot go ahead (on
+        ``topology``, when given: it bounds the replicas per server)."""
         if self.servers < 1:
             raise UserError("--servers must be 1 or more")
         if self.gcd not in (1, 2):
@@ -81,14 +88,17 @@ class TrainConfig:
 
     @property
     def replicas(self) -> int:
+        """Model replicas in all: servers times replicas per server."""
         return self.servers * self.replicas_per_server
 
     @property
     def global_batch(self) -> int:
+        """Samples per step, over every replica and micro-step."""
         return self.replicas * self.accumulation * self.micro_batch
 
     @property
     def spec(self) -> MLPSpec:
+        """The shape of the model every replica trains."""
         return MLPSpec(self.input_size, tuple(self.hidden), self.classes)
 
 
@@ -116,9 +126,10 @@ def replica_ipus(config: TrainConfig, topology: Topology | None = None) -> np.nd
     return np.concatenate([ipus[:per_server] for ipus in server_ipus(topology)])
 
 
-def allreduce_plan(config: TrainConfig, topology: Topology):
-    """The gradient allreduce: all replicas (gcd 1), or, with gcd 2, the two halves of the
-    gradient each over the IPUs holding it (CommGroup ORTHOGONAL)."""
+def allreduce_plan(config: TrainConfig, topology: Topology) -> tuple[int, CommGroup]:
+    """The gradient allreduce, as (elements per replica, replica group): all replicas
+    (gcd 1), or, with gcd 2, the two halves of the gradient each over the IPUs holding it
+    (CommGroup ORTHOGONAL)."""
     parameters = config.spec.parameter_count
     if config.gcd == 1:
         return parameters, CommGroup()
@@ -142,8 +153,8 @@ def step_time(config: TrainConfig, topology: Topology) -> StepTime:
                     host_io_seconds(topology, first_ipus, input_bytes), local, global_)
 
 
-def train(config: TrainConfig, pod=None,
-          on_step: Callable[[int, int], None] | None = None) -> dict:
+def train(config: TrainConfig, pod: EmulatedPod | None = None,
+          on_step: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Run ``config``; return the record ``ipupod train --json`` prints. In real mode
     ``pod`` is a launched :class:`~ipu_node.pod.EmulatedPod` of ``topology_for(config)``."""
     if config.servers < 1 and not config.topology:
@@ -153,10 +164,16 @@ def train(config: TrainConfig, pod=None,
         config = replace(config, servers=len(server_ipus(topology)))
     config.validate(topology)
     parts = step_time(config, topology)
-    record_steps = []
+    record_steps: list[dict[str, Any]] = []
     identical: bool | None = None
+    losses: Sequence[float | None]  # None per step in phantom mode: no data, no loss
+    real_losses: list[float] = []
     if config.mode == "real":
-        losses, identical = _train_real(config, pod, on_step)
+        if pod is None:
+            raise ValueError("real mode trains on the devices: pass pod, a launched "
+                             "EmulatedPod of topology_for(config)")
+        real_losses, identical = _train_real(config, pod, on_step)
+        losses = real_losses
     else:
         losses = [None] * config.steps
         for step in range(config.steps):
@@ -165,12 +182,13 @@ def train(config: TrainConfig, pod=None,
     for step, loss in enumerate(losses):
         record_steps.append({"step": step, "loss": loss, "sim_seconds": parts.sim_seconds,
                              **{k: v for k, v in asdict(parts).items()}})
-    record = {"topology": topology.name, "servers": config.servers, "replicas": config.replicas, "gcd": config.gcd,
-              "mode": config.mode, "global_batch": config.global_batch,
-              "algorithm": config.algorithm, "steps": record_steps,
-              "replicas_identical": identical,
-              "throughput_samples_per_sim_second": config.global_batch / parts.sim_seconds}
-    if config.check:
+    record: dict[str, Any] = {
+        "topology": topology.name, "servers": config.servers, "replicas": config.replicas,
+        "gcd": config.gcd, "mode": config.mode, "global_batch": config.global_batch,
+        "algorithm": config.algorithm, "steps": record_steps,
+        "replicas_identical": identical,
+        "throughput_samples_per_sim_second": config.global_batch / parts.sim_seconds}
+    if config.check:  # real mode only (validate): compare its losses with the reference
         x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)
         reference = train_reference(config.spec, x, y, replicas=config.replicas,
                                     micro_batch=config.micro_batch,
@@ -178,7 +196,7 @@ def train(config: TrainConfig, pod=None,
                                     lr=config.lr, momentum=config.momentum, seed=config.seed)
         record["reference_losses"] = reference
         record["reference_max_rel_error"] = max(
-            abs(a - b) / abs(b) for a, b in zip(losses, reference))
+            abs(a - b) / abs(b) for a, b in zip(real_losses, reference))
     return record
 
 

@@ -9,7 +9,7 @@ with the cost model (:mod:`gcl.planner`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
@@ -43,6 +43,7 @@ class GroupContext:
 
     @property
     def size(self) -> int:
+        """Ranks in the group."""
         return len(self.ipus)
 
 
@@ -65,12 +66,17 @@ class Algorithm:
         raise NotImplementedError
 
 
-def register(cls: type[Algorithm]) -> type[Algorithm]:
+_A = TypeVar("_A", bound=Algorithm)
+
+
+def register(cls: type[_A]) -> type[_A]:
+    """Class decorator: register one instance of ``cls`` under ``cls.name``."""
     _REGISTRY[cls.name] = cls()
     return cls
 
 
 def algorithms() -> dict[str, Algorithm]:
+    """Every registered algorithm by name (importing their modules once)."""
     _MODULES.load()
     return dict(_REGISTRY)
 
@@ -92,4 +98,5 @@ def algorithm(name: str, collective: Collective) -> Algorithm:
 
 
 def for_collective(collective: Collective) -> list[Algorithm]:
+    """The algorithms that run ``collective``, in registration order."""
     return [a for a in algorithms().values() if collective.name in a.collectives]

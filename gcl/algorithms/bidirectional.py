@@ -17,6 +17,8 @@ from gcl.schedule import Phase
 
 @register
 class BidirectionalRingPair(Algorithm):
+    """Two rings in opposite directions, half of every chunk each."""
+
     name = "bidirectional_ring_pair"
     collectives = frozenset({"allreduce", "reduce-scatter", "all-gather", "broadcast"})
     granularity = 2

@@ -44,6 +44,8 @@ def bit_reversed(ranks: np.ndarray, bits: int) -> np.ndarray:
 
 @register
 class HalvingDoubling(Algorithm):
+    """Recursive halving and doubling; a binomial tree for broadcast."""
+
     name = "halving_doubling"
     collectives = frozenset({"allreduce", "reduce-scatter", "all-gather", "broadcast"})
 
@@ -69,7 +71,7 @@ class HalvingDoubling(Algorithm):
         # match slot's; it keeps the half picked by bit k of its rank, the partner the other
         held_start = [(slot >> (bits - k)) << (bits - k) for k in range(bits)]
         kept_start = [held_start[k] + ((ranks >> k) & 1) * (n >> (k + 1)) for k in range(bits)]
-        phases = []
+        phases: list[Phase] = []
         if name in ("allreduce", "reduce-scatter"):
             for k in range(bits):
                 given = held_start[k] + (1 - ((ranks >> k) & 1)) * (n >> (k + 1))
@@ -82,7 +84,9 @@ class HalvingDoubling(Algorithm):
         return phases, slot
 
     def _binomial(self, ctx: GroupContext) -> list[Phase]:
-        n, phases, reach = ctx.size, [], 1
+        """A binomial tree from the root: the ranks reached double every superstep."""
+        n, reach = ctx.size, 1
+        phases: list[Phase] = []
         while reach < n:
             relative = np.arange(min(reach, n - reach))
             senders = (relative + ctx.root) % n

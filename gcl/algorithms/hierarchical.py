@@ -35,6 +35,8 @@ def domain_grid(ctx: GroupContext) -> np.ndarray:
 
 @register
 class Hierarchical(Algorithm):
+    """Local rings in each IPU-Link domain, global rings across them."""
+
     name = "hierarchical"
     collectives = frozenset({"allreduce", "reduce-scatter", "all-gather"})
 

@@ -38,7 +38,7 @@ def pairwise_exchange(ctx: GroupContext, ring: np.ndarray) -> list[Phase]:
     planner bounds their number).
     """
     n, chunk = ctx.size, ctx.chunk
-    phases = []
+    phases: list[Phase] = []
     for k in range(1, n):
         senders, receivers = ring, np.roll(ring, -k)
         phases.append(Phase(
@@ -51,11 +51,14 @@ def pairwise_exchange(ctx: GroupContext, ring: np.ndarray) -> list[Phase]:
 
 @register
 class ClockwiseRing(Algorithm):
+    """One ring in the topology's preferred order, every collective."""
+
     name = "clockwise_ring"
     collectives = frozenset(COLLECTIVES)
     reverse = False
 
     def ring_ranks(self, ctx: GroupContext) -> np.ndarray:
+        """The group's ranks in the order this ring visits them."""
         return ctx.ring[::-1].copy() if self.reverse else ctx.ring
 
     def build(self, ctx: GroupContext) -> tuple[list[Phase], np.ndarray]:
@@ -68,5 +71,7 @@ class ClockwiseRing(Algorithm):
 
 @register
 class AnticlockwiseRing(ClockwiseRing):
+    """The clockwise ring walked the other way."""
+
     name = "anticlockwise_ring"
     reverse = True

@@ -10,11 +10,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cluster.errors import SpecError
 from cluster.model.hardware import SEED_FIGURES, FigureChoice, LinkType
 from cluster.model.plugins import PluginModules
 from cluster.model.topology import Topology
+
+if TYPE_CHECKING:
+    from cluster.model.builder import TopologyBuilder
 
 _MODULES = PluginModules("cluster.model.presets.dss8440", "cluster.model.presets.ipu_pod")
 
@@ -47,21 +51,27 @@ class PresetOptions:
         return link_type
 
 
+PresetBuilder = Callable[[re.Match[str], PresetOptions], Topology]
+
+
 @dataclass(frozen=True)
 class Preset:
+    """A registered preset: the spec strings it builds, an example and a one-line summary."""
+
     pattern: re.Pattern[str]
     example: str
     summary: str
-    build: Callable[[re.Match[str], PresetOptions], Topology]
+    build: PresetBuilder
 
 
 _PRESETS: list[Preset] = []
 
 
-def preset(pattern: str, example: str, summary: str):
+def preset(pattern: str, example: str,
+           summary: str) -> Callable[[PresetBuilder], PresetBuilder]:
     """Register ``fn(match, options) -> Topology`` for spec strings matching ``pattern``."""
 
-    def register(fn: Callable[[re.Match[str], PresetOptions], Topology]):
+    def register(fn: PresetBuilder) -> PresetBuilder:
         _PRESETS.append(Preset(re.compile(pattern + r"\Z"), example, summary, fn))
         return fn
 
@@ -69,6 +79,7 @@ def preset(pattern: str, example: str, summary: str):
 
 
 def presets() -> list[Preset]:
+    """Every registered preset, in registration order (importing their modules once)."""
     _MODULES.load()
     return list(_PRESETS)
 
@@ -96,7 +107,7 @@ def build_preset(spec: str, options: PresetOptions = PresetOptions()) -> Topolog
     raise SpecError(f"unknown topology {spec!r}: use a preset ({choices}) or a YAML file path")
 
 
-def apply_sync(builder, options: PresetOptions) -> None:
+def apply_sync(builder: TopologyBuilder, options: PresetOptions) -> None:
     """Copy sync overrides from the options onto a builder."""
     if options.sync_local_s is not None:
         builder.sync_local_s = options.sync_local_s

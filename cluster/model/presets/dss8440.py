@@ -33,6 +33,8 @@ def ladder_ring(rungs: int) -> list[int]:
 
 @preset(r"dss8440(?:x([0-9]+))?", "dss8440 / dss8440xN", "Dell DSS 8440 servers of 8 C2 cards")
 def build_dss8440(match: re.Match[str], options: PresetOptions) -> Topology:
+    """``dss8440`` (one server) or ``dss8440xN`` (N servers, 1 to ``MAX_SERVERS``, on one
+    InfiniBand switch), as the module docstring describes."""
     servers = int(match.group(1) or 1)
     if not 1 <= servers <= MAX_SERVERS:
         raise SpecError(f"dss8440xN takes 1 to {MAX_SERVERS} servers, not {servers}")

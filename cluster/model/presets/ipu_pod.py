@@ -26,6 +26,8 @@ from cluster.model.topology import HOST, Server, Topology, Unit
 
 @preset(r"pod([0-9]+)", "pod16 / pod64 / ... / pod65536", "IPU-POD of IPU-M2000s")
 def build_pod(match: re.Match[str], options: PresetOptions) -> Topology:
+    """``podN``: an IPU-POD of N IPUs (a power of two, 16 to 65,536) in racks of up to 64,
+    as the module docstring describes."""
     total = int(match.group(1))
     hw.check_pod_size(total)
     machine = hw.ipu_m2000(options.figures)
