@@ -23,18 +23,19 @@ handful of NumPy passes, not a Python loop per flow.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import breadth_first_order, connected_components, shortest_path
 
 from cluster.errors import SpecError
+from cluster.model.graph import (
+    Graph,
+    all_pairs_predecessors,
+    bfs_predecessor_table,
+    breadth_first_order,
+    connected_components,
+)
 from cluster.model.link_faults import LinkDown, describe_links, link_name
 from cluster.model.topology import FABRIC, ROLES, Topology
-
-if TYPE_CHECKING:
-    from scipy.sparse import csr_matrix
 
 _ALL_PAIRS_LIMIT = 2048  # domains up to this many IPUs get an all-pairs table
 
@@ -72,9 +73,7 @@ class Router:
         keys = src * n_ipu + dst
         order = np.argsort(keys)
         self._ipu_keys, self._ipu_links = keys[order], directed[order]
-        graph = coo_matrix((np.ones(len(src)), (src, dst)), shape=(n_ipu, n_ipu)).tocsr()
-        self.domain_count, self.domain_of_ipu = connected_components(graph, directed=False)
-        self._graph = graph
+        self.domain_count, self.domain_of_ipu = connected_components(n_ipu, src, dst)
         self._index_domains(src, dst)
         self._build_tree(np.flatnonzero(fabric & ~ipu_link), n_node)
         # Directed links that are cut, or None on a topology with no cut (checked once here;
@@ -94,10 +93,10 @@ class Router:
         self.tree_component = np.full(n_node, -1, dtype=np.int64)
         if len(tree_links) == 0:
             return
-        graph = coo_matrix((np.ones(len(a)), (a, b)), shape=(n_node, n_node)).tocsr()
+        graph = Graph(n_node, a, b)
         in_tree = np.zeros(n_node, dtype=bool)
         in_tree[a] = in_tree[b] = True
-        count, component = connected_components(graph, directed=False)
+        _, component = connected_components(n_node, a, b)
         components_used = len(np.unique(component[in_tree]))
         if len(tree_links) != int(in_tree.sum()) - components_used:
             raise SpecError(
@@ -111,8 +110,7 @@ class Router:
             key_to_link[(x, y)] = 2 * l
             key_to_link[(y, x)] = 2 * l + 1
         for root in _roots(component, in_tree, topo.node_kinds):
-            nodes, pred = breadth_first_order(graph, root, directed=False,
-                                              return_predecessors=True)
+            nodes, pred = breadth_first_order(graph, root, directed=False)
             self.tree_component[nodes] = root
             self.depth[root] = 0
             for node in nodes[1:].tolist():  # BFS order: a parent comes before its children
@@ -258,16 +256,14 @@ class Router:
         bounds = np.searchsorted(edges[:, 0], np.arange(self.domain_count + 1))
         shape_ids: dict[bytes, int] = {}
         self._shape_of_domain = np.empty(self.domain_count, dtype=np.int64)
-        self._shape_graph: list[csr_matrix] = []
+        self._shape_graph: list[Graph] = []
         for d in range(self.domain_count):
             local_edges = edges[bounds[d]:bounds[d + 1], 1:]
             key = bytes(np.int64(sizes[d])) + local_edges.tobytes()
             if key not in shape_ids:
                 shape_ids[key] = len(shape_ids)
                 n = int(sizes[d])
-                self._shape_graph.append(coo_matrix(
-                    (np.ones(len(local_edges)), (local_edges[:, 0], local_edges[:, 1])),
-                    shape=(n, n)).tocsr())
+                self._shape_graph.append(Graph(n, local_edges[:, 0], local_edges[:, 1]))
             self._shape_of_domain[d] = shape_ids[key]
         self._shape_pred: dict[int, np.ndarray] = {}
 
@@ -277,19 +273,15 @@ class Router:
         graph = self._shape_graph[shape]
         local_src, cur = self._local_index[src], self._local_index[dst].copy()
         start = self._domain_start[self.domain_of_ipu[src]]
-        if graph.shape[0] <= _ALL_PAIRS_LIMIT:
+        if graph.n <= _ALL_PAIRS_LIMIT:
             pred = self._shape_pred.get(shape)
             if pred is None:
-                _, pred = shortest_path(graph, unweighted=True, directed=True,
-                                        return_predecessors=True)
+                pred = all_pairs_predecessors(graph)
                 self._shape_pred[shape] = pred
             rows = pred[local_src]
         else:
             unique_src, row_of = np.unique(local_src, return_inverse=True)
-            table = np.stack([breadth_first_order(graph, int(s), directed=True,
-                                                  return_predecessors=True)[1]
-                              for s in unique_src])
-            rows = table[row_of]
+            rows = bfs_predecessor_table(graph, unique_src, directed=True)[row_of]
         members = self._members_flat
         out_flow: list[np.ndarray] = []
         out_link: list[np.ndarray] = []
