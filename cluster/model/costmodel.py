@@ -74,7 +74,7 @@ def transmission_seconds(routes: Routes, nbytes: np.ndarray, topology: Topology)
     """When each flow's last byte has been sent, with fair sharing renewed at every finish."""
     flow_count = len(nbytes)
     # Work on the links this superstep uses only.
-    used_links, pair_link = np.unique(routes.pair_link, return_inverse=True)
+    used_links, pair_link = _relabel(routes.pair_link, len(topology.directed_bandwidth_Bps))
     capacity = topology.directed_bandwidth_Bps[used_links]
     pair_flow = routes.pair_flow
     remaining = nbytes.astype(np.float64, copy=True)
@@ -94,6 +94,15 @@ def transmission_seconds(routes: Routes, nbytes: np.ndarray, topology: Topology)
         finish[done] = now
         active[done] = False
     return finish
+
+
+def _relabel(pair_link: np.ndarray, link_count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The links used (sorted) and each pair's index among them: ``np.unique(pair_link,
+    return_inverse=True)`` in linear time (a mask over all links, not a sort)."""
+    used = np.zeros(link_count, dtype=bool)
+    used[pair_link] = True
+    position = np.cumsum(used) - 1
+    return np.flatnonzero(used), position[pair_link]
 
 
 def superstep_cost(topology: Topology, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,

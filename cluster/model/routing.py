@@ -38,6 +38,7 @@ from cluster.model.link_faults import LinkDown, describe_links, link_name
 from cluster.model.topology import FABRIC, ROLES, Topology
 
 _ALL_PAIRS_LIMIT = 2048  # domains up to this many IPUs get an all-pairs table
+_DENSE_LINKS_LIMIT = 1024  # topologies up to this many IPUs: an IPU x IPU link table
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class Router:
         keys = src * n_ipu + dst
         order = np.argsort(keys)
         self._ipu_keys, self._ipu_links = keys[order], directed[order]
+        self._dense_links: np.ndarray | None = None  # built on first use, small topologies
         self.domain_count, self.domain_of_ipu = connected_components(n_ipu, src, dst)
         self._index_domains(src, dst)
         self._build_tree(np.flatnonzero(fabric & ~ipu_link), n_node)
@@ -217,6 +219,11 @@ class Router:
     def _direct(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Directed IPU-Link id from ``src`` to ``dst``, or -1 where there is none."""
         keys = src * self.topology.ipu_count + dst
+        if self.topology.ipu_count <= _DENSE_LINKS_LIMIT:  # a table lookup, no search
+            if self._dense_links is None:
+                self._dense_links = np.full(self.topology.ipu_count ** 2, -1, dtype=np.int64)
+                self._dense_links[self._ipu_keys] = self._ipu_links
+            return self._dense_links[keys]
         pos = np.searchsorted(self._ipu_keys, keys)
         pos = np.minimum(pos, len(self._ipu_keys) - 1)
         if len(self._ipu_keys) == 0:
@@ -282,18 +289,22 @@ class Router:
         else:
             unique_src, row_of = np.unique(local_src, return_inverse=True)
             rows = bfs_predecessor_table(graph, unique_src, directed=True)[row_of]
-        members = self._members_flat
+        # Walk every flow back one hop at a time; look the hops' links up once at the end.
         out_flow: list[np.ndarray] = []
-        out_link: list[np.ndarray] = []
+        hop_from: list[np.ndarray] = []
+        hop_to: list[np.ndarray] = []
         active = np.arange(len(flows))
         while len(active):
-            prev = rows[active, cur[active]]
-            base = start[active]
+            here = cur[active]
+            prev = rows[active, here]
             out_flow.append(flows[active])
-            out_link.append(self._direct(members[base + prev], members[base + cur[active]]))
+            hop_from.append(start[active] + prev)
+            hop_to.append(start[active] + here)
             cur[active] = prev
             active = active[prev != local_src[active]]
-        return np.concatenate(out_flow), np.concatenate(out_link)
+        members = self._members_flat
+        links = self._direct(members[np.concatenate(hop_from)], members[np.concatenate(hop_to)])
+        return np.concatenate(out_flow), links
 
     def _route_tree(self, flows: np.ndarray, src: np.ndarray,
                     dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
