@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 
@@ -16,7 +17,35 @@ from cluster.errors import ScheduleError
 
 DTYPES: dict[str, type[np.generic]] = {"float32": np.float32, "float16": np.float16,
                                       "int32": np.int32}
-OPS = ("sum", "mean", "max", "min")
+
+
+class CollectiveName(str, Enum):
+    """The collectives GCL runs (each compares equal to its name as a string)."""
+
+    ALLREDUCE = "allreduce"
+    REDUCE_SCATTER = "reduce-scatter"
+    ALL_GATHER = "all-gather"
+    BROADCAST = "broadcast"
+    ALL_TO_ALL = "all-to-all"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ReduceOp(str, Enum):
+    """How a reducing collective combines its inputs (``mean``: the sum over the group,
+    divided by its size)."""
+
+    SUM = "sum"
+    MEAN = "mean"
+    MAX = "max"
+    MIN = "min"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+OPS = tuple(op.value for op in ReduceOp)
 
 
 @dataclass(frozen=True)
@@ -29,7 +58,7 @@ class Collective:
     block). ``bus_factor(n)`` is nccl-tests' factor for ``n`` ranks.
     """
 
-    name: str
+    name: CollectiveName
     reduces: bool
     blocks_per_size: bool  # size covers n blocks (reduce-scatter, all-gather, all-to-all)
     bus_factor: Callable[[int], float]
@@ -47,13 +76,13 @@ class Collective:
         return count * itemsize * (n if self.blocks_per_size else 1)
 
 
-ALLREDUCE = Collective("allreduce", True, False, lambda n: 2 * (n - 1) / n)
-REDUCE_SCATTER = Collective("reduce-scatter", True, True, lambda n: (n - 1) / n)
-ALL_GATHER = Collective("all-gather", False, True, lambda n: (n - 1) / n)
-BROADCAST = Collective("broadcast", False, False, lambda n: 1.0)
-ALL_TO_ALL = Collective("all-to-all", False, True, lambda n: (n - 1) / n)
+ALLREDUCE = Collective(CollectiveName.ALLREDUCE, True, False, lambda n: 2 * (n - 1) / n)
+REDUCE_SCATTER = Collective(CollectiveName.REDUCE_SCATTER, True, True, lambda n: (n - 1) / n)
+ALL_GATHER = Collective(CollectiveName.ALL_GATHER, False, True, lambda n: (n - 1) / n)
+BROADCAST = Collective(CollectiveName.BROADCAST, False, False, lambda n: 1.0)
+ALL_TO_ALL = Collective(CollectiveName.ALL_TO_ALL, False, True, lambda n: (n - 1) / n)
 
-COLLECTIVES = {c.name: c for c in (ALLREDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, ALL_TO_ALL)}
+COLLECTIVES = {c.name.value: c for c in (ALLREDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, ALL_TO_ALL)}
 _ALIASES = {"reducescatter": "reduce-scatter", "reduce_scatter": "reduce-scatter",
             "allgather": "all-gather", "all_gather": "all-gather",
             "alltoall": "all-to-all", "all_to_all": "all-to-all", "all-reduce": "allreduce"}
@@ -76,8 +105,9 @@ def dtype_itemsize(dtype: str) -> int:
     return np.dtype(DTYPES[dtype]).itemsize
 
 
-def check_op(op: str) -> str:
-    """``op`` if it is a reduction this project knows (sum, mean, max, min)."""
+def check_op(op: str) -> ReduceOp:
+    """``op`` as a :class:`ReduceOp`, if it is one this project knows (sum, mean, max,
+    min)."""
     if op not in OPS:
         raise ScheduleError(f"unknown reduction op {op!r}: use one of {', '.join(OPS)}")
-    return op
+    return ReduceOp(op)

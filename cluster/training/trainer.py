@@ -34,6 +34,7 @@ from cluster.training.replica import (
 )
 from cluster.training.timing import StepTime, allreduce_parts, compute_seconds, host_io_seconds
 from gcl import CommGroup, plan, simulate
+from gcl.modes import Mode
 
 if TYPE_CHECKING:
     from ipu_node.pod import EmulatedPod
@@ -60,7 +61,7 @@ class TrainConfig:
     hidden: tuple[int, ...] = (128,)
     classes: int = 10
     samples: int = 16384
-    mode: str = "real"
+    mode: Mode = Mode.REAL  # a plain "real" or "phantom" is taken too
     check: bool = False
     topology: str | None = None  # a preset or YAML file; default: dss8440 x servers
 
@@ -81,9 +82,9 @@ class TrainConfig:
                 raise UserError(f"{name.replace('_', '-')} must be 1 or more")
         if not self.lr > 0 or not 0 <= self.momentum < 1:
             raise UserError("the learning rate must be positive and momentum in [0, 1)")
-        if self.mode not in ("real", "phantom"):
+        if self.mode not in tuple(Mode):
             raise UserError("--mode is real or phantom")
-        if self.check and self.mode != "real":
+        if self.check and self.mode != Mode.REAL:
             raise UserError("--check compares real training with the reference: use --mode real")
 
     @property
@@ -168,7 +169,7 @@ def train(config: TrainConfig, pod: EmulatedPod | None = None,
     identical: bool | None = None
     losses: Sequence[float | None]  # None per step in phantom mode: no data, no loss
     real_losses: list[float] = []
-    if config.mode == "real":
+    if config.mode == Mode.REAL:
         if pod is None:
             raise ValueError("real mode trains on the devices: pass pod, a launched "
                              "EmulatedPod of topology_for(config)")
