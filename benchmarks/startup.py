@@ -36,6 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_COMMAND = "bench allreduce --topology examples/topologies/ring1024.yaml -b 64M -e 64M"
 PEER_CODE = "import numpy, yaml"
+FALLBACK_CODE = "from cluster.cli.main import main; main()"  # the [project.scripts] entry point
 GOAL_RATIO = 2.5
 SLOWEST_IMPORTS = 15
 
@@ -46,14 +47,13 @@ class RunFailed(Exception):
 
 def ipupod_argv(args: list[str], python_options: list[str] | None = None) -> list[str]:
     """The argv running ``ipupod args``: the console script beside ``sys.executable`` (under
-    ``python_options`` through the interpreter, if any), or ``cluster.cli.main`` via ``-c``."""
+    ``python_options`` through the interpreter, if any), or its entry point via ``-c``."""
     script = Path(sys.executable).with_name("ipupod")
     if script.exists():
         if python_options:
             return [sys.executable, *python_options, str(script), *args]
         return [str(script), *args]
-    return [sys.executable, *(python_options or []), "-c", "from cluster.cli import main; main()",
-            *args]
+    return [sys.executable, *(python_options or []), "-c", FALLBACK_CODE, *args]
 
 
 def run_once(argv: list[str], label: str) -> tuple[float, str]:

@@ -14,6 +14,7 @@ from cluster.service.device_manager import DeviceManager
 
 
 def main(ipus: int = 8) -> None:
+    """Acquire ``ipus`` IPUs and print an allreduce sweep from 1 MiB to 16 MiB on them."""
     with DeviceManager().acquireAvailableDevice(numIpus=ipus) as device:
         print(f"device {device.id}: IPUs {device.ipus}")
         result = device.bench("allreduce", min_bytes=1 << 20, max_bytes=16 << 20, factor=4)

@@ -108,7 +108,13 @@ HEADER = (f"{'size(B)':>12} {'count':>12} {'type':>8} {'redop':>6} {'algorithm':
 REAL_HEADER = HEADER + f" {'#wrong':>7}"
 
 
+def table_header(mode: str) -> str:
+    """The column names as a comment line (``#wrong`` too in real mode)."""
+    return "# " + (REAL_HEADER if mode == "real" else HEADER)[2:]
+
+
 def format_row(row: BenchRow) -> str:
+    """One row of the table, under :func:`table_header`'s columns."""
     line = (f"{row.bytes:>12} {row.count:>12} {row.type:>8} {row.op:>6} {row.algorithm:>24} "
             f"{row.sim_seconds * 1e6:>12.2f} {row.algbw_GBps:>12.2f} {row.busbw_GBps:>12.2f} "
             f"{row.wall_seconds:>9.3f}")
@@ -140,6 +146,7 @@ def count_wrong(schedule, results: list[np.ndarray], inputs: list[np.ndarray], o
 
 def preamble(coll: Collective, topology: Topology, group: CommGroup, mode: str,
              root: int = 0) -> str:
+    """The lines above a standalone run's table: topology, mode, groups, clocks, columns."""
     groups = replica_groups(topology, group)
     rooted = f", root {root}" if coll.name == "broadcast" else ""
     return "\n".join([
@@ -147,11 +154,12 @@ def preamble(coll: Collective, topology: Topology, group: CommGroup, mode: str,
         f"mode {mode}, group {group} ({len(groups)} x {len(groups[0])} IPUs){rooted}",
         "# time, algbw, busbw: simulated on the emulated hardware; wall: seconds on this machine",
         "#",
-        "# " + (REAL_HEADER if mode == "real" else HEADER)[2:],
+        table_header(mode),
     ])
 
 
 def summary_line(rows: list[BenchRow]) -> str:
+    """The line below the table: the average bus bandwidth over the sizes."""
     if not rows:
         return "# no sizes"
     average = sum(r.busbw_GBps for r in rows) / len(rows)
@@ -160,4 +168,5 @@ def summary_line(rows: list[BenchRow]) -> str:
 
 
 def rows_to_json(rows: list[BenchRow]) -> str:
+    """The rows as a JSON list (``--json``)."""
     return json.dumps([asdict(r) for r in rows], indent=2)

@@ -82,7 +82,8 @@ ALL_GATHER = Collective(CollectiveName.ALL_GATHER, False, True, lambda n: (n - 1
 BROADCAST = Collective(CollectiveName.BROADCAST, False, False, lambda n: 1.0)
 ALL_TO_ALL = Collective(CollectiveName.ALL_TO_ALL, False, True, lambda n: (n - 1) / n)
 
-COLLECTIVES = {c.name.value: c for c in (ALLREDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, ALL_TO_ALL)}
+COLLECTIVES = {c.name.value: c
+               for c in (ALLREDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, ALL_TO_ALL)}
 _ALIASES = {"reducescatter": "reduce-scatter", "reduce_scatter": "reduce-scatter",
             "allgather": "all-gather", "all_gather": "all-gather",
             "alltoall": "all-to-all", "all_to_all": "all-to-all", "all-reduce": "allreduce"}

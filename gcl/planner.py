@@ -37,27 +37,44 @@ def plan(collective: str | Collective, topology: Topology, count: int, *,
          ipus: np.ndarray | Sequence[int] | None = None, root: int = 0) -> Schedule:
     """Schedule ``collective`` on ``count`` elements per replica (per block for
     reduce-scatter, all-gather and all-to-all)."""
-    return plan_timed(collective, topology, count, dtype=dtype, algorithm_name=algorithm_name,
-                      group=group, ipus=ipus, root=root, time_it=False)[0]
+    coll, groups = _request(collective, topology, count, group, ipus, root)
+    if algorithm_name != AUTO:  # no need to time it
+        return _build(coll, topology, count, dtype, algorithm_name, groups, root)
+    return _best(coll, topology, count, dtype, groups, root, None)[0]
 
 
 def plan_timed(collective: str | Collective, topology: Topology, count: int, *,
                dtype: str = "float32", algorithm_name: str = AUTO,
                group: CommGroup = CommGroup(),
                ipus: np.ndarray | Sequence[int] | None = None, root: int = 0,
-               time_it: bool = True, on_phase: Callable[[int, int], None] | None = None,
-               ) -> tuple[Schedule, Timing | None]:
-    """Like :func:`plan`, with the schedule's simulated timing (``auto`` has it anyway)."""
+               on_phase: Callable[[int, int], None] | None = None,
+               ) -> tuple[Schedule, Timing]:
+    """Like :func:`plan`, with the schedule's simulated timing (``auto`` has it anyway);
+    ``on_phase(done, total)`` hears of progress through the phases."""
+    coll, groups = _request(collective, topology, count, group, ipus, root)
+    if algorithm_name != AUTO:
+        schedule = _build(coll, topology, count, dtype, algorithm_name, groups, root)
+        return schedule, simulate(schedule, topology, on_phase)
+    return _best(coll, topology, count, dtype, groups, root, on_phase)
 
+
+def _request(collective: str | Collective, topology: Topology, count: int, group: CommGroup,
+             ipus: np.ndarray | Sequence[int] | None,
+             root: int) -> tuple[Collective, list[np.ndarray]]:
+    """The collective and its replica groups, or a ScheduleError saying what is wrong."""
     coll = lookup_collective(collective) if isinstance(collective, str) else collective
     if count < 1:
         raise ScheduleError(f"a collective needs at least one element per replica, not {count}")
     groups = replica_groups(topology, group, ipus)
     if not 0 <= root < len(groups[0]):
         raise ScheduleError(f"root {root} is not a rank of a group of {len(groups[0])}")
-    if algorithm_name != AUTO:
-        schedule = _build(coll, topology, count, dtype, algorithm_name, groups, root)
-        return schedule, simulate(schedule, topology, on_phase) if time_it else None
+    return coll, groups
+
+
+def _best(coll: Collective, topology: Topology, count: int, dtype: str,
+          groups: list[np.ndarray], root: int,
+          on_phase: Callable[[int, int], None] | None) -> tuple[Schedule, Timing]:
+    """``auto``: every algorithm that can run the request, timed; the fastest wins."""
     best: tuple[Schedule, Timing] | None = None
     reasons: dict[str, list[str]] = {}
     cut: list[LinkDown] = []

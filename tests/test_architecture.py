@@ -84,13 +84,17 @@ def imports_inside_functions() -> list[tuple[str, int, str]]:
                         found += [(str(path.relative_to(ROOT)), node.lineno, a.name)
                                   for a in node.names]
                     elif isinstance(node, ast.ImportFrom) and node.module:
-                        found.append((str(path.relative_to(ROOT)), node.lineno, node.module))
+                        found += [(str(path.relative_to(ROOT)), node.lineno,
+                                   f"{node.module}.{a.name}") for a in node.names]
     return found
 
 
-def pulls_in_something_heavy(graph: grimp.ImportGraph, module: str) -> bool:
-    if module.split(".")[0] in HEAVY:
+def pulls_in_something_heavy(graph: grimp.ImportGraph, name: str) -> bool:
+    """Whether importing ``name`` (a module, or a module's attribute) loads a heavy
+    dependency."""
+    if name.split(".")[0] in HEAVY:
         return True
+    module = name if name in graph.modules else name.rpartition(".")[0]
     if module not in graph.modules:
         return False
     reached = graph.find_upstream_modules(module)

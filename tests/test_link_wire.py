@@ -182,7 +182,8 @@ def test_a_receiver_that_fails_answers_with_a_readable_grpc_status_and_keeps_ser
     client = LinkClient("receiver", server.start())
     try:
         payload = np.zeros(3 * CHUNK_BYTES // 4, dtype=np.float32)  # the rest goes unread
-        with pytest.raises(DeviceError, match="gRPC status 13 receiver: no room for 100% of this: ü"):
+        with pytest.raises(DeviceError,
+                           match="gRPC status 13 receiver: no room for 100% of this: ü"):
             client.push(encode_transfers("c5", 0, 0, [Transfer(0, 0, 1, payload)]), 10)
         assert client.ping() == "receiver"  # the same server, still answering
     finally:

@@ -44,8 +44,8 @@ def ray_cli() -> str:
 
 
 def start_node(args: list[str], env: dict) -> subprocess.Popen:
-    return subprocess.Popen([ray_cli(), "start", "--block", "--num-cpus=1", '--resources={"IPU": 16}',
-                             "--disable-usage-stats", *args],
+    return subprocess.Popen([ray_cli(), "start", "--block", "--num-cpus=1",
+                             '--resources={"IPU": 16}', "--disable-usage-stats", *args],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
 

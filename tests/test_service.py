@@ -13,7 +13,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster.service.server import start_server, write_token
+from cluster.service.auth import write_token
+from cluster.service.server import start_server
 from ipu_node.pod import EmulatedPod
 from ipupod_proto import control_pb2, control_pb2_grpc
 
@@ -25,7 +26,8 @@ def service(ray_session, tmp_path_factory):
     token = write_token(token_file)
     server, port, metrics_port = start_server(pod, token, "127.0.0.1", 0, metrics_port=0)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    yield {"port": port, "metrics_port": metrics_port, "token": token, "token_file": token_file, "channel": channel,
+    yield {"port": port, "metrics_port": metrics_port, "token": token, "token_file": token_file,
+           "channel": channel,
            "stub": control_pb2_grpc.ControlStub(channel),
            "auth": (("authorization", f"Bearer {token}"),)}
     channel.close()
@@ -49,7 +51,8 @@ def test_the_token_file_is_readable_only_by_its_owner(service):
 
 def test_calls_without_the_right_token_are_unauthenticated(service):
     stub = service["stub"]
-    assert code_of(stub.GetStatus, control_pb2.StatusRequest())[0] == grpc.StatusCode.UNAUTHENTICATED
+    assert (code_of(stub.GetStatus, control_pb2.StatusRequest())[0]
+            == grpc.StatusCode.UNAUTHENTICATED)
     code, details = code_of(stub.GetStatus, control_pb2.StatusRequest(),
                             metadata=(("authorization", "Bearer nope"),))
     assert code == grpc.StatusCode.UNAUTHENTICATED and "token" in details
@@ -172,8 +175,8 @@ def test_hostile_partition_requests_get_the_right_errors(service, name, size, gc
 def test_hostile_benchmark_requests_get_the_right_errors_and_the_service_lives(
         service, collective, min_bytes, max_bytes, factor, words, root):
     stub, auth = service["stub"], service["auth"]
-    if not code_of(stub.GetPartition, control_pb2.PartitionRef(name="fuzz"), metadata=auth)[0] \
-            == grpc.StatusCode.OK:
+    found = code_of(stub.GetPartition, control_pb2.PartitionRef(name="fuzz"), metadata=auth)[0]
+    if found != grpc.StatusCode.OK:
         stub.CreatePartition(control_pb2.CreatePartitionRequest(name="fuzz", size=4),
                              metadata=auth)
     algorithm, dtype, op, group, partition = words

@@ -12,7 +12,8 @@ import urllib.request
 import grpc
 import pytest
 
-from cluster.service.server import start_server, write_token
+from cluster.service.auth import write_token
+from cluster.service.server import start_server
 from gcl.bench import run_phantom
 from gcl.collectives import collective
 from ipu_node.pod import EmulatedPod

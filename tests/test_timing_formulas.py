@@ -128,7 +128,8 @@ def test_hierarchical_on_two_dss8440_local_phases_follow_the_formula_and_infinib
     unshared_step = sync_global + 8e-6 + global_chunk / pcie_gen3
     slowdown = global_step / unshared_step
     assert slowdown == pytest.approx(
-        (sync_global + 8e-6 + global_chunk * 16 / 25e9) / (sync_global + 8e-6 + global_chunk / pcie_gen3),
+        (sync_global + 8e-6 + global_chunk * 16 / 25e9)
+        / (sync_global + 8e-6 + global_chunk / pcie_gen3),
         rel=1e-12)
     assert 9 < slowdown < 10.1  # sharing InfiniBand 16 ways costs about ten times PCIe alone
 

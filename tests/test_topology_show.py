@@ -1,4 +1,5 @@
-"""Tests of ``cluster.model.topology_show``: summaries, text/JSON/DOT renderings, bisection bandwidth.
+"""Tests of ``cluster.model.topology_show``: summaries, text/JSON/DOT renderings,
+bisection bandwidth.
 
 Expected numbers are worked out by hand from shared/HARDWARE.md and the preset docstrings
 (cluster/presets/dss8440.py, cluster/presets/ipu_pod.py); the derivations are in comments.

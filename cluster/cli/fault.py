@@ -12,10 +12,15 @@ a card or machine name (the ``unit`` column of `ipupod devices`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from cluster.cli.service import Client, _echo, client_options
+from cluster.cli.options import client_options
+from cluster.cli.output import echo_message
 from cluster.errors import UserError
+from cluster.service.client import Client
+from ipupod_proto import control_pb2
 
 
 @click.group("fault")
@@ -23,25 +28,27 @@ def fault_group() -> None:
     """Kill cards, degrade, cut and heal links of a running POD service."""
 
 
-def _show(state, as_json: bool) -> None:
+def _show(state: Any, as_json: bool) -> None:
+    """Print the service's answer (a ``FaultState`` message): its message, the link faults
+    in force, the cards that are down or have restarted."""
     lines = [state.message] if state.message else []
     for link in state.links:
         what = "cut" if link.cut else (
             f"bandwidth x{link.bandwidth_factor:g}, +{link.added_latency_seconds * 1e6:g} us")
         lines.append(f"link {link.link}: {what}")
     for card in state.cards:
-        lines.append(f"card {card.card} (IPUs {','.join(map(str, card.ipus))}): {card.health}, "
-                     f"restarted {card.restarts} times" + (f"; {card.detail}" if card.detail else ""))
-    _echo(state, as_json, "\n".join(lines) or "no faults in force")
+        lines.append(f"card {card.card} (IPUs {','.join(map(str, card.ipus))}): "
+                     f"{card.health}, restarted {card.restarts} times"
+                     + (f"; {card.detail}" if card.detail else ""))
+    echo_message(state, as_json, "\n".join(lines) or "no faults in force")
 
 
 @fault_group.command("kill")
 @click.argument("card")
 @client_options
-def fault_kill(card, host, port, token_file, as_json) -> None:
+def fault_kill(card: str, host: str | None, port: int | None, token_file: str | None,
+               as_json: bool) -> None:
     """Kill CARD's actor, as a crash would: Ray restarts it with its memory empty."""
-    from ipupod_proto import control_pb2
-
     _show(Client(host, port, token_file).call("KillCard", control_pb2.KillCardRequest(card=card)),
           as_json)
 
@@ -53,11 +60,10 @@ def fault_kill(card, host, port, token_file, as_json) -> None:
 @click.option("--added-latency-us", type=float, default=0.0, show_default=True,
               help="Add this many microseconds to every crossing.")
 @client_options
-def fault_degrade(link, bandwidth_factor, added_latency_us, host, port, token_file,
-                  as_json) -> None:
+def fault_degrade(link: str, bandwidth_factor: float, added_latency_us: float,
+                  host: str | None, port: int | None, token_file: str | None,
+                  as_json: bool) -> None:
     """Slow LINK down (both directions), from the next collective on."""
-    from ipupod_proto import control_pb2
-
     if not 0 < bandwidth_factor <= 1:
         raise UserError(f"--bandwidth-factor must be above 0 and at most 1, not "
                         f"{bandwidth_factor:g} (to take a link away: ipupod fault cut)")
@@ -71,10 +77,9 @@ def fault_degrade(link, bandwidth_factor, added_latency_us, host, port, token_fi
 @fault_group.command("cut")
 @click.argument("link")
 @client_options
-def fault_cut(link, host, port, token_file, as_json) -> None:
+def fault_cut(link: str, host: str | None, port: int | None, token_file: str | None,
+              as_json: bool) -> None:
     """Cut LINK: routes go round it where the topology allows, else collectives fail."""
-    from ipupod_proto import control_pb2
-
     _show(Client(host, port, token_file).call("CutLink", control_pb2.LinkRef(link=link)),
           as_json)
 
@@ -83,10 +88,9 @@ def fault_cut(link, host, port, token_file, as_json) -> None:
 @click.argument("link", required=False)
 @click.option("--all", "heal_all", is_flag=True, help="Heal every link.")
 @client_options
-def fault_heal(link, heal_all, host, port, token_file, as_json) -> None:
+def fault_heal(link: str | None, heal_all: bool, host: str | None, port: int | None,
+               token_file: str | None, as_json: bool) -> None:
     """Undo LINK's fault (or every link's, with --all)."""
-    from ipupod_proto import control_pb2
-
     if bool(link) == heal_all:
         raise UserError("name one LINK to heal, or give --all (not both)")
     _show(Client(host, port, token_file).call("HealLink", control_pb2.LinkRef(link=link or "")),
@@ -95,9 +99,8 @@ def fault_heal(link, heal_all, host, port, token_file, as_json) -> None:
 
 @fault_group.command("list")
 @client_options
-def fault_list(host, port, token_file, as_json) -> None:
+def fault_list(host: str | None, port: int | None, token_file: str | None,
+               as_json: bool) -> None:
     """Link faults in force, and cards that are down or have restarted."""
-    from ipupod_proto import control_pb2
-
     _show(Client(host, port, token_file).call("ListFaults", control_pb2.ListFaultsRequest()),
           as_json)

@@ -4,17 +4,31 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
+from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
 from cluster.errors import UserError
+from cluster.training.report import format_table, scaling_table, write_report
+from cluster.training.trainer import (
+    IPUS_PER_SERVER,
+    TrainConfig,
+    server_ipus,
+    topology_for,
+    train,
+)
+from gcl.modes import Mode
+
+Command = TypeVar("Command", bound=Callable[..., Any])
 
 
 def _hidden(text: str) -> tuple[int, ...]:
+    """Layer widths from ``--hidden`` (``128,64``)."""
     try:
         sizes = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
@@ -25,26 +39,11 @@ def _hidden(text: str) -> tuple[int, ...]:
     return sizes
 
 
-@contextmanager
-def step_progress(total: int, label: str) -> Iterator[Callable[[int, int], None]]:
-    """A progress bar on standard error (on a terminal only)."""
-    if not sys.stderr.isatty():
-        yield lambda done, total: None
-        return
-    from rich.console import Console
-    from rich.progress import Progress
-
-    with Progress(console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task(label, total=total)
-        yield lambda done, _total: progress.update(task, completed=done)
-
-
-def run(config, ray_address: str | None, on_step) -> dict:
+def run(config: TrainConfig, ray_address: str | None, on_step: Progress) -> dict[str, Any]:
     """Launch the servers if the run needs devices, train, shut them down."""
-    from cluster.training.trainer import topology_for, train
-
     if config.mode != "real":
         return train(config, on_step=on_step)
+    # Ray: only for real mode (phantom training needs no devices)
     from ipu_node.pod import EmulatedPod
 
     topology = topology_for(config)
@@ -56,40 +55,68 @@ def run(config, ray_address: str | None, on_step) -> dict:
         pod.shutdown()
 
 
-def common_options(fn):
-    options = [
-        click.option("--replicas-per-server", type=int, default=None,
-                     help="Replicas per server (default: all, 16 with --gcd 1, 8 with --gcd 2)."),
-        click.option("--gcd", type=click.Choice(["1", "2"]), default="1", show_default=True,
-                     help="IPUs per replica: 1, or 2 (a replica per C2 card)."),
-        click.option("--batch-size", type=int, default=32, show_default=True,
-                     help="Samples per replica per micro-batch."),
-        click.option("--gradient-accumulation", type=int, default=1, show_default=True),
-        click.option("--steps", type=int, default=20, show_default=True),
-        click.option("--algorithm", default="hierarchical", show_default=True,
-                     help="Allreduce algorithm for the gradients (or auto)."),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--lr", type=float, default=0.05, show_default=True),
-        click.option("--momentum", type=float, default=0.9, show_default=True),
-        click.option("--hidden", default="128", show_default=True,
-                     help="Hidden layer widths, e.g. 128,64."),
-        click.option("--ray-address", default=None, help="An existing Ray cluster."),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
+COMMON_OPTIONS = [
+    click.option("--replicas-per-server", type=int, default=None,
+                 help="Replicas per server (default: all, 16 with --gcd 1, 8 with --gcd 2)."),
+    click.option("--gcd", type=click.Choice(["1", "2"]), default="1", show_default=True,
+                 help="IPUs per replica: 1, or 2 (a replica per C2 card)."),
+    click.option("--batch-size", type=int, default=32, show_default=True,
+                 help="Samples per replica per micro-batch."),
+    click.option("--gradient-accumulation", type=int, default=1, show_default=True),
+    click.option("--steps", type=int, default=20, show_default=True),
+    click.option("--algorithm", default="hierarchical", show_default=True,
+                 help="Allreduce algorithm for the gradients (or auto)."),
+    click.option("--seed", type=int, default=0, show_default=True),
+    click.option("--lr", type=float, default=0.05, show_default=True),
+    click.option("--momentum", type=float, default=0.9, show_default=True),
+    click.option("--hidden", default="128", show_default=True,
+                 help="Hidden layer widths, e.g. 128,64."),
+    click.option("--ray-address", default=None, help="An existing Ray cluster."),
+]
 
 
-def make_config(servers, mode, check, replicas_per_server, gcd, batch_size,
-                gradient_accumulation, steps, algorithm, seed, lr, momentum, hidden):
-    from cluster.training.trainer import IPUS_PER_SERVER, TrainConfig
+def common_options(command: Command) -> Command:
+    """The model, batch and optimiser options both commands take."""
+    for option in reversed(COMMON_OPTIONS):
+        command = option(command)
+    return command
 
-    gcd = int(gcd)
-    return TrainConfig(servers=servers, gcd=gcd,
-                       replicas_per_server=replicas_per_server or IPUS_PER_SERVER // gcd,
+
+def make_config(servers: int, mode: str, check: bool, replicas_per_server: int | None,
+                gcd: str, batch_size: int, gradient_accumulation: int, steps: int,
+                algorithm: str, seed: int, lr: float, momentum: float,
+                hidden: str) -> TrainConfig:
+    """The training configuration the options describe."""
+    gcds = int(gcd)
+    return TrainConfig(servers=servers, gcd=gcds,
+                       replicas_per_server=replicas_per_server or IPUS_PER_SERVER // gcds,
                        micro_batch=batch_size, accumulation=gradient_accumulation, steps=steps,
                        algorithm=algorithm, seed=seed, lr=lr, momentum=momentum,
-                       hidden=_hidden(hidden), mode=mode, check=check)
+                       hidden=_hidden(hidden), mode=Mode(mode), check=check)
+
+
+def _echo_record(record: dict[str, Any], config: TrainConfig,
+                 echo: Callable[[str], None]) -> None:
+    """A training run as text: the set-up, a line per step, throughput and checks."""
+    first = record["steps"][0]
+    echo(f"# {record['topology']}: {config.servers} server(s), {config.replicas} replicas "
+         f"(GCD {config.gcd}), global batch {config.global_batch}, {config.mode} mode; "
+         f"times simulated")
+    echo(f"{'step':>5} {'loss':>10} {'step(ms)':>9} {'compute':>9} {'host-io':>9} "
+         f"{'local-AR':>9} {'global-AR':>9}")
+    for row in record["steps"]:
+        loss = "-" if row["loss"] is None else f"{row['loss']:.6f}"
+        echo(f"{row['step']:>5} {loss:>10} {row['sim_seconds'] * 1e3:>9.4f} "
+             f"{row['compute_seconds'] * 1e3:>9.4f} {row['host_io_seconds'] * 1e3:>9.4f} "
+             f"{row['local_allreduce_seconds'] * 1e3:>9.4f} "
+             f"{row['global_allreduce_seconds'] * 1e3:>9.4f}")
+    echo(f"# throughput {record['throughput_samples_per_sim_second']:,.0f} samples per "
+         f"simulated second; step {first['sim_seconds'] * 1e3:.4f} ms simulated")
+    if record["replicas_identical"] is not None:
+        echo(f"# replicas identical after every step: {record['replicas_identical']}")
+    if "reference_max_rel_error" in record:
+        echo(f"# largest relative difference from single-process training: "
+             f"{record['reference_max_rel_error']:.2e}")
 
 
 @click.command("train")
@@ -103,45 +130,34 @@ def make_config(servers, mode, check, replicas_per_server, gcd, batch_size,
                    "difference of the losses.")
 @click.option("--json", "as_json", is_flag=True)
 @common_options
-def train_command(servers, topology_spec, mode, check, as_json, ray_address, **options) -> None:
+def train_command(servers: int, topology_spec: str | None, mode: str, check: bool,
+                  as_json: bool, ray_address: str | None, **options: Any) -> None:
     """Train an MLP data-parallel across emulated DSS 8440 servers (or a POD)."""
-    from dataclasses import replace
-
-    from cluster.cli.main import ray_chatter_to_stderr
-
     config = make_config(servers, mode, check, **options)
     if topology_spec:
-        from cluster.training.trainer import server_ipus, topology_for
-
         config = replace(config, topology=topology_spec)
         topology = topology_for(config)
         per = server_ipus(topology)[0].size // config.gcd
         config = replace(config, servers=len(server_ipus(topology)),
                          replicas_per_server=options["replicas_per_server"] or per)
-    with ray_chatter_to_stderr() as out, step_progress(config.steps, "training") as on_step:
+    with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
         record = run(config, ray_address, on_step)
     echo = partial(click.echo, file=out)
     if as_json:
         echo(json.dumps(record, indent=2))
-        return
-    first = record["steps"][0]
-    echo(f"# {record['topology']}: {config.servers} server(s), {config.replicas} replicas (GCD {config.gcd}), "
-               f"global batch {config.global_batch}, {config.mode} mode; times simulated")
-    echo(f"{'step':>5} {'loss':>10} {'step(ms)':>9} {'compute':>9} {'host-io':>9} "
-               f"{'local-AR':>9} {'global-AR':>9}")
-    for row in record["steps"]:
-        loss = "-" if row["loss"] is None else f"{row['loss']:.6f}"
-        echo(f"{row['step']:>5} {loss:>10} {row['sim_seconds'] * 1e3:>9.4f} "
-                   f"{row['compute_seconds'] * 1e3:>9.4f} {row['host_io_seconds'] * 1e3:>9.4f} "
-                   f"{row['local_allreduce_seconds'] * 1e3:>9.4f} "
-                   f"{row['global_allreduce_seconds'] * 1e3:>9.4f}")
-    echo(f"# throughput {record['throughput_samples_per_sim_second']:,.0f} samples per "
-               f"simulated second; step {first['sim_seconds'] * 1e3:.4f} ms simulated")
-    if record["replicas_identical"] is not None:
-        echo(f"# replicas identical after every step: {record['replicas_identical']}")
-    if "reference_max_rel_error" in record:
-        echo(f"# largest relative difference from single-process training: "
-                   f"{record['reference_max_rel_error']:.2e}")
+    else:
+        _echo_record(record, config, echo)
+
+
+def _server_counts(text: str) -> list[int]:
+    """Server counts from ``--servers`` (``1,2,4,8``), sorted, without repeats."""
+    try:
+        counts = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise UserError(f"--servers takes counts separated by commas, not {text!r}") from None
+    if not counts or counts[0] < 1:
+        raise UserError("--servers needs at least one count of 1 or more")
+    return counts
 
 
 @click.command("train-report")
@@ -152,24 +168,16 @@ def train_command(servers, topology_spec, mode, check, as_json, ray_address, **o
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("docs/training"), show_default=True)
 @common_options
-def train_report_command(server_list, real_up_to, out_dir, ray_address, **options) -> None:
+def train_report_command(server_list: str, real_up_to: int, out_dir: Path,
+                         ray_address: str | None, **options: Any) -> None:
     """Scaling report: throughput and efficiency for several server counts, with plots."""
-    from cluster.training.report import format_table, scaling_table, write_report
-
-    try:
-        counts = sorted({int(part) for part in server_list.split(",") if part.strip()})
-    except ValueError:
-        raise UserError(f"--servers takes counts separated by commas, not {server_list!r}") from None
-    if not counts or counts[0] < 1:
-        raise UserError("--servers needs at least one count of 1 or more")
-    from cluster.cli.main import ray_chatter_to_stderr
-
+    counts = _server_counts(server_list)
     runs = []
     with ray_chatter_to_stderr() as out:
         for servers in counts:
             mode = "real" if servers <= real_up_to else "phantom"
             config = make_config(servers, mode, False, **options)
-            with step_progress(config.steps, f"{servers} servers ({mode})") as on_step:
+            with progress(f"{servers} servers ({mode})", total=config.steps) as on_step:
                 runs.append(run(config, ray_address, on_step))
     command = "ipupod train-report " + " ".join(sys.argv[2:])
     paths = write_report(runs, out_dir, command)

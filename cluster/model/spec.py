@@ -8,6 +8,7 @@ from cluster.errors import SpecError
 from cluster.model.hardware import FigureChoice
 from cluster.model.presets import PresetOptions, build_preset, is_preset
 from cluster.model.topology import Topology
+from cluster.model.topology_yaml import load_yaml_topology
 
 DEFAULT_TOPOLOGY = "dss8440x2"
 
@@ -16,8 +17,6 @@ def load_topology(spec: str, figures: str = "seed") -> Topology:
     """Build the topology ``spec`` names; ``figures`` picks seed or public disputed figures
     for presets (a YAML file says its own). A preset name wins over a file of that name."""
     if spec.endswith((".yaml", ".yml")) or (Path(spec).is_file() and not is_preset(spec)):
-        from cluster.model.topology_yaml import load_yaml_topology
-
         if not Path(spec).is_file():
             raise SpecError(f"no topology file at {spec!r}: check the path")
         return load_yaml_topology(spec)

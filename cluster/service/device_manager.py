@@ -17,8 +17,8 @@ from __future__ import annotations
 import itertools
 import os
 
-from cluster.cli.service import Client
 from cluster.errors import UserError
+from cluster.service.client import Client
 from ipupod_proto import control_pb2
 
 _names = itertools.count()
@@ -52,9 +52,11 @@ class Device:
         self._attached = False
 
     def __enter__(self) -> Device:
+        """The device, for a ``with`` block that detaches it at the end."""
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
+        """Detach on leaving a ``with`` block."""
         self.detach()
 
 

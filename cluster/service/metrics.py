@@ -30,14 +30,15 @@ class PodCollector:
         topo, pod = self.pod.topology, self.pod
         try:
             stats = pod.stats(deadline_s=10)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a scrape must not fail: report what is known
             stats = []
         memory, counters = {}, {}
         link_bytes = None
         for device in stats:
             memory.update(device["memory"])
             counters.update(device["counters"])
-            link_bytes = device["link_bytes"] if link_bytes is None else link_bytes + device["link_bytes"]
+            link_bytes = (device["link_bytes"] if link_bytes is None
+                          else link_bytes + device["link_bytes"])
         labels = ["ipu", "unit", "server"]
         used = GaugeMetricFamily("ipupod_ipu_memory_used_bytes",
                                  "In-Processor-Memory in use (bytes).", labels=labels)

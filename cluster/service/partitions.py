@@ -201,7 +201,7 @@ class PartitionTable:
             level = 2 * size
             while level <= n:  # grow each block while its aligned buddy block is free
                 groups = n // level
-                level_free = ~used[:groups * level].reshape(groups, level).any(axis=1)
+                level_free = ~np.asarray(used[:groups * level].reshape(groups, level).any(axis=1))
                 group = np.arange(blocks) // (level // size)
                 inside = group < groups
                 grown = np.zeros(blocks, dtype=bool)

@@ -16,7 +16,8 @@ import numpy as np
 from cluster.training.model import MLPSpec, loss_and_grad, sgd_momentum
 from ipu_node.store import TensorStore
 
-PARAMS, VELOCITY, GRAD, GRAD_MEAN = "model.params", "model.velocity", "model.grad", "model.grad.mean"
+PARAMS, VELOCITY = "model.params", "model.velocity"
+GRAD, GRAD_MEAN = "model.grad", "model.grad.mean"
 
 
 def place_replicas(store: TensorStore, params: np.ndarray, ipus: list[int]) -> None:

@@ -1,0 +1,201 @@
+"""``ipupod bench COLLECTIVE``: sweep sizes like nccl-tests, here (phantom or real mode) or
+on a partition of a running service (``--partition``); one table either way
+(:mod:`gcl.bench`)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any, TextIO
+
+import click
+
+from cluster.cli.output import message_json, progress, ray_chatter_to_stderr
+from cluster.errors import UserError
+from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
+from cluster.model.topology import Topology
+from cluster.model.units import parse_size
+from gcl.algorithms import algorithm as check_algorithm
+from gcl.bench import (
+    BenchRow,
+    format_row,
+    preamble,
+    rows_to_json,
+    run_phantom,
+    sizes,
+    summary_line,
+    table_header,
+)
+from gcl.collectives import Collective
+from gcl.collectives import collective as lookup
+from gcl.groups import CommGroup
+
+COLLECTIVE_NAMES = ["allreduce", "reduce-scatter", "all-gather", "broadcast", "all-to-all"]
+PROGRESS_MIN_PHASES = 200  # a progress bar for sizes with at least this many phases
+
+
+class SizeType(click.ParamType):
+    """A byte count with an optional K/M/G suffix (powers of 1024)."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        """The byte count ``value`` says, or click's usage error."""
+        try:
+            return parse_size(value)
+        except UserError as error:
+            self.fail(str(error), param, ctx)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What to run, as the command line says it: a collective over sizes, with options."""
+
+    collective: str
+    mode: str
+    min_bytes: int
+    max_bytes: int
+    factor: float
+    algorithm: str
+    dtype: str
+    op: str
+    group: str
+    root: int
+
+
+def _echo_table(rows: Iterator[BenchRow], heading: Callable[[], str], out: TextIO) -> None:
+    """The table: ``heading()``, a line per row as it comes, the summary. The first row
+    comes before any output, so a request that cannot be scheduled fails before any."""
+    first = next(rows, None)
+    click.echo(heading(), file=out)
+    done = []
+    for row in rows if first is None else chain([first], rows):
+        click.echo(format_row(row), file=out)
+        done.append(row)
+    click.echo(summary_line(done), file=out)
+
+
+def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGroup,
+               byte_sizes: list[int], stack: ExitStack,
+               ray_address: str | None) -> Iterator[BenchRow]:
+    """The rows, costed in this process (phantom) or run on devices it launches (real);
+    what must be undone afterwards goes on ``stack``."""
+    options: dict[str, Any] = dict(dtype=sweep.dtype, op=sweep.op,
+                                   algorithm_name=sweep.algorithm, group=group, root=sweep.root)
+    if sweep.mode != "real":
+        on_phase = stack.enter_context(progress("simulating supersteps",
+                                                min_total=PROGRESS_MIN_PHASES))
+        return run_phantom(coll, topology, byte_sizes, on_phase=on_phase, **options)
+    # Ray: only for --mode real
+    from ipu_node.bench import run_real
+    from ipu_node.pod import EmulatedPod
+
+    pod = EmulatedPod.launch(topology, ray_address=ray_address)
+    stack.callback(pod.shutdown, stop_ray=True)
+    return run_real(pod, coll, byte_sizes, **options)
+
+
+def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str | None,
+               as_json: bool) -> None:
+    """``ipupod bench`` without ``--partition``: check the request, run it, print it."""
+    coll = lookup(sweep.collective)
+    if sweep.algorithm != "auto":
+        check_algorithm(sweep.algorithm, coll)
+    group = CommGroup.parse(sweep.group)
+    byte_sizes = sizes(sweep.min_bytes, sweep.max_bytes, sweep.factor)
+    topology = load_topology(topology_spec, figures)
+    with ExitStack() as stack:
+        out = stack.enter_context(ray_chatter_to_stderr()) if sweep.mode == "real" else sys.stdout
+        rows = _rows_here(sweep, coll, topology, group, byte_sizes, stack, ray_address)
+        if as_json:
+            click.echo(rows_to_json(list(rows)), file=out)
+        else:
+            _echo_table(rows, lambda: preamble(coll, topology, group, sweep.mode, sweep.root),
+                        out)
+
+
+def _service_row(result: Any, row: Any, group: CommGroup) -> BenchRow:
+    """A row of the service's ``BenchmarkResult`` as a :class:`gcl.bench.BenchRow`."""
+    return BenchRow(collective=result.collective, bytes=row.bytes, count=row.count,
+                    type=row.type, op=row.op, algorithm=row.algorithm, group=str(group),
+                    group_size=len(group.ranks(result.ipus)[0]), sim_seconds=row.sim_seconds,
+                    algbw_GBps=row.algbw_GBps, busbw_GBps=row.busbw_GBps,
+                    wall_seconds=row.wall_seconds, wrong=None if row.wrong < 0 else row.wrong)
+
+
+def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | None,
+                       port: int | None, token_file: str | None) -> None:
+    """``ipupod bench --partition NAME``: the service runs it on that partition's IPUs."""
+    # gRPC: only for --partition
+    from cluster.service.client import Client
+    from ipupod_proto import control_pb2
+
+    result = Client(host, port, token_file).call("RunBenchmark", control_pb2.BenchmarkRequest(
+        partition=partition, collective=sweep.collective, min_bytes=sweep.min_bytes,
+        max_bytes=sweep.max_bytes, factor=sweep.factor, algorithm=sweep.algorithm,
+        dtype=sweep.dtype, op=sweep.op, mode=sweep.mode, group=sweep.group, root=sweep.root))
+    if as_json:
+        click.echo(message_json(result))
+        return
+    group = CommGroup.parse(sweep.group or "all")  # as the service read it
+    heading = (f"# ipupod bench {result.collective} on partition {result.partition} "
+               f"({result.ipus} IPUs), mode {result.mode}; time simulated, wall on the service"
+               f"\n{table_header(result.mode)}")
+    _echo_table(iter([_service_row(result, row, group) for row in result.rows]),
+                lambda: heading, sys.stdout)
+
+
+@click.command("bench")
+@click.argument("collective", type=click.Choice(COLLECTIVE_NAMES, case_sensitive=False))
+@click.option("--topology", "topology_spec", default=DEFAULT_TOPOLOGY, show_default=True,
+              help="A preset (dss8440, dss8440xN, pod16 ... pod65536) or a YAML file.")
+@click.option("--mode", type=click.Choice(["phantom", "real"]), default="phantom",
+              show_default=True,
+              help="phantom: sizes only, no devices, any scale; real: data through emulated "
+                   "devices (Ray actors, gRPC links).")
+@click.option("--ray-address", default=None,
+              help="Real mode: an existing Ray cluster (default: RAY_ADDRESS, else local Ray).")
+@click.option("-b", "--minbytes", "min_bytes", type=SizeType(), default="1M", show_default=True,
+              help="Smallest size, bytes (K/M/G = powers of 1024).")
+@click.option("-e", "--maxbytes", "max_bytes", type=SizeType(), default="128M",
+              show_default=True, help="Largest size, bytes.")
+@click.option("-f", "--stepfactor", "factor", type=float, default=2.0, show_default=True,
+              help="Multiply the size by this from one row to the next.")
+@click.option("--algorithm", default="auto", show_default=True,
+              help="auto, clockwise_ring (ring), anticlockwise_ring, bidirectional_ring_pair, "
+                   "hierarchical, halving_doubling.")
+@click.option("--dtype", type=click.Choice(["float32", "float16", "int32"]), default="float32",
+              show_default=True)
+@click.option("--op", type=click.Choice(["sum", "mean", "max", "min"]), default="sum",
+              show_default=True)
+@click.option("--group", "group_text", default="all", show_default=True,
+              help="Replica groups: all, consecutive:K or orthogonal:K (K replicas per group).")
+@click.option("--root", type=int, default=0, show_default=True, help="Broadcast root rank.")
+@click.option("--figures", type=click.Choice(["seed", "public"]), default="seed",
+              show_default=True,
+              help="Where seed and public figures disagree, which to use (presets; a YAML "
+                   "file says its own).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of rows.")
+@click.option("--partition", default=None,
+              help="Run on this partition of a running `ipupod serve` (the service runs it).")
+@click.option("--host", default=None, help="With --partition: the service's host.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="With --partition: the service's port.")
+@click.option("--token-file", default=None, help="With --partition: the token file.")
+def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int,
+                  max_bytes: int, factor: float, algorithm: str, dtype: str, op: str,
+                  group_text: str, root: int, figures: str, as_json: bool,
+                  ray_address: str | None, partition: str | None, host: str | None,
+                  port: int | None, token_file: str | None) -> None:
+    """Sweep sizes of a COLLECTIVE and print simulated time and bandwidth per size."""
+    sweep = Sweep(collective=collective, mode=mode, min_bytes=min_bytes, max_bytes=max_bytes,
+                  factor=factor, algorithm=algorithm, dtype=dtype, op=op, group=group_text,
+                  root=root)
+    if partition:
+        bench_on_partition(sweep, partition, as_json, host, port, token_file)
+    else:
+        bench_here(sweep, topology_spec, figures, ray_address, as_json)

@@ -1,0 +1,109 @@
+"""What every command prints, and how: errors, messages, progress, Ray's chatter.
+
+User mistakes print one ``error:`` line (what was wrong, what to do) and exit with status 2,
+never a traceback; a device or link failure exits with status 1; Ctrl-C with 130.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, redirect_stdout
+from typing import Any, TextIO
+
+import click
+
+from cluster.errors import UserError
+from ipu_node.errors import DeviceError
+
+Progress = Callable[[int, int], None]
+
+
+@contextmanager
+def errors_as_lines() -> Iterator[None]:
+    """Turn what goes wrong in a command into one line on standard error and an exit
+    status: 2 for a user error (and click's usage errors), 1 for a failed device, 130 for
+    an interrupt."""
+    try:
+        yield
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except UserError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(2)
+    except DeviceError as error:  # a device or link failed: say which
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+def message_json(message: Any) -> str:
+    """A protobuf message as indented JSON, with the .proto's field names and every field
+    (zeros and empty strings too)."""
+    # protobuf: only the service's commands print messages; bench and topology start
+    # without it
+    from google.protobuf.json_format import MessageToDict
+
+    return json.dumps(MessageToDict(message, preserving_proto_field_name=True,
+                                    always_print_fields_with_no_presence=True), indent=2)
+
+
+def echo_message(message: Any, as_json: bool, text: str) -> None:
+    """Print the service's answer: ``message`` as JSON (``--json``), else ``text``."""
+    click.echo(message_json(message) if as_json else text)
+
+
+@contextmanager
+def ray_chatter_to_stderr() -> Iterator[TextIO]:
+    """Ray prints its own warnings to standard output; while devices run, send anything
+    printed there to standard error, and yield the real standard output for our results
+    (so ``--json`` output stays parseable)."""
+    real = sys.stdout
+    with redirect_stdout(sys.stderr):
+        yield real
+
+
+def _ignore(done: int, total: int) -> None:
+    """The progress callback off a terminal: nothing to show."""
+
+
+@contextmanager
+def progress(label: str, total: int | None = None, min_total: int = 0) -> Iterator[Progress]:
+    """A progress bar on standard error, only on a terminal so that piped output stays
+    clean; yields the callback ``update(done, total)``.
+
+    With ``total`` the bar shows at once; else it appears at the first update. Updates with
+    a ``total`` below ``min_total`` are not shown (short runs need no bar), and an update
+    whose count goes back (``done`` below the last) starts a fresh bar: the next size of a
+    sweep, the next run of a report."""
+    if not sys.stderr.isatty():
+        yield _ignore
+        return
+    # rich: only when a bar is actually shown
+    from rich.console import Console
+    from rich.progress import Progress as Bar
+
+    with Bar(console=Console(stderr=True), transient=True) as bar:
+        task = None if total is None else bar.add_task(label, total=total)
+        last = 0
+
+        def update(done: int, total: int) -> None:
+            """Show ``done`` of ``total``."""
+            nonlocal task, last
+            if total < min_total:
+                return
+            if task is None or done < last:
+                if task is not None:
+                    bar.remove_task(task)
+                task = bar.add_task(label, total=total)
+            bar.update(task, completed=done)
+            last = done
+
+        yield update

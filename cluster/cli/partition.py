@@ -1,0 +1,75 @@
+"""``ipupod partition create|list|show|remove``: partitions of a running service, as `vipu`
+makes them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from cluster.cli.options import client_options
+from cluster.cli.output import echo_message
+from cluster.errors import UserError
+from cluster.service.client import Client
+from ipupod_proto import control_pb2
+
+
+@click.group("partition")
+def partition_group() -> None:
+    """Create, list, show and remove partitions (as `vipu` does)."""
+
+
+def _partition_line(p: Any) -> str:
+    """One partition (a ``Partition`` message) as a line of ``partition list``."""
+    health = p.health + (f" ({p.health_detail})" if p.health_detail else "")
+    return f"{p.name:<24} {p.size:>5} {p.gcds:>5}  {','.join(map(str, p.ipus)):<24} {health}"
+
+
+@partition_group.command("create")
+@click.argument("name")
+@click.option("--size", type=int, required=True, help="IPUs, a power of two.")
+@click.option("--gcds", type=int, default=1, show_default=True)
+@client_options
+def partition_create(name: str, size: int, gcds: int, host: str | None, port: int | None,
+                     token_file: str | None, as_json: bool) -> None:
+    """Create partition NAME of --size free IPUs."""
+    if size < 0 or gcds < 0:
+        raise UserError("--size and --gcds are positive numbers")
+    made = Client(host, port, token_file).call(
+        "CreatePartition", control_pb2.CreatePartitionRequest(name=name, size=size, gcds=gcds))
+    echo_message(made, as_json,
+                 f"created partition {made.name}: IPUs {','.join(map(str, made.ipus))}")
+
+
+@partition_group.command("list")
+@client_options
+def partition_list(host: str | None, port: int | None, token_file: str | None,
+                   as_json: bool) -> None:
+    """Every partition: size, GCDs, IPUs, health."""
+    listed = Client(host, port, token_file).call("ListPartitions",
+                                                 control_pb2.ListPartitionsRequest())
+    lines = [f"{'name':<24} {'size':>5} {'gcds':>5}  {'ipus':<24} health"] + [
+        _partition_line(p) for p in listed.partitions]
+    echo_message(listed, as_json, "\n".join(lines))
+
+
+@partition_group.command("show")
+@click.argument("name")
+@client_options
+def partition_show(name: str, host: str | None, port: int | None, token_file: str | None,
+                   as_json: bool) -> None:
+    """Partition NAME: size, GCDs, IPUs, health."""
+    found = Client(host, port, token_file).call("GetPartition",
+                                                control_pb2.PartitionRef(name=name))
+    echo_message(found, as_json, _partition_line(found))
+
+
+@partition_group.command("remove")
+@click.argument("name")
+@client_options
+def partition_remove(name: str, host: str | None, port: int | None, token_file: str | None,
+                     as_json: bool) -> None:
+    """Remove partition NAME, freeing its IPUs."""
+    gone = Client(host, port, token_file).call("RemovePartition",
+                                               control_pb2.PartitionRef(name=name))
+    echo_message(gone, as_json, f"removed partition {gone.name}")

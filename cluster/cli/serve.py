@@ -1,0 +1,61 @@
+"""``ipupod serve``: launch the emulated POD and serve its control API until SIGTERM or
+Ctrl-C (:mod:`cluster.service.server`); clients find it through ``--host/--port`` or
+``IPUOF_VIPU_API_HOST`` / ``IPUOF_VIPU_API_PORT`` and read the token it writes."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import TextIO
+
+import click
+
+from cluster.cli.output import ray_chatter_to_stderr
+from cluster.service.auth import default_token_file, write_token
+from cluster.service.client import DEFAULT_PORT
+from cluster.service.server import start_server
+from ipu_node.pod import EmulatedPod
+
+
+@click.command("serve")
+@click.option("--topology", "topology_spec", default="dss8440x2", show_default=True)
+@click.option("--ray-address", default=None)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (loopback unless you say otherwise).")
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+              help="Port to listen on (0: any free port, printed).")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write the access token (default ~/.ipupod/token).")
+@click.option("--metrics-port", type=click.IntRange(-1, 65535), default=9464, show_default=True,
+              help="Prometheus endpoint port (on --host); -1 to switch it off.")
+def serve_command(topology_spec: str, ray_address: str | None, host: str, port: int,
+                  token_file: Path | None, metrics_port: int) -> None:
+    """Launch the emulated POD and serve its control API until SIGTERM or Ctrl-C."""
+    path = token_file or default_token_file()
+    with ray_chatter_to_stderr() as out:
+        pod = EmulatedPod.launch(topology_spec, ray_address=ray_address)
+        try:
+            _serve(pod, path, host, port, None if metrics_port < 0 else metrics_port, out)
+        finally:
+            pod.shutdown(stop_ray=True)
+        print("ipupod serve: stopped", file=out, flush=True)
+
+
+def _serve(pod: EmulatedPod, path: Path, host: str, port: int, metrics_port: int | None,
+           out: TextIO) -> None:
+    """Write a fresh token, serve, say where (on ``out``), and wait for SIGTERM or SIGINT;
+    then stop serving."""
+    token = write_token(path)
+    server, bound, metrics = start_server(pod, token, host, port, metrics_port)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"ipupod serve: {pod.topology.name} ({pod.topology.ipu_count} IPUs, "
+          f"{len(pod.specs)} devices) on {host}:{bound}; token in {path}"
+          + (f"; metrics on http://{host}:{metrics}/metrics" if metrics else ""),
+          file=out, flush=True)
+    stop.wait()
+    server.stop(grace=2).wait(5)
+    if metrics:
+        server.metrics_server.shutdown()

@@ -1,0 +1,63 @@
+"""A client of a running ``ipupod serve``.
+
+It finds the service through ``host``/``port`` or ``IPUOF_VIPU_API_HOST`` /
+``IPUOF_VIPU_API_PORT`` (V-IPU's variables; default 127.0.0.1:8090), reads the token from
+``token_file`` (default: :func:`cluster.service.auth.default_token_file`) and turns every
+refusal into a :class:`ServiceError` a person can act on.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from cluster.errors import UserError
+from cluster.service.auth import bearer_metadata, default_token_file, read_token
+from ipupod_proto import control_pb2_grpc
+
+DEFAULT_PORT = 8090
+HOST_VARIABLE, PORT_VARIABLE = "IPUOF_VIPU_API_HOST", "IPUOF_VIPU_API_PORT"
+
+
+class ServiceError(UserError):
+    """The service refused a request (the status code and its message)."""
+
+
+def service_address(host: str | None, port: int | None) -> tuple[str, int]:
+    """The host and port given, else from the environment, else 127.0.0.1:8090."""
+    host = host or os.environ.get(HOST_VARIABLE, "127.0.0.1")
+    try:
+        port = port or int(os.environ.get(PORT_VARIABLE, DEFAULT_PORT))
+    except ValueError:
+        raise UserError(f"{PORT_VARIABLE} must be a port number") from None
+    return host, port
+
+
+class Client:
+    """A connection to a running service, with the token attached to every call."""
+
+    def __init__(self, host: str | None = None, port: int | None = None,
+                 token_file: str | Path | None = None, deadline_s: float = 600.0) -> None:
+        self.host, self.port = service_address(host, port)
+        token = read_token(Path(token_file) if token_file else default_token_file())
+        self.metadata = bearer_metadata(token)
+        self.channel = grpc.insecure_channel(f"{self.host}:{self.port}")
+        self.stub = control_pb2_grpc.ControlStub(self.channel)
+        self.deadline_s = deadline_s
+
+    def call(self, method: str, request: Any) -> Any:
+        """Call ``method`` of the control API with ``request``; its answer, or a
+        :class:`ServiceError` saying why not."""
+        try:
+            return getattr(self.stub, method)(request, metadata=self.metadata,
+                                              timeout=self.deadline_s)
+        except grpc.RpcError as error:
+            code = error.code()
+            if code == grpc.StatusCode.UNAVAILABLE and "connect" in (error.details() or "").lower():
+                raise ServiceError(f"cannot reach the service at {self.host}:{self.port}: is "
+                                   "`ipupod serve` running? (--host/--port or "
+                                   f"{HOST_VARIABLE}/PORT)") from None
+            raise ServiceError(f"{code.name}: {error.details()}") from None
