@@ -57,10 +57,8 @@ class DeviceControl:
 
     @ray.method(concurrency_group=CONTROL)
     def info(self) -> dict[str, Any]:
-        try:
-            node = ray.get_runtime_context().get_node_id()
-        except Exception:  # noqa: BLE001 - outside Ray (unit use)
-            node = None
+        # Outside Ray (a plain object in a test) there is no node, and asking would start Ray.
+        node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
         return {"name": self.spec.name, "kind": self.spec.kind, "ipus": list(self.spec.ipus),
                 "address": self.endpoint.address, "link_address": self.endpoint.link_address,
                 "node_id": node, "pid": os.getpid()}

@@ -102,61 +102,73 @@ def run_collective(pod: EmulatedPod, collective: str, inputs: list[np.ndarray] |
     topology = pod.topology
     replica_ipus = np.arange(topology.ipu_count) if ipus is None else np.asarray(ipus)
     groups = replica_groups(topology, group, replica_ipus)
-    if isinstance(inputs, str):
-        held = pod.tensor_info(inputs, deadline_s, replica_ipus.tolist())
-        missing = [pod.topology.ipu_name(i) for i in replica_ipus.tolist() if i not in held]
-        if missing:
-            raise UserError(f"no tensor {inputs!r} on IPU {missing[0]}: put it there first")
-        shapes = [held[i][0] for i in replica_ipus.tolist()]
-        dtypes = [held[i][1] for i in replica_ipus.tolist()]
-    else:
+    if not isinstance(inputs, str):
         inputs = [np.asarray(a) for a in inputs]
-        shapes, dtypes = [a.shape for a in inputs], [a.dtype.name for a in inputs]
+    shapes, dtypes = _shapes_and_dtypes(pod, inputs, replica_ipus.tolist(), deadline_s)
     dtype, count = check_replicas(shapes, dtypes, len(replica_ipus), len(groups[0]), coll.name)
-    if coll is not BROADCAST:
-        root = 0
     schedule, timing = plan_timed(coll, topology, count, dtype=dtype, algorithm_name=algorithm,
-                                  group=group, ipus=replica_ipus, root=root)
+                                  group=group, ipus=replica_ipus,
+                                  root=root if coll is BROADCAST else 0)
     _check_memory(pod, schedule, deadline_s)
     replica_of_ipu = {int(ipu): i for i, ipu in enumerate(replica_ipus.tolist())}
+    hosts = [i for i, spec in enumerate(pod.specs) if not spec.ipus]  # relays count their links
+    host_bytes_before = _host_link_bytes(pod, hosts, deadline_s)
+    outputs = _run_on_devices(pod, schedule, timing, inputs, replica_of_ipu, output, op,
+                              deadline_s)
+    results: list[np.ndarray] = [None] * len(replica_ipus)  # type: ignore[list-item]
+    link_bytes = _host_link_bytes(pod, hosts, deadline_s) - host_bytes_before
+    for device_results, sent in outputs:
+        link_bytes += sent
+        for ipu, result in (device_results or {}).items():
+            results[replica_of_ipu[ipu]] = result
+    per_type = np.bincount(topology.directed_type, weights=link_bytes,
+                           minlength=len(topology.link_types))
+    measured = {t.name: float(v) for t, v in zip(topology.link_types, per_type) if v}
+    return CollectiveResult(results if output is None else [], schedule, timing,
+                            time.perf_counter() - started, measured)
+
+
+def _shapes_and_dtypes(pod: EmulatedPod, inputs: list[np.ndarray] | str, replica_ipus: list[int],
+                       deadline_s: float) -> tuple[list[tuple[int, ...]], list[str]]:
+    """Each replica's input shape and dtype: of the arrays, or of the tensor the IPUs hold."""
+    if not isinstance(inputs, str):
+        return [a.shape for a in inputs], [a.dtype.name for a in inputs]
+    held = pod.tensor_info(inputs, deadline_s, replica_ipus)
+    missing = [pod.topology.ipu_name(i) for i in replica_ipus if i not in held]
+    if missing:
+        raise UserError(f"no tensor {inputs!r} on IPU {missing[0]}: put it there first")
+    return [held[i][0] for i in replica_ipus], [held[i][1] for i in replica_ipus]
+
+
+def _run_on_devices(pod: EmulatedPod, schedule: Schedule, timing: Timing,
+                    inputs: list[np.ndarray] | str, replica_of_ipu: dict[int, int],
+                    output: str | None, op: str, deadline_s: float) -> list:
+    """Each device's share of ``schedule`` at once; its answers, device by device. A
+    failure anywhere aborts the others and names the device to blame."""
     ranks: dict[int, dict[int, tuple[int, int]]] = {}
     for g, members in enumerate(schedule.groups):
         for r, ipu in enumerate(members.tolist()):
             ranks.setdefault(pod.owner[ipu], {})[ipu] = (g, r)
     collective_id = f"{pod.pod_id}-c{next(_ids)}"
     devices = sorted(ranks)
-    hosts = [i for i, spec in enumerate(pod.specs) if not spec.ipus]  # relays count their links
-    host_bytes_before = _host_link_bytes(pod, hosts, deadline_s)
     refs = []
     for d in devices:
         data = inputs if isinstance(inputs, str) else {
             ipu: inputs[replica_of_ipu[ipu]] for ipu in ranks[d]}
         refs.append(pod.actors[d].run.remote(schedule, collective_id, ranks[d], data, output, op,
                                              deadline_s, timing.sim_seconds,
-                                             dict(topology.faults)))
+                                             dict(pod.topology.faults)))
     restarts_before = list(pod.restarts)
-    what = f"{coll.name} {collective_id}"
+    what = f"{schedule.collective} {collective_id}"
     try:
-        outputs = gather(refs, [pod.specs[d] for d in devices],
-                         deadline_s * max(1, schedule.supersteps),
-                         abort=lambda reason: _abort(pod, devices, collective_id, reason),
-                         on_death=lambda i, why: pod.note_down(devices[i], why), what=what)
+        return gather(refs, [pod.specs[d] for d in devices],
+                      deadline_s * max(1, schedule.supersteps),
+                      abort=lambda reason: _abort(pod, devices, collective_id, reason),
+                      on_death=lambda i, why: pod.note_down(devices[i], why), what=what)
     except DeviceError as error:
         if isinstance(error, DeviceDied):
             raise
         raise _blame_the_dead(pod, devices, restarts_before, what) or error from None
-    results: list[np.ndarray] = [None] * len(replica_ipus)  # type: ignore[list-item]
-    link_bytes = np.zeros(2 * topology.link_count_physical)
-    for device_results, sent in outputs:
-        link_bytes += sent
-        for ipu, result in (device_results or {}).items():
-            results[replica_of_ipu[ipu]] = result
-    link_bytes += _host_link_bytes(pod, hosts, deadline_s) - host_bytes_before
-    per_type = np.bincount(topology.directed_type, weights=link_bytes,
-                           minlength=len(topology.link_types))
-    measured = {t.name: float(v) for t, v in zip(topology.link_types, per_type) if v}
-    return CollectiveResult(results if output is None else [], schedule, timing,
-                            time.perf_counter() - started, measured)
 
 
 def _host_link_bytes(pod: EmulatedPod, hosts: list[int], deadline_s: float) -> np.ndarray:

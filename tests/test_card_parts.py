@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import ray
 
 from cluster.errors import UserError
 from cluster.model.spec import load_topology
@@ -113,3 +114,13 @@ def test_the_transport_registry_checks_what_it_is_given():
         register(Transport("broken", "server", "client"))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="register a Transport"):
         register("grpc-h2")  # type: ignore[arg-type]
+
+
+def test_a_plain_card_does_not_start_ray(dss8440):
+    was_running = ray.is_initialized()
+    card = Card(device_specs(dss8440)[0], dss8440)
+    try:
+        assert card.info()["node_id"] is None or was_running
+        assert ray.is_initialized() == was_running
+    finally:
+        card.shutdown()

@@ -29,11 +29,12 @@ from gcl.bench import (
     summary_line,
     table_header,
 )
-from gcl.collectives import Collective
+from gcl.collectives import DTYPES, Collective, CollectiveName, ReduceOp
 from gcl.collectives import collective as lookup
 from gcl.groups import CommGroup
+from gcl.modes import Mode
 
-COLLECTIVE_NAMES = ["allreduce", "reduce-scatter", "all-gather", "broadcast", "all-to-all"]
+COLLECTIVE_NAMES = [name.value for name in CollectiveName]
 PROGRESS_MIN_PHASES = 200  # a progress bar for sizes with at least this many phases
 
 
@@ -153,7 +154,7 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
 @click.argument("collective", type=click.Choice(COLLECTIVE_NAMES, case_sensitive=False))
 @click.option("--topology", "topology_spec", default=DEFAULT_TOPOLOGY, show_default=True,
               help="A preset (dss8440, dss8440xN, pod16 ... pod65536) or a YAML file.")
-@click.option("--mode", type=click.Choice(["phantom", "real"]), default="phantom",
+@click.option("--mode", type=click.Choice([mode.value for mode in Mode]), default="phantom",
               show_default=True,
               help="phantom: sizes only, no devices, any scale; real: data through emulated "
                    "devices (Ray actors, gRPC links).")
@@ -168,9 +169,9 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
 @click.option("--algorithm", default="auto", show_default=True,
               help="auto, clockwise_ring (ring), anticlockwise_ring, bidirectional_ring_pair, "
                    "hierarchical, halving_doubling.")
-@click.option("--dtype", type=click.Choice(["float32", "float16", "int32"]), default="float32",
+@click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32",
               show_default=True)
-@click.option("--op", type=click.Choice(["sum", "mean", "max", "min"]), default="sum",
+@click.option("--op", type=click.Choice([op.value for op in ReduceOp]), default="sum",
               show_default=True)
 @click.option("--group", "group_text", default="all", show_default=True,
               help="Replica groups: all, consecutive:K or orthogonal:K (K replicas per group).")

@@ -124,7 +124,8 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
 @click.option("--topology", "topology_spec", default=None,
               help="Train on this topology instead (a preset such as pod64, or a YAML file); "
                    "replicas fill each server or rack.")
-@click.option("--mode", type=click.Choice(["real", "phantom"]), default="real", show_default=True)
+@click.option("--mode", type=click.Choice([Mode.REAL.value, Mode.PHANTOM.value]), default="real",
+              show_default=True)
 @click.option("--check", is_flag=True,
               help="Also train the single-process reference and report the largest relative "
                    "difference of the losses.")
