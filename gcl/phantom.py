@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster.model.costmodel import superstep_cost
+from cluster.model.costmodel import superstep_cost, superstep_lower_bound
 from cluster.model.topology import Topology
 from gcl.schedule import Schedule
 
@@ -73,3 +73,12 @@ def simulate(schedule: Schedule, topology: Topology,
             on_phase(index + 1, len(schedule.phases))
     total = sum(p.seconds for p in phases)
     return Timing(total, tuple(phases), link_bytes, time.perf_counter() - started)
+
+
+def lower_bound_seconds(schedule: Schedule, topology: Topology) -> float:
+    """A lower bound on ``simulate(schedule, topology).sim_seconds``, without routing
+    (:func:`cluster.model.costmodel.superstep_lower_bound` per phase)."""
+    return sum(phase.steps * superstep_lower_bound(topology, phase.src, phase.dst,
+                                                   phase.count * schedule.itemsize,
+                                                   phase.reduce)
+               for phase in schedule.phases)

@@ -15,11 +15,13 @@ from gcl.algorithms import GroupContext, algorithm, for_collective
 from gcl.collectives import Collective, dtype_itemsize
 from gcl.collectives import collective as lookup_collective
 from gcl.groups import CommGroup
-from gcl.phantom import Timing, simulate
+from gcl.phantom import Timing, lower_bound_seconds, simulate
 from gcl.schedule import Phase, Schedule
 
 AUTO = "auto"
 
+
+_PRUNE_MARGIN = 1e-9  # relative: a bound above the best by less may be rounding
 
 def replica_groups(topology: Topology, group: CommGroup,
                    ipus: np.ndarray | Sequence[int] | None = None) -> list[np.ndarray]:
@@ -84,6 +86,8 @@ def _best(coll: Collective, topology: Topology, count: int, dtype: str,
         except ScheduleError as error:
             reasons.setdefault(str(error), []).append(candidate.name)
             continue
+        if best is not None and _cannot_win(schedule, topology, best[1].sim_seconds):
+            continue  # no need to route and cost it
         try:
             timing = simulate(schedule, topology, on_phase)
         except LinkDown as error:  # it needs a cut link: another algorithm may not
@@ -97,6 +101,12 @@ def _best(coll: Collective, topology: Topology, count: int, dtype: str,
         why = "; ".join(f"{', '.join(names)}: {text}" for text, names in reasons.items())
         raise ScheduleError(f"no algorithm can run this {coll.name}: {why}")
     return best
+
+
+def _cannot_win(schedule: Schedule, topology: Topology, best_seconds: float) -> bool:
+    """Whether ``schedule`` is surely slower than ``best_seconds``: its lower bound (no
+    routing needed) is above it, by more than rounding could explain."""
+    return lower_bound_seconds(schedule, topology) > best_seconds * (1 + _PRUNE_MARGIN)
 
 
 MAX_TRANSFERS = 1 << 24  # an all-to-all holds all n (n-1) transfers of every group

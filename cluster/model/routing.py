@@ -276,32 +276,35 @@ class Router:
 
     def _walk(self, shape: int, flows: np.ndarray, src: np.ndarray,
               dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Shortest paths inside domains of one shape, walked back from each destination."""
+        """Shortest paths inside domains of one shape, walked back from each destination:
+        one NumPy step per hop for all flows at once; the hops' links are looked up once."""
         graph = self._shape_graph[shape]
-        local_src, cur = self._local_index[src], self._local_index[dst].copy()
-        start = self._domain_start[self.domain_of_ipu[src]]
+        origin, here = self._local_index[src], self._local_index[dst]
+        base = self._domain_start[self.domain_of_ipu[src]]
         if graph.n <= _ALL_PAIRS_LIMIT:
             pred = self._shape_pred.get(shape)
             if pred is None:
                 pred = all_pairs_predecessors(graph)
                 self._shape_pred[shape] = pred
-            rows = pred[local_src]
+            row = origin * graph.n  # each flow's row of the flat table
         else:
-            unique_src, row_of = np.unique(local_src, return_inverse=True)
-            rows = bfs_predecessor_table(graph, unique_src, directed=True)[row_of]
-        # Walk every flow back one hop at a time; look the hops' links up once at the end.
+            unique_src, row_of = np.unique(origin, return_inverse=True)
+            pred = bfs_predecessor_table(graph, unique_src, directed=True)
+            row = row_of * graph.n
+        table = pred.ravel()
         out_flow: list[np.ndarray] = []
         hop_from: list[np.ndarray] = []
         hop_to: list[np.ndarray] = []
-        active = np.arange(len(flows))
-        while len(active):
-            here = cur[active]
-            prev = rows[active, here]
-            out_flow.append(flows[active])
-            hop_from.append(start[active] + prev)
-            hop_to.append(start[active] + here)
-            cur[active] = prev
-            active = active[prev != local_src[active]]
+        while len(here):
+            prev = table[row + here]
+            out_flow.append(flows)
+            hop_from.append(base + prev)
+            hop_to.append(base + here)
+            going = prev != origin
+            if not going.all():  # some flows reached their source: drop them
+                flows, base, origin, row, prev = (flows[going], base[going], origin[going],
+                                                  row[going], prev[going])
+            here = prev
         members = self._members_flat
         links = self._direct(members[np.concatenate(hop_from)], members[np.concatenate(hop_to)])
         return np.concatenate(out_flow), links
