@@ -98,7 +98,11 @@ def transmission_seconds(routes: Routes, nbytes: np.ndarray, topology: Topology)
 
 def _relabel(pair_link: np.ndarray, link_count: int) -> tuple[np.ndarray, np.ndarray]:
     """The links used (sorted) and each pair's index among them: ``np.unique(pair_link,
-    return_inverse=True)`` in linear time (a mask over all links, not a sort)."""
+    return_inverse=True)``, by a mask over all links when the pairs are many (linear time)
+    and by sorting them when they are few next to the links."""
+    if len(pair_link) * 8 < link_count:
+        used_links, inverse = np.unique(pair_link, return_inverse=True)
+        return used_links, inverse.reshape(-1)
     used = np.zeros(link_count, dtype=bool)
     used[pair_link] = True
     position = np.cumsum(used) - 1

@@ -21,16 +21,16 @@ def domain_grid(ctx: GroupContext) -> np.ndarray:
     """Ranks as a grid ``[domain, local index]``: domains ordered by their lowest rank,
     IPUs inside a domain in ring order."""
     domain = ctx.topology.router.domain_of_ipu[ctx.ipus]
-    _, first_rank = np.unique(domain, return_index=True)
-    ordered_domains = domain[np.sort(first_rank)]
-    rows = [ctx.ring[domain[ctx.ring] == d] for d in ordered_domains]
-    sizes = {len(r) for r in rows}
-    if len(sizes) != 1:
-        counts = ", ".join(str(len(r)) for r in rows)
+    domains, first_rank, sizes = np.unique(domain, return_index=True, return_counts=True)
+    by_first_rank = np.argsort(first_rank)  # domains in the order of their lowest rank
+    if len(set(sizes.tolist())) != 1:
+        counts = ", ".join(str(n) for n in sizes[by_first_rank].tolist())
         raise ScheduleError(
             f"hierarchical needs the same number of the group's IPUs in every IPU-Link domain; "
             f"this group has {counts}: use a ring algorithm, or a group that fills domains evenly")
-    return np.stack(rows)
+    # The ring's ranks grouped by domain (ascending), ring order kept inside each domain.
+    grouped = ctx.ring[np.argsort(domain[ctx.ring], kind="stable")]
+    return grouped.reshape(len(domains), -1)[by_first_rank]
 
 
 @register
