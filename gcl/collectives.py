@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
 import numpy as np
 
 from cluster.errors import ScheduleError
+from cluster.model.text_enum import TextEnum
 
 DTYPES: dict[str, type[np.generic]] = {"float32": np.float32, "float16": np.float16,
                                       "int32": np.int32}
 
 
-class CollectiveName(str, Enum):
+class CollectiveName(TextEnum):
     """The collectives GCL runs (each compares equal to its name as a string)."""
 
     ALLREDUCE = "allreduce"
@@ -28,11 +28,8 @@ class CollectiveName(str, Enum):
     BROADCAST = "broadcast"
     ALL_TO_ALL = "all-to-all"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ReduceOp(str, Enum):
+class ReduceOp(TextEnum):
     """How a reducing collective combines its inputs (``mean``: the sum over the group,
     divided by its size)."""
 
@@ -40,9 +37,6 @@ class ReduceOp(str, Enum):
     MEAN = "mean"
     MAX = "max"
     MIN = "min"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 OPS = tuple(op.value for op in ReduceOp)

@@ -3,20 +3,16 @@ they report the same simulated time by construction (``DESIGN.md``, "Time")."""
 
 from __future__ import annotations
 
-from enum import Enum
-
 from cluster.errors import UserError
+from cluster.model.text_enum import TextEnum
 
 
-class Mode(str, Enum):
+class Mode(TextEnum):
     """``phantom``: sizes only, no devices, any scale. ``real``: real data through the
     emulated devices (Ray actors, links carrying the bytes)."""
 
     PHANTOM = "phantom"
     REAL = "real"
-
-    def __str__(self) -> str:
-        return self.value
 
     @classmethod
     def parse(cls, text: str, option: str = "--mode") -> Mode:

@@ -8,25 +8,22 @@ answer are wired in again on the way.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 from cluster.model.link_faults import LinkFault
+from cluster.model.text_enum import TextEnum
 from ipu_node.calls import poll
 from ipu_node.roster import Roster
 
 HEALTH_DEADLINE_S = 2.0
 
 
-class HealthState(str, Enum):
+class HealthState(TextEnum):
     """A device's state as the POD last heard it (compares equal to its string)."""
 
     HEALTHY = "healthy"
     RESTARTING = "restarting"
     UNREACHABLE = "unreachable"
     DEAD = "dead"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

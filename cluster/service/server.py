@@ -34,6 +34,7 @@ from cluster.service.partitions import Partition, PartitionError, PartitionTable
 from gcl.bench import BenchRow, run_phantom, sizes
 from gcl.collectives import collective
 from gcl.groups import CommGroup
+from gcl.modes import Mode
 from ipu_node.bench import run_real
 from ipu_node.pod import EmulatedPod
 from ipupod_proto import control_pb2, control_pb2_grpc
@@ -217,9 +218,7 @@ class ControlService(control_pb2_grpc.ControlServicer):
         """Sweep a collective's sizes on a partition's IPUs (phantom or real mode)."""
         partition = self.partitions.get(request.partition)
         coll = collective(request.collective or "allreduce")
-        mode = request.mode or "phantom"
-        if mode not in ("phantom", "real"):
-            raise UserError(f"unknown mode {mode!r}: use phantom or real")
+        mode = Mode.parse(request.mode or Mode.PHANTOM.value, option="the mode")
         if not request.min_bytes:
             raise UserError("min_bytes must be 1 or more")
         byte_sizes = sizes(request.min_bytes, request.max_bytes or request.min_bytes,
@@ -229,7 +228,7 @@ class ControlService(control_pb2_grpc.ControlServicer):
             algorithm_name=request.algorithm or "auto",
             group=CommGroup.parse(request.group or "all"), root=request.root,
             ipus=list(partition.ipus))
-        if mode == "real":
+        if mode is Mode.REAL:
             with self._bench_lock:
                 rows = list(run_real(self.pod, coll, byte_sizes, **options))
         else:
