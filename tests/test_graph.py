@@ -12,6 +12,7 @@ from cluster.model.graph import (
     NO_PATH,
     Graph,
     all_pairs_predecessors,
+    bfs_distances,
     bfs_predecessor_table,
     breadth_first_order,
     connected_components,
@@ -135,6 +136,17 @@ def assert_all_pairs_like_scipy(n, src, dst, methods=("auto", "D", "FW")):
                                             return_predecessors=True)
         assert pred.dtype == ref_pred.dtype
         np.testing.assert_array_equal(pred, ref_pred, err_msg=method)
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+def test_hop_distances_match_scipy(name):
+    n, src, dst = GRAPHS[name]
+    sources = some_sources(n) if n else []
+    ref = csgraph.shortest_path(scipy_graph(n, src, dst), unweighted=True, directed=True,
+                                indices=sources)
+    want = np.where(np.isinf(ref), -1, ref).astype(np.int32)
+    np.testing.assert_array_equal(bfs_distances(Graph(n, src, dst), sources),
+                                  want.reshape(len(sources), n))
 
 
 @pytest.mark.parametrize("name", GRAPHS)

@@ -155,9 +155,12 @@ def superstep_lower_bound(topology: Topology, src: np.ndarray, dst: np.ndarray,
 
     Every flow leaves its IPU over one of that IPU's links, so it takes at least its bytes
     over the fastest of them plus the smallest latency among them, and all the flows of one
-    IPU at least their bytes over the sum of its links' bandwidths; the sync costs at least
-    the smaller of the local and global sync; the reductions are costed exactly. The
-    planner uses it to skip algorithms that cannot beat one already costed.
+    IPU at least their bytes over the sum of its links' bandwidths; all the links together
+    carry every flow's bytes once per link of its route (at least
+    :meth:`~cluster.model.routing.Router.min_hops`), at most their summed bandwidth; the
+    sync costs at least the smaller of the local and global sync; the reductions are
+    costed exactly. The planner uses it to skip algorithms that cannot beat one already
+    costed.
     """
     src = np.asarray(src, dtype=np.int64)
     nbytes = np.asarray(nbytes, dtype=np.float64)
@@ -170,7 +173,9 @@ def superstep_lower_bound(topology: Topology, src: np.ndarray, dst: np.ndarray,
     with np.errstate(divide="ignore", invalid="ignore"):
         single = nbytes[moving] / fastest[src[moving]] + nearest[src[moving]]
         shared = np.where(out_bytes > 0, out_bytes / total, 0.0)
-    exchange = float(max(single.max(), shared.max()))
+    hops = topology.router.min_hops(src[moving], np.asarray(dst, dtype=np.int64)[moving])
+    volume = float(nbytes[moving] @ hops) / float(topology.directed_bandwidth_Bps.sum())
+    exchange = float(max(single.max(), shared.max(), volume))
     sync = min(topology.sync_local_s, topology.sync_global_s)
     return sync + exchange + _reduce_seconds(topology, np.asarray(dst, dtype=np.int64)[moving],
                                              nbytes[moving], reduce[moving])

@@ -217,3 +217,25 @@ def _floyd_warshall(graph: Graph) -> NDArray[np.int32]:
         np.copyto(dist, cand, where=better)
         np.copyto(pred, pred[k].copy(), where=better)
     return pred
+
+
+def bfs_distances(graph: Graph, sources: ArrayLike) -> NDArray[np.int32]:
+    """``dist[i, v]``: the fewest edges from ``sources[i]`` to ``v`` (-1: unreachable),
+    all sources in one level-synchronous pass."""
+    indptr, indices, _ = graph.scan_rows(True)
+    src = np.asarray(sources, dtype=np.int64).ravel()
+    n = graph.n
+    dist = np.full(len(src) * n, -1, dtype=np.int32)
+    key = np.arange(len(src), dtype=np.int64) * n + src
+    dist[key] = 0
+    level = 0
+    while len(key):
+        level += 1
+        row, node = np.divmod(key, n)
+        deg = indptr[node + 1] - indptr[node]
+        which = np.repeat(np.arange(len(key)), deg)
+        pos = np.arange(len(which)) + np.repeat(indptr[node] - np.cumsum(deg) + deg, deg)
+        reached = row[which] * n + indices[pos]
+        key = np.unique(reached[dist[reached] < 0])
+        dist[key] = level
+    return dist.reshape(len(src), n)

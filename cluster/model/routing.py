@@ -30,6 +30,7 @@ from cluster.errors import SpecError
 from cluster.model.graph import (
     Graph,
     all_pairs_predecessors,
+    bfs_distances,
     bfs_predecessor_table,
     breadth_first_order,
     connected_components,
@@ -38,6 +39,7 @@ from cluster.model.link_faults import LinkDown, describe_links, link_name
 from cluster.model.topology import FABRIC, ROLES, Topology
 
 _ALL_PAIRS_LIMIT = 2048  # domains up to this many IPUs get an all-pairs table
+_LANDMARKS = 8  # per domain shape, for the hop bound of min_hops
 _DENSE_LINKS_LIMIT = 1024  # topologies up to this many IPUs: an IPU x IPU link table
 
 
@@ -143,6 +145,41 @@ class Router:
                 f"topology {topo.name!r}: IPU {topo.ipu_name(ipu)!r} cannot reach IPU "
                 f"{topo.ipu_name(0)!r}: their networks are not joined; add a link between them"
             )
+
+    # -- a bound without routes -----------------------------------------------------
+    def min_hops(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Per flow, a lower bound on its route's length in links, found without routing.
+
+        Between domains a route takes at least two links (IPUs of two domains are not
+        joined directly). Inside one, IPU-Links run both ways, so by the triangle
+        inequality the hops from ``s`` to ``d`` are at least ``|dist(L, s) - dist(L, d)|``
+        for any node ``L``: a few landmarks per domain shape, one BFS for all of them.
+        """
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        hops = np.full(len(src), 2, dtype=np.int64)
+        local = self.same_domain(src, dst)
+        shapes = self._shape_of_domain[self.domain_of_ipu[src[local]]]
+        inside = np.flatnonzero(local)
+        for shape in np.unique(shapes).tolist():
+            flows = inside[shapes == shape]
+            dist = self._landmark_distances(shape)
+            gap = np.abs(dist[:, self._local_index[src[flows]]]
+                         - dist[:, self._local_index[dst[flows]]]).max(axis=0)
+            hops[flows] = np.maximum(gap, 1)
+        return hops
+
+    def _landmark_distances(self, shape: int) -> np.ndarray:
+        """Hops from a few landmarks (spread over the local numbering) to every IPU of a
+        domain of ``shape`` (a domain is connected; a landmark that could not reach every
+        IPU would prove nothing, and is dropped)."""
+        if shape not in self._landmarks:
+            graph = self._shape_graph[shape]
+            landmarks = np.unique(np.linspace(0, graph.n - 1, min(_LANDMARKS, graph.n)
+                                              ).astype(np.int64))
+            dist = bfs_distances(graph, landmarks)
+            self._landmarks[shape] = dist[(dist >= 0).all(axis=1)].astype(np.int64)
+        return self._landmarks[shape]
 
     # -- routes ----------------------------------------------------------------------
     def same_domain(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -273,6 +310,7 @@ class Router:
                 self._shape_graph.append(Graph(n, local_edges[:, 0], local_edges[:, 1]))
             self._shape_of_domain[d] = shape_ids[key]
         self._shape_pred: dict[int, np.ndarray] = {}
+        self._landmarks: dict[int, np.ndarray] = {}
 
     def _walk(self, shape: int, flows: np.ndarray, src: np.ndarray,
               dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
