@@ -9,6 +9,17 @@ of the emulated devices and links are :class:`ipu_node.errors.DeviceError`, also
 
 from __future__ import annotations
 
+QUOTE_LIMIT = 100  # characters of a user's input repeated in a message
+
+
+def quoted(text: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(text)``, cut to about ``limit`` characters: error messages quote what the
+    user gave without repeating a megabyte of it."""
+    shown = repr(text)
+    if len(shown) <= limit:
+        return shown
+    return f"{shown[:limit]}… ({len(str(text)):,} characters)"
+
 
 class IpupodError(Exception):
     """The root of every error ipupod raises on purpose."""

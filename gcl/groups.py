@@ -12,13 +12,15 @@ All groups of one collective run at the same time and share the network.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
 
-from cluster.errors import ScheduleError
+from cluster.errors import ScheduleError, quoted
 
+_GROUP_SIZE = re.compile(r"[0-9]{1,9}")  # replicas per group, as typed
 
 class CommGroupType(str, Enum):
     """How replicas are partitioned into groups (see the module docstring)."""
@@ -43,14 +45,15 @@ class CommGroup:
             kind = CommGroupType(name)
         except ValueError:
             raise ScheduleError(
-                f"unknown replica group {text!r}: use all, consecutive:K or orthogonal:K "
-                "(K replicas per group)") from None
+                f"unknown replica group {quoted(text)}: use all, consecutive:K or "
+                "orthogonal:K (K replicas per group)") from None
         if kind is CommGroupType.ALL:
             if size:
                 raise ScheduleError("the group 'all' takes no size")
             return cls()
-        if not size.isdigit() or int(size) < 1:
-            raise ScheduleError(f"replica group {text!r} needs a positive size, e.g. {name}:4")
+        if not _GROUP_SIZE.fullmatch(size) or int(size) < 1:
+            raise ScheduleError(f"replica group {quoted(text)} needs a positive size (digits "
+                                f"0-9, at most 9 of them), e.g. {name}:4")
         return cls(kind, int(size))
 
     def __str__(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cluster.errors import SpecError
+from cluster.errors import SpecError, quoted
 from cluster.model.hardware import FigureChoice
 from cluster.model.presets import PresetOptions, build_preset, is_preset
 from cluster.model.topology import Topology
@@ -16,8 +16,17 @@ DEFAULT_TOPOLOGY = "dss8440x2"
 def load_topology(spec: str, figures: str = "seed") -> Topology:
     """Build the topology ``spec`` names; ``figures`` picks seed or public disputed figures
     for presets (a YAML file says its own). A preset name wins over a file of that name."""
-    if spec.endswith((".yaml", ".yml")) or (Path(spec).is_file() and not is_preset(spec)):
-        if not Path(spec).is_file():
-            raise SpecError(f"no topology file at {spec!r}: check the path")
+    if spec.endswith((".yaml", ".yml")) or (_is_file(spec) and not is_preset(spec)):
+        if not _is_file(spec):
+            raise SpecError(f"no topology file at {quoted(spec)}: check the path")
         return load_yaml_topology(spec)
     return build_preset(spec, PresetOptions(figures=FigureChoice.all_from(figures)))
+
+
+def _is_file(spec: str) -> bool:
+    """Whether ``spec`` names a readable file (a name too long for the file system, or
+    with a NUL byte, names none)."""
+    try:
+        return Path(spec).is_file()
+    except (OSError, ValueError):
+        return False

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from cluster.errors import UserError
+from cluster.errors import UserError, quoted
 
 KB = 1000
 MB = 1000**2
@@ -26,7 +26,8 @@ Gbps = GB / 8  # one gigabit per second, in bytes per second
 NANOSECOND = 1e-9
 MICROSECOND = 1e-6
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?[bB])?\s*$")
+_SIZE = re.compile(r"^\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([kKmMgGtT]?)(i?[bB])?\s*$")
+MAX_SIZE_BYTES = 1 << 62  # far beyond any POD's memory; keeps sizes in int64
 _SIZE_FACTOR = {"": 1, "k": KiB, "m": MiB, "g": GiB, "t": 1024**4}
 
 
@@ -42,16 +43,20 @@ def parse_size(text: str | int) -> int:
         match = _SIZE.match(str(text))
         if not match:
             raise UserError(
-                f"cannot read the size {text!r}: write a whole number of bytes with an optional "
-                "K, M or G suffix (powers of 1024), e.g. 8, 64K, 1M, 2G"
+                f"cannot read the size {quoted(text)}: write a whole number of bytes with an "
+                "optional K, M or G suffix (powers of 1024), e.g. 8, 64K, 1M, 2G"
             )
         number, suffix = float(match.group(1)), match.group(2).lower()
         value_float = number * _SIZE_FACTOR[suffix]
+        if value_float > MAX_SIZE_BYTES:
+            raise UserError(f"the size {quoted(text)} is too large: at most 2^62 bytes")
         if value_float != int(value_float):
-            raise UserError(f"the size {text!r} is not a whole number of bytes")
+            raise UserError(f"the size {quoted(text)} is not a whole number of bytes")
         value = int(value_float)
     if value < 0:
-        raise UserError(f"the size {text!r} is negative: sizes are byte counts, 0 or more")
+        raise UserError(f"the size {quoted(text)} is negative: sizes are byte counts, 0 or more")
+    if value > MAX_SIZE_BYTES:
+        raise UserError(f"the size {quoted(text)} is too large: at most 2^62 bytes")
     return value
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cluster.errors import UserError
 from cluster.model.costmodel import transmission_seconds
 from cluster.model.routing import Routes
 from cluster.model.topology import HOST, ROLES, Topology
@@ -61,7 +62,9 @@ def _host_path(topology: Topology, ipu: int) -> list[int]:
             break
         down.append(int(router.down_link[node]))
         node = int(router.parent[node])
-    raise ValueError(f"IPU {topology.ipu_name(ipu)} has no host to stream its input from")
+    raise UserError(f"IPU {topology.ipu_name(ipu)} of {topology.name} has no host to stream its "
+                    "training input from: train on a topology whose IPUs reach a host (the "
+                    "dss8440 and pod presets, or a YAML file with host nodes)")
 
 
 def host_io_seconds(topology: Topology, ipus: list[int], nbytes: float) -> float:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cluster.errors import SpecError
+from cluster.errors import SpecError, quoted
 from cluster.model.hardware import SEED_FIGURES, FigureChoice, LinkType
 from cluster.model.plugins import PluginModules
 from cluster.model.topology import Topology
@@ -104,7 +104,8 @@ def build_preset(spec: str, options: PresetOptions = PresetOptions()) -> Topolog
                 )
             return topology
     choices = "; ".join(f"{p.example} ({p.summary})" for p in presets())
-    raise SpecError(f"unknown topology {spec!r}: use a preset ({choices}) or a YAML file path")
+    raise SpecError(f"unknown topology {quoted(spec)}: use a preset ({choices}) or a YAML "
+                    "file path")
 
 
 def apply_sync(builder: TopologyBuilder, options: PresetOptions) -> None:
