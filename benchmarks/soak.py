@@ -277,6 +277,7 @@ def summarize(args: argparse.Namespace, tallies: list[Tally], soak_seconds: floa
         "wall_p50_seconds": statistics.median(walls) if walls else 0.0,
         "wall_p99_seconds": walls[int(0.99 * (len(walls) - 1))] if walls else 0.0,
         "sim_seconds": sum(t.sim_seconds for t in tallies),
+        "cards_kills_requested": args.kills,
         "cards_killed": sum(killed.values()), "actor_restarts": restarts,
         "runs_failed_by_kills": sum(t.killed_runs for t in tallies),
         "misnamed_failures": [m for t in tallies for m in t.misnamed],
@@ -303,6 +304,7 @@ def render(report: dict[str, Any]) -> str:
         f"{report['wall_p99_seconds'] * 1e3:.0f} ms); with launch "
         f"{report['total_wall_seconds']:.1f} s",
         f"simulated: {report['sim_seconds'] * 1e3:.3f} ms of collectives in all",
+        _kills_line(report),
         f"faults: {report['cards_killed']} cards killed, {report['actor_restarts']} restarts, "
         f"{report['runs_failed_by_kills']} collectives failed by them and were run again; "
         f"{len(report['misnamed_failures'])} failures did not name the killed card",
@@ -310,6 +312,15 @@ def render(report: dict[str, Any]) -> str:
         f"{report['algorithm_refused_then_auto']}",
     ] + [f"ERROR: {e}" for e in report["errors"]]
     return "\n".join(lines)
+
+
+def _kills_line(report: dict[str, Any]) -> str:
+    """How many of the requested kills happened, and why not all, if not."""
+    asked, done = report["cards_kills_requested"], report["cards_killed"]
+    if done >= asked:
+        return f"kills: {done} of {asked} requested"
+    return (f"kills: only {done} of {asked} requested: the collectives ended first "
+            "(raise --collectives or lower --kill-every)")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -13,7 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
-from cluster.errors import UserError
+from cluster.errors import UserError, quoted
 from cluster.training.report import format_table, scaling_table, write_report
 from cluster.training.trainer import (
     IPUS_PER_SERVER,
@@ -167,12 +168,14 @@ def _server_counts(text: str) -> list[int]:
 @click.option("--real-up-to", type=int, default=4, show_default=True,
               help="Run real mode up to this many servers, phantom mode beyond.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("docs/training"), show_default=True)
+              default=Path("train-report"), show_default=True,
+              help="Folder for the report (README.md and plots); made if missing.")
 @common_options
 def train_report_command(server_list: str, real_up_to: int, out_dir: Path,
                          ray_address: str | None, **options: Any) -> None:
     """Scaling report: throughput and efficiency for several server counts, with plots."""
     counts = _server_counts(server_list)
+    _check_writable(out_dir)  # before minutes of training, not after
     runs = []
     with ray_chatter_to_stderr() as out:
         for servers in counts:
@@ -184,3 +187,14 @@ def train_report_command(server_list: str, real_up_to: int, out_dir: Path,
     paths = write_report(runs, out_dir, command)
     click.echo(format_table(scaling_table(runs)), file=out)
     click.echo(f"# report: {paths['readme']}", file=out)
+
+
+def _check_writable(folder: Path) -> None:
+    """Make ``folder`` if missing and check a file can be written there, or a UserError."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise UserError(f"cannot write the report to {quoted(str(folder))}: "
+                        f"{error.strerror or error}; choose another --out folder") from None
