@@ -1,0 +1,68 @@
+"""The docs say what the product does, and they stay true: every transcript in README.md and
+docs/*.md (a ```text block whose first line is `$ ipupod ...`) is run and must print what
+the block shows (the wall-clock column aside), and every ```sh block marked
+`<!-- runnable -->` must run without error."""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+ROW = re.compile(r"^\s+\d")  # a bench table row: its last column is wall seconds
+
+
+def blocks(kind: str) -> list[tuple[str, str]]:
+    """(where, body) of the fenced blocks of ``kind`` ("transcript" or "runnable")."""
+    found = []
+    for path in DOCS:
+        text = path.read_text()
+        for match in FENCE.finditer(text):
+            language, body = match.group(1), match.group(2)
+            line = text[:match.start()].count("\n") + 1
+            where = f"{path.relative_to(ROOT)}:{line}"
+            before = text[:match.start()].rstrip().splitlines()[-1:] or [""]
+            if kind == "transcript" and language == "text" and body.startswith("$ ipupod "):
+                found.append((where, body))
+            elif kind == "runnable" and language == "sh" and before[0] == "<!-- runnable -->":
+                found.append((where, body))
+    return found
+
+
+def environment() -> dict[str, str]:
+    """This interpreter's scripts (ipupod) first on PATH, the repository importable."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+            f"{os.environ.get('PATH', '')}", "PYTHONPATH": str(ROOT)}
+
+
+def without_wall(text: str) -> list[str]:
+    return [line.rsplit(None, 1)[0] if ROW.match(line) else line.rstrip()
+            for line in text.strip("\n").splitlines()]
+
+
+def test_the_docs_have_transcripts_and_runnable_blocks():
+    assert len(blocks("transcript")) >= 2 and len(blocks("runnable")) >= 1
+
+
+@pytest.mark.parametrize("where, body", blocks("transcript"))
+def test_every_transcript_prints_what_it_shows(where, body):
+    command, _, shown = body.partition("\n")
+    argv = shlex.split(command[2:])
+    run = subprocess.run(argv, cwd=ROOT, env=environment(), capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, f"{where}: {run.stderr[-1000:]}"
+    assert without_wall(run.stdout) == without_wall(shown), where
+
+
+@pytest.mark.parametrize("where, body", blocks("runnable"))
+def test_every_runnable_block_runs(where, body, tmp_path):
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    run = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=tmp_path,
+                         env=environment(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"{where}: {run.stderr[-1000:]}"
