@@ -28,9 +28,9 @@ def blocks(kind: str) -> list[tuple[str, str]]:
             line = text[:match.start()].count("\n") + 1
             where = f"{path.relative_to(ROOT)}:{line}"
             before = text[:match.start()].rstrip().splitlines()[-1:] or [""]
-            if kind == "transcript" and language == "text" and body.startswith("$ ipupod "):
-                found.append((where, body))
-            elif kind == "runnable" and language == "sh" and before[0] == "<!-- runnable -->":
+            transcript = language == "text" and body.startswith("$ ipupod ")
+            runnable = language == "sh" and before[0] == "<!-- runnable -->"
+            if (kind == "transcript" and transcript) or (kind == "runnable" and runnable):
                 found.append((where, body))
     return found
 
