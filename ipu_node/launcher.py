@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,7 @@ def ensure_ray(ray_address: str | None, ipus_needed: int) -> bool:
     common: dict[str, Any] = dict(namespace="ipupod", include_dashboard=False, log_to_driver=False,
                   configure_logging=False)
     if address:
+        _token_auth_if_a_token_is_there()
         try:
             ray.init(address=address, **common)
         except Exception as error:  # noqa: BLE001 - Ray raises several types for a bad address
@@ -71,6 +73,28 @@ def ensure_ray(ray_address: str | None, ipus_needed: int) -> bool:
         return False
     ray.init(resources={"IPU": max(LOCAL_IPU_SLOTS, ipus_needed)}, **common)
     return True
+
+
+def _token_auth_if_a_token_is_there() -> None:
+    """Join a cluster the way ``ray start`` joins one: with ``RAY_AUTH_MODE`` unset and a
+    token at hand (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``),
+    use token authentication. Ray 2.60 turns it on by default for a head started with
+    ``ray start --head``, but a driver joining by address does not look for the token, and
+    the head refuses it (InvalidAuthToken). Ray's own rule is asked to decide (it also
+    refreshes Ray's cached configuration); the token itself is never read here."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return  # the user chose
+    try:  # Ray's rule for `ray start`, in the Ray this project pins (2.60)
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # another Ray: fall back to the environment it reads at start
+        token_file = Path.home() / ".ray" / "auth_token"
+        if (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+                or token_file.is_file()):
+            os.environ["RAY_AUTH_MODE"] = "token"
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 def check_room(topology: Topology, specs: list[DeviceSpec], ray_address: str | None) -> None:

@@ -84,7 +84,7 @@ def test_actors_spread_over_two_nodes_joined_by_address(short_dir):
     port = free_port()
     ip = node_ip()
     address = f"{ip}:{port}"
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # Ray's default settings
     env.pop("RAY_ADDRESS", None)
     head = start_node(["--head", f"--port={port}", "--include-dashboard=false",
                        f"--temp-dir={tmp_path}"], env)
@@ -98,7 +98,10 @@ def test_actors_spread_over_two_nodes_joined_by_address(short_dir):
             time.sleep(0.5)
         else:
             pytest.fail("the Ray head did not start within 60 s")
-        worker = start_node([f"--address={address}"], env)
+        # Ray 2.60 turns token auth on by default for a head only: a node that joins is
+        # told to use it, as Ray's docs say (RAY_AUTH_MODE=token); the driver finds the
+        # head's token by itself (ipu_node.launcher).
+        worker = start_node([f"--address={address}"], {**env, "RAY_AUTH_MODE": "token"})
         run = subprocess.run([sys.executable, "-c", DRIVER, address], env=env, cwd=ROOT,
                              capture_output=True, text=True, timeout=240)
         assert run.returncode == 0, run.stderr[-3000:]
