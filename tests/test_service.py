@@ -3,6 +3,7 @@ reflection, the CLI client, and 200 generated hostile requests that never take i
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -127,6 +128,10 @@ def test_the_cli_drives_the_service(service):
     listed = json.loads(cli(service, "partition", "list", "--json").stdout)
     assert [p["name"] for p in listed["partitions"]] == ["cli-p"]
     assert "cli-p" in cli(service, "devices").stdout
+    shown = cli(service, "partition", "show", "cli-p").stdout
+    assert "IPU-Link domain size (ILD): 4 IPUs" in shown, shown
+    assert re.search(r"units: r0\.m\d+\n", shown), shown  # one IPU-Machine
+    assert re.search(r"ring: (\d+) -> \d+ -> \d+ -> \d+ -> \1$", shown, re.M), shown
     assert "ipu-link" in cli(service, "links").stdout
     assert "pod16" in cli(service, "status").stdout
     bench = cli(service, "bench", "allreduce", "--partition", "cli-p", "-b", "1M", "-e", "1M")

@@ -86,7 +86,8 @@ def _partition_message(partition: Partition,
     return control_pb2.Partition(name=partition.name, ipus=list(partition.ipus),
                                  size=partition.size, gcds=partition.gcds,
                                  health=health.state if health else "",
-                                 health_detail=health.detail if health else "")
+                                 health_detail=health.detail if health else "",
+                                 ild_size=partition.ild_size, units=list(partition.units))
 
 
 def _row_message(row: BenchRow) -> control_pb2.BenchmarkRow:
