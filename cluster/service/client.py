@@ -2,7 +2,8 @@
 
 It finds the service through ``host``/``port`` or ``IPUOF_VIPU_API_HOST`` /
 ``IPUOF_VIPU_API_PORT`` (V-IPU's variables; default 127.0.0.1:8090), reads the token from
-``token_file`` (default: :func:`cluster.service.auth.default_token_file`) and turns every
+``token_file`` (default: :func:`cluster.service.auth.default_token_file`, the token of the
+service on that port) and turns every
 refusal into a :class:`ServiceError` a person can act on.
 """
 
@@ -42,7 +43,7 @@ class Client:
     def __init__(self, host: str | None = None, port: int | None = None,
                  token_file: str | Path | None = None, deadline_s: float = 600.0) -> None:
         self.host, self.port = service_address(host, port)
-        token = read_token(Path(token_file) if token_file else default_token_file())
+        token = read_token(Path(token_file) if token_file else default_token_file(self.port))
         self.metadata = bearer_metadata(token)
         self.channel = grpc.insecure_channel(f"{self.host}:{self.port}")
         self.stub = control_pb2_grpc.ControlStub(self.channel)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -41,7 +42,7 @@ from ipupod_proto import control_pb2, control_pb2_grpc
 
 SERVICE = "ipupod.control.v1.Control"
 
-__all__ = ["DEFAULT_PORT", "SERVICE", "ControlService", "start_server"]
+__all__ = ["DEFAULT_PORT", "SERVICE", "ControlService", "check_port_free", "start_server"]
 
 Handler = Callable[["ControlService", Any, grpc.ServicerContext], Any]
 
@@ -308,6 +309,26 @@ def _serve_metrics(metrics: ServiceMetrics, host: str, port: int) -> tuple[Any, 
                         "another --metrics-port") from None
 
 
+def check_port_free(host: str, port: int, option: str) -> None:
+    """A user error naming ``option`` if ``host:port`` is taken (or ``host`` unknown): a
+    second service never shares a port with the first (no SO_REUSEPORT)."""
+    if port == 0:
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError):
+        raise UserError(f"cannot listen on host {host[:100]!r}: no such address; use "
+                        "--host 127.0.0.1 or another address of this machine") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as error:
+            raise UserError(f"cannot listen on {host}:{port} ({error.strerror}): is another "
+                            f"service using it? choose another {option}") from None
+
+
 def start_server(pod: EmulatedPod, token: str, host: str = "127.0.0.1",
                  port: int = DEFAULT_PORT,
                  metrics_port: int | None = None) -> tuple[grpc.Server, int, int | None]:
@@ -315,11 +336,15 @@ def start_server(pod: EmulatedPod, token: str, host: str = "127.0.0.1",
     Prometheus endpoint; return (server, bound port, metrics port or None)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16),
                          interceptors=[BearerToken(token)],
-                         options=[("grpc.max_receive_message_length", 4 << 20)])
+                         options=[("grpc.max_receive_message_length", 4 << 20),
+                                  ("grpc.so_reuseport", 0)])
     control = ControlService(pod, with_metrics=metrics_port is not None)
     control_pb2_grpc.add_ControlServicer_to_server(control, server)
     checker = _add_health_and_reflection(server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:  # grpcio raises where it once returned 0
+        bound = 0
     if bound == 0:
         raise UserError(f"cannot listen on {host}:{port}: is the port in use? choose "
                         "another with --port")
