@@ -10,6 +10,7 @@ refusal into a :class:`ServiceError` a person can act on.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,24 @@ class Client:
         self.stub = control_pb2_grpc.ControlStub(self.channel)
         self.deadline_s = deadline_s
 
+    def stream(self, method: str, request: Any) -> Iterator[Any]:
+        """Call server-streaming ``method``; its answers as they come, then a
+        :class:`ServiceError` if the stream ended with one."""
+        try:
+            yield from getattr(self.stub, method)(request, metadata=self.metadata,
+                                                  timeout=self.deadline_s)
+        except grpc.RpcError as error:
+            raise self._refusal(error) from None
+
+    def _refusal(self, error: grpc.RpcError) -> ServiceError:
+        """The :class:`ServiceError` a failed call becomes."""
+        code = error.code()
+        if code == grpc.StatusCode.UNAVAILABLE and "connect" in (error.details() or "").lower():
+            return ServiceError(f"cannot reach the service at {self.host}:{self.port}: is "
+                                "`ipupod serve` running? (--host/--port or "
+                                f"{HOST_VARIABLE}/PORT)")
+        return ServiceError(f"{code.name}: {error.details()}")
+
     def call(self, method: str, request: Any) -> Any:
         """Call ``method`` of the control API with ``request``; its answer, or a
         :class:`ServiceError` saying why not."""
@@ -56,9 +75,4 @@ class Client:
             return getattr(self.stub, method)(request, metadata=self.metadata,
                                               timeout=self.deadline_s)
         except grpc.RpcError as error:
-            code = error.code()
-            if code == grpc.StatusCode.UNAVAILABLE and "connect" in (error.details() or "").lower():
-                raise ServiceError(f"cannot reach the service at {self.host}:{self.port}: is "
-                                   "`ipupod serve` running? (--host/--port or "
-                                   f"{HOST_VARIABLE}/PORT)") from None
-            raise ServiceError(f"{code.name}: {error.details()}") from None
+            raise self._refusal(error) from None
