@@ -39,20 +39,24 @@ class CreatePartitionRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., size: _Optional[int] = ..., gcds: _Optional[int] = ...) -> None: ...
 
 class Partition(_message.Message):
-    __slots__ = ("name", "ipus", "size", "gcds", "health", "health_detail")
+    __slots__ = ("name", "ipus", "size", "gcds", "health", "health_detail", "ild_size", "units")
     NAME_FIELD_NUMBER: _ClassVar[int]
     IPUS_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     GCDS_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     HEALTH_DETAIL_FIELD_NUMBER: _ClassVar[int]
+    ILD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    UNITS_FIELD_NUMBER: _ClassVar[int]
     name: str
     ipus: _containers.RepeatedScalarFieldContainer[int]
     size: int
     gcds: int
     health: str
     health_detail: str
-    def __init__(self, name: _Optional[str] = ..., ipus: _Optional[_Iterable[int]] = ..., size: _Optional[int] = ..., gcds: _Optional[int] = ..., health: _Optional[str] = ..., health_detail: _Optional[str] = ...) -> None: ...
+    ild_size: int
+    units: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., ipus: _Optional[_Iterable[int]] = ..., size: _Optional[int] = ..., gcds: _Optional[int] = ..., health: _Optional[str] = ..., health_detail: _Optional[str] = ..., ild_size: _Optional[int] = ..., units: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PartitionRef(_message.Message):
     __slots__ = ("name",)
@@ -233,7 +237,7 @@ class FaultState(_message.Message):
     def __init__(self, links: _Optional[_Iterable[_Union[LinkFault, _Mapping]]] = ..., cards: _Optional[_Iterable[_Union[CardState, _Mapping]]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class BenchmarkRow(_message.Message):
-    __slots__ = ("bytes", "count", "type", "op", "algorithm", "sim_seconds", "algbw_GBps", "busbw_GBps", "wall_seconds", "wrong")
+    __slots__ = ("bytes", "count", "type", "op", "algorithm", "sim_seconds", "algbw_GBps", "busbw_GBps", "wall_seconds", "wrong", "json")
     BYTES_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -244,6 +248,7 @@ class BenchmarkRow(_message.Message):
     BUSBW_GBPS_FIELD_NUMBER: _ClassVar[int]
     WALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     WRONG_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
     bytes: int
     count: int
     type: str
@@ -254,7 +259,8 @@ class BenchmarkRow(_message.Message):
     busbw_GBps: float
     wall_seconds: float
     wrong: int
-    def __init__(self, bytes: _Optional[int] = ..., count: _Optional[int] = ..., type: _Optional[str] = ..., op: _Optional[str] = ..., algorithm: _Optional[str] = ..., sim_seconds: _Optional[float] = ..., algbw_GBps: _Optional[float] = ..., busbw_GBps: _Optional[float] = ..., wall_seconds: _Optional[float] = ..., wrong: _Optional[int] = ...) -> None: ...
+    json: str
+    def __init__(self, bytes: _Optional[int] = ..., count: _Optional[int] = ..., type: _Optional[str] = ..., op: _Optional[str] = ..., algorithm: _Optional[str] = ..., sim_seconds: _Optional[float] = ..., algbw_GBps: _Optional[float] = ..., busbw_GBps: _Optional[float] = ..., wall_seconds: _Optional[float] = ..., wrong: _Optional[int] = ..., json: _Optional[str] = ...) -> None: ...
 
 class BenchmarkResult(_message.Message):
     __slots__ = ("partition", "ipus", "collective", "mode", "rows")

@@ -79,6 +79,11 @@ class ControlStub:
                 request_serializer=ipupod__proto_dot_control__pb2.BenchmarkRequest.SerializeToString,
                 response_deserializer=ipupod__proto_dot_control__pb2.BenchmarkResult.FromString,
                 _registered_method=True)
+        self.StreamBenchmark = channel.unary_stream(
+                '/ipupod.control.v1.Control/StreamBenchmark',
+                request_serializer=ipupod__proto_dot_control__pb2.BenchmarkRequest.SerializeToString,
+                response_deserializer=ipupod__proto_dot_control__pb2.BenchmarkResult.FromString,
+                _registered_method=True)
         self.KillCard = channel.unary_unary(
                 '/ipupod.control.v1.Control/KillCard',
                 request_serializer=ipupod__proto_dot_control__pb2.KillCardRequest.SerializeToString,
@@ -169,6 +174,14 @@ class ControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamBenchmark(self, request, context):
+        """The same, streamed: one BenchmarkResult of one row as each size finishes; a failure
+        ends the stream with its status after the rows already sent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def KillCard(self, request, context):
         """Faults: kill a card's actor (Ray restarts it empty), degrade, cut or heal a link.
         """
@@ -246,6 +259,11 @@ def add_ControlServicer_to_server(servicer, server):
             ),
             'RunBenchmark': grpc.unary_unary_rpc_method_handler(
                     servicer.RunBenchmark,
+                    request_deserializer=ipupod__proto_dot_control__pb2.BenchmarkRequest.FromString,
+                    response_serializer=ipupod__proto_dot_control__pb2.BenchmarkResult.SerializeToString,
+            ),
+            'StreamBenchmark': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamBenchmark,
                     request_deserializer=ipupod__proto_dot_control__pb2.BenchmarkRequest.FromString,
                     response_serializer=ipupod__proto_dot_control__pb2.BenchmarkResult.SerializeToString,
             ),
@@ -516,6 +534,33 @@ class Control:
             request,
             target,
             '/ipupod.control.v1.Control/RunBenchmark',
+            ipupod__proto_dot_control__pb2.BenchmarkRequest.SerializeToString,
+            ipupod__proto_dot_control__pb2.BenchmarkResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamBenchmark(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ipupod.control.v1.Control/StreamBenchmark',
             ipupod__proto_dot_control__pb2.BenchmarkRequest.SerializeToString,
             ipupod__proto_dot_control__pb2.BenchmarkResult.FromString,
             options,

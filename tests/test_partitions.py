@@ -10,12 +10,12 @@ import pytest
 
 from cluster.errors import UserError
 from cluster.model.presets import build_preset
-from cluster.service.partitions import Partition, PartitionError, PartitionTable
+from cluster.service.partitions import Partition, PartitionError, PartitionTable, block_order
 
 
 @pytest.fixture(scope="module")
 def topologies():
-    return {spec: build_preset(spec) for spec in ("dss8440", "dss8440x2", "pod64")}
+    return {spec: build_preset(spec) for spec in ("dss8440", "dss8440x2", "pod16", "pod64")}
 
 
 def table(topologies, spec):
@@ -54,11 +54,11 @@ def test_create_get_list_remove_round_trip(topologies):
     assert parts.create("train-a", 8).ipus == a.ipus  # the freed block is reused
 
 
-def test_gcds_are_consecutive_equal_slices_of_the_partition(topologies):
+def test_gcds_are_aligned_blocks_of_the_partition_two_ipus_are_a_card(topologies):
     partition = table(topologies, "dss8440").create("p", 8, gcds=4)
     slices = partition.gcd_ipus()
-    assert len(slices) == 4 and all(len(s) == 2 for s in slices)
-    assert [ipu for s in slices for ipu in s] == list(partition.ipus)
+    assert slices == [(0, 1), (2, 3), (4, 5), (6, 7)]  # four C2 cards
+    assert sorted(ipu for s in slices for ipu in s) == sorted(partition.ipus)
     assert Partition("q", (1, 2, 3, 4), 1).gcd_ipus() == [(1, 2, 3, 4)]
 
 
@@ -71,12 +71,12 @@ def test_errors_are_user_errors_with_a_grpc_code(topologies):
 
 
 # -- placement ---------------------------------------------------------------------------
-def test_two_halves_of_a_server_take_the_two_halves_of_the_ring(topologies):
-    topology = topologies["dss8440"]
+def test_two_halves_of_a_server_take_four_adjacent_cards_each(topologies):
     parts = table(topologies, "dss8440")
     first, second = parts.create("a", 8), parts.create("b", 8)
-    assert list(first.ipus) == ring(topology)[:8]
-    assert list(second.ipus) == ring(topology)[8:]
+    assert first.ipus == (0, 2, 4, 6, 7, 5, 3, 1)  # cards 0-3, ring up one rail, down the other
+    assert second.ipus == (8, 10, 12, 14, 15, 13, 11, 9)
+    assert first.units == ("s0.card0", "s0.card1", "s0.card2", "s0.card3")
     assert parts.free_ipus() == []
 
 
@@ -99,20 +99,20 @@ def test_a_partition_larger_than_a_free_domain_waits_for_whole_domains(topologie
     parts = table(topologies, "dss8440x2")
     parts.create("small", 1)
     message = error("RESOURCE_EXHAUSTED", parts.create, "all", 32)
-    assert "31 of 32 IPUs" in message and "largest partition that can be created now has 16" \
+    assert "31 of 32 IPUs" in message and "largest partition that can be created now, has 16" \
         in message
 
 
 def test_placement_is_best_fit_so_big_blocks_stay_whole(topologies):
-    topology = topologies["dss8440"]
-    order = ring(topology)
     parts = table(topologies, "dss8440")
-    parts.create("eight", 8)                # ring positions 0..7
-    parts.create("one", 1)                  # position 8
-    parts.remove("eight")                   # positions 0..7 free again, 9..15 free
-    four = parts.create("four", 4)          # fits at 12..15, keeping 0..7 whole
-    assert list(four.ipus) == order[12:16]
-    assert list(parts.create("eight-again", 8).ipus) == order[:8]
+    parts.create("eight", 8)                # cards 0-3
+    parts.create("one", 1)                  # IPU 8, on card 4
+    parts.remove("eight")                   # cards 0-3 free again, IPUs 9..15 free
+    four = parts.create("four", 4)          # fits on cards 6-7, keeping cards 0-3 whole
+    assert sorted(four.ipus) == [12, 13, 14, 15]
+    assert sorted(parts.create("pair", 2).ipus) == [10, 11]  # card 5, beside the single
+    assert parts.create("single", 1).ipus == (9,)            # the single's card-mate
+    assert sorted(parts.create("eight-again", 8).ipus) == list(range(8))
 
 
 def test_small_partitions_fill_one_server_before_touching_the_other(topologies):
@@ -125,22 +125,23 @@ def test_small_partitions_fill_one_server_before_touching_the_other(topologies):
 
 
 def check_invariants(parts, topology):
-    """No IPU in two partitions; every placement aligned inside one domain or whole domains."""
+    """No IPU in two partitions; every placement an aligned block of one domain's block
+    order, or whole domains; its ring in the topology's ring order."""
     domain_of = topology.router.domain_of_ipu
-    members = {}
-    for ipu in ring(topology):
-        members.setdefault(int(domain_of[ipu]), []).append(ipu)
+    members = {int(domain_of[int(m[0])]): m.tolist() for m in block_order(topology)}
+    position = {ipu: k for k, ipu in enumerate(ring(topology))}
     seen = set()
     for p in parts.list():
         assert not seen & set(p.ipus), f"{p.name} overlaps another partition"
         seen |= set(p.ipus)
         assert all(parts.partition_of(ipu) == p.name for ipu in p.ipus)
+        assert list(p.ipus) == sorted(p.ipus, key=position.get)
         domains = {int(domain_of[ipu]) for ipu in p.ipus}
         if len(domains) == 1:
             sequence = members[domains.pop()]
-            start = sequence.index(p.ipus[0])
+            start = sequence.index(p.block[0])
             assert start % p.size == 0
-            assert list(p.ipus) == sequence[start:start + p.size]
+            assert list(p.block) == sequence[start:start + p.size]
         else:
             assert sorted(p.ipus) == sorted(i for d in domains for i in members[d])
     assert set(parts.free_ipus()) == set(range(topology.ipu_count)) - seen
@@ -255,12 +256,11 @@ def test_a_fragmented_topology_says_how_many_ipus_are_free_and_the_largest_block
     parts = table(topologies, "dss8440")
     for i in range(16):
         parts.create(f"p{i}", 1)
-    order = ring(topologies["dss8440"])
-    for i in range(0, 16, 2):  # free every other ring position: 8 IPUs, no two adjacent
-        parts.remove(parts.partition_of(order[i]))
+    for ipu in range(0, 16, 2):  # free one IPU of every card: 8 IPUs, no card whole
+        parts.remove(parts.partition_of(ipu))
     message = error("RESOURCE_EXHAUSTED", parts.create, "pair", 2)
     assert "8 of 16 IPUs" in message and "are free" in message
-    assert "largest partition that can be created now has 1 IPU" in message
+    assert "largest partition that can be created now, has 1 IPU" in message
     assert len(parts.free_ipus()) == 8  # a failed create changes nothing
 
 
@@ -280,3 +280,92 @@ def test_unknown_partitions_are_not_found_and_the_message_lists_the_existing_one
 def test_partition_of_an_ipu_that_does_not_exist_is_refused(topologies, ipu):
     message = error("INVALID_ARGUMENT", table(topologies, "dss8440").partition_of, ipu)
     assert "numbered 0 to 15" in message
+
+
+# -- V-IPU's placement: blocks of the IPU-Link topology -----------------------------------
+@pytest.mark.parametrize("spec, sizes, placed", [
+    ("dss8440", [2, 4, 2, 8], [[0, 1], [4, 5, 6, 7], [2, 3], list(range(8, 16))]),
+    ("dss8440", [16], [list(range(16))]),
+    ("dss8440x2", [8, 16, 4, 2, 2], [list(range(8)), list(range(16, 32)), [8, 9, 10, 11],
+                                     [12, 13], [14, 15]]),
+    ("dss8440x2", [32], [list(range(32))]),
+    ("pod16", [2, 4, 8, 1], [[0, 1], [4, 5, 6, 7], list(range(8, 16)), [2]]),
+    ("pod64", [4, 16, 8, 32], [[0, 1, 2, 3], list(range(16, 32)), list(range(8, 16)),
+                               list(range(32, 64))]),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_partitions_are_placed_on_cards_machines_and_servers_as_v_ipu_does(
+        topologies, spec, sizes, placed):
+    parts = table(topologies, spec)
+    for i, (size, ipus) in enumerate(zip(sizes, placed)):
+        assert sorted(parts.create(f"p{i}", size).ipus) == ipus, f"{size} IPUs"
+
+
+def test_a_partition_names_its_units_and_ipus_per_ipu_link_domain(topologies):
+    parts = table(topologies, "dss8440x2")
+    card = parts.create("card", 2)
+    assert card.units == ("s0.card0",) and card.ild_size == 2
+    whole = table(topologies, "dss8440x2").create("whole", 32)
+    assert whole.ild_size == 16 and len(whole.units) == 16
+    machine = table(topologies, "pod64").create("m", 4)
+    assert machine.units == ("r0.m0",) and machine.ipus == (0, 2, 3, 1)
+
+
+def ipu_link_pairs(topology):
+    names = [t.name for t in topology.link_types]
+    return {frozenset((int(a), int(b))) for a, b, kind in
+            zip(topology.link_a, topology.link_b, topology.link_type)
+            if names[kind].startswith("ipu-link")}
+
+
+@pytest.mark.parametrize("spec", ["dss8440", "dss8440x2", "pod16", "pod64"])
+def test_every_hop_of_a_partitions_ring_inside_a_domain_is_one_ipu_link(topologies, spec):
+    topology = topologies[spec]
+    linked, domain_of = ipu_link_pairs(topology), topology.router.domain_of_ipu
+    for size in (2, 4, 8, 16, 32):
+        if size > topology.ipu_count:
+            continue
+        parts = table(topologies, spec)
+        while True:
+            try:
+                ring_ = parts.create(f"p{len(parts.list())}", size).ipus
+            except PartitionError:
+                break
+            hops = zip(ring_, ring_[1:] + ring_[:1]) if size > 2 else [ring_]
+            for a, b in hops:
+                if domain_of[a] == domain_of[b]:
+                    assert frozenset((a, b)) in linked, f"{spec}: {a}-{b} in {ring_}"
+
+
+def ladder(cards):
+    """``cards`` C2 cards joined by rails, alone: the block of a DSS 8440 they would be."""
+    from cluster.model import hardware as hw
+    from cluster.model.builder import TopologyBuilder
+    from cluster.model.presets.dss8440 import ladder_ring
+
+    b = TopologyBuilder(f"ladder{cards}")
+    ipus = b.add_ipus([f"card{c}.ipu{k}" for c in range(cards) for k in range(2)], hw.gc2())
+    grid = ipus.reshape(cards, 2)
+    b.add_links(grid[:, 0], grid[:, 1], hw.c2_rung())
+    if cards > 1:
+        b.add_links(grid[:-1, :], grid[1:, :], hw.c2_rail())
+    b.ring_order = ladder_ring(cards)
+    return b.build()
+
+
+@pytest.mark.parametrize("spec, size, alone", [
+    ("dss8440", 2, lambda: ladder(1)), ("dss8440", 8, lambda: ladder(4)),
+    ("dss8440x2", 16, lambda: build_preset("dss8440")),
+    ("pod64", 16, lambda: build_preset("pod16")),
+])
+def test_a_partitions_bus_bandwidth_is_that_of_the_same_block_alone(
+        topologies, spec, size, alone):
+    from gcl.bench import run_phantom
+    from gcl.collectives import collective
+
+    byte_sizes = [4 << 20, 64 << 20]
+    partition = table(topologies, spec).create("p", size)
+    coll = collective("allreduce")
+    on_partition = run_phantom(coll, topologies[spec], byte_sizes, ipus=list(partition.ipus))
+    by_itself = run_phantom(coll, alone(), byte_sizes)
+    for row, reference in zip(on_partition, by_itself, strict=True):
+        assert row.busbw_GBps == pytest.approx(reference.busbw_GBps, rel=1e-6), row.bytes

@@ -3,6 +3,7 @@ reflection, the CLI client, and 200 generated hostile requests that never take i
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -27,6 +28,7 @@ def service(ray_session, tmp_path_factory):
     server, port, metrics_port = start_server(pod, token, "127.0.0.1", 0, metrics_port=0)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     yield {"port": port, "metrics_port": metrics_port, "token": token, "token_file": token_file,
+           "pod": pod,
            "channel": channel,
            "stub": control_pb2_grpc.ControlStub(channel),
            "auth": (("authorization", f"Bearer {token}"),)}
@@ -127,6 +129,10 @@ def test_the_cli_drives_the_service(service):
     listed = json.loads(cli(service, "partition", "list", "--json").stdout)
     assert [p["name"] for p in listed["partitions"]] == ["cli-p"]
     assert "cli-p" in cli(service, "devices").stdout
+    shown = cli(service, "partition", "show", "cli-p").stdout
+    assert "IPU-Link domain size (ILD): 4 IPUs" in shown, shown
+    assert re.search(r"units: r0\.m\d+\n", shown), shown  # one IPU-Machine
+    assert re.search(r"ring: (\d+) -> \d+ -> \d+ -> \d+ -> \1$", shown, re.M), shown
     assert "ipu-link" in cli(service, "links").stdout
     assert "pod16" in cli(service, "status").stdout
     bench = cli(service, "bench", "allreduce", "--partition", "cli-p", "-b", "1M", "-e", "1M")
@@ -231,7 +237,8 @@ def test_ipupod_serve_runs_until_sigterm_and_stops_cleanly(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS", None)
     server = subprocess.Popen([sys.executable, "-m", "cluster.cli.main", "serve", "--topology",
-                               "pod16", "--port", "0", "--token-file", str(token)],
+                               "pod16", "--port", "0", "--metrics-port", "0", "--token-file",
+                               str(token)],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                               env=env)
     try:
@@ -360,3 +367,56 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(service, tmp_
         server.terminate()
         server.wait(timeout=30)
         stub.RemovePartition(control_pb2.PartitionRef(name="dash"), metadata=auth)
+
+
+def test_a_second_server_on_a_taken_port_is_refused(service):
+    from cluster.errors import UserError
+    from cluster.service.server import check_port_free
+
+    with pytest.raises(UserError, match="is another service using it"):
+        check_port_free("127.0.0.1", service["port"], "--port")
+    with pytest.raises(UserError, match="is the port in use"):
+        start_server(service["pod"], "another-token", "127.0.0.1", service["port"])
+    status = service["stub"].GetStatus(control_pb2.StatusRequest(), metadata=service["auth"])
+    assert status.ipus == 16  # the first service still answers its own clients
+
+
+@pytest.mark.parametrize("busy", ["--port", "--metrics-port"])
+def test_a_serve_whose_port_is_busy_fails_at_once_and_leaves_the_token_alone(tmp_path, busy):
+    import socket
+
+    token = tmp_path / "token"
+    token.write_text("the first service's token\n")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = str(holder.getsockname()[1])
+        ports = {"--port": "0", "--metrics-port": "0", busy: taken}
+        run = subprocess.run([sys.executable, "-m", "cluster.cli.main", "serve", "--topology",
+                              "pod16", "--token-file", str(token),
+                              *[item for pair in ports.items() for item in pair]],
+                             capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert f"cannot listen on 127.0.0.1:{taken}" in run.stderr and busy in run.stderr
+    assert "Traceback" not in run.stderr and "ray" not in run.stderr.lower()
+    assert token.read_text() == "the first service's token\n"
+
+
+def test_tokens_are_written_atomically_in_a_private_folder_replacing_a_symlink(tmp_path,
+                                                                                monkeypatch):
+    from cluster.service.auth import default_token_file, read_token, save_token
+
+    monkeypatch.delenv("IPUPOD_TOKEN_FILE", raising=False)
+    monkeypatch.setenv("IPUPOD_STATE_DIR", str(tmp_path / "state"))
+    first, second = default_token_file(8090), default_token_file(8091)
+    assert first != second  # each service's token is its own
+    save_token(first, "one", private=True)
+    assert stat.S_IMODE(os.stat(tmp_path / "state").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(first).st_mode) == 0o600
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    second.symlink_to(victim)
+    save_token(second, "two", private=True)
+    assert victim.read_text() == "keep me" and not second.is_symlink()
+    assert read_token(first) == "one" and read_token(second) == "two"
+    assert [p.name for p in (tmp_path / "state").iterdir() if p.name.startswith(".")] == []

@@ -4,6 +4,7 @@ on a partition of a running service (``--partition``); one table either way
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -13,7 +14,7 @@ from typing import Any, TextIO
 
 import click
 
-from cluster.cli.output import message_json, progress, ray_chatter_to_stderr
+from cluster.cli.output import progress, ray_chatter_to_stderr
 from cluster.errors import UserError
 from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
 from cluster.model.topology import Topology
@@ -119,35 +120,42 @@ def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str 
                         out)
 
 
-def _service_row(result: Any, row: Any, group: CommGroup) -> BenchRow:
-    """A row of the service's ``BenchmarkResult`` as a :class:`gcl.bench.BenchRow`."""
-    return BenchRow(collective=result.collective, bytes=row.bytes, count=row.count,
-                    type=row.type, op=row.op, algorithm=row.algorithm, group=str(group),
-                    group_size=len(group.ranks(result.ipus)[0]), sim_seconds=row.sim_seconds,
-                    algbw_GBps=row.algbw_GBps, busbw_GBps=row.busbw_GBps,
-                    wall_seconds=row.wall_seconds, wrong=None if row.wrong < 0 else row.wrong)
+def _service_row(row: Any) -> BenchRow:
+    """A row of the service's stream as a :class:`gcl.bench.BenchRow` (its ``json``)."""
+    return BenchRow(**json.loads(row.json))
 
 
 def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | None,
                        port: int | None, token_file: str | None) -> None:
-    """``ipupod bench --partition NAME``: the service runs it on that partition's IPUs."""
+    """``ipupod bench --partition NAME``: the service runs it on that partition's IPUs and
+    streams the rows; each is printed as it comes. A failure prints the rows done, then
+    the error."""
     # gRPC: only for --partition
     from cluster.service.client import Client
     from ipupod_proto import control_pb2
 
-    result = Client(host, port, token_file).call("RunBenchmark", control_pb2.BenchmarkRequest(
-        partition=partition, collective=sweep.collective, min_bytes=sweep.min_bytes,
-        max_bytes=sweep.max_bytes, factor=sweep.factor, algorithm=sweep.algorithm,
-        dtype=sweep.dtype, op=sweep.op, mode=sweep.mode, group=sweep.group, root=sweep.root))
-    if as_json:
-        click.echo(message_json(result))
-        return
-    group = CommGroup.parse(sweep.group or "all")  # as the service read it
-    heading = (f"# ipupod bench {result.collective} on partition {result.partition} "
-               f"({result.ipus} IPUs), mode {result.mode}; time simulated, wall on the service"
-               f"\n{table_header(result.mode)}")
-    _echo_table(iter([_service_row(result, row, group) for row in result.rows]),
-                lambda: heading, sys.stdout)
+    results = Client(host, port, token_file).stream(
+        "StreamBenchmark", control_pb2.BenchmarkRequest(
+            partition=partition, collective=sweep.collective, min_bytes=sweep.min_bytes,
+            max_bytes=sweep.max_bytes, factor=sweep.factor, algorithm=sweep.algorithm,
+            dtype=sweep.dtype, op=sweep.op, mode=sweep.mode, group=sweep.group,
+            root=sweep.root))
+    done: list[BenchRow] = []
+    try:
+        for result in results:
+            if not done and not as_json:
+                click.echo(f"# ipupod bench {result.collective} on partition "
+                           f"{result.partition} ({result.ipus} IPUs), mode {result.mode}; "
+                           f"time simulated, wall on the service\n{table_header(result.mode)}")
+            for row in result.rows:
+                done.append(_service_row(row))
+                if not as_json:
+                    click.echo(format_row(done[-1]))
+    finally:
+        if as_json:
+            click.echo(rows_to_json(done))
+        elif done:
+            click.echo(summary_line(done))
 
 
 @click.command("bench")

@@ -15,7 +15,7 @@ CLIENT_OPTIONS = [
     click.option("--host", default=None, help=f"Service host (or {HOST_VARIABLE})."),
     click.option("--port", type=click.IntRange(1, 65535), default=None,
                  help=f"Service port (or {PORT_VARIABLE}; default {DEFAULT_PORT})."),
-    click.option("--token-file", default=None, help="Token file (default ~/.ipupod/token)."),
+    click.option("--token-file", default=None, help="Token file (default ~/.ipupod/token-PORT)."),
     click.option("--json", "as_json", is_flag=True, help="Print JSON."),
 ]
 

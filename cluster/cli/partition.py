@@ -25,6 +25,18 @@ def _partition_line(p: Any) -> str:
     return f"{p.name:<24} {p.size:>5} {p.gcds:>5}  {','.join(map(str, p.ipus)):<24} {health}"
 
 
+def _partition_detail(p: Any) -> str:
+    """A partition as ``partition show`` prints it: its line, IPU-Link domain, units, ring."""
+    ring = " -> ".join(map(str, [*p.ipus, p.ipus[0]])) if len(p.ipus) > 1 else str(p.ipus[0])
+    return "\n".join([
+        f"partition {p.name}: {p.size} IPU{'s' if p.size > 1 else ''}, {p.gcds} GCD"
+        f"{'s' if p.gcds > 1 else ''}, {p.health or 'health unknown'}"
+        + (f" ({p.health_detail})" if p.health_detail else ""),
+        f"IPU-Link domain size (ILD): {p.ild_size} IPUs",
+        f"units: {', '.join(p.units)}",
+        f"ring: {ring}"])
+
+
 @partition_group.command("create")
 @click.argument("name")
 @click.option("--size", type=int, required=True, help="IPUs, a power of two.")
@@ -58,10 +70,10 @@ def partition_list(host: str | None, port: int | None, token_file: str | None,
 @client_options
 def partition_show(name: str, host: str | None, port: int | None, token_file: str | None,
                    as_json: bool) -> None:
-    """Partition NAME: size, GCDs, IPUs, health."""
+    """Partition NAME: size, GCDs, health, IPU-Link domain size, units and ring."""
     found = Client(host, port, token_file).call("GetPartition",
                                                 control_pb2.PartitionRef(name=name))
-    echo_message(found, as_json, _partition_line(found))
+    echo_message(found, as_json, _partition_detail(found))
 
 
 @partition_group.command("remove")

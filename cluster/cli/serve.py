@@ -7,14 +7,14 @@ from __future__ import annotations
 import signal
 import threading
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import click
 
 from cluster.cli.output import ray_chatter_to_stderr
-from cluster.service.auth import default_token_file, write_token
+from cluster.service.auth import default_token_file, new_token, save_token
 from cluster.service.client import DEFAULT_PORT
-from cluster.service.server import start_server
+from cluster.service.server import check_port_free, start_server
 from ipu_node.pod import EmulatedPod
 
 
@@ -26,28 +26,36 @@ from ipu_node.pod import EmulatedPod
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
               help="Port to listen on (0: any free port, printed).")
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Where to write the access token (default ~/.ipupod/token).")
+              help="Where to write the access token (default ~/.ipupod/token-PORT).")
 @click.option("--metrics-port", type=click.IntRange(-1, 65535), default=9464, show_default=True,
               help="Prometheus endpoint port (on --host); -1 to switch it off.")
 def serve_command(topology_spec: str, ray_address: str | None, host: str, port: int,
                   token_file: Path | None, metrics_port: int) -> None:
     """Launch the emulated POD and serve its control API until SIGTERM or Ctrl-C."""
-    path = token_file or default_token_file()
+    check_port_free(host, port, "--port")
+    if metrics_port > 0:
+        check_port_free(host, metrics_port, "--metrics-port")
     with ray_chatter_to_stderr() as out:
         pod = EmulatedPod.launch(topology_spec, ray_address=ray_address)
         try:
-            _serve(pod, path, host, port, None if metrics_port < 0 else metrics_port, out)
+            _serve(pod, token_file, host, port, None if metrics_port < 0 else metrics_port, out)
         finally:
             pod.shutdown(stop_ray=True)
         print("ipupod serve: stopped", file=out, flush=True)
 
 
-def _serve(pod: EmulatedPod, path: Path, host: str, port: int, metrics_port: int | None,
-           out: TextIO) -> None:
-    """Write a fresh token, serve, say where (on ``out``), and wait for SIGTERM or SIGINT;
-    then stop serving."""
-    token = write_token(path)
+def _serve(pod: EmulatedPod, token_file: Path | None, host: str, port: int,
+           metrics_port: int | None, out: TextIO) -> None:
+    """Serve with a fresh token, written (atomically) once both ports are bound; say where
+    (on ``out``), and wait for SIGTERM or SIGINT; then stop serving."""
+    token = new_token()
     server, bound, metrics = start_server(pod, token, host, port, metrics_port)
+    try:
+        path = token_file or default_token_file(bound)
+        save_token(path, token, private=token_file is None)
+    except BaseException:
+        _stop(server, metrics)
+        raise
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -56,6 +64,11 @@ def _serve(pod: EmulatedPod, path: Path, host: str, port: int, metrics_port: int
           + (f"; metrics on http://{host}:{metrics}/metrics" if metrics else ""),
           file=out, flush=True)
     stop.wait()
+    _stop(server, metrics)
+
+
+def _stop(server: Any, metrics: int | None) -> None:
+    """Stop serving: the gRPC server (2 s of grace), then the metrics endpoint."""
     server.stop(grace=2).wait(5)
     if metrics:
         server.metrics_server.shutdown()

@@ -2,13 +2,15 @@
 
 It finds the service through ``host``/``port`` or ``IPUOF_VIPU_API_HOST`` /
 ``IPUOF_VIPU_API_PORT`` (V-IPU's variables; default 127.0.0.1:8090), reads the token from
-``token_file`` (default: :func:`cluster.service.auth.default_token_file`) and turns every
+``token_file`` (default: :func:`cluster.service.auth.default_token_file`, the token of the
+service on that port) and turns every
 refusal into a :class:`ServiceError` a person can act on.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +44,29 @@ class Client:
     def __init__(self, host: str | None = None, port: int | None = None,
                  token_file: str | Path | None = None, deadline_s: float = 600.0) -> None:
         self.host, self.port = service_address(host, port)
-        token = read_token(Path(token_file) if token_file else default_token_file())
+        token = read_token(Path(token_file) if token_file else default_token_file(self.port))
         self.metadata = bearer_metadata(token)
         self.channel = grpc.insecure_channel(f"{self.host}:{self.port}")
         self.stub = control_pb2_grpc.ControlStub(self.channel)
         self.deadline_s = deadline_s
+
+    def stream(self, method: str, request: Any) -> Iterator[Any]:
+        """Call server-streaming ``method``; its answers as they come, then a
+        :class:`ServiceError` if the stream ended with one."""
+        try:
+            yield from getattr(self.stub, method)(request, metadata=self.metadata,
+                                                  timeout=self.deadline_s)
+        except grpc.RpcError as error:
+            raise self._refusal(error) from None
+
+    def _refusal(self, error: grpc.RpcError) -> ServiceError:
+        """The :class:`ServiceError` a failed call becomes."""
+        code = error.code()
+        if code == grpc.StatusCode.UNAVAILABLE and "connect" in (error.details() or "").lower():
+            return ServiceError(f"cannot reach the service at {self.host}:{self.port}: is "
+                                "`ipupod serve` running? (--host/--port or "
+                                f"{HOST_VARIABLE}/PORT)")
+        return ServiceError(f"{code.name}: {error.details()}")
 
     def call(self, method: str, request: Any) -> Any:
         """Call ``method`` of the control API with ``request``; its answer, or a
@@ -55,9 +75,4 @@ class Client:
             return getattr(self.stub, method)(request, metadata=self.metadata,
                                               timeout=self.deadline_s)
         except grpc.RpcError as error:
-            code = error.code()
-            if code == grpc.StatusCode.UNAVAILABLE and "connect" in (error.details() or "").lower():
-                raise ServiceError(f"cannot reach the service at {self.host}:{self.port}: is "
-                                   "`ipupod serve` running? (--host/--port or "
-                                   f"{HOST_VARIABLE}/PORT)") from None
-            raise ServiceError(f"{code.name}: {error.details()}") from None
+            raise self._refusal(error) from None

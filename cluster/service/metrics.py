@@ -10,7 +10,10 @@ Simulated seconds say so in their names (``sim_``); wall seconds say ``wall_``.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+import platform
+from importlib.metadata import version
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 # Collective durations span microseconds (small simulated allreduces) to seconds.
@@ -117,12 +120,16 @@ class PodCollector:
 
 
 class ServiceMetrics:
-    """The service's registry: the device collector plus collective and fault figures."""
+    """The service's registry: the device collector plus collective figures and build info.
+
+    Collectives are labelled by ``collective`` (allreduce, ...), ``op`` (the reduction),
+    ``mode`` (phantom or real), ``algorithm`` and ``partition``. Wall times are apart: a
+    real collective's on the devices, a phantom one's costing in the service."""
 
     def __init__(self, pod, partitions) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(PodCollector(pod, partitions))
-        names = ["op", "algorithm", "partition"]
+        names = ["collective", "op", "mode", "algorithm", "partition"]
         self.runs = Counter("ipupod_collective_runs", "Collectives run.", names,
                             registry=self.registry)
         self.bytes = Counter("ipupod_collective_bytes", "Bytes per replica of the collectives "
@@ -130,17 +137,25 @@ class ServiceMetrics:
         self.sim = Histogram("ipupod_collective_sim_duration_seconds",
                              "Simulated duration of a collective on the emulated hardware.",
                              names, buckets=DURATION_BUCKETS_S, registry=self.registry)
+        walls = ["collective", "op", "algorithm", "partition"]
         self.wall = Histogram("ipupod_collective_wall_duration_seconds",
-                              "Wall-clock duration of a collective on this machine.", names,
-                              buckets=DURATION_BUCKETS_S, registry=self.registry)
+                              "Wall-clock duration of a real-mode collective on the devices.",
+                              walls, buckets=DURATION_BUCKETS_S, registry=self.registry)
+        self.phantom_wall = Histogram(
+            "ipupod_collective_phantom_wall_duration_seconds",
+            "Wall-clock seconds the service took to cost a phantom-mode collective.", walls,
+            buckets=DURATION_BUCKETS_S, registry=self.registry)
+        info = Info("ipupod_build", "The service's version and Python.", registry=self.registry)
+        info.info({"version": version("ipupod"), "python": platform.python_version()})
 
-    def observe(self, row, partition: str) -> None:
-        """Record one benchmark row (a collective of one size)."""
-        labels = (row.op, row.algorithm, partition)
+    def observe(self, row, partition: str, mode: str) -> None:
+        """Record one benchmark row (a collective of one size) run in ``mode``."""
+        labels = (row.collective, row.op, mode, row.algorithm, partition)
         self.runs.labels(*labels).inc()
         self.bytes.labels(*labels).inc(row.bytes)
         self.sim.labels(*labels).observe(row.sim_seconds)
-        self.wall.labels(*labels).observe(row.wall_seconds)
+        wall = self.wall if mode == "real" else self.phantom_wall
+        wall.labels(row.collective, row.op, row.algorithm, partition).observe(row.wall_seconds)
 
     def serve(self, host: str, port: int):
         """Start the HTTP endpoint; return (server, bound port)."""

@@ -10,16 +10,21 @@ service (gRPC) and the tests share one implementation:
   ``gcds`` graph compile domains (GCDs): ``gcds`` divides the size and each GCD has a
   power-of-two number of IPUs.
 - Partitions never share an IPU.
-- Placement is buddy-style, as V-IPU keeps partitions on IPU-Links: a partition no larger
-  than an IPU-Link domain takes ``size`` consecutive IPUs of the topology's ring order inside
-  one domain, starting at a multiple of ``size`` among that domain's ring positions; a
-  larger one takes consecutive whole free domains (in ring order) starting at a ring offset
-  that is a multiple of ``size``. Of the blocks that fit, the one whose largest enclosing
-  free aligned block is smallest wins (then the first in ring order), so large blocks stay
-  whole for large partitions. When no block fits the request fails: a partition is never
+- Placement is V-IPU's: a contiguous, aligned block of the IPU-Link topology. The IPUs of
+  each IPU-Link domain are laid out in *block order* (its units, cards or machines, in
+  order along the ladder; each unit's IPUs in order), and a partition no larger than a
+  domain takes ``size`` consecutive IPUs of that order starting at a multiple of ``size``:
+  on a DSS 8440, 2 IPUs are one C2 card, 4 two adjacent cards, 8 four, 16 the server; on an
+  IPU-M2000 POD, 4 IPUs are one IPU-Machine, then adjacent machines up to the rack. A
+  larger partition takes consecutive whole free domains (servers, racks), aligned. Of the
+  blocks that fit, the one whose largest enclosing free aligned block is smallest wins
+  (then the first), so large blocks stay whole for large partitions (best fit). When no
+  block fits the request fails, naming the largest block free: a partition is never
   scattered over the fabric.
 
-A partition's IPUs are kept in ring order, so each GCD is a contiguous piece of the ring.
+A partition's ``ipus`` are in ring order (the topology's ring order kept to its IPUs): on
+the presets every hop of that ring inside a domain is one IPU-Link. Its GCDs are aligned
+sub-blocks of its block order (a GCD of 2 on a DSS 8440 is a card).
 Every mistake raises :class:`PartitionError`, whose ``code`` is the gRPC status the service
 answers with. :class:`PartitionTable` holds a lock in every method: the service is
 multi-threaded.
@@ -62,20 +67,28 @@ class PartitionError(UserError):
 
 @dataclass(frozen=True)
 class Partition:
-    """A named partition: its IPUs in ring order, split into ``gcds`` equal GCDs."""
+    """A named partition: its IPUs in ring order, split into ``gcds`` equal GCDs.
+
+    ``block`` is the same IPUs in block order (empty: as ``ipus``), ``units`` the cards or
+    machines it uses, ``ild_size`` its IPUs per IPU-Link domain (V-IPU's ILD size)."""
 
     name: str
     ipus: tuple[int, ...]
     gcds: int
+    block: tuple[int, ...] = ()
+    units: tuple[str, ...] = ()
+    ild_size: int = 0
 
     @property
     def size(self) -> int:
         return len(self.ipus)
 
     def gcd_ipus(self) -> list[tuple[int, ...]]:
-        """The IPUs of each graph compile domain: consecutive equal slices of ``ipus``."""
+        """The IPUs of each graph compile domain: consecutive equal, aligned slices of the
+        block order (each GCD is itself a block: a card, a machine, adjacent ones)."""
+        order = self.block or self.ipus
         per = self.size // self.gcds
-        return [self.ipus[g * per:(g + 1) * per] for g in range(self.gcds)]
+        return [order[g * per:(g + 1) * per] for g in range(self.gcds)]
 
 
 def _shown(value: object) -> str:
@@ -99,6 +112,22 @@ def _integer(what: str, value: object, rule: str) -> int:
     return int(value)
 
 
+def block_order(topology: Topology) -> list[np.ndarray]:
+    """Each IPU-Link domain's IPUs in block order: its units in order, each unit's IPUs in
+    order (IPUs in no unit after them, by number); domains in order of their first unit."""
+    domain_of = topology.router.domain_of_ipu
+    members: dict[int, list[int]] = {}
+    seen: set[int] = set()
+    for unit in topology.units:
+        for ipu in sorted(unit.ipus):
+            members.setdefault(int(domain_of[ipu]), []).append(int(ipu))
+            seen.add(int(ipu))
+    for ipu in range(topology.ipu_count):
+        if ipu not in seen:
+            members.setdefault(int(domain_of[ipu]), []).append(ipu)
+    return [np.array(m, dtype=np.int64) for m in members.values()]
+
+
 class PartitionTable:
     """The partitions of one topology: creates, finds, lists and removes them (thread-safe)."""
 
@@ -108,11 +137,10 @@ class PartitionTable:
         self._partitions: dict[str, Partition] = {}  # in creation order
         self._owner: dict[int, str] = {}
         self._used = np.zeros(topology.ipu_count, dtype=bool)
-        members: dict[int, list[int]] = {}
-        for ipu in topology.ring_order.tolist():
-            members.setdefault(int(topology.router.domain_of_ipu[ipu]), []).append(int(ipu))
-        # Each IPU-Link domain's IPUs in ring order; domains in order of first ring position.
-        self._domains = [np.array(m, dtype=np.int64) for m in members.values()]
+        self._domains = block_order(topology)
+        self._ring_position = np.empty(topology.ipu_count, dtype=np.int64)
+        self._ring_position[topology.ring_order] = np.arange(topology.ipu_count)
+        self._unit_of = {ipu: unit.name for unit in topology.units for ipu in unit.ipus}
 
     def create(self, name: str, size: int, gcds: int = 1) -> Partition:
         """Check the request, place the partition and record it."""
@@ -135,10 +163,11 @@ class PartitionTable:
                 raise PartitionError(ALREADY_EXISTS,
                                      f"partition {name!r} already exists: choose another name "
                                      "or remove it first")
-            ipus = self._place(size)
-            if ipus is None:
+            block = self._place(size)
+            if block is None:
                 raise PartitionError(RESOURCE_EXHAUSTED, self._exhausted(name, size))
-            partition = Partition(name, ipus, gcds)
+            partition = self._partition(name, block, gcds)
+            ipus = partition.ipus
             self._partitions[name] = partition
             self._used[list(ipus)] = True
             self._owner.update((ipu, name) for ipu in ipus)
@@ -185,6 +214,13 @@ class PartitionTable:
             return np.flatnonzero(~self._used).tolist()
 
     # -- placement -------------------------------------------------------------------
+    def _partition(self, name: str, block: tuple[int, ...], gcds: int) -> Partition:
+        """The partition on ``block``: its ring, units and IPUs per IPU-Link domain."""
+        ring = tuple(sorted(block, key=lambda ipu: int(self._ring_position[ipu])))
+        units = tuple(dict.fromkeys(self._unit_of[i] for i in block if i in self._unit_of))
+        domains = len({int(self.topology.router.domain_of_ipu[i]) for i in block})
+        return Partition(name, ring, gcds, block, units, len(block) // domains)
+
     def _place(self, size: int) -> tuple[int, ...] | None:
         """The IPUs for a new partition of ``size`` IPUs (see the module docstring), or None."""
         best: tuple[int, int, int] | None = None  # (enclosing free block, domain, block)
@@ -217,7 +253,7 @@ class PartitionTable:
         return self._place_whole_domains(size)
 
     def _place_whole_domains(self, size: int) -> tuple[int, ...] | None:
-        """Two or more consecutive free domains of ``size`` IPUs in all, aligned in the ring."""
+        """Two or more consecutive free domains of ``size`` IPUs in all, aligned."""
         offset = 0
         for i, first in enumerate(self._domains):
             if offset % size == 0:
@@ -233,6 +269,7 @@ class PartitionTable:
         return None
 
     def _exhausted(self, name: str, size: int) -> str:
+        """Why no block of ``size`` IPUs fits, with the largest block free now."""
         free = int((~self._used).sum())
         count = self.topology.ipu_count
         if free == 0:
@@ -243,5 +280,6 @@ class PartitionTable:
             largest //= 2
         return (f"cannot create partition {name!r} of {size} IPUs: {free} of {count} IPUs of "
                 f"topology {self.topology.name!r} are free, but no aligned block of {size} "
-                "inside an IPU-Link domain (or of whole domains) is; the largest partition that "
-                f"can be created now has {largest} IPU{'s' if largest > 1 else ''}")
+                "(adjacent cards or machines of one IPU-Link domain, or whole domains) is; the "
+                f"largest free block, the largest partition that can be created now, has "
+                f"{largest} IPU{'s' if largest > 1 else ''}")

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
+import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
+from dataclasses import asdict
 from importlib.metadata import version
 from typing import Any
 
@@ -27,12 +30,15 @@ from cluster.errors import UserError
 from cluster.model.link_faults import LinkDown, link_name
 from cluster.model.topology_show import summarize
 from cluster.service.auth import BearerToken
+from cluster.service.bench_run import check_fits, free_bench_tensors
 from cluster.service.client import DEFAULT_PORT
+from cluster.service.decoding import control_handler
 from cluster.service.health import Health, partition_health
+from cluster.service.messages import first_line, short_message
 from cluster.service.metrics import ServiceMetrics
 from cluster.service.partitions import Partition, PartitionError, PartitionTable
 from gcl.bench import BenchRow, run_phantom, sizes
-from gcl.collectives import collective
+from gcl.collectives import Collective, collective, dtype_itemsize
 from gcl.groups import CommGroup
 from gcl.modes import Mode
 from ipu_node.bench import run_real
@@ -41,25 +47,33 @@ from ipupod_proto import control_pb2, control_pb2_grpc
 
 SERVICE = "ipupod.control.v1.Control"
 
-__all__ = ["DEFAULT_PORT", "SERVICE", "ControlService", "start_server"]
+__all__ = ["DEFAULT_PORT", "SERVICE", "ControlService", "check_port_free", "start_server"]
+
+log = logging.getLogger(__name__)
 
 Handler = Callable[["ControlService", Any, grpc.ServicerContext], Any]
 
 
-def _abort_for(context: grpc.ServicerContext, error: Exception) -> None:
-    """End the call with the status code that fits ``error`` (``abort`` raises)."""
+def _abort_for(context: grpc.ServicerContext, error: Exception, request: Any) -> None:
+    """End the call with the status code that fits ``error`` and a short message (``abort``
+    raises); what is not the user's mistake is logged here, with its traceback."""
     if isinstance(error, PartitionError):
-        context.abort(getattr(grpc.StatusCode, error.code), str(error))
-    if isinstance(error, LinkDown):  # the request is fine, the POD's state is not
-        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
-    if isinstance(error, UserError):
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-    context.abort(grpc.StatusCode.UNAVAILABLE, f"{type(error).__name__}: {error}")
+        code = getattr(grpc.StatusCode, error.code)
+    elif isinstance(error, LinkDown):  # the request is fine, the POD's state is not
+        code = grpc.StatusCode.FAILED_PRECONDITION
+    elif isinstance(error, (UserError, ValueError, OverflowError)):  # parsing the input
+        code = grpc.StatusCode.INVALID_ARGUMENT
+    else:
+        log.error("request %s failed", type(request).__name__, exc_info=error)
+        context.abort(grpc.StatusCode.UNAVAILABLE,
+                      f"the service could not serve this request ({type(error).__name__}: "
+                      f"{first_line(str(error), 200)}); the service's log has the details")
+    context.abort(code, short_message(str(error), request))
 
 
 def _guarded(method: Handler) -> Handler:
-    """Map user errors to their status codes; anything else becomes UNAVAILABLE with the
-    reason, and the service carries on."""
+    """Map user errors to their status codes; anything else becomes UNAVAILABLE with a
+    short reason (logged in full), and the service carries on."""
 
     @functools.wraps(method)
     def call(self: ControlService, request: Any, context: grpc.ServicerContext) -> Any:
@@ -68,7 +82,7 @@ def _guarded(method: Handler) -> Handler:
         except Exception as error:
             if isinstance(error, grpc.RpcError):
                 raise
-            _abort_for(context, error)
+            _abort_for(context, error, request)
 
     return call
 
@@ -86,15 +100,18 @@ def _partition_message(partition: Partition,
     return control_pb2.Partition(name=partition.name, ipus=list(partition.ipus),
                                  size=partition.size, gcds=partition.gcds,
                                  health=health.state if health else "",
-                                 health_detail=health.detail if health else "")
+                                 health_detail=health.detail if health else "",
+                                 ild_size=partition.ild_size, units=list(partition.units))
 
 
 def _row_message(row: BenchRow) -> control_pb2.BenchmarkRow:
-    """A benchmark row as the API sends it (``wrong`` -1: not counted, phantom mode)."""
+    """A benchmark row as the API sends it (``wrong`` -1: not counted, phantom mode), with
+    the whole row as ``ipupod bench --json`` prints it."""
     return control_pb2.BenchmarkRow(
         bytes=row.bytes, count=row.count, type=row.type, op=row.op, algorithm=row.algorithm,
         sim_seconds=row.sim_seconds, algbw_GBps=row.algbw_GBps, busbw_GBps=row.busbw_GBps,
-        wall_seconds=row.wall_seconds, wrong=-1 if row.wrong is None else row.wrong)
+        wall_seconds=row.wall_seconds, wrong=-1 if row.wrong is None else row.wrong,
+        json=json.dumps(asdict(row)))
 
 
 class ControlService(control_pb2_grpc.ControlServicer):
@@ -152,8 +169,14 @@ class ControlService(control_pb2_grpc.ControlServicer):
     @_guarded
     def RemovePartition(self, request: control_pb2.PartitionRef,
                         context: grpc.ServicerContext) -> control_pb2.Partition:
-        """Give a partition's IPUs back."""
-        return _partition_message(self.partitions.remove(request.name))
+        """Give a partition's IPUs back, with what the benches left on them freed."""
+        partition = self.partitions.remove(request.name)
+        try:
+            with self._bench_lock:
+                free_bench_tensors(self.pod, partition.ipus)
+        except Exception:
+            log.exception("freeing the tensors of partition %s", partition.name)
+        return _partition_message(partition)
 
     @_guarded
     def ListDevices(self, request: control_pb2.ListDevicesRequest,
@@ -212,10 +235,10 @@ class ControlService(control_pb2_grpc.ControlServicer):
         """The topology's summary, as ``ipupod topology show --format json`` prints it."""
         return control_pb2.TopologySummary(json=json.dumps(summarize(self.topology)))
 
-    @_guarded
-    def RunBenchmark(self, request: control_pb2.BenchmarkRequest,
-                     context: grpc.ServicerContext) -> control_pb2.BenchmarkResult:
-        """Sweep a collective's sizes on a partition's IPUs (phantom or real mode)."""
+    def _sweep(self, request: control_pb2.BenchmarkRequest) -> tuple[
+            Partition, Collective, Mode, Iterator[BenchRow]]:
+        """Check a benchmark request (sizes and memory before anything is built) and return
+        its partition, collective, mode and the rows to come."""
         partition = self.partitions.get(request.partition)
         coll = collective(request.collective or "allreduce")
         mode = Mode.parse(request.mode or Mode.PHANTOM.value, option="the mode")
@@ -223,22 +246,61 @@ class ControlService(control_pb2_grpc.ControlServicer):
             raise UserError("min_bytes must be 1 or more")
         byte_sizes = sizes(request.min_bytes, request.max_bytes or request.min_bytes,
                            request.factor or 2.0)
+        group = CommGroup.parse(request.group or "all")
         options: dict[str, Any] = dict(
             dtype=request.dtype or "float32", op=request.op or "sum",
-            algorithm_name=request.algorithm or "auto",
-            group=CommGroup.parse(request.group or "all"), root=request.root,
+            algorithm_name=request.algorithm or "auto", group=group, root=request.root,
             ipus=list(partition.ipus))
-        if mode is Mode.REAL:
-            with self._bench_lock:
-                rows = list(run_real(self.pod, coll, byte_sizes, **options))
-        else:
-            rows = list(run_phantom(coll, self.pod.topology, byte_sizes, **options))
-        if self.metrics is not None:
-            for row in rows:
-                self.metrics.observe(row, partition.name)
-        return control_pb2.BenchmarkResult(
-            partition=partition.name, ipus=partition.size, collective=coll.name, mode=mode,
-            rows=[_row_message(row) for row in rows])
+        if mode is not Mode.REAL:
+            return partition, coll, mode, run_phantom(coll, self.pod.topology, byte_sizes,
+                                                      **options)
+        dtype_itemsize(options["dtype"])  # a user error for an unknown dtype
+        check_fits(self.pod, coll, byte_sizes, options["dtype"], partition.ipus, group)
+        return partition, coll, mode, self._real_rows(coll, byte_sizes, options)
+
+    def _real_rows(self, coll: Collective, byte_sizes: list[int],
+                   options: dict[str, Any]) -> Iterator[BenchRow]:
+        """Real-mode rows, one bench at a time on the devices; the bench tensors are freed
+        when it ends, however it ends."""
+        with self._bench_lock:
+            try:
+                yield from run_real(self.pod, coll, byte_sizes, **options)
+            finally:
+                free_bench_tensors(self.pod, options["ipus"])
+
+    def _results(self, request: control_pb2.BenchmarkRequest) -> Iterator[
+            control_pb2.BenchmarkResult]:
+        """A result of one row per size, as each finishes (recorded in the metrics)."""
+        partition, coll, mode, rows = self._sweep(request)
+        for row in rows:
+            if self.metrics is not None:
+                self.metrics.observe(row, partition.name, mode.value)
+            yield control_pb2.BenchmarkResult(
+                partition=partition.name, ipus=partition.size, collective=coll.name,
+                mode=mode.value, rows=[_row_message(row)])
+
+    @_guarded
+    def RunBenchmark(self, request: control_pb2.BenchmarkRequest,
+                     context: grpc.ServicerContext) -> control_pb2.BenchmarkResult:
+        """Sweep a collective's sizes on a partition's IPUs (phantom or real mode)."""
+        answer: control_pb2.BenchmarkResult | None = None
+        for result in self._results(request):
+            if answer is None:
+                answer = result
+            else:
+                answer.rows.extend(result.rows)
+        return answer or control_pb2.BenchmarkResult()
+
+    def StreamBenchmark(self, request: control_pb2.BenchmarkRequest,
+                        context: grpc.ServicerContext) -> Iterator[control_pb2.BenchmarkResult]:
+        """The same sweep, a result of one row sent as each size finishes; a failure ends
+        the stream with its status after the rows sent."""
+        try:
+            yield from self._results(request)
+        except Exception as error:
+            if isinstance(error, grpc.RpcError):
+                raise
+            _abort_for(context, error, request)
 
     # -- faults -------------------------------------------------------------------------
     def _fault_state(self, message: str = "") -> control_pb2.FaultState:
@@ -307,6 +369,26 @@ def _serve_metrics(metrics: ServiceMetrics, host: str, port: int) -> tuple[Any, 
                         "another --metrics-port") from None
 
 
+def check_port_free(host: str, port: int, option: str) -> None:
+    """A user error naming ``option`` if ``host:port`` is taken (or ``host`` unknown): a
+    second service never shares a port with the first (no SO_REUSEPORT)."""
+    if port == 0:
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError):
+        raise UserError(f"cannot listen on host {host[:100]!r}: no such address; use "
+                        "--host 127.0.0.1 or another address of this machine") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as error:
+            raise UserError(f"cannot listen on {host}:{port} ({error.strerror}): is another "
+                            f"service using it? choose another {option}") from None
+
+
 def start_server(pod: EmulatedPod, token: str, host: str = "127.0.0.1",
                  port: int = DEFAULT_PORT,
                  metrics_port: int | None = None) -> tuple[grpc.Server, int, int | None]:
@@ -314,11 +396,15 @@ def start_server(pod: EmulatedPod, token: str, host: str = "127.0.0.1",
     Prometheus endpoint; return (server, bound port, metrics port or None)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16),
                          interceptors=[BearerToken(token)],
-                         options=[("grpc.max_receive_message_length", 4 << 20)])
+                         options=[("grpc.max_receive_message_length", 4 << 20),
+                                  ("grpc.so_reuseport", 0)])
     control = ControlService(pod, with_metrics=metrics_port is not None)
-    control_pb2_grpc.add_ControlServicer_to_server(control, server)
+    server.add_generic_rpc_handlers((control_handler(control),))
     checker = _add_health_and_reflection(server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:  # grpcio raises where it once returned 0
+        bound = 0
     if bound == 0:
         raise UserError(f"cannot listen on {host}:{port}: is the port in use? choose "
                         "another with --port")

@@ -1,0 +1,163 @@
+"""Requests that must not hurt the service: short, exact error statuses for hostile input,
+memory checked before a real bench builds anything, bench tensors freed, the service's RSS
+back near where it was; and benches streamed row by row, `--json` as the standalone bench."""
+
+import json
+import os
+import subprocess
+import sys
+
+import grpc
+import pytest
+
+from cluster.service.auth import write_token
+from cluster.service.server import start_server
+from ipu_node.pod import EmulatedPod
+from ipupod_proto import control_pb2, control_pb2_grpc
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def service(ray_session, tmp_path_factory):
+    token_file = tmp_path_factory.mktemp("requests") / "token"
+    pod = EmulatedPod.launch("pod16")
+    server, port, _ = start_server(pod, write_token(token_file), "127.0.0.1", 0)
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    auth = (("authorization", f"Bearer {token_file.read_text().strip()}"),)
+    yield {"stub": control_pb2_grpc.ControlStub(channel), "auth": auth, "port": port,
+           "token_file": token_file, "channel": channel}
+    channel.close()
+    server.stop(1).wait(3)
+    pod.shutdown()
+
+
+@pytest.fixture
+def partition(service):
+    stub, auth = service["stub"], service["auth"]
+    made = stub.CreatePartition(control_pb2.CreatePartitionRequest(name="req", size=4),
+                                metadata=auth)
+    yield made
+    stub.RemovePartition(control_pb2.PartitionRef(name="req"), metadata=auth)
+
+
+def refusal(call, request, auth):
+    with pytest.raises(grpc.RpcError) as info:
+        call(request, metadata=auth, timeout=120)
+    return info.value.code(), info.value.details()
+
+
+def rss_bytes():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_hostile_link_names_groups_and_names_get_short_exact_errors(service, partition):
+    stub, auth = service["stub"], service["auth"]
+    digits = "9" * 3000
+    cases = [(stub.CutLink, control_pb2.LinkRef(link="²")),
+             (stub.CutLink, control_pb2.LinkRef(link=digits)),
+             (stub.DegradeLink, control_pb2.DegradeLinkRequest(link=digits + "--x")),
+             (stub.KillCard, control_pb2.KillCardRequest(card="x" * 100_000)),
+             (stub.GetPartition, control_pb2.PartitionRef(name="n" * 100_000)),
+             (stub.RunBenchmark, control_pb2.BenchmarkRequest(
+                 partition="req", min_bytes=1024, group="orthogonal:²")),
+             (stub.RunBenchmark, control_pb2.BenchmarkRequest(
+                 partition="req", min_bytes=1024, algorithm="a" * 100_000))]
+    for call, request in cases:
+        code, details = refusal(call, request, auth)
+        assert code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND), details
+        assert len(details.encode()) < 1024, details
+        assert "Traceback" not in details and "\x1b" not in details
+        assert "9" * 101 not in details and "x" * 101 not in details and "n" * 101 not in details
+    assert stub.GetStatus(control_pb2.StatusRequest(), metadata=auth).ipus == 16
+
+
+def test_undecodable_requests_are_invalid_arguments(service):
+    raw = service["channel"].unary_unary("/ipupod.control.v1.Control/CreatePartition")
+    for garbage in (b"\xff\xff\xff\xff", b"\x0a\x02\xff\xfe"):
+        with pytest.raises(grpc.RpcError) as info:
+            raw(garbage, metadata=service["auth"], timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "not a valid CreatePartitionRequest" in info.value.details()
+
+
+def test_a_real_bench_too_big_for_the_ipus_is_refused_before_anything_is_built(service):
+    stub, auth = service["stub"], service["auth"]
+    one = stub.CreatePartition(control_pb2.CreatePartitionRequest(name="one", size=1),
+                               metadata=auth)
+    devices = stub.ListDevices(control_pb2.ListDevicesRequest(), metadata=auth).devices
+    free = devices[one.ipus[0]].memory_free_bytes  # In-Processor and Streaming Memory
+    try:
+        before = rss_bytes()
+        code, details = refusal(stub.RunBenchmark, control_pb2.BenchmarkRequest(
+            partition="one", min_bytes=free // 4 * 4, mode="real"), auth)
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
+        assert "choose a smaller --maxbytes" in details, details
+        assert rss_bytes() - before < 64 * MiB  # the inputs were never built
+    finally:
+        stub.RemovePartition(control_pb2.PartitionRef(name="one"), metadata=auth)
+
+
+def memory_used(service, ipus):
+    devices = service["stub"].ListDevices(control_pb2.ListDevicesRequest(),
+                                          metadata=service["auth"]).devices
+    return sum(d.memory_used_bytes for d in devices if d.id in set(ipus))
+
+
+def test_bench_tensors_are_freed_when_the_bench_ends_and_rss_comes_back(service, partition):
+    stub, auth = service["stub"], service["auth"]
+    request = control_pb2.BenchmarkRequest(partition="req", min_bytes=MiB, max_bytes=8 * MiB,
+                                           factor=8, mode="real")
+    stub.RunBenchmark(request, metadata=auth, timeout=300)  # warm up
+    before = rss_bytes()
+    result = stub.RunBenchmark(request, metadata=auth, timeout=300)
+    assert [row.wrong for row in result.rows] == [0, 0]
+    assert memory_used(service, partition.ipus) == 0
+    assert rss_bytes() - before < 96 * MiB
+
+
+def test_bench_rows_stream_one_by_one(service, partition):
+    stream = service["stub"].StreamBenchmark(control_pb2.BenchmarkRequest(
+        partition="req", min_bytes=MiB, max_bytes=8 * MiB, mode="phantom"),
+        metadata=service["auth"], timeout=120)
+    results = list(stream)
+    assert [len(r.rows) for r in results] == [1, 1, 1, 1]
+    assert [r.rows[0].bytes for r in results] == [MiB, 2 * MiB, 4 * MiB, 8 * MiB]
+    assert all(r.partition == "req" and r.ipus == 4 for r in results)
+
+
+def test_a_failing_stream_names_its_error(service, partition):
+    stream = service["stub"].StreamBenchmark(control_pb2.BenchmarkRequest(
+        partition="req", collective="gather", min_bytes=MiB), metadata=service["auth"])
+    with pytest.raises(grpc.RpcError) as info:
+        list(stream)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "unknown collective" in info.value.details()
+
+
+def cli(service, *args):
+    env = {**os.environ, "IPUOF_VIPU_API_PORT": str(service["port"]),
+           "IPUPOD_TOKEN_FILE": str(service["token_file"])}
+    return subprocess.run([sys.executable, "-m", "cluster.cli.main", *args],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_bench_json_through_the_service_is_the_standalone_benchs_list(service):
+    stub, auth = service["stub"], service["auth"]
+    stub.CreatePartition(control_pb2.CreatePartitionRequest(name="all", size=16), metadata=auth)
+    try:
+        args = ["bench", "allreduce", "-b", "1M", "-e", "4M", "--json"]
+        served = cli(service, *args, "--partition", "all")
+        here = cli(service, *args, "--topology", "pod16")
+    finally:
+        stub.RemovePartition(control_pb2.PartitionRef(name="all"), metadata=auth)
+    assert served.returncode == 0, served.stderr
+    rows, expected = json.loads(served.stdout), json.loads(here.stdout)
+    assert isinstance(rows, list) and isinstance(rows[0]["bytes"], int)
+    for row in rows + expected:
+        row.pop("wall_seconds")
+    assert rows == expected
