@@ -13,7 +13,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 DASHBOARDS = DEPLOY / "grafana" / "dashboards"
-DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}  # the dashboard's input
+PROVISIONED = {"type": "prometheus", "uid": "prometheus"}  # what deploy/ provisions
 
 # The exporter's metric names (docs/deploy.md); histograms add _bucket, _sum and _count.
 HISTOGRAMS = {
@@ -154,7 +155,11 @@ def test_queries_are_balanced_and_use_variables_as_regex_matchers():
 @pytest.mark.parametrize("path", DASHBOARD_FILES, ids=lambda p: p.name)
 def test_template_variables(path):
     board = dashboard(path)
-    variables = {v["name"]: v for v in board["templating"]["list"]}
+    chooser, *rest = board["templating"]["list"]
+    assert (chooser["name"], chooser["type"], chooser["query"]) == (
+        "datasource", "datasource", "prometheus")  # the datasource is an input
+    assert chooser["current"]["value"] == PROVISIONED["uid"]
+    variables = {v["name"]: v for v in rest}
     queries = {"partition": "label_values(ipupod_partition_ipus, partition)",
                "link_type": "label_values(ipupod_link_bytes_total, link_type)"}
     assert variables and set(variables) <= VARIABLES
@@ -241,7 +246,7 @@ def test_compose_wires_prometheus_and_grafana():
 
     # The provisioned datasource and dashboard folder are the ones the dashboards and mounts use.
     [source] = load_yaml(DEPLOY / "grafana/provisioning/datasources/prometheus.yml")["datasources"]
-    assert (source["type"], source["uid"]) == (DATASOURCE["type"], DATASOURCE["uid"])
+    assert (source["type"], source["uid"]) == (PROVISIONED["type"], PROVISIONED["uid"])
     assert source["url"] == "http://prometheus:9090"
     [provider] = load_yaml(DEPLOY / "grafana/provisioning/dashboards/dashboards.yml")["providers"]
     assert provider["type"] == "file"

@@ -371,7 +371,7 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(service, tmp_
 
 def test_a_second_server_on_a_taken_port_is_refused(service):
     from cluster.errors import UserError
-    from cluster.service.server import check_port_free
+    from cluster.service.ports import check_port_free
 
     with pytest.raises(UserError, match="is another service using it"):
         check_port_free("127.0.0.1", service["port"], "--port")

@@ -14,7 +14,8 @@ import click
 from cluster.cli.output import ray_chatter_to_stderr
 from cluster.service.auth import default_token_file, new_token, save_token
 from cluster.service.client import DEFAULT_PORT
-from cluster.service.server import check_port_free, start_server
+from cluster.service.ports import check_port_free
+from cluster.service.server import start_server
 from ipu_node.pod import EmulatedPod
 
 

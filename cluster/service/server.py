@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -47,7 +46,7 @@ from ipupod_proto import control_pb2, control_pb2_grpc
 
 SERVICE = "ipupod.control.v1.Control"
 
-__all__ = ["DEFAULT_PORT", "SERVICE", "ControlService", "check_port_free", "start_server"]
+__all__ = ["DEFAULT_PORT", "SERVICE", "ControlService", "start_server"]
 
 log = logging.getLogger(__name__)
 
@@ -367,26 +366,6 @@ def _serve_metrics(metrics: ServiceMetrics, host: str, port: int) -> tuple[Any, 
     except OSError as error:
         raise UserError(f"cannot serve metrics on {host}:{port} ({error}): choose "
                         "another --metrics-port") from None
-
-
-def check_port_free(host: str, port: int, option: str) -> None:
-    """A user error naming ``option`` if ``host:port`` is taken (or ``host`` unknown): a
-    second service never shares a port with the first (no SO_REUSEPORT)."""
-    if port == 0:
-        return
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    except (socket.gaierror, UnicodeError):
-        raise UserError(f"cannot listen on host {host[:100]!r}: no such address; use "
-                        "--host 127.0.0.1 or another address of this machine") from None
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as error:
-            raise UserError(f"cannot listen on {host}:{port} ({error.strerror}): is another "
-                            f"service using it? choose another {option}") from None
 
 
 def start_server(pod: EmulatedPod, token: str, host: str = "127.0.0.1",
