@@ -17,13 +17,14 @@ import numpy as np
 
 from cluster.errors import UserError
 from cluster.model.topology import Topology
-from cluster.model.units import format_size
+from cluster.model.units import format_size, plural
 from gcl.collectives import DTYPES, Collective, check_op, dtype_itemsize
 from gcl.groups import CommGroup
 from gcl.planner import AUTO, plan_timed, replica_groups
 from gcl.reference import expected
 
 MAX_SIZES = 64
+NO_OP = "none"  # the redop of a collective that reduces nothing (nccl-tests' word)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ def make_row(coll: Collective, schedule, timing, group: CommGroup, op: str, wall
     algbw = nbytes / timing.sim_seconds / 1e9 if timing.sim_seconds > 0 else 0.0
     return BenchRow(
         collective=coll.name, bytes=nbytes, count=nbytes // schedule.itemsize,
-        type=schedule.dtype, op=op, algorithm=schedule.algorithm, group=str(group),
+        type=schedule.dtype, op=op if coll.reduces else NO_OP, algorithm=schedule.algorithm,
+        group=str(group),
         group_size=n, sim_seconds=timing.sim_seconds, algbw_GBps=algbw,
         busbw_GBps=algbw * coll.bus_factor(n) if n > 1 else 0.0, wall_seconds=wall_seconds,
         phases=[{"label": p.label, "scope": p.scope, "steps": p.steps, "sim_seconds": p.seconds}
@@ -150,8 +152,9 @@ def preamble(coll: Collective, topology: Topology, group: CommGroup, mode: str,
     groups = replica_groups(topology, group)
     rooted = f", root {root}" if coll.name == "broadcast" else ""
     return "\n".join([
-        f"# ipupod bench {coll.name}: topology {topology.name} ({topology.ipu_count} IPUs), "
-        f"mode {mode}, group {group} ({len(groups)} x {len(groups[0])} IPUs){rooted}",
+        f"# ipupod bench {coll.name}: topology {topology.name} "
+        f"({plural(topology.ipu_count, 'IPU')}), "
+        f"mode {mode}, group {group} ({len(groups)} x {plural(len(groups[0]), 'IPU')}){rooted}",
         "# time, algbw, busbw: simulated on the emulated hardware; wall: seconds on this machine",
         "#",
         table_header(mode),
@@ -163,7 +166,8 @@ def summary_line(rows: list[BenchRow]) -> str:
     if not rows:
         return "# no sizes"
     average = sum(r.busbw_GBps for r in rows) / len(rows)
-    return (f"# Avg bus bandwidth (simulated): {average:.2f} GB/s over {len(rows)} sizes, "
+    return (f"# Avg bus bandwidth (simulated): {average:.2f} GB/s over "
+            f"{plural(len(rows), 'size')}, "
             f"{format_size(rows[0].bytes)} to {format_size(rows[-1].bytes)} bytes")
 
 

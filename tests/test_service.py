@@ -143,6 +143,31 @@ def test_the_cli_drives_the_service(service):
     assert cli(service, "partition", "remove", "cli-p").returncode == 0
 
 
+def test_vipu_verbs_devices_in_bytes_people_read_and_links_filtered(service):
+    made = cli(service, "create", "partition", "verbs", "--size", "4")
+    assert made.returncode == 0, made.stderr
+    listed = cli(service, "list", "partitions").stdout
+    assert re.search(r"^verbs\s+4\s+1\s+\d+-\d+", listed, re.M), listed  # IPUs as a range
+    assert "IPU-Link domain size (ILD): 4 IPUs" in cli(service, "show", "partition",
+                                                        "verbs").stdout
+    devices = cli(service, "devices").stdout.splitlines()
+    assert devices[0].split()[-3:] == ["used", "free", "capacity"]
+    assert any(line.endswith("M") and "verbs" in line for line in devices[1:]), devices
+    every = cli(service, "links").stdout.splitlines()[1:]
+    mine = cli(service, "links", "--partition", "verbs").stdout.splitlines()[1:]
+    machine = cli(service, "links", "--device", "r0.m0").stdout.splitlines()[1:]
+    rails = cli(service, "links", "--type", "ipu-link").stdout.splitlines()[1:]
+    assert 0 < len(mine) < len(every) and 0 < len(machine) < len(every)
+    assert all("r0.m0." in line.split()[0] + line.split()[1] for line in machine)
+    assert rails and all(line.split()[2] == "ipu-link" for line in rails)
+    nothing = cli(service, "links", "--type", "carrier-pigeon")
+    assert nothing.returncode == 2 and "no link matches" in nothing.stderr
+    assert "1 partition," in cli(service, "status").stdout  # not "1 partitions"
+    mixed = cli(service, "bench", "allreduce", "--partition", "verbs", "--topology", "pod64")
+    assert mixed.returncode == 2 and "belong to the service" in mixed.stderr
+    assert cli(service, "remove", "partition", "verbs").returncode == 0
+
+
 def test_the_cli_says_when_no_service_answers(tmp_path):
     token = tmp_path / "token"
     token.write_text("x")

@@ -18,7 +18,7 @@ from cluster.cli.output import progress, ray_chatter_to_stderr
 from cluster.errors import UserError
 from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
 from cluster.model.topology import Topology
-from cluster.model.units import parse_size
+from cluster.model.units import parse_size, plural
 from gcl.algorithms import algorithm as check_algorithm
 from gcl.bench import (
     BenchRow,
@@ -145,7 +145,8 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
         for result in results:
             if not done and not as_json:
                 click.echo(f"# ipupod bench {result.collective} on partition "
-                           f"{result.partition} ({result.ipus} IPUs), mode {result.mode}; "
+                           f"{result.partition} ({plural(result.ipus, 'IPU')}), "
+                           f"mode {result.mode}; "
                            f"time simulated, wall on the service\n{table_header(result.mode)}")
             for row in result.rows:
                 done.append(_service_row(row))
@@ -205,6 +206,11 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
                   factor=factor, algorithm=algorithm, dtype=dtype, op=op, group=group_text,
                   root=root)
     if partition:
+        given = click.get_current_context().get_parameter_source("topology_spec")
+        if given is not click.core.ParameterSource.DEFAULT or ray_address or figures != "seed":
+            raise UserError("--partition runs on the service's POD: --topology, --figures and "
+                            "--ray-address belong to the service (`ipupod serve`), not to "
+                            "the bench; drop them, or drop --partition to bench here")
         bench_on_partition(sweep, partition, as_json, host, port, token_file)
     else:
         bench_here(sweep, topology_spec, figures, ray_address, as_json)

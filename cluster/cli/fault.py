@@ -19,6 +19,7 @@ import click
 from cluster.cli.options import client_options
 from cluster.cli.output import echo_message
 from cluster.errors import UserError
+from cluster.model.units import plural
 from cluster.service.client import Client
 from ipupod_proto import control_pb2
 
@@ -38,7 +39,7 @@ def _show(state: Any, as_json: bool) -> None:
         lines.append(f"link {link.link}: {what}")
     for card in state.cards:
         lines.append(f"card {card.card} (IPUs {','.join(map(str, card.ipus))}): "
-                     f"{card.health}, restarted {card.restarts} times"
+                     f"{card.health}, restarted {plural(card.restarts, 'time')}"
                      + (f"; {card.detail}" if card.detail else ""))
     echo_message(state, as_json, "\n".join(lines) or "no faults in force")
 

@@ -10,6 +10,7 @@ import click
 from cluster.cli.options import client_options
 from cluster.cli.output import echo_message
 from cluster.errors import UserError
+from cluster.model.units import ranges
 from cluster.service.client import Client
 from ipupod_proto import control_pb2
 
@@ -22,7 +23,7 @@ def partition_group() -> None:
 def _partition_line(p: Any) -> str:
     """One partition (a ``Partition`` message) as a line of ``partition list``."""
     health = p.health + (f" ({p.health_detail})" if p.health_detail else "")
-    return f"{p.name:<24} {p.size:>5} {p.gcds:>5}  {','.join(map(str, p.ipus)):<24} {health}"
+    return f"{p.name:<24} {p.size:>5} {p.gcds:>5}  {ranges(sorted(p.ipus)):<24} {health}"
 
 
 def _partition_detail(p: Any) -> str:

@@ -83,3 +83,23 @@ def format_seconds(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.4g} ms"
     return f"{seconds:.4g} s"
+
+
+def plural(count: int, noun: str) -> str:
+    """``'1 IPU'``, ``'2 IPUs'``: a count and its noun, in the right number."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def ranges(numbers: list[int]) -> str:
+    """``[0, 1, 2, 3, 8, 9, 11]`` as ``'0-3,8-9,11'``: IPU lists that stay short."""
+    parts: list[str] = []
+    start = previous = None
+    for number in [*numbers, None]:
+        if start is not None and number is not None and previous is not None \
+                and number == previous + 1:
+            previous = number
+            continue
+        if start is not None:
+            parts.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = number
+    return ",".join(parts)

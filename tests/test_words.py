@@ -1,0 +1,34 @@
+"""What the CLI writes reads right: counts in the right number, IPU lists as ranges, and no
+reduction op for a collective that reduces nothing."""
+
+import pytest
+
+from cluster.model.spec import load_topology
+from cluster.model.units import plural, ranges
+from gcl.bench import format_row, run_phantom, summary_line
+from gcl.collectives import COLLECTIVES
+
+
+@pytest.mark.parametrize("count, text", [(0, "0 IPUs"), (1, "1 IPU"), (2, "2 IPUs"),
+                                         (4096, "4,096 IPUs")])
+def test_a_count_takes_the_right_number(count, text):
+    assert plural(count, "IPU") == text
+
+
+@pytest.mark.parametrize("numbers, text", [([], ""), ([5], "5"), ([0, 1, 2, 3], "0-3"),
+                                           ([0, 1, 2, 3, 8, 9, 11], "0-3,8-9,11"),
+                                           ([4, 6, 8], "4,6,8")])
+def test_ipu_lists_print_as_ranges(numbers, text):
+    assert ranges(numbers) == text
+
+
+@pytest.mark.parametrize("name", ["broadcast", "all-gather", "all-to-all"])
+def test_a_collective_without_a_reduction_shows_none_as_its_op(name):
+    [row] = run_phantom(COLLECTIVES[name], load_topology("dss8440"), [1 << 20], op="max")
+    assert row.op == "none" and " none " in format_row(row)
+    assert "over 1 size," in summary_line([row])
+
+
+def test_a_reducing_collective_keeps_its_op():
+    [row] = run_phantom(COLLECTIVES["allreduce"], load_topology("dss8440"), [1 << 20], op="max")
+    assert row.op == "max"
