@@ -3,10 +3,13 @@ reflection, the CLI client, and 200 generated hostile requests that never take i
 
 import json
 import os
+import pty
 import re
+import select
 import stat
 import subprocess
 import sys
+import time
 
 import grpc
 import pytest
@@ -166,6 +169,52 @@ def test_vipu_verbs_devices_in_bytes_people_read_and_links_filtered(service):
     mixed = cli(service, "bench", "allreduce", "--partition", "verbs", "--topology", "pod64")
     assert mixed.returncode == 2 and "belong to the service" in mixed.stderr
     assert cli(service, "remove", "partition", "verbs").returncode == 0
+
+
+def read_terminal(argv, env, timeout=60.0):
+    """Run ``argv`` on a pseudo-terminal, as a person would see it; all it drew."""
+    master, slave = pty.openpty()
+    process = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    drawn, limit = b"", time.monotonic() + timeout
+    try:
+        while time.monotonic() < limit:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the program ended: the terminal is closed
+                    break
+                if not chunk:
+                    break
+                drawn += chunk
+            elif process.poll() is not None:
+                break
+    finally:
+        os.close(master)
+        process.kill() if process.poll() is None else None
+        process.wait(timeout=10)
+    return process.returncode, drawn.decode(errors="replace")
+
+
+def test_monitor_redraws_partitions_devices_and_link_traffic_in_place(service):
+    assert cli(service, "partition", "create", "watched", "--size", "4").returncode == 0
+    real = cli(service, "bench", "allreduce", "--partition", "watched", "--mode", "real",
+               "-b", "64K", "-e", "64K")
+    assert real.returncode == 0, real.stderr
+    env = {**os.environ, "IPUOF_VIPU_API_PORT": str(service["port"]),
+           "IPUPOD_TOKEN_FILE": str(service["token_file"])}
+    status, drawn = read_terminal([sys.executable, "-m", "cluster.cli.main", "monitor",
+                                   "--count", "3", "--interval", "0.3"], env)
+    assert status == 0, drawn[-2000:]
+    frames = drawn.split("\x1b[H\x1b[2J")[1:]
+    assert len(frames) == 3, drawn[-2000:]  # each frame drawn over the last
+    for number, frame in enumerate(frames, 1):
+        assert "# ipupod monitor: pod16, 16 IPUs" in frame and f"frame {number}" in frame
+        assert re.search(r"watched\s+4 IPUs", frame), frame
+        assert "r0.m0" in frame and "busiest links" in frame
+        assert "ipu-link" in frame
+    assert cli(service, "partition", "remove", "watched").returncode == 0
 
 
 def test_the_cli_says_when_no_service_answers(tmp_path):

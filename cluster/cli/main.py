@@ -40,6 +40,8 @@ COMMANDS = {
                          "Links like `gc-links`: endpoints, type, bandwidth, bytes."),
     "list": LazyCommand("cluster.cli.vipu:list_group",
                         "V-IPU's verb first: `list partitions`."),
+    "monitor": LazyCommand("cluster.cli.monitor:monitor_command",
+                           "A live view of partitions, devices and link traffic."),
     "partition": LazyCommand("cluster.cli.partition:partition_group",
                              "Create, list, show and remove partitions (as `vipu` does)."),
     "remove": LazyCommand("cluster.cli.vipu:remove_group",
