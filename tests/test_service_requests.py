@@ -139,6 +139,27 @@ def test_a_failing_stream_names_its_error(service, partition):
     assert "unknown collective" in info.value.details()
 
 
+def test_a_stream_that_fails_midway_keeps_the_rows_done_and_names_the_error(service,
+                                                                           partition):
+    # 256 MiB and 512 MiB buffers fit a GC200's 900 MB of In-Processor-Memory; 1 GiB does
+    # not, and only that size finds out, when it is planned.
+    stream = service["stub"].StreamBenchmark(control_pb2.BenchmarkRequest(
+        partition="req", min_bytes=256 * MiB, max_bytes=1024 * MiB, mode="phantom"),
+        metadata=service["auth"], timeout=120)
+    rows = []
+    with pytest.raises(grpc.RpcError) as info:
+        for result in stream:
+            rows += [row.bytes for row in result.rows]
+    assert rows == [256 * MiB, 512 * MiB]
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "In-Processor-Memory" in info.value.details()
+    printed = cli(service, "bench", "allreduce", "--partition", "req", "-b", "256M",
+                  "-e", "1G")
+    assert printed.returncode == 2 and "In-Processor-Memory" in printed.stderr
+    assert [line.split()[0] for line in printed.stdout.splitlines()
+            if line.strip() and not line.startswith("#")] == [str(256 * MiB), str(512 * MiB)]
+
+
 def cli(service, *args):
     env = {**os.environ, "IPUOF_VIPU_API_PORT": str(service["port"]),
            "IPUPOD_TOKEN_FILE": str(service["token_file"])}
