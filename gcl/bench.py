@@ -24,6 +24,7 @@ from gcl.planner import AUTO, plan_timed, replica_groups
 from gcl.reference import expected
 
 MAX_SIZES = 64
+MAX_RANK_LINES = 64  # ranks listed one per line above the table
 NO_OP = "none"  # the redop of a collective that reduces nothing (nccl-tests' word)
 
 
@@ -120,7 +121,9 @@ def format_row(row: BenchRow) -> str:
     line = (f"{row.bytes:>12} {row.count:>12} {row.type:>8} {row.op:>6} {row.algorithm:>24} "
             f"{row.sim_seconds * 1e6:>12.2f} {row.algbw_GBps:>12.2f} {row.busbw_GBps:>12.2f} "
             f"{row.wall_seconds:>9.3f}")
-    return line if row.wrong is None else line + f" {row.wrong:>7}"
+    if row.wrong is None:
+        return line
+    return line + f" {row.wrong if row.wrong >= 0 else 'N/A':>7}"  # -1: not checked (-c 0)
 
 
 def bench_inputs(count: int, replicas: int, dtype: str, seed: int = 0) -> list[np.ndarray]:
@@ -155,10 +158,24 @@ def preamble(coll: Collective, topology: Topology, group: CommGroup, mode: str,
         f"# ipupod bench {coll.name}: topology {topology.name} "
         f"({plural(topology.ipu_count, 'IPU')}), "
         f"mode {mode}, group {group} ({len(groups)} x {plural(len(groups[0]), 'IPU')}){rooted}",
+        *rank_lines(topology, groups),
         "# time, algbw, busbw: simulated on the emulated hardware; wall: seconds on this machine",
         "#",
         table_header(mode),
     ])
+
+
+def rank_lines(topology: Topology, groups: list[np.ndarray]) -> list[str]:
+    """Which IPU each rank runs on, as nccl-tests lists ranks and devices: a line per rank
+    up to :data:`MAX_RANK_LINES` ranks, else one line saying how they are laid out."""
+    ranks = sum(len(g) for g in groups)
+    if ranks > MAX_RANK_LINES:
+        first = groups[0].tolist()
+        return [f"#  {plural(ranks, 'rank')} in {plural(len(groups), 'group')}; group 0 on "
+                f"IPUs {first[0]}, {first[1] if len(first) > 1 else ''}... (listed up to "
+                f"{MAX_RANK_LINES} ranks)"]
+    return [f"#  Rank {rank:>3} Group {g:>3} on IPU {ipu:>4} {topology.ipu_name(ipu)}"
+            for g, members in enumerate(groups) for rank, ipu in enumerate(members.tolist())]
 
 
 def summary_line(rows: list[BenchRow]) -> str:
@@ -168,7 +185,18 @@ def summary_line(rows: list[BenchRow]) -> str:
     average = sum(r.busbw_GBps for r in rows) / len(rows)
     return (f"# Avg bus bandwidth (simulated): {average:.2f} GB/s over "
             f"{plural(len(rows), 'size')}, "
-            f"{format_size(rows[0].bytes)} to {format_size(rows[-1].bytes)} bytes")
+            f"{format_size(rows[0].bytes)} to {format_size(rows[-1].bytes)} bytes\n"
+            f"{out_of_bounds_line(rows)}")
+
+
+def out_of_bounds_line(rows: list[BenchRow]) -> str:
+    """nccl-tests' last line: how many result elements differ from the reference."""
+    if any(r.wrong is None for r in rows):
+        return "# Out of bounds values : not checked (phantom mode moves no data)"
+    if any(r.wrong is not None and r.wrong < 0 for r in rows):
+        return "# Out of bounds values : not checked (-c 0)"
+    wrong = sum(r.wrong or 0 for r in rows)
+    return f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}"
 
 
 def rows_to_json(rows: list[BenchRow]) -> str:

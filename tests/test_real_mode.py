@@ -212,3 +212,21 @@ def test_inputs_too_big_for_this_machine_point_to_phantom_mode():
     huge = [(10**11,)] * 16  # 400 GB per replica, described, never allocated
     with pytest.raises(UserError, match="use phantom mode"):
         check_replicas(huge, ["float32"] * 16, 16, 16, "allreduce")
+
+
+def test_bench_runs_warmups_and_iterations_and_can_skip_the_check(pods):
+    from gcl.collectives import ALLREDUCE
+    from ipu_node.bench import run_real
+
+    pod = pods["dss8440"]
+    before = sum(c["supersteps"] for s in pod.stats() for c in s["counters"].values())
+    [once] = run_real(pod, ALLREDUCE, [1 << 16], algorithm_name="clockwise_ring")
+    middle = sum(c["supersteps"] for s in pod.stats() for c in s["counters"].values())
+    [thrice] = run_real(pod, ALLREDUCE, [1 << 16], algorithm_name="clockwise_ring",
+                        iterations=2, warmup=1, check=False)
+    after = sum(c["supersteps"] for s in pod.stats() for c in s["counters"].values())
+    assert once.wrong == 0 and thrice.wrong == -1  # -1: not checked
+    assert after - middle == 3 * (middle - before)  # one warm-up and two timed runs
+    assert thrice.sim_seconds == once.sim_seconds
+    with pytest.raises(UserError, match="-n"):
+        list(run_real(pod, ALLREDUCE, [1 << 16], iterations=0))

@@ -67,6 +67,9 @@ class Sweep:
     op: str
     group: str
     root: int
+    iterations: int = 1
+    warmup: int = 0
+    check: bool = True
 
 
 def _echo_table(rows: Iterator[BenchRow], heading: Callable[[], str], out: TextIO) -> None:
@@ -98,7 +101,8 @@ def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGr
 
     pod = EmulatedPod.launch(topology, ray_address=ray_address)
     stack.callback(pod.shutdown, stop_ray=True)
-    return run_real(pod, coll, byte_sizes, **options)
+    return run_real(pod, coll, byte_sizes, iterations=sweep.iterations, warmup=sweep.warmup,
+                    check=sweep.check, **options)
 
 
 def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str | None,
@@ -185,6 +189,12 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
 @click.option("--group", "group_text", default="all", show_default=True,
               help="Replica groups: all, consecutive:K or orthogonal:K (K replicas per group).")
 @click.option("--root", type=int, default=0, show_default=True, help="Broadcast root rank.")
+@click.option("-n", "--iters", "iterations", type=click.IntRange(1, 10_000), default=1,
+              show_default=True, help="Real mode: timed runs per size (wall is their mean).")
+@click.option("-w", "--warmup_iters", "warmup", type=click.IntRange(0, 10_000), default=0,
+              show_default=True, help="Real mode: untimed runs per size before those.")
+@click.option("-c", "--check", type=click.IntRange(0, 1), default=1, show_default=True,
+              help="Real mode: check results against NumPy (#wrong), 1 or 0.")
 @click.option("--figures", type=click.Choice(["seed", "public"]), default="seed",
               show_default=True,
               help="Where seed and public figures disagree, which to use (presets; a YAML "
@@ -198,14 +208,18 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
 @click.option("--token-file", default=None, help="With --partition: the token file.")
 def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int,
                   max_bytes: int, factor: float, algorithm: str, dtype: str, op: str,
-                  group_text: str, root: int, figures: str, as_json: bool,
+                  group_text: str, root: int, iterations: int, warmup: int, check: int,
+                  figures: str, as_json: bool,
                   ray_address: str | None, partition: str | None, host: str | None,
                   port: int | None, token_file: str | None) -> None:
     """Sweep sizes of a COLLECTIVE and print simulated time and bandwidth per size."""
     sweep = Sweep(collective=collective, mode=mode, min_bytes=min_bytes, max_bytes=max_bytes,
                   factor=factor, algorithm=algorithm, dtype=dtype, op=op, group=group_text,
-                  root=root)
+                  root=root, iterations=iterations, warmup=warmup, check=bool(check))
     if partition:
+        if (iterations, warmup, check) != (1, 0, 1):
+            raise UserError("-n, -w and -c run here only: the service runs each size once "
+                            "and checks it; drop them, or drop --partition")
         given = click.get_current_context().get_parameter_source("topology_spec")
         if given is not click.core.ParameterSource.DEFAULT or ray_address or figures != "seed":
             raise UserError("--partition runs on the service's POD: --topology, --figures and "
