@@ -121,4 +121,28 @@ def push_data(peer: Peer, stream: int, message: bytes, declared: int | None = No
     peer.send(DATA, END_STREAM if end else 0, stream, prefix + message)
 
 
-__all__ = ["CALL", "DATA", "Peer", "push_data"]
+
+
+def answers(server, device: str = "victim") -> bool:
+    """Whether ``server`` still answers a legitimate Ping and Push (this process's secret)."""
+    import numpy as np
+
+    from ipu_node.links.channel import LinkClient, Transfer, encode_transfers
+
+    client = LinkClient(device, server.address)
+    try:
+        payload = np.arange(1000, dtype=np.float32)
+        pushed = client.push(encode_transfers("ok", 0, 0, [Transfer(0, 0, 1, payload)]), 10)
+        return client.ping() == device and pushed == payload.nbytes
+    finally:
+        client.close()
+
+
+def wait_until(condition, within_s: float = 10.0) -> bool:
+    """Whether ``condition()`` holds within ``within_s`` (a generous deadline, polled)."""
+    limit = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > limit:
+            return False
+        time.sleep(0.02)
+    return True

@@ -17,7 +17,7 @@ from ipu_node.links.channel import LinkClient, LinkServer, Transfer, encode_tran
 from ipu_node.links.limits import LinkLimits
 from ipu_node.links.mailbox import Mailbox, TransferKey
 from ipu_node.links.server import PING, PUSH
-from tests.link_peer import Peer, push_data
+from tests.link_peer import Peer, answers, push_data, wait_until
 
 
 @pytest.fixture
@@ -26,26 +26,6 @@ def server():
     served.start()
     yield served
     served.stop()
-
-
-def answers(server: LinkServer) -> bool:
-    """Whether the server still answers a legitimate Ping and Push."""
-    client = LinkClient("victim", server.address)
-    try:
-        payload = np.arange(1000, dtype=np.float32)
-        pushed = client.push(encode_transfers("ok", 0, 0, [Transfer(0, 0, 1, payload)]), 10)
-        return client.ping() == "victim" and pushed == payload.nbytes
-    finally:
-        client.close()
-
-
-def wait_until(condition, within_s: float = 10.0) -> bool:
-    limit = time.monotonic() + within_s
-    while not condition():
-        if time.monotonic() > limit:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def settings(*pairs: tuple[int, int]) -> bytes:
