@@ -30,6 +30,7 @@ from ipu_node.errors import DeviceError, LinkTimeout
 from ipu_node.links import auth, h2
 from ipu_node.links.limits import LinkLimits
 from ipu_node.links.server import PING, PUSH, LinkServer
+from ipu_node.links.tls import ALPN, LinkTLS
 from ipu_node.links.transport import DEFAULT_TRANSPORT, Transport, register
 from ipu_node.links.wire import encode_header, payload_prefix
 from ipupod_proto import link_pb2
@@ -67,11 +68,14 @@ class LinkClient:
     """The sending end of the links from one device to one peer device: a few HTTP/2
     connections (one per stream in flight), reused while the server would keep them. Every
     call carries ``secret`` (this process's :func:`~ipu_node.links.auth.local_secret` if
-    None). Thread-safe."""
+    None). With ``tls`` connections are TLS (ALPN h2), the server's certificate checked.
+    Thread-safe."""
 
     def __init__(self, peer: str, address: str, secret: str | None = None,
-                 limits: LinkLimits | None = None) -> None:
+                 limits: LinkLimits | None = None, tls: LinkTLS | None = None) -> None:
         self.peer, self.address = peer, address
+        self._tls = tls.client_context() if tls is not None else None
+        self._server_name = tls.server_name if tls is not None else ""
         self._authorization = auth.bearer(secret or auth.local_secret())
         self.limits = limits or LinkLimits()
         self._idle: list[tuple[h2.Connection, float]] = []  # and when it was last used
@@ -101,6 +105,11 @@ class LinkClient:
         try:
             sock.settimeout(max(0.001, limit - time.monotonic()))
             sock.connect(target)
+            if self._tls is not None:
+                sock = connection.sock = self._tls.wrap_socket(
+                    sock, server_hostname=self._server_name)
+                if sock.selected_alpn_protocol() != ALPN:
+                    raise h2.ProtocolError("the server did not choose h2 (ALPN)")
             connection.write([h2.PREFACE])
             connection.send_settings(server=False)
             while not connection.settings_seen:

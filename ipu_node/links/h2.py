@@ -20,6 +20,7 @@ ways.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -143,6 +144,10 @@ class Connection:
     def write(self, parts: Sequence) -> None:
         """Send ``parts`` (bytes-like) in order, whole: ``sendmsg`` until all are gone."""
         views = [memoryview(part).cast("B") for part in parts if len(part)]
+        if isinstance(self.sock, ssl.SSLSocket):  # no sendmsg in TLS: it copies anyway
+            self._wait_limit()
+            self.sock.sendall(b"".join(views))
+            return
         while views:
             self._wait_limit()
             sent = self.sock.sendmsg(views[:512])

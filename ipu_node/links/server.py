@@ -33,6 +33,7 @@ from ipu_node.links.frames import (
 )
 from ipu_node.links.limits import RESOURCE_EXHAUSTED, ByteBudget, LinkLimits, ResourceExhausted
 from ipu_node.links.mailbox import Mailbox, deliver_to
+from ipu_node.links.tls import ALPN, LinkTLS
 from ipupod_proto import link_pb2
 
 SERVICE = "ipupod.link.v1.Link"
@@ -100,11 +101,14 @@ class LinkServer:
     """The ``Link`` gRPC service of one device, on an ephemeral port of ``host``.
     ``receive`` is a :class:`Mailbox` (cards, machines) or a function that takes a stream
     of chunk messages and returns (payload bytes, chunks) (relaying hosts). Calls must
-    carry ``secret`` (this process's :func:`~ipu_node.links.auth.local_secret` if None)."""
+    carry ``secret`` (this process's :func:`~ipu_node.links.auth.local_secret` if None).
+    With ``tls`` connections are TLS (ALPN h2) and there is no Unix socket."""
 
     def __init__(self, device: str, receive: Mailbox | Callable, host: str = "127.0.0.1",
-                 secret: str | None = None, limits: LinkLimits | None = None) -> None:
+                 secret: str | None = None, limits: LinkLimits | None = None,
+                 tls: LinkTLS | None = None) -> None:
         self.device, self.host = device, host
+        self._tls = tls.server_context() if tls is not None else None
         self._secret = secret or auth.local_secret()
         self.limits = limits or LinkLimits()
         self._budget = ByteBudget(self.limits.max_pending_message_bytes)
@@ -125,7 +129,7 @@ class LinkServer:
         self.port = tcp.getsockname()[1]
         self._listeners.append(tcp)
         self.unix_path: str | None = None
-        if host in LOOPBACK and hasattr(socket, "AF_UNIX"):  # only this machine: cheaper
+        if host in LOOPBACK and hasattr(socket, "AF_UNIX") and tls is None:  # cheaper
             unix = _unix_listener(self.port)
             if unix is not None:
                 self._listeners.append(unix[0])
@@ -206,10 +210,24 @@ class LinkServer:
             pass
         sock.close()
 
+    def _secure(self, sock: socket.socket) -> socket.socket:
+        """``sock`` in TLS (ALPN h2), within the handshake timeout, if the server has TLS."""
+        if self._tls is None:
+            return sock
+        sock.settimeout(self.limits.handshake_timeout_s)
+        secure = self._tls.wrap_socket(sock, server_side=True)
+        with self._lock:
+            self._connections.discard(sock)
+            self._connections.add(secure)
+        if secure.selected_alpn_protocol() != ALPN:
+            raise h2.ProtocolError("the peer did not choose h2 (ALPN)")
+        return secure
+
     def _serve(self, sock: socket.socket) -> None:
         connection = h2.Connection(sock, self.limits, self._budget, server=True)
         polite = False
         try:
+            sock = connection.sock = self._secure(sock)
             self._handshake(connection)
             polite = self._calls(connection)
         except ConnectionViolation as error:
@@ -220,6 +238,7 @@ class LinkServer:
         finally:
             with self._lock:
                 self._connections.discard(sock)
+                self._connections.discard(connection.sock)
             if polite:
                 _drain_and_close(sock)
             else:
