@@ -47,8 +47,9 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _grpc_receiver(size: int, ready: Connection) -> None:
-    """A link server that lands every chunk in one buffer of ``size`` bytes."""
+def _grpc_receiver(size: int, secret: str, ready: Connection) -> None:
+    """A link server that lands every chunk in one buffer of ``size`` bytes; calls must
+    carry ``secret``, as in a POD."""
     from ipu_node.control import keep_freed_memory
     from ipu_node.links.channel import LinkServer
     from ipu_node.links.wire import decode_chunk
@@ -65,7 +66,7 @@ def _grpc_receiver(size: int, ready: Connection) -> None:
             total, count = total + len(payload), count + 1
         return total, count
 
-    server = LinkServer("receiver", land)
+    server = LinkServer("receiver", land, secret=secret)
     server.start()
     ready.send(server.link_address)
     ready.recv()  # until told to stop
@@ -176,11 +177,13 @@ def _receiver(target: Callable[..., None], *args: object) -> Iterator[tuple[int,
 
 def link(size: int, repeats: int) -> dict[str, Any]:
     """``size`` bytes over this project's link (LinkClient to LinkServer): :func:`_measure`."""
+    from ipu_node.links.auth import new_secret
     from ipu_node.links.channel import LinkClient, Transfer, encode_transfers
 
     source = np.ones(size // 4, dtype=np.float32)
-    with _receiver(_grpc_receiver, size) as (pid, address):
-        client = LinkClient("receiver", address)
+    secret = new_secret()
+    with _receiver(_grpc_receiver, size, secret) as (pid, address):
+        client = LinkClient("receiver", address, secret)
 
         def send() -> None:
             messages = encode_transfers("bench", 0, 0, [Transfer(0, 0, 1, source)])

@@ -44,11 +44,13 @@ T = TypeVar("T")
 class Card(DeviceControl):
     """The state and behaviour of one emulated card or machine (wrapped by ``ray.remote``)."""
 
-    def __init__(self, spec: DeviceSpec, topology: Topology, host: str = "127.0.0.1") -> None:
+    def __init__(self, spec: DeviceSpec, topology: Topology, host: str = "127.0.0.1",
+                 link_secret: str | None = None) -> None:
+        """``link_secret``: the POD's, which its links carry and check (never logged)."""
         keep_freed_memory()
         self.mailbox = Mailbox()
         super().__init__(spec, topology, LinkEndpoint(spec.name, self.mailbox, host,
-                                                      PUSH_THREADS),
+                                                      PUSH_THREADS, secret=link_secret),
                          Counters(spec.ipus, directed_links(topology)))
         self.store = TensorStore(topology, spec.ipus, spec.streaming_bytes_per_ipu)
         self.runner = ScheduleRunner(spec.name, spec.ipus, topology, self.store,
@@ -67,8 +69,10 @@ class Card(DeviceControl):
         return self.store.info(name)
 
     def _details(self) -> dict[str, Any]:
+        self.mailbox.sweep()  # chunks nobody waits on: dropped and counted now
         return {"memory": self.store.memory_stats(),
-                "collectives_running": len(self.runner.running)}
+                "collectives_running": len(self.runner.running),
+                "dropped_chunks": self.mailbox.dropped_chunks}
 
     def put(self, ipu: int, name: str, array: np.ndarray) -> None:
         """Store a named tensor on one of this card's IPUs (memory is accounted)."""

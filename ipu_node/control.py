@@ -123,7 +123,7 @@ class DeviceControl:
                 "counters": counters, "link_bytes": link_bytes, **self._details()}
 
     def _details(self) -> dict[str, Any]:
-        return {"memory": {}, "collectives_running": 0}
+        return {"memory": {}, "collectives_running": 0, "dropped_chunks": 0}
 
     def shutdown(self) -> None:
         """Close the links (the server first stops taking chunks)."""

@@ -29,19 +29,23 @@ RELAY_THREADS = 16
 class HostRelay(DeviceControl):
     """One server's host: forwards chunks between its cards and the other servers."""
 
-    def __init__(self, spec: DeviceSpec, topology: Topology, host: str = "127.0.0.1") -> None:
+    def __init__(self, spec: DeviceSpec, topology: Topology, host: str = "127.0.0.1",
+                 link_secret: str | None = None) -> None:
+        """``link_secret``: the POD's, which its links carry and check (never logged)."""
         keep_freed_memory()
         self.relayed_bytes = 0
         self._owned_links: dict[tuple[int, int], np.ndarray] = {}
         super().__init__(spec, topology,
-                         LinkEndpoint(spec.name, self._deliver, host, RELAY_THREADS),
+                         LinkEndpoint(spec.name, self._deliver, host, RELAY_THREADS,
+                                      secret=link_secret),
                          Counters((), directed_links(topology)))
 
     def _faults_changed(self) -> None:
         self._owned_links = {}  # routes may have changed
 
     def _details(self) -> dict[str, Any]:
-        return {"memory": {}, "collectives_running": 0, "relayed_bytes": self.relayed_bytes}
+        return {"memory": {}, "collectives_running": 0, "relayed_bytes": self.relayed_bytes,
+                "dropped_chunks": 0}
 
     def _count(self, src_ipu: int, dst_ipu: int, nbytes: int) -> None:
         """Add ``nbytes`` to the links this host owns on the route ``src -> dst``."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from ipu_node.control import CONTROL, CONTROL_THREADS
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.errors import DeviceError
 from ipu_node.host import HostRelay
+from ipu_node.links.auth import new_secret
 from ipu_node.memory import available_ram_bytes
 from ipu_node.ownership import Ownership, ownership
 
@@ -119,6 +120,7 @@ def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | Non
             f"has {available:g} free: start Ray nodes with --resources '{{\"IPU\": N}}' or "
             "shut other PODs down")
     pod_id = f"pod{os.getpid()}-{next(_pod_ids)}"
+    link_secret = new_secret()  # the POD's links carry it; it leaves only to the devices
     groups: list[PlacementGroup] = []
     actors: list = [None] * len(specs)
     kinds: dict[type, Any] = {  # ray's stubs do not know concurrency_groups
@@ -127,7 +129,8 @@ def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | Non
     try:
         for server, members in _by_server(specs).items():
             _start_server(topology, specs, server, members, Launch(
-                pod_id, kinds, actors, groups, link_host, deadline_s, max_restarts))
+                pod_id, kinds, actors, groups, link_host, deadline_s, max_restarts,
+                link_secret))
         infos = wait_all([a.info.remote() for a in actors], specs, deadline_s, "start")
         owns = _wire(topology, specs, actors, infos, deadline_s)
     except BaseException:
@@ -154,6 +157,7 @@ class Launch:
     link_host: str
     deadline_s: float
     max_restarts: int
+    link_secret: str = field(repr=False)  # never printed
 
 
 def _start_server(topology: Topology, specs: list[DeviceSpec], server: str,
@@ -174,7 +178,7 @@ def _start_server(topology: Topology, specs: list[DeviceSpec], server: str,
             max_concurrency=max(MIN_DEVICE_THREADS, len(spec.ipus)),
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 group, cards.index(index) if index in cards else 0),
-        ).remote(spec, topology, launch.link_host)
+        ).remote(spec, topology, launch.link_host, launch.link_secret)
 
 
 def _wire(topology: Topology, specs: list[DeviceSpec], actors: list, infos: list[dict],

@@ -11,6 +11,8 @@ from ipu_node.links.mailbox import Mailbox, TransferKey
 from ipu_node.links.wire import decode_chunk, encode_chunk, encode_header
 from ipupod_proto import link_pb2
 
+SECRET = "a-test-link-secret"
+AUTH = [("authorization", f"Bearer {SECRET}")]  # what a grpcio client adds to each call
 FIELDS = dict(collective="pod-c7", phase=3, step=300, transfer=2, src_ipu=17, dst_ipu=0,
               offset=5 << 20, total=9 << 20)
 
@@ -65,15 +67,15 @@ def test_grpcio_clients_push_and_ping_our_link_server():
     from ipupod_proto import link_pb2_grpc
 
     mailbox = Mailbox()
-    server = LinkServer("receiver", mailbox)
+    server = LinkServer("receiver", mailbox, secret=SECRET)
     channel = grpc.insecure_channel(server.start())
     try:
         stub = link_pb2_grpc.LinkStub(channel)
-        assert stub.Ping(link_pb2.PingRequest(), timeout=5).device == "receiver"
+        assert stub.Ping(link_pb2.PingRequest(), timeout=5, metadata=AUTH).device == "receiver"
         data = np.arange(300_000, dtype=np.int32).tobytes()  # many HTTP/2 frames
         chunks = [link_pb2.Chunk(collective="c2", transfer=1, offset=o, total=len(data),
                                  data=data[o:o + 500_000]) for o in range(0, len(data), 500_000)]
-        reply = stub.Push(iter(chunks), timeout=10)
+        reply = stub.Push(iter(chunks), timeout=10, metadata=AUTH)
         assert (reply.bytes, reply.chunks) == (len(data), 3)
         pieces = mailbox.take(TransferKey("c2", 0, 0, 1), 5, "IPU 0")
         assert b"".join(bytes(p) for _, p in sorted(pieces, key=lambda p: p[0])) == data
@@ -134,14 +136,14 @@ def test_concurrent_grpcio_calls_on_one_channel_all_get_through():
     from ipupod_proto import link_pb2_grpc
 
     mailbox = Mailbox()
-    server = LinkServer("receiver", mailbox)
+    server = LinkServer("receiver", mailbox, secret=SECRET)
     channel = grpc.insecure_channel(server.start())
     stub = link_pb2_grpc.LinkStub(channel)
 
     def push(transfer: int) -> int:
         chunk = link_pb2.Chunk(collective="c4", transfer=transfer, total=70_000,
                                data=bytes([transfer]) * 70_000)
-        return stub.Push(iter([chunk]), timeout=20).bytes
+        return stub.Push(iter([chunk]), timeout=20, metadata=AUTH).bytes
 
     try:
         with ThreadPoolExecutor(max_workers=6) as pool:
@@ -232,7 +234,7 @@ def test_a_reset_of_a_finished_stream_is_old_news_and_the_connection_carries_on(
     import socket
     import struct
 
-    from ipu_node.links import h2
+    from ipu_node.links import auth, h2
 
     server = LinkServer("receiver", Mailbox())
     server.start()
@@ -244,7 +246,8 @@ def test_a_reset_of_a_finished_stream_is_old_news_and_the_connection_carries_on(
     def ping(stream: int) -> dict:
         connection.send_headers(stream, [(":method", "POST"), (":scheme", "http"),
                                          (":path", "/ipupod.link.v1.Link/Ping"),
-                                         ("content-type", "application/grpc")], end=False)
+                                         ("content-type", "application/grpc"),
+                                         auth.bearer(auth.local_secret())], end=False)
         connection.send_messages(stream, [b""], end=True)
         while True:
             length, kind, flags, on = connection.read_header()

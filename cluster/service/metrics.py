@@ -65,6 +65,12 @@ class PodCollector:
             busy.add_metric(values, count.get("sim_seconds", 0.0))
         yield from (used, capacity, health, supersteps, busy)
         yield from self._links(link_bytes)
+        dropped = CounterMetricFamily(
+            "ipupod_link_dropped_chunks", "Chunks a device dropped: their collective was not "
+            "running within the link's deadline.", labels=["device"])
+        for device in stats:
+            dropped.add_metric([device["name"]], device.get("dropped_chunks", 0))
+        yield dropped
         table = self.partitions.list()
         yield GaugeMetricFamily("ipupod_partitions", "Partitions defined.", value=len(table))
         yield GaugeMetricFamily("ipupod_ipus", "IPUs of the POD.", value=topo.ipu_count)

@@ -9,192 +9,34 @@ gives that as its link address (same gRPC; fewer page faults than TCP loopback).
 
 Incoming chunks go to a :class:`ipu_node.links.mailbox.Mailbox`. The service is
 ``ipupod.link.v1.Link`` of ``proto/``, spoken by :mod:`ipu_node.links.h2` (gRPC's
-HTTP/2 protocol without grpcio's copies; grpcio clients and servers interoperate).
+HTTP/2 protocol without grpcio's copies; grpcio clients and servers interoperate). The
+server is :class:`ipu_node.links.server.LinkServer`; here are the client, the chunking,
+and the ``grpc-h2`` transport that puts them together. Every call carries the POD's link
+secret (:mod:`ipu_node.links.auth`).
 """
 
 from __future__ import annotations
 
-import os
 import socket
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 from urllib.parse import unquote
 
 import numpy as np
 
 from ipu_node.errors import DeviceError, LinkTimeout
-from ipu_node.links import h2
-from ipu_node.links.mailbox import Mailbox, deliver_to
+from ipu_node.links import auth, h2
+from ipu_node.links.limits import LinkLimits
+from ipu_node.links.server import PING, PUSH, LinkServer
+from ipu_node.links.tls import ALPN, LinkTLS
 from ipu_node.links.transport import DEFAULT_TRANSPORT, Transport, register
 from ipu_node.links.wire import encode_header, payload_prefix
 from ipupod_proto import link_pb2
 
+__all__ = ["CHUNK_BYTES", "LinkClient", "LinkServer", "Transfer", "encode_transfers"]
 CHUNK_BYTES = 4 << 20
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-SERVICE = "ipupod.link.v1.Link"
-PUSH, PING = f"/{SERVICE}/Push", f"/{SERVICE}/Ping"
-
-
-def _sweep_stale_sockets() -> None:
-    """Remove the Unix sockets of link servers whose process is gone (killed devices
-    cannot clean up after themselves)."""
-    folder = Path(tempfile.gettempdir())
-    for path in folder.glob("ipupod-link-*-*.sock"):
-        try:
-            os.kill(int(path.name.split("-")[2]), 0)
-        except ProcessLookupError:
-            path.unlink(missing_ok=True)
-        except (ValueError, PermissionError, OSError):
-            continue  # not ours to judge
-
-
-def _grpc_message(text: str) -> str:
-    """``grpc-message`` is percent-encoded outside printable ASCII."""
-    return "".join(c if " " <= c <= "~" and c != "%" else "".join(f"%{b:02X}" for b in c.encode())
-                   for c in text)
-
-
-class LinkServer:
-    """The ``Link`` gRPC service of one device, on an ephemeral port of ``host``.
-    ``receive`` is a :class:`Mailbox` (cards, machines) or a function that takes a stream
-    of chunk messages and returns (payload bytes, chunks) (relaying hosts). Each
-    connection is served by a thread of its own, one stream at a time."""
-
-    def __init__(self, device: str, receive: Mailbox | Callable,
-                 host: str = "127.0.0.1") -> None:
-        self.device, self.host = device, host
-        self._deliver = deliver_to(receive) if isinstance(receive, Mailbox) else receive
-        self._listeners: list[socket.socket] = []
-        self._connections: set[socket.socket] = set()
-        self._lock = threading.Lock()
-        self._stopped = False
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        tcp = socket.socket(family, socket.SOCK_STREAM)
-        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            tcp.bind((host, 0))
-        except OSError as error:
-            tcp.close()
-            raise DeviceError(f"{device}: could not bind a link port on {host}: {error}") from None
-        self.port = tcp.getsockname()[1]
-        self._listeners.append(tcp)
-        self.unix_path = None
-        if host in _LOOPBACK and hasattr(socket, "AF_UNIX"):  # only this machine: cheaper
-            _sweep_stale_sockets()
-            path = os.path.join(tempfile.gettempdir(),
-                                f"ipupod-link-{os.getpid()}-{self.port}.sock")
-            unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                unix.bind(path)
-                self._listeners.append(unix)
-                self.unix_path = path
-            except OSError:  # no Unix sockets here: TCP it is
-                unix.close()
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @property
-    def link_address(self) -> str:
-        """Where peers connect: the Unix socket of a loopback server, else :attr:`address`."""
-        return f"unix:{self.unix_path}" if self.unix_path else self.address
-
-    def start(self) -> str:
-        for listener in self._listeners:
-            listener.listen(64)
-            threading.Thread(target=self._accept, args=(listener,), daemon=True,
-                             name=f"{self.device}-link-accept").start()
-        return self.address
-
-    def stop(self) -> None:
-        """Stop listening and close every connection (streams in flight fail)."""
-        self._stopped = True
-        with self._lock:
-            sockets = [*self._listeners, *self._connections]
-            self._connections.clear()
-        for sock in sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
-        if self.unix_path:
-            Path(self.unix_path).unlink(missing_ok=True)
-
-    def _accept(self, listener: socket.socket) -> None:
-        while not self._stopped:
-            try:
-                sock, _ = listener.accept()
-            except OSError:
-                return  # closed by stop()
-            if sock.family != getattr(socket, "AF_UNIX", None):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                if self._stopped:
-                    sock.close()
-                    return
-                self._connections.add(sock)
-            threading.Thread(target=self._serve, args=(sock,), daemon=True,
-                             name=f"{self.device}-link").start()
-
-    def _serve(self, sock: socket.socket) -> None:
-        connection = h2.Connection(sock)
-        try:
-            if connection.read(len(h2.PREFACE)) != h2.PREFACE:
-                return  # not HTTP/2: nothing to say to it
-            connection.send_settings(server=True)
-            while True:
-                length, kind, flags, stream = connection.read_header()
-                if kind != h2.HEADERS:
-                    connection.handle_control(length, kind, flags, stream)
-                    continue
-                headers = connection.read_headers(length, flags, stream)
-                connection.current = stream
-                messages = iter(()) if flags & h2.END_STREAM else connection.messages(stream)
-                try:
-                    self._call(connection, stream, headers.get(":path", ""), messages)
-                except h2.StreamReset:
-                    pass  # the client gave up on this stream: ready for the next
-                connection.current = 0  # what comes about it from now on is old news
-        except (h2.ProtocolError, OSError):
-            pass  # the peer went away or broke the protocol: drop the connection
-        finally:
-            with self._lock:
-                self._connections.discard(sock)
-            connection.close()
-
-    def _call(self, connection: h2.Connection, stream: int, path: str, messages) -> None:
-        """Run one RPC and answer it; a failing handler becomes a gRPC status."""
-        status, detail, reply = 0, "", b""
-        try:
-            if path == PUSH:
-                total, count = self._deliver(messages)
-                reply = link_pb2.PushReply(bytes=total, chunks=count).SerializeToString()
-            elif path == PING:
-                reply = link_pb2.PingReply(device=self.device).SerializeToString()
-            else:
-                status, detail = 12, f"{path} is not a method of {SERVICE}"  # UNIMPLEMENTED
-        except (h2.ProtocolError, OSError):
-            raise
-        except Exception as error:  # noqa: BLE001 - the handler's failure: tell the client
-            status, detail = 13, f"{self.device}: {error}"  # INTERNAL
-        for _ in messages:  # whatever the handler left unread
-            pass
-        response = [(":status", "200"), ("content-type", "application/grpc")]
-        if status:
-            connection.send_headers(stream, [*response, ("grpc-status", str(status)),
-                                             ("grpc-message", _grpc_message(detail))], end=True)
-            return
-        connection.send_headers(stream, response, end=False)
-        connection.send_messages(stream, [reply], end=False)
-        connection.send_headers(stream, [("grpc-status", "0")], end=True)
 
 
 class Transfer(NamedTuple):
@@ -224,11 +66,19 @@ def encode_transfers(collective: str, phase: int, step: int,
 
 class LinkClient:
     """The sending end of the links from one device to one peer device: a few HTTP/2
-    connections (one per stream in flight), reused. Thread-safe."""
+    connections (one per stream in flight), reused while the server would keep them. Every
+    call carries ``secret`` (this process's :func:`~ipu_node.links.auth.local_secret` if
+    None). With ``tls`` connections are TLS (ALPN h2), the server's certificate checked.
+    Thread-safe."""
 
-    def __init__(self, peer: str, address: str) -> None:
+    def __init__(self, peer: str, address: str, secret: str | None = None,
+                 limits: LinkLimits | None = None, tls: LinkTLS | None = None) -> None:
         self.peer, self.address = peer, address
-        self._idle: list[h2.Connection] = []
+        self._tls = tls.client_context() if tls is not None else None
+        self._server_name = tls.server_name if tls is not None else ""
+        self._authorization = auth.bearer(secret or auth.local_secret())
+        self.limits = limits or LinkLimits()
+        self._idle: list[tuple[h2.Connection, float]] = []  # and when it was last used
         self._lock = threading.Lock()
         self._closed = False
 
@@ -250,11 +100,16 @@ class LinkClient:
                                  socket.SOCK_STREAM)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             target = (host.strip("[]"), int(port))
-        connection = h2.Connection(sock)
+        connection = h2.Connection(sock, self.limits)
         connection.deadline = limit
         try:
             sock.settimeout(max(0.001, limit - time.monotonic()))
             sock.connect(target)
+            if self._tls is not None:
+                sock = connection.sock = self._tls.wrap_socket(
+                    sock, server_hostname=self._server_name)
+                if sock.selected_alpn_protocol() != ALPN:
+                    raise h2.ProtocolError("the server did not choose h2 (ALPN)")
             connection.write([h2.PREFACE])
             connection.send_settings(server=False)
             while not connection.settings_seen:
@@ -267,8 +122,7 @@ class LinkClient:
 
     def _call(self, path: str, messages: Iterable, deadline_s: float) -> bytes:
         limit = time.monotonic() + deadline_s
-        with self._lock:
-            connection = self._idle.pop() if self._idle else None
+        connection = self._reuse()
         try:
             if connection is None:
                 connection = self._connect(limit)
@@ -278,8 +132,8 @@ class LinkClient:
             connection.send_headers(stream, [
                 (":method", "POST"), (":scheme", "http"), (":path", path),
                 (":authority", "localhost"), ("content-type", "application/grpc"),
-                ("te", "trailers"), ("grpc-timeout", f"{max(1, int(deadline_s * 1000))}m")],
-                end=False)
+                ("te", "trailers"), ("grpc-timeout", f"{max(1, int(deadline_s * 1000))}m"),
+                self._authorization], end=False)
             connection.send_messages(stream, messages, end=True)
             reply, trailers = self._response(connection, stream)
         except BaseException as error:  # the connection is in an unknown state: drop it
@@ -298,11 +152,26 @@ class LinkClient:
             if self._closed or connection.closing or connection.next_stream > 1 << 30:
                 connection.close()
             else:
-                self._idle.append(connection)
+                self._idle.append((connection, time.monotonic()))
         if status != "0":
             raise DeviceError(f"the link to {self.peer} ({self.address}) failed: gRPC status "
                               f"{status} {unquote(trailers.get('grpc-message', ''))}")
         return bytes(reply) if reply is not None else b""
+
+    def _reuse(self) -> h2.Connection | None:
+        """An idle connection the server has not closed for idleness yet, if any."""
+        stale = []
+        with self._lock:
+            while self._idle:
+                connection, used = self._idle.pop()
+                if time.monotonic() - used < self.limits.client_reuse_s:
+                    break
+                stale.append(connection)
+            else:
+                connection = None
+        for old in stale:
+            old.close()
+        return connection
 
     @staticmethod
     def _response(connection: h2.Connection,
@@ -327,7 +196,7 @@ class LinkClient:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-        for connection in idle:
+        for connection, _ in idle:
             connection.close()
 
 

@@ -7,20 +7,23 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from ipu_node.links.auth import local_secret
 from ipu_node.links.transport import DEFAULT_TRANSPORT, LinkClientLike, Receiver, transport
 
 
 class LinkEndpoint:
     """Receives through ``receive`` (a mailbox, or a function that takes a stream of
     chunks), sends to peers by index; bound to ``host`` (loopback by default), speaking
-    the link transport named ``transport_name``."""
+    the link transport named ``transport_name``. Links carry and check ``secret`` (the
+    POD's; this process's own if None)."""
 
     def __init__(self, name: str, receive: Receiver, host: str, push_threads: int,
-                 transport_name: str = DEFAULT_TRANSPORT) -> None:
+                 transport_name: str = DEFAULT_TRANSPORT, secret: str | None = None) -> None:
         chosen = transport(transport_name)
-        self.server = chosen.server(name, receive, host)
+        secret = secret or local_secret()
+        self.server = chosen.server(name, receive, host, secret)
         self.address = self.server.start()
-        self.peers = PeerLinks(chosen.client)
+        self.peers = PeerLinks(lambda peer, address: chosen.client(peer, address, secret))
         self._pool = ThreadPoolExecutor(max_workers=push_threads,
                                         thread_name_prefix=f"{name}-push")
 

@@ -1,6 +1,8 @@
 """A device's incoming transfers: chunks filed by (collective, phase, step, transfer) as
 the link server receives them, handed to the executor as they arrive, with deadlines and
-aborts."""
+aborts. What it holds is bounded: in bytes (beyond, a push is refused with
+RESOURCE_EXHAUSTED), and in time (chunks of a collective nobody waits on are dropped
+after :attr:`~ipu_node.links.limits.LinkLimits.stale_chunks_s`, and counted)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 from ipu_node.errors import DeviceError, LinkTimeout
+from ipu_node.links.limits import LinkLimits, ResourceExhausted
 from ipu_node.links.wire import decode_chunk
 
 _ABORTED_KEPT = 1024  # aborted collectives remembered, so their late chunks are dropped
@@ -29,21 +32,38 @@ class TransferKey(NamedTuple):
 class Mailbox:
     """Incoming transfers, handed out chunk by chunk as they arrive; thread-safe. A
     collective can be aborted (a peer died): its waits end at once with the reason, its
-    chunks are dropped, and late ones are ignored."""
+    chunks are dropped, and late ones are ignored. ``clock`` gives seconds (monotonic)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: LinkLimits | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits, self._clock = limits or LinkLimits(), clock
         self._ready = threading.Condition()
         self._chunks: dict[TransferKey, list[tuple[int, Chunk]]] = {}
         self._received: dict[TransferKey, int] = {}
         self._total: dict[TransferKey, int] = {}
         self._aborted: OrderedDict[str, str] = OrderedDict()  # collective -> reason
         self.bytes_received = 0
+        self.buffered_bytes = 0  # held here, not yet taken
+        self.dropped_chunks = 0  # of collectives nobody waited on in time
+        self._touched: dict[str, float] = {}  # collective -> when last deposited or awaited
+        self._waiting: dict[str, int] = {}  # collective -> waits under way
+        self._last_sweep = clock()
 
     def deposit(self, key: TransferKey, offset: int, total: int,
                 data: Chunk) -> None:
+        """File a chunk; :class:`ResourceExhausted` if the mailbox is full."""
         with self._ready:
             if key.collective in self._aborted:
                 return
+            now = self._clock()
+            self._sweep(now)
+            if self.buffered_bytes + len(data) > self.limits.max_buffered_bytes:
+                raise ResourceExhausted(
+                    f"the mailbox holds {self.buffered_bytes:,} bytes not yet taken; a chunk of "
+                    f"{len(data):,} more would pass its limit of "
+                    f"{self.limits.max_buffered_bytes:,}")
+            self._touched.setdefault(key.collective, now)
+            self.buffered_bytes += len(data)
             self._chunks.setdefault(key, []).append((offset, data))
             self._received[key] = self._received.get(key, 0) + len(data)
             self._total[key] = total
@@ -57,9 +77,16 @@ class Mailbox:
         limit = time.monotonic() + deadline_s
         while True:
             with self._ready:
-                arrived = self._ready.wait_for(
-                    lambda: self._chunks.get(key) or key.collective in self._aborted,
-                    timeout=max(0.0, limit - time.monotonic()))
+                self._waiting[key.collective] = self._waiting.get(key.collective, 0) + 1
+                try:
+                    arrived = self._ready.wait_for(
+                        lambda: self._chunks.get(key) or key.collective in self._aborted,
+                        timeout=max(0.0, limit - time.monotonic()))
+                finally:
+                    self._waiting[key.collective] -= 1
+                    if not self._waiting[key.collective]:
+                        del self._waiting[key.collective]
+                    self._touched[key.collective] = self._clock()
                 if key.collective in self._aborted:
                     raise DeviceError(f"collective {key.collective} aborted: "
                                       f"{self._aborted[key.collective]}")
@@ -70,6 +97,7 @@ class Mailbox:
                         "alive?")
                 batch = self._chunks[key]
                 self._chunks[key] = []
+                self.buffered_bytes -= sum(len(data) for _, data in batch)
                 whole = self._received[key] >= self._total[key]
                 if whole:
                     del self._chunks[key], self._received[key], self._total[key]
@@ -85,10 +113,36 @@ class Mailbox:
     def discard(self, collective: str) -> None:
         """Drop everything of a collective (after a failure), so nothing stale is left."""
         with self._ready:
-            for key in [k for k in self._received if k.collective == collective]:
-                self._chunks.pop(key, None)
-                self._received.pop(key, None)
-                self._total.pop(key, None)
+            self._drop([k for k in self._received if k.collective == collective])
+            self._touched.pop(collective, None)
+
+    def sweep(self) -> None:
+        """Drop the chunks of collectives nobody has waited on for ``stale_chunks_s``."""
+        with self._ready:
+            self._last_sweep = -float("inf")
+            self._sweep(self._clock())
+
+    def _sweep(self, now: float) -> None:
+        """:meth:`sweep`, at most every quarter of ``stale_chunks_s`` (lock held)."""
+        stale_s = self.limits.stale_chunks_s
+        if now - self._last_sweep < stale_s / 4:
+            return
+        self._last_sweep = now
+        stale = {name for name, touched in self._touched.items()
+                 if now - touched > stale_s and name not in self._waiting}
+        if stale:
+            keys = [k for k in self._received if k.collective in stale]
+            self.dropped_chunks += sum(len(self._chunks.get(k, ())) for k in keys)
+            self._drop(keys)
+            for name in stale:
+                del self._touched[name]
+
+    def _drop(self, keys: list[TransferKey]) -> None:
+        """Forget ``keys`` and their chunks (lock held)."""
+        for key in keys:
+            self.buffered_bytes -= sum(len(data) for _, data in self._chunks.pop(key, ()))
+            self._received.pop(key, None)
+            self._total.pop(key, None)
 
     def abort(self, collective: str, reason: str) -> None:
         """End every wait of ``collective`` now with ``reason``; drop its chunks."""

@@ -45,11 +45,13 @@ class LinkClientLike(Protocol):
 
 @dataclass(frozen=True)
 class Transport:
-    """``server(device name, receiver, host)`` and ``client(peer name, address)``."""
+    """``server(device name, receiver, host, secret)`` and ``client(peer name, address,
+    secret)``: ``secret`` is the POD's link secret, which every call carries and every
+    server checks."""
 
     name: str
-    server: Callable[[str, Receiver, str], LinkServerLike]
-    client: Callable[[str, str], LinkClientLike]
+    server: Callable[[str, Receiver, str, str], LinkServerLike]
+    client: Callable[[str, str, str], LinkClientLike]
 
 
 _REGISTRY: dict[str, Transport] = {}
