@@ -50,11 +50,11 @@ def wait_all(refs: list, specs: Sequence[DeviceSpec], deadline_s: float, what: s
 def gather(refs: list, specs: Sequence[DeviceSpec], deadline_s: float, *,
            abort: Callable[[str], None] | None = None,
            on_death: Callable[[int, str], None] | None = None,
-           what: str = "the collective") -> list:
+           what: str = "the collective", grace_s: float = ABORT_GRACE_S) -> list:
     """Results of ``refs`` in order. The first failure (a dead device, a link timeout) ends
     the wait at once: with ``abort`` the other devices are told ``abort(reason)`` and get
-    :data:`ABORT_GRACE_S` to stop, and a device found dead meanwhile is the one the
-    DeviceError names (``on_death(index, why)`` hears of it)."""
+    ``grace_s`` (:data:`ABORT_GRACE_S` by default) to stop, and a device found dead
+    meanwhile is the one the DeviceError names (``on_death(index, why)`` hears of it)."""
     index_of = {ref: i for i, ref in enumerate(refs)}
     results: list = [None] * len(refs)
     pending, limit = list(refs), time.monotonic() + deadline_s
@@ -76,15 +76,15 @@ def gather(refs: list, specs: Sequence[DeviceSpec], deadline_s: float, *,
         if abort is None:
             raise error
         abort(str(error))
-        raise _worst(error, pending, specs, index_of, what, on_death)
+        raise _worst(error, pending, specs, index_of, what, on_death, grace_s)
     return results
 
 
 def _worst(error: Exception, pending: list, specs: Sequence[DeviceSpec],
            index_of: dict[Any, int], what: str,
-           on_death: Callable[[int, str], None] | None) -> Exception:
+           on_death: Callable[[int, str], None] | None, grace_s: float) -> Exception:
     """After an abort: a device that died meanwhile is the better cause to report."""
-    settled, _ = ray.wait(pending, num_returns=len(pending), timeout=ABORT_GRACE_S)
+    settled, _ = ray.wait(pending, num_returns=len(pending), timeout=grace_s)
     for ref in settled:
         try:
             ray.get(ref)

@@ -7,9 +7,11 @@ schedule; tensor bytes go peer to peer over the links, never through this proces
 simulated time is :func:`gcl.phantom.simulate` of the same schedule, so real and phantom
 mode agree by construction.
 
-Failures end fast: every wait on a device has a deadline (``deadline_s``, 10 s by default),
-and when one device fails or dies the others are told to abort at once, so the error (naming
-the dead card and its IPUs where one died) arrives within seconds, never a hang.
+Failures end fast: a collective has a deadline (``deadline_s``, 10 s by default) within
+which a failure is named. Each wait on a link gets most of it; when one device fails, dies
+or hangs, the others are told to abort at once and get a moment to stop, and the devices
+are asked who is alive, each step from the rest of the deadline (:func:`split_deadline`),
+so the error names the dead or hung card and its IPUs within the deadline, never a hang.
 """
 
 from __future__ import annotations
@@ -29,15 +31,17 @@ from gcl.local_executor import BLOCKED
 from gcl.phantom import Timing
 from gcl.planner import AUTO, plan_timed, replica_groups
 from gcl.schedule import Schedule
-from ipu_node.calls import died_during, gather
+from ipu_node.calls import ABORT_GRACE_S, died_during, gather
 from ipu_node.device_spec import describe
 from ipu_node.errors import DeviceDied, DeviceError, OutOfMemory
+from ipu_node.health import HEALTH_DEADLINE_S
 from ipu_node.memory import available_ram_bytes
 
 if TYPE_CHECKING:
     from ipu_node.pod import EmulatedPod
 
-DEFAULT_DEADLINE_S = 10.0  # the longest any one wait (a transfer, an answer) may take
+DEFAULT_DEADLINE_S = 10.0  # a failed collective is named within this (split_deadline)
+DEADLINE_SHARE = 0.2  # of a deadline, at most, for each of the abort grace and the probe
 _RAM_FACTOR = 4  # inputs, device buffers, results in flight, results returned
 _ids = itertools.count()
 
@@ -151,12 +155,13 @@ def _run_on_devices(pod: EmulatedPod, schedule: Schedule, timing: Timing,
             ranks.setdefault(pod.owner[ipu], {})[ipu] = (g, r)
     collective_id = f"{pod.pod_id}-c{next(_ids)}"
     devices = sorted(ranks)
+    wait_s, grace_s, probe_s = split_deadline(deadline_s)
     refs = []
     for d in devices:
         data = inputs if isinstance(inputs, str) else {
             ipu: inputs[replica_of_ipu[ipu]] for ipu in ranks[d]}
         refs.append(pod.actors[d].run.remote(schedule, collective_id, ranks[d], data, output, op,
-                                             deadline_s, timing.sim_seconds,
+                                             wait_s, timing.sim_seconds,
                                              dict(pod.topology.faults)))
     restarts_before = list(pod.restarts)
     what = f"{schedule.collective} {collective_id}"
@@ -164,11 +169,22 @@ def _run_on_devices(pod: EmulatedPod, schedule: Schedule, timing: Timing,
         return gather(refs, [pod.specs[d] for d in devices],
                       deadline_s * max(1, schedule.supersteps),
                       abort=lambda reason: _abort(pod, devices, collective_id, reason),
-                      on_death=lambda i, why: pod.note_down(devices[i], why), what=what)
+                      on_death=lambda i, why: pod.note_down(devices[i], why), what=what,
+                      grace_s=grace_s)
     except DeviceError as error:
         if isinstance(error, DeviceDied):
             raise
-        raise _blame_the_dead(pod, devices, restarts_before, what) or error from None
+        raise _blame_the_dead(pod, devices, restarts_before, what, probe_s) or error from None
+
+
+def split_deadline(deadline_s: float) -> tuple[float, float, float]:
+    """A collective's deadline, split so that a failure is named within it: each wait on a
+    link gets the rest of it after the time the other devices get to stop (at most
+    :data:`~ipu_node.calls.ABORT_GRACE_S`) and the time to ask who is alive (at most
+    :data:`~ipu_node.health.HEALTH_DEADLINE_S`), each at most a fifth of it. Seconds."""
+    grace_s = min(ABORT_GRACE_S, DEADLINE_SHARE * deadline_s)
+    probe_s = min(HEALTH_DEADLINE_S, DEADLINE_SHARE * deadline_s)
+    return deadline_s - grace_s - probe_s, grace_s, probe_s
 
 
 def _host_link_bytes(pod: EmulatedPod, hosts: list[int], deadline_s: float) -> np.ndarray:
@@ -196,11 +212,11 @@ def _check_memory(pod: EmulatedPod, schedule: Schedule, deadline_s: float) -> No
 
 
 def _blame_the_dead(pod: EmulatedPod, devices: list[int], restarts_before: list[int],
-                    what: str) -> DeviceError | None:
+                    what: str, probe_s: float) -> DeviceError | None:
     """After a failure that named no dead device (a peer saw a link drop, or waited in
     vain): if one of the collective's devices died meanwhile (it is restarting, or came
     back as a new process) or does not answer, that is the cause to report."""
-    health = pod.health()
+    health = pod.health(probe_s)
     for index in devices:
         spec, state = describe(pod.specs[index]), health[index].state
         if state == "dead":

@@ -19,6 +19,7 @@ from gcl.collectives import collective
 from gcl.phantom import simulate
 from gcl.planner import plan
 from ipu_node.errors import DeviceDied, DeviceError
+from ipu_node.executor import split_deadline
 from ipu_node.pod import EmulatedPod
 
 KILL_TRIALS = 20
@@ -137,7 +138,7 @@ def test_a_card_that_hangs_mid_collective_is_named_within_the_deadline(pod):
         assert not thread.is_alive()
         assert isinstance(box.get("error"), DeviceError), box
         assert victim.name in str(box["error"])
-        # deadline 3 s, then 2 s for the others to stop and 2 s to ask who is alive
+        # deadline 3 s: the waits, the others' stop and asking who is alive fit in it
         assert box["ended"] - stopped < FAIL_WITHIN_S
     finally:
         os.kill(pid, signal.SIGCONT)
@@ -238,3 +239,32 @@ def test_the_faults_example_runs_and_recovers():
     assert run.returncode == 0, run.stderr[-2000:]
     assert "results unchanged" in run.stdout and "it carried 0 bytes" in run.stdout
     assert "next allreduce correct: True" in run.stdout
+
+
+def test_a_hung_card_is_named_within_the_collectives_own_deadline(pod):
+    _wait_healthy(pod)
+    victim = next(spec for spec in pod.specs if spec.ipus and spec.name.endswith("card6"))
+    pid = {s["name"]: s["pid"] for s in pod.stats()}[victim.name]
+    data = [np.full(ELEMENTS, i, dtype=np.int32) for i in range(16)]
+    deadline_s = 4.0
+    thread, box = _in_background(lambda: pod.collective(
+        "allreduce", data, algorithm="clockwise_ring", deadline_s=deadline_s))
+    _until_running(pod, victim.name)
+    os.kill(pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        thread.join(30)
+        assert not thread.is_alive()
+        assert victim.name in str(box.get("error")), box
+        # the waits that see it take 60% of the deadline, stopping the others and asking
+        # who is alive 20% each: named within the deadline (and a little for Ray's calls)
+        assert box["ended"] - stopped < deadline_s + 1.0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    _wait_healthy(pod)
+
+
+def test_a_deadline_is_split_so_the_failure_is_named_within_it():
+    assert split_deadline(10.0) == (6.0, 2.0, 2.0)
+    assert split_deadline(3.0) == pytest.approx((1.8, 0.6, 0.6))
+    assert split_deadline(60.0) == (56.0, 2.0, 2.0)
