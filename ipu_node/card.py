@@ -33,6 +33,7 @@ from ipu_node.counters import Counters
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.links.endpoint import LinkEndpoint
 from ipu_node.links.mailbox import Mailbox
+from ipu_node.links.tls import LinkTLS
 from ipu_node.ownership import Ownership
 from ipu_node.runner import ScheduleRunner
 from ipu_node.store import TensorStore
@@ -45,12 +46,14 @@ class Card(DeviceControl):
     """The state and behaviour of one emulated card or machine (wrapped by ``ray.remote``)."""
 
     def __init__(self, spec: DeviceSpec, topology: Topology, host: str = "127.0.0.1",
-                 link_secret: str | None = None) -> None:
-        """``link_secret``: the POD's, which its links carry and check (never logged)."""
+                 link_secret: str | None = None, link_tls: LinkTLS | None = None) -> None:
+        """``link_secret``: the POD's, which its links carry and check (never logged);
+        ``link_tls``: TLS for its links (off by default)."""
         keep_freed_memory()
         self.mailbox = Mailbox()
         super().__init__(spec, topology, LinkEndpoint(spec.name, self.mailbox, host,
-                                                      PUSH_THREADS, secret=link_secret),
+                                                      PUSH_THREADS, secret=link_secret,
+                                                      tls=link_tls),
                          Counters(spec.ipus, directed_links(topology)))
         self.store = TensorStore(topology, spec.ipus, spec.streaming_bytes_per_ipu)
         self.runner = ScheduleRunner(spec.name, spec.ipus, topology, self.store,

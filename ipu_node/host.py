@@ -20,6 +20,7 @@ from ipu_node.control import DeviceControl, directed_links, keep_freed_memory
 from ipu_node.counters import Counters
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.links.endpoint import LinkEndpoint
+from ipu_node.links.tls import LinkTLS
 from ipu_node.links.wire import decode_chunk
 
 RELAY_DEADLINE_S = 60.0
@@ -30,14 +31,15 @@ class HostRelay(DeviceControl):
     """One server's host: forwards chunks between its cards and the other servers."""
 
     def __init__(self, spec: DeviceSpec, topology: Topology, host: str = "127.0.0.1",
-                 link_secret: str | None = None) -> None:
-        """``link_secret``: the POD's, which its links carry and check (never logged)."""
+                 link_secret: str | None = None, link_tls: LinkTLS | None = None) -> None:
+        """``link_secret``: the POD's, which its links carry and check (never logged);
+        ``link_tls``: TLS for its links (off by default)."""
         keep_freed_memory()
         self.relayed_bytes = 0
         self._owned_links: dict[tuple[int, int], np.ndarray] = {}
         super().__init__(spec, topology,
                          LinkEndpoint(spec.name, self._deliver, host, RELAY_THREADS,
-                                      secret=link_secret),
+                                      secret=link_secret, tls=link_tls),
                          Counters((), directed_links(topology)))
 
     def _faults_changed(self) -> None:

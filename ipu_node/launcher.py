@@ -28,6 +28,7 @@ from ipu_node.device_spec import DeviceSpec
 from ipu_node.errors import DeviceError
 from ipu_node.host import HostRelay
 from ipu_node.links.auth import new_secret
+from ipu_node.links.tls import LinkTLS
 from ipu_node.memory import available_ram_bytes
 from ipu_node.ownership import Ownership, ownership
 
@@ -108,7 +109,8 @@ def check_room(topology: Topology, specs: list[DeviceSpec], ray_address: str | N
 
 
 def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | None,
-          link_host: str, deadline_s: float, max_restarts: int) -> Placed:
+          link_host: str, deadline_s: float, max_restarts: int,
+          link_tls: LinkTLS | None = None) -> Placed:
     """Start one actor per spec, server by server, and wire their links; on any failure
     every actor and placement group started so far is removed again."""
     check_room(topology, specs, ray_address)
@@ -130,7 +132,7 @@ def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | Non
         for server, members in _by_server(specs).items():
             _start_server(topology, specs, server, members, Launch(
                 pod_id, kinds, actors, groups, link_host, deadline_s, max_restarts,
-                link_secret))
+                link_secret, link_tls))
         infos = wait_all([a.info.remote() for a in actors], specs, deadline_s, "start")
         owns = _wire(topology, specs, actors, infos, deadline_s)
     except BaseException:
@@ -158,6 +160,7 @@ class Launch:
     deadline_s: float
     max_restarts: int
     link_secret: str = field(repr=False)  # never printed
+    link_tls: LinkTLS | None = None  # TLS on every link, when asked
 
 
 def _start_server(topology: Topology, specs: list[DeviceSpec], server: str,
@@ -178,7 +181,7 @@ def _start_server(topology: Topology, specs: list[DeviceSpec], server: str,
             max_concurrency=max(MIN_DEVICE_THREADS, len(spec.ipus)),
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 group, cards.index(index) if index in cards else 0),
-        ).remote(spec, topology, launch.link_host, launch.link_secret)
+        ).remote(spec, topology, launch.link_host, launch.link_secret, launch.link_tls)
 
 
 def _wire(topology: Topology, specs: list[DeviceSpec], actors: list, infos: list[dict],

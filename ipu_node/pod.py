@@ -32,6 +32,7 @@ from ipu_node.executor import CollectiveResult, run_collective
 from ipu_node.faults import FaultInjector
 from ipu_node.health import HEALTH_DEADLINE_S, DeviceHealth, check_health
 from ipu_node.launcher import LAUNCH_DEADLINE_S, place, release
+from ipu_node.links.tls import LinkTLS
 from ipu_node.roster import Roster
 
 TENSOR_DEADLINE_S = 120.0
@@ -56,14 +57,16 @@ class EmulatedPod:
     @classmethod
     def launch(cls, spec: str | Topology = "dss8440x2", *, ray_address: str | None = None,
                link_host: str = "127.0.0.1", deadline_s: float = LAUNCH_DEADLINE_S,
-               max_restarts: int = -1) -> EmulatedPod:
+               max_restarts: int = -1, link_tls: LinkTLS | None = None) -> EmulatedPod:
         """Start one actor per card or machine of ``spec`` and wire their links. Ray
-        restarts a dead device up to ``max_restarts`` times (-1: always)."""
+        restarts a dead device up to ``max_restarts`` times (-1: always). With
+        ``link_tls`` every link speaks TLS, both ends checking the other's certificate
+        (its files must be readable wherever the devices run; ``docs/links.md``)."""
         started = time.perf_counter()
         topology = load_topology(spec) if isinstance(spec, str) else spec
         specs = device_specs(topology)
         placed = place(topology, specs, ray_address=ray_address, link_host=link_host,
-                       deadline_s=deadline_s, max_restarts=max_restarts)
+                       deadline_s=deadline_s, max_restarts=max_restarts, link_tls=link_tls)
         roster = Roster.wired(specs, placed.actors, placed.infos, placed.ownership)
         owner = {ipu: i for i, s in enumerate(specs) for ipu in s.ipus}
         return cls(specs, roster, FaultInjector(roster, topology, max_restarts),

@@ -10,6 +10,7 @@ from ipu_node.errors import DeviceError
 from ipu_node.links.channel import LinkClient, LinkServer, Transfer, encode_transfers
 from ipu_node.links.mailbox import Mailbox, TransferKey
 from ipu_node.links.tls import LinkTLS
+from ipu_node.pod import EmulatedPod
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +67,13 @@ def test_tls_files_that_are_missing_are_a_clear_error(tmp_path):
 
     with pytest.raises(UserError, match="cert_file .* is not a file"):
         LinkTLS(str(tmp_path / "none.pem"), str(tmp_path / "none.key"), str(tmp_path / "ca"))
+
+
+def test_a_pod_launched_with_tls_allreduces_over_tls_links(ray_session, tls):
+    with EmulatedPod.launch("dss8440", link_tls=tls) as pod:
+        addresses = [info["link_address"] for info in pod.infos]
+        assert all(not a.startswith("unix:") for a in addresses)  # TCP with TLS, no socket
+        arrays = [np.full(1 << 12, i, dtype=np.float32) for i in range(16)]
+        result = pod.collective("allreduce", arrays, algorithm="clockwise_ring")
+        for got in result.results:
+            np.testing.assert_array_equal(got, np.full(1 << 12, sum(range(16)), np.float32))

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ipu_node.links.auth import local_secret
+from ipu_node.links.tls import LinkTLS
 from ipu_node.links.transport import DEFAULT_TRANSPORT, LinkClientLike, Receiver, transport
 
 
@@ -15,15 +16,17 @@ class LinkEndpoint:
     """Receives through ``receive`` (a mailbox, or a function that takes a stream of
     chunks), sends to peers by index; bound to ``host`` (loopback by default), speaking
     the link transport named ``transport_name``. Links carry and check ``secret`` (the
-    POD's; this process's own if None)."""
+    POD's; this process's own if None), and with ``tls`` speak TLS both ways."""
 
     def __init__(self, name: str, receive: Receiver, host: str, push_threads: int,
-                 transport_name: str = DEFAULT_TRANSPORT, secret: str | None = None) -> None:
+                 transport_name: str = DEFAULT_TRANSPORT, secret: str | None = None,
+                 tls: LinkTLS | None = None) -> None:
         chosen = transport(transport_name)
         secret = secret or local_secret()
-        self.server = chosen.server(name, receive, host, secret)
+        self.server = chosen.server(name, receive, host, secret, tls=tls)
         self.address = self.server.start()
-        self.peers = PeerLinks(lambda peer, address: chosen.client(peer, address, secret))
+        self.peers = PeerLinks(lambda peer, address: chosen.client(peer, address, secret,
+                                                                   tls=tls))
         self._pool = ThreadPoolExecutor(max_workers=push_threads,
                                         thread_name_prefix=f"{name}-push")
 

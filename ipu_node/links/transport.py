@@ -45,13 +45,14 @@ class LinkClientLike(Protocol):
 
 @dataclass(frozen=True)
 class Transport:
-    """``server(device name, receiver, host, secret)`` and ``client(peer name, address,
-    secret)``: ``secret`` is the POD's link secret, which every call carries and every
-    server checks."""
+    """``server(device name, receiver, host, secret, tls=...)`` and ``client(peer name,
+    address, secret, tls=...)``: ``secret`` is the POD's link secret, which every call
+    carries and every server checks; ``tls`` a :class:`~ipu_node.links.tls.LinkTLS` or
+    None (plain)."""
 
     name: str
-    server: Callable[[str, Receiver, str, str], LinkServerLike]
-    client: Callable[[str, str, str], LinkClientLike]
+    server: Callable[..., LinkServerLike]
+    client: Callable[..., LinkClientLike]
 
 
 _REGISTRY: dict[str, Transport] = {}
