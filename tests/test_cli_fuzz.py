@@ -107,6 +107,8 @@ def test_any_topology_or_train_arguments_end_in_a_result_or_a_one_line_error(cap
     (["train", "--mode", "phantom", "--topology", "examples/topologies/two-level.yaml",
       "--steps", "1"], "has no host to stream its training input from"),
     (["train-report", "--out", "/proc/nope", "--servers", "1"], "cannot write the report"),
+    (["serve", "--link-tls", "/nope", "--port", "0", "--metrics-port", "-1"],
+     "link TLS: cert_file '/nope/cert.pem' is not a file"),
 ])
 def test_inputs_that_used_to_end_in_a_traceback_get_one_line(capsys, argv, message):
     status, err = exit_status(argv, capsys)

@@ -16,6 +16,7 @@ from cluster.service.auth import default_token_file, new_token, save_token
 from cluster.service.client import DEFAULT_PORT
 from cluster.service.ports import check_port_free
 from cluster.service.server import start_server
+from ipu_node.links.tls import LinkTLS
 from ipu_node.pod import EmulatedPod
 
 
@@ -30,14 +31,19 @@ from ipu_node.pod import EmulatedPod
               help="Where to write the access token (default ~/.ipupod/token-PORT).")
 @click.option("--metrics-port", type=click.IntRange(-1, 65535), default=9464, show_default=True,
               help="Prometheus endpoint port (on --host); -1 to switch it off.")
+@click.option("--link-tls", "link_tls_dir", type=click.Path(path_type=Path), default=None,
+              help="TLS on every device link: a folder with cert.pem, key.pem and ca.pem "
+                   "(readable wherever the devices run; docs/links.md).")
 def serve_command(topology_spec: str, ray_address: str | None, host: str, port: int,
-                  token_file: Path | None, metrics_port: int) -> None:
+                  token_file: Path | None, metrics_port: int,
+                  link_tls_dir: Path | None) -> None:
     """Launch the emulated POD and serve its control API until SIGTERM or Ctrl-C."""
+    link_tls = link_tls_from(link_tls_dir) if link_tls_dir is not None else None
     check_port_free(host, port, "--port")
     if metrics_port > 0:
         check_port_free(host, metrics_port, "--metrics-port")
     with ray_chatter_to_stderr() as out:
-        pod = EmulatedPod.launch(topology_spec, ray_address=ray_address)
+        pod = EmulatedPod.launch(topology_spec, ray_address=ray_address, link_tls=link_tls)
         try:
             _serve(pod, token_file, host, port, None if metrics_port < 0 else metrics_port, out)
         finally:
@@ -73,3 +79,9 @@ def _stop(server: Any, metrics: int | None) -> None:
     server.stop(grace=2).wait(5)
     if metrics:
         server.metrics_server.shutdown()
+
+
+def link_tls_from(folder: Path) -> LinkTLS:
+    """The devices' TLS from a folder holding ``cert.pem``, ``key.pem`` and ``ca.pem``
+    (a UserError naming what is missing)."""
+    return LinkTLS(str(folder / "cert.pem"), str(folder / "key.pem"), str(folder / "ca.pem"))
