@@ -3,9 +3,10 @@
     python examples/real_allreduce.py            # two DSS 8440 servers, local Ray
     python examples/real_allreduce.py pod16      # any preset or YAML topology
 
-Each of the 32 IPUs holds one replica's gradient; the hierarchical allreduce reduces them
-over IPU-Links inside each server, then over InfiniBand between servers, moving the bytes
-between the card actors over gRPC. The timing record gives simulated seconds per phase
+Each of the 32 IPUs holds one replica's gradient; the allreduce (``auto``: the algorithm the
+cost model finds fastest for this size, printed; on two servers halving_doubling) reduces
+them over IPU-Links inside each server and over InfiniBand between servers, moving the
+bytes between the card actors over their links. The timing record gives simulated seconds per phase
 (what the hardware would take), wall seconds (what the emulation took) and the bytes that
 crossed each type of link.
 """
