@@ -47,9 +47,15 @@ def test_frames_the_h2_package_builds_are_accepted_by_our_server():
         conn.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":path", PUSH),
                               (":authority", "localhost"), ("content-type", "application/grpc"),
                               ("te", "trailers"), auth.bearer(auth.local_secret())])
-        step = conn.max_outbound_frame_size
-        for at in range(0, len(body), step):
-            conn.send_data(1, body[at:at + step])
+        at = 0
+        while at < len(body):  # within the windows the server gives, as a peer must
+            room = min(conn.local_flow_control_window(1), conn.max_outbound_frame_size)
+            if room == 0:  # the server's WINDOW_UPDATE may still be on its way
+                assert _events(sock, conn) != [None], "the server closed the connection"
+                continue
+            conn.send_data(1, body[at:at + room])
+            sock.sendall(conn.data_to_send())
+            at += room
         conn.end_stream(1)
         sock.sendall(conn.data_to_send())
         reply, trailers, ended = b"", {}, False
