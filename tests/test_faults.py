@@ -257,8 +257,9 @@ def test_a_hung_card_is_named_within_the_collectives_own_deadline(pod):
         assert not thread.is_alive()
         assert victim.name in str(box.get("error")), box
         # the waits that see it take 60% of the deadline, stopping the others and asking
-        # who is alive 20% each: named within the deadline (and a little for Ray's calls)
-        assert box["ended"] - stopped < deadline_s + 1.0
+        # who is alive 20% each: named within the deadline, give or take Ray's own calls
+        # on a loaded machine (unsplit, it took the deadline plus 4 s: 8 s here)
+        assert box["ended"] - stopped < deadline_s + 2.0
     finally:
         os.kill(pid, signal.SIGCONT)
     _wait_healthy(pod)
