@@ -494,3 +494,65 @@ def test_tokens_are_written_atomically_in_a_private_folder_replacing_a_symlink(t
     assert victim.read_text() == "keep me" and not second.is_symlink()
     assert read_token(first) == "one" and read_token(second) == "two"
     assert [p.name for p in (tmp_path / "state").iterdir() if p.name.startswith(".")] == []
+
+
+JUNK = st.one_of(st.text(max_size=10), st.just("9" * 3000), st.just("²"),
+                 st.integers(-(10**20), 10**20).map(str))
+
+
+def mostly(*valid):
+    return st.integers(0, 5).flatmap(lambda n: st.sampled_from(valid) if n else JUNK)
+
+
+SERVICE_COMMANDS = st.one_of(
+    st.builds(lambda name, size: ["partition", "create", name, "--size", size],
+              mostly("fz", "fz2"), mostly("1", "2", "4", "3", "0", "64")),
+    st.builds(lambda name, size: ["create", "partition", name, "--size", size],
+              mostly("fz", "fz3"), mostly("1", "2", "8")),
+    st.builds(lambda name: ["partition", "show", name], mostly("fz", "nope")),
+    st.builds(lambda name: ["remove", "partition", name], mostly("fz", "fz2", "fz3")),
+    st.builds(lambda flag, value: ["links", flag, value],
+              st.sampled_from(["--device", "--partition", "--type"]),
+              mostly("r0.m0", "fz", "ipu-link")),
+    st.builds(lambda name, size, op, group: ["bench", "allreduce", "--partition", name,
+                                             "-b", size, "-e", size, "--op", op,
+                                             "--group", group],
+              mostly("fz", "nope"), mostly("1K", "64K"), mostly("sum", "max"),
+              mostly("all", "consecutive:2")),
+    st.just(["list", "partitions", "--json"]), st.just(["devices"]), st.just(["status"]),
+    st.just(["fault", "list"]), st.just(["monitor", "--count", "1", "--interval", "0.1"]),
+)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(SERVICE_COMMANDS)
+def test_any_service_command_ends_in_a_result_or_a_one_line_error(service, capsys, argv):
+    from cluster.cli.main import main
+
+    saved = {k: os.environ.get(k) for k in ("IPUOF_VIPU_API_PORT", "IPUPOD_TOKEN_FILE")}
+    os.environ.update(IPUOF_VIPU_API_PORT=str(service["port"]),
+                      IPUPOD_TOKEN_FILE=str(service["token_file"]))
+    try:
+        try:
+            main(argv)
+            status = 0
+        except SystemExit as end:
+            status = end.code if isinstance(end.code, int) else 1
+        err = capsys.readouterr().err
+        assert status in (0, 2), (argv, err)
+        assert "Traceback" not in err and len(err) < 2048, (argv, err)
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key) if value is None else os.environ.update({key: value})
+
+
+def test_the_service_fuzz_leaves_no_partition_behind(service):
+    stub, auth = service["stub"], service["auth"]
+    for partition in stub.ListPartitions(control_pb2.ListPartitionsRequest(),
+                                         metadata=auth).partitions:
+        if partition.name.startswith("fz"):
+            stub.RemovePartition(control_pb2.PartitionRef(name=partition.name), metadata=auth)
+    assert not [p for p in stub.ListPartitions(control_pb2.ListPartitionsRequest(),
+                                               metadata=auth).partitions
+                if p.name.startswith("fz")]

@@ -188,7 +188,8 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
               show_default=True)
 @click.option("--group", "group_text", default="all", show_default=True,
               help="Replica groups: all, consecutive:K or orthogonal:K (K replicas per group).")
-@click.option("--root", type=int, default=0, show_default=True, help="Broadcast root rank.")
+@click.option("--root", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="Broadcast root rank.")
 @click.option("-n", "--iters", "iterations", type=click.IntRange(1, 10_000), default=1,
               show_default=True, help="Real mode: timed runs per size (wall is their mean).")
 @click.option("-w", "--warmup_iters", "warmup", type=click.IntRange(0, 10_000), default=0,

@@ -31,7 +31,7 @@ def errors_as_lines() -> Iterator[None]:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as error:
-        error.show()
+        _show(error)
         sys.exit(error.exit_code)
     except UserError as error:
         click.echo(f"error: {error}", err=True)
@@ -42,6 +42,23 @@ def errors_as_lines() -> Iterator[None]:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+
+
+def _show(error: click.ClickException) -> None:
+    """What click's ``error.show()`` prints (a usage error's usage and hint, then the
+    error), with the message cut short: click quotes the value given, which may be huge."""
+    ctx = error.ctx if isinstance(error, click.UsageError) else None
+    if ctx is not None:
+        hint = f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.\n"
+        click.echo(f"{ctx.get_usage()}\n{hint}", err=True)
+    click.echo(f"Error: {_short(error.format_message())}", err=True)
+
+
+def _short(message: str, limit: int = 300) -> str:
+    """``message`` cut to about ``limit`` characters (an input can be megabytes)."""
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}… ({len(message):,} characters in all)"
 
 
 def message_json(message: Any) -> str:

@@ -9,10 +9,11 @@ import click
 
 from cluster.cli.options import client_options
 from cluster.cli.output import echo_message
-from cluster.errors import UserError
 from cluster.model.units import ranges
 from cluster.service.client import Client
 from ipupod_proto import control_pb2
+
+MAX_IPUS = 65536  # the largest POD preset: no partition is bigger
 
 
 @click.group("partition")
@@ -40,14 +41,13 @@ def _partition_detail(p: Any) -> str:
 
 @partition_group.command("create")
 @click.argument("name")
-@click.option("--size", type=int, required=True, help="IPUs, a power of two.")
-@click.option("--gcds", type=int, default=1, show_default=True)
+@click.option("--size", type=click.IntRange(1, MAX_IPUS), required=True,
+              help="IPUs, a power of two.")
+@click.option("--gcds", type=click.IntRange(1, MAX_IPUS), default=1, show_default=True)
 @client_options
 def partition_create(name: str, size: int, gcds: int, host: str | None, port: int | None,
                      token_file: str | None, as_json: bool) -> None:
     """Create partition NAME of --size free IPUs."""
-    if size < 0 or gcds < 0:
-        raise UserError("--size and --gcds are positive numbers")
     made = Client(host, port, token_file).call(
         "CreatePartition", control_pb2.CreatePartitionRequest(name=name, size=size, gcds=gcds))
     echo_message(made, as_json,
