@@ -6,6 +6,7 @@ the block shows (the wall-clock column aside), and every ```sh block marked
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,9 @@ def blocks(kind: str) -> list[tuple[str, str]]:
             before = text[:match.start()].rstrip().splitlines()[-1:] or [""]
             transcript = language == "text" and body.startswith("$ ipupod ")
             runnable = language == "sh" and before[0] == "<!-- runnable -->"
-            if (kind == "transcript" and transcript) or (kind == "runnable" and runnable):
+            served = language == "sh" and before[0] == "<!-- runnable with a service -->"
+            if ((kind == "transcript" and transcript) or (kind == "runnable" and runnable)
+                    or (kind == "served" and served)):
                 found.append((where, body))
     return found
 
@@ -48,6 +51,7 @@ def without_wall(text: str) -> list[str]:
 
 def test_the_docs_have_transcripts_and_runnable_blocks():
     assert len(blocks("transcript")) >= 2 and len(blocks("runnable")) >= 1
+    assert len(blocks("served")) >= 1
 
 
 @pytest.mark.parametrize("where, body", blocks("transcript"))
@@ -66,3 +70,39 @@ def test_every_runnable_block_runs(where, body, tmp_path):
     run = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=tmp_path,
                          env=environment(), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, f"{where}: {run.stderr[-1000:]}"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """`ipupod serve` as README.md starts it (on any free port, a pod16 to spare this
+    machine), and a folder whose `.venv/bin` is this interpreter's, as the docs assume."""
+    folder = tmp_path_factory.mktemp("served")
+    (folder / ".venv").mkdir()
+    (folder / ".venv" / "bin").symlink_to(Path(sys.executable).parent)
+    token = folder / "token"
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("ipupod")), "serve", "--topology", "pod16",
+         "--port", "0", "--metrics-port", "-1", "--token-file", str(token)],
+        cwd=folder, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True)
+    try:
+        line = server.stdout.readline() if server.stdout else ""
+        port = re.search(r"on 127\.0\.0\.1:(\d+)", line)
+        assert port, f"ipupod serve said {line!r}"
+        yield folder, {**environment(), "IPUOF_VIPU_API_PORT": port.group(1),
+                       "IPUPOD_TOKEN_FILE": str(token)}
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+@pytest.mark.parametrize("where, body", blocks("served"))
+def test_every_block_for_a_running_service_runs(where, body, served):
+    folder, env = served
+    run = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=folder, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"{where}: {run.stderr[-1000:]}"
+    assert "Traceback" not in run.stderr
