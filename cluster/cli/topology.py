@@ -8,6 +8,7 @@ import click
 from cluster.model.presets import presets
 from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
 from cluster.model.topology_show import render_dot, render_json, render_text, summarize
+from cluster.model.unit_drawing import render_unit_dot
 
 
 @click.group("topology")
@@ -21,11 +22,14 @@ def topology_group() -> None:
               show_default=True)
 @click.option("--figures", type=click.Choice(["seed", "public"]), default="seed",
               show_default=True)
-def topology_show(spec: str, fmt: str, figures: str) -> None:
+@click.option("--level", type=click.Choice(["ipu", "unit"]), default="ipu", show_default=True,
+              help="With --format dot: a node per IPU, or per card or machine (readable "
+                   "for a POD64 and beyond).")
+def topology_show(spec: str, fmt: str, figures: str, level: str) -> None:
     """Summarise SPEC: IPUs, cards or machines, servers, links, bisection bandwidth."""
     built = load_topology(spec, figures)
     if fmt == "dot":
-        click.echo(render_dot(built))
+        click.echo(render_unit_dot(built) if level == "unit" else render_dot(built))
     else:
         summary = summarize(built)
         click.echo(render_json(summary) if fmt == "json" else render_text(summary))
