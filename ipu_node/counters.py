@@ -24,6 +24,12 @@ class Counters:
         with self._lock:
             self.per_ipu[ipu][name] += amount
 
+    def add_each(self, name: str, amounts: dict[int, float]) -> None:
+        """Add ``amounts[ipu]`` to counter ``name`` of each IPU, under one lock."""
+        with self._lock:
+            for ipu, amount in amounts.items():
+                self.per_ipu[ipu][name] += amount
+
     def add_link_bytes(self, sent: np.ndarray) -> None:
         with self._lock:
             self.link_bytes += sent

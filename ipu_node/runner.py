@@ -168,6 +168,7 @@ class ScheduleRunner:
         assert self.ownership is not None
         local: dict[int, np.ndarray] = {}
         remote: dict[int, list[Transfer]] = {}
+        sent: dict[int, float] = {}
         written_end = moves.dst_offset + moves.count
         for t in outgoing.tolist():
             src, dst = int(moves.src[t]), int(moves.dst[t])
@@ -187,7 +188,8 @@ class ScheduleRunner:
             else:
                 hop = self.ownership.next_device(self.index, dst)
                 remote.setdefault(hop, []).append(Transfer(t, src, dst, payload))
-            self.counters.add(src, "bytes_out", count * itemsize)
+            sent[src] = sent.get(src, 0) + count * itemsize
+        self.counters.add_each("bytes_out", sent)  # one lock a superstep, not a transfer
         return local, remote
 
     def _incoming(self, step_key: TransferKey, moves: Moves, incoming: np.ndarray,
@@ -196,6 +198,17 @@ class ScheduleRunner:
         """Land this superstep's transfers into this device's IPUs as they arrive
         (``step_key``: the superstep's key, its transfer left -1)."""
         dtype = next(iter(buffers.values()))[WORK].dtype if buffers else None
+        landed: dict[int, float] = {}
+        try:
+            self._land_all(step_key, moves, incoming, buffers, local, op, deadline_s,
+                           itemsize, dtype, landed)
+        finally:  # what landed counts, even if a later transfer fails
+            self.counters.add_each("bytes_in", landed)
+
+    def _land_all(self, step_key: TransferKey, moves: Moves, incoming: np.ndarray,
+                  buffers: Buffers, local: dict[int, np.ndarray], op: str, deadline_s: float,
+                  itemsize: int, dtype: np.dtype | None, landed: dict[int, float]) -> None:
+        """Land each incoming transfer, chunk by chunk; ``landed`` counts bytes per IPU."""
         for t in incoming.tolist():
             src, dst = int(moves.src[t]), int(moves.dst[t])
             target, offset = buffers[dst][moves.dst_buffer], int(moves.dst_offset[t])
@@ -208,7 +221,7 @@ class ScheduleRunner:
                                               sender))
             for at, piece in pieces:
                 land(target, offset + at, piece, moves.reduce, op)
-                self.counters.add(dst, "bytes_in", piece.nbytes)
+                landed[dst] = landed.get(dst, 0) + piece.nbytes
 
     def _device_of(self, ipu: int) -> str:
         assert self.ownership is not None

@@ -72,7 +72,7 @@ def _unit_lines(devices: list[Any]) -> list[str]:
         capacity = sum(d.memory_capacity_bytes for d in ipus)
         lines.append(f"{unit:<14} {ranges(sorted(d.id for d in ipus)):<10} "
                      f"{'/'.join(health):<12} "
-                     f"{(format_size(used) if used else '0') + ' of ' + format_size(capacity):>20}")
+                     f"{format_size(used) + ' of ' + format_size(capacity):>20}")
     return lines
 
 

@@ -28,11 +28,6 @@ def status_command(host: str | None, port: int | None, token_file: str | None,
                  f"up {status.uptime_seconds:.0f} s (ipupod {status.version})")
 
 
-def _bytes(count: int) -> str:
-    """A memory size as people read it: ``'300M'``, ``'0'``."""
-    return format_size(count) if count else "0"
-
-
 @click.command("devices")
 @client_options
 def devices_command(host: str | None, port: int | None, token_file: str | None,
@@ -42,8 +37,9 @@ def devices_command(host: str | None, port: int | None, token_file: str | None,
     lines = [f"{'id':>5} {'type':<6} {'unit':<12} {'server':<8} {'partition':<16} {'health':<11} "
              f"{'used':>8} {'free':>8} {'capacity':>9}"]
     lines += [f"{d.id:>5} {d.ipu_type:<6} {d.unit:<12} {d.server:<8} {d.partition or '-':<16} "
-              f"{d.health:<11} {_bytes(d.memory_used_bytes):>8} {_bytes(d.memory_free_bytes):>8} "
-              f"{_bytes(d.memory_capacity_bytes):>9}"
+              f"{d.health:<11} {format_size(d.memory_used_bytes):>8} "
+              f"{format_size(d.memory_free_bytes):>8} "
+              f"{format_size(d.memory_capacity_bytes):>9}"
               for d in listed.devices]
     echo_message(listed, as_json, "\n".join(lines))
 

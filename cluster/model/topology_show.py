@@ -164,7 +164,7 @@ def render_json(summary: dict[str, Any]) -> str:
     return json.dumps(summary, indent=2)
 
 
-def _quote(text: str) -> str:
+def dot_quote(text: str) -> str:
     """A DOT double-quoted ID: names hold dots (``s0.card0.ipu0``), so always quote."""
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'
@@ -193,14 +193,14 @@ def render_dot(topology: Topology) -> str:
     names, kinds = topology.node_names, topology.node_kinds
 
     def node(i: int) -> str:
-        return f"{_quote(names[i])} [label={_quote(names[i])}, shape={_shape(kinds[i])}];"
+        return f"{dot_quote(names[i])} [label={dot_quote(names[i])}, shape={_shape(kinds[i])}];"
 
-    lines = [f"graph {_quote(topology.name)} {{",
-             f"  graph [label={_quote(topology.name)}, labelloc=t];"]
+    lines = [f"graph {dot_quote(topology.name)} {{",
+             f"  graph [label={dot_quote(topology.name)}, labelloc=t];"]
     grouped: set[int] = set()
     for unit in topology.units:
-        lines.append(f"  subgraph {_quote('cluster_' + unit.name)} {{")
-        lines.append(f"    label={_quote(f'{unit.name} ({unit.kind})')};")
+        lines.append(f"  subgraph {dot_quote('cluster_' + unit.name)} {{")
+        lines.append(f"    label={dot_quote(f'{unit.name} ({unit.kind})')};")
         lines += [f"    {node(i)}" for i in unit.ipus]
         lines.append("  }")
         grouped.update(unit.ipus)
@@ -215,7 +215,7 @@ def render_dot(topology: Topology) -> str:
         if count > 1:
             label += f" x{count}"
         style = ", style=dashed" if role == host_role else ""
-        lines.append(f"  {_quote(names[a])} -- {_quote(names[b])} "
-                     f"[label={_quote(label)}{style}];")
+        lines.append(f"  {dot_quote(names[a])} -- {dot_quote(names[b])} "
+                     f"[label={dot_quote(label)}{style}];")
     lines.append("}")
     return "\n".join(lines)

@@ -10,12 +10,8 @@ from __future__ import annotations
 from collections import Counter
 
 from cluster.model.topology import HOST, ROLES, Topology
+from cluster.model.topology_show import dot_quote
 from cluster.model.units import GB
-
-
-def _quote(text: str) -> str:
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
 
 
 def unit_of_nodes(topology: Topology) -> list[str]:
@@ -43,18 +39,18 @@ def render_unit_dot(topology: Topology) -> str:
     legend = topology.name + " (one node per card or machine)"
     if host_types:
         legend += f"; dashed: host-only links ({', '.join(host_types)})"
-    lines = [f"graph {_quote(topology.name)} {{",
-             f"  graph [label={_quote(legend)}, "
+    lines = [f"graph {dot_quote(topology.name)} {{",
+             f"  graph [label={dot_quote(legend)}, "
              "labelloc=t, layout=neato, overlap=false, splines=true, sep=\"+12\"];"]
     kinds = dict(zip(group, topology.node_kinds))
     for name in dict.fromkeys(group):
         if name in units:
             unit = units[name]
             label = f"{name}\n{unit.kind}, {len(unit.ipus)} IPUs"
-            lines.append(f"  {_quote(name)} [label={_quote(label)}, shape=box3d];")
+            lines.append(f"  {dot_quote(name)} [label={dot_quote(label)}, shape=box3d];")
         else:
             shape = "diamond" if kinds[name].endswith("switch") else "ellipse"
-            lines.append(f"  {_quote(name)} [label={_quote(name)}, shape={shape}];")
+            lines.append(f"  {dot_quote(name)} [label={dot_quote(name)}, shape={shape}];")
     bundles: Counter[tuple[str, str, int, bool]] = Counter()
     host_role = ROLES.index(HOST)
     for a, b, kind, count, role in zip(topology.link_a.tolist(), topology.link_b.tolist(),
@@ -68,7 +64,7 @@ def render_unit_dot(topology: Topology) -> str:
         link_type = topology.link_types[kind]
         label = f"{link_type.name} {link_type.bandwidth_Bps / GB:g} GB/s x{count}"
         # host-only links (dashed) all look alike: the legend names them, once
-        attributes = "style=dashed" if host_only else f"label={_quote(label)}"
-        lines.append(f"  {_quote(a)} -- {_quote(b)} [{attributes}];")
+        attributes = "style=dashed" if host_only else f"label={dot_quote(label)}"
+        lines.append(f"  {dot_quote(a)} -- {dot_quote(b)} [{attributes}];")
     lines.append("}")
     return "\n".join(lines)

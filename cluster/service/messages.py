@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from cluster.errors import QUOTE_LIMIT
+
 MAX_MESSAGE_BYTES = 1000
-MAX_QUOTE = 100
+MAX_QUOTE = QUOTE_LIMIT  # characters of a request's text quoted back
 _ESCAPES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
