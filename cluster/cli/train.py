@@ -15,21 +15,21 @@ import click
 
 from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
 from cluster.errors import UserError, quoted
+from cluster.training.config import IPUS_PER_REPLICA, IPUS_PER_SERVER, TrainConfig
+from cluster.training.pipeline.schedules import DEFAULT as DEFAULT_SCHEDULE
+from cluster.training.pipeline.schedules import schedule_names
+from cluster.training.placement import server_ipus, topology_for
 from cluster.training.report import format_table, scaling_table, write_report
-from cluster.training.trainer import (
-    IPUS_PER_SERVER,
-    TrainConfig,
-    server_ipus,
-    topology_for,
-    train,
-)
+from cluster.training.trainer import train
 from gcl.modes import Mode
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
 
-def _hidden(text: str) -> tuple[int, ...]:
-    """Layer widths from ``--hidden`` (``128,64``)."""
+def _hidden(text: str | None) -> tuple[int, ...] | None:
+    """Layer widths from ``--hidden`` (``128,64``); None: the default."""
+    if text is None:
+        return None
     try:
         sizes = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
@@ -48,7 +48,7 @@ def run(config: TrainConfig, ray_address: str | None, on_step: Progress) -> dict
     from ipu_node.pod import EmulatedPod
 
     topology = topology_for(config)
-    config.validate(topology)  # before any actor starts
+    config.validate(topology, server_ipus(topology)[0].size)  # before any actor starts
     pod = EmulatedPod.launch(topology, ray_address=ray_address)
     try:
         return train(config, pod=pod, on_step=on_step)
@@ -58,20 +58,33 @@ def run(config: TrainConfig, ray_address: str | None, on_step: Progress) -> dict
 
 COMMON_OPTIONS = [
     click.option("--replicas-per-server", type=int, default=None,
-                 help="Replicas per server (default: all, 16 with --gcd 1, 8 with --gcd 2)."),
-    click.option("--gcd", type=click.Choice(["1", "2"]), default="1", show_default=True,
-                 help="IPUs per replica: 1, or 2 (a replica per C2 card)."),
+                 help="Replicas per server (default: as many as fit, 16 IPUs / "
+                      "--ipus-per-replica)."),
+    click.option("--ipus-per-replica", "--gcd", "ipus_per_replica",
+                 type=click.Choice([str(k) for k in IPUS_PER_REPLICA]), default="1",
+                 show_default=True,
+                 help="IPUs per replica (its Graph Compile Domain; --gcd is the same): a "
+                      "pipeline of as many stages on successive IPUs."),
+    click.option("--pipeline-schedule", type=click.Choice(schedule_names()),
+                 default=DEFAULT_SCHEDULE, show_default=True,
+                 help="Order of the stages' passes: fill-drain (GPipe) or 1f1b (less "
+                      "activation memory)."),
+    click.option("--recompute", is_flag=True,
+                 help="Keep only each stage's input between passes and recompute the rest "
+                      "in the backward pass (less memory, more FLOPs)."),
     click.option("--batch-size", type=int, default=32, show_default=True,
                  help="Samples per replica per micro-batch."),
-    click.option("--gradient-accumulation", type=int, default=1, show_default=True),
+    click.option("--gradient-accumulation", type=int, default=1, show_default=True,
+                 help="Micro-batches per step: in flight in the pipeline."),
     click.option("--steps", type=int, default=20, show_default=True),
     click.option("--algorithm", default="hierarchical", show_default=True,
                  help="Allreduce algorithm for the gradients (or auto)."),
     click.option("--seed", type=int, default=0, show_default=True),
     click.option("--lr", type=float, default=0.05, show_default=True),
     click.option("--momentum", type=float, default=0.9, show_default=True),
-    click.option("--hidden", default="128", show_default=True,
-                 help="Hidden layer widths, e.g. 128,64."),
+    click.option("--hidden", default=None,
+                 help="Hidden layer widths, e.g. 128,64 (default: 128, once per stage "
+                      "boundary, at least once)."),
     click.option("--ray-address", default=None, help="An existing Ray cluster."),
 ]
 
@@ -84,13 +97,14 @@ def common_options(command: Command) -> Command:
 
 
 def make_config(servers: int, mode: str, check: bool, replicas_per_server: int | None,
-                gcd: str, batch_size: int, gradient_accumulation: int, steps: int,
-                algorithm: str, seed: int, lr: float, momentum: float,
-                hidden: str) -> TrainConfig:
+                ipus_per_replica: str, pipeline_schedule: str, recompute: bool,
+                batch_size: int, gradient_accumulation: int, steps: int, algorithm: str,
+                seed: int, lr: float, momentum: float, hidden: str | None) -> TrainConfig:
     """The training configuration the options describe."""
-    gcds = int(gcd)
-    return TrainConfig(servers=servers, gcd=gcds,
-                       replicas_per_server=replicas_per_server or IPUS_PER_SERVER // gcds,
+    k = int(ipus_per_replica)
+    return TrainConfig(servers=servers, ipus_per_replica=k,
+                       replicas_per_server=replicas_per_server or IPUS_PER_SERVER // k,
+                       pipeline_schedule=pipeline_schedule, recompute=recompute,
                        micro_batch=batch_size, accumulation=gradient_accumulation, steps=steps,
                        algorithm=algorithm, seed=seed, lr=lr, momentum=momentum,
                        hidden=_hidden(hidden), mode=Mode(mode), check=check)
@@ -100,17 +114,24 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
                  echo: Callable[[str], None]) -> None:
     """A training run as text: the set-up, a line per step, throughput and checks."""
     first = record["steps"][0]
+    pipelined = config.ipus_per_replica > 1
+    shape = (f"{config.ipus_per_replica} IPUs each: {config.pipeline_schedule} pipeline, "
+             f"{config.accumulation} micro-batches in flight"
+             f"{', recomputation' if config.recompute else ''}" if pipelined else "1 IPU each")
     echo(f"# {record['topology']}: {config.servers} server(s), {config.replicas} replicas "
-         f"(GCD {config.gcd}), global batch {config.global_batch}, {config.mode} mode; "
-         f"times simulated")
-    echo(f"{'step':>5} {'loss':>10} {'step(ms)':>9} {'compute':>9} {'host-io':>9} "
-         f"{'local-AR':>9} {'global-AR':>9}")
+         f"({shape}), global batch {config.global_batch}, {config.mode} mode; times simulated")
+    columns = [("compute", "compute_seconds"), ("host-io", "host_io_seconds"),
+               ("local-AR", "local_allreduce_seconds"),
+               ("global-AR", "global_allreduce_seconds")]
+    if pipelined:
+        columns[1:1] = [("bubble", "pipeline_bubble_seconds"),
+                        ("stages-io", "inter_stage_seconds")]
+    echo(f"{'step':>5} {'loss':>10} {'step(ms)':>9} "
+         + " ".join(f"{title:>9}" for title, _ in columns))
     for row in record["steps"]:
         loss = "-" if row["loss"] is None else f"{row['loss']:.6f}"
         echo(f"{row['step']:>5} {loss:>10} {row['sim_seconds'] * 1e3:>9.4f} "
-             f"{row['compute_seconds'] * 1e3:>9.4f} {row['host_io_seconds'] * 1e3:>9.4f} "
-             f"{row['local_allreduce_seconds'] * 1e3:>9.4f} "
-             f"{row['global_allreduce_seconds'] * 1e3:>9.4f}")
+             + " ".join(f"{row[key] * 1e3:>9.4f}" for _, key in columns))
     echo(f"# throughput {record['throughput_samples_per_sim_second']:,.0f} samples per "
          f"simulated second; step {first['sim_seconds'] * 1e3:.4f} ms simulated")
     if record["replicas_identical"] is not None:
@@ -139,7 +160,7 @@ def train_command(servers: int, topology_spec: str | None, mode: str, check: boo
     if topology_spec:
         config = replace(config, topology=topology_spec)
         topology = topology_for(config)
-        per = server_ipus(topology)[0].size // config.gcd
+        per = server_ipus(topology)[0].size // config.ipus_per_replica
         config = replace(config, servers=len(server_ipus(topology)),
                          replicas_per_server=options["replicas_per_server"] or per)
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:

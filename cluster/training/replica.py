@@ -1,10 +1,11 @@
 """Model replicas on emulated devices: weights, velocity and gradients live on the IPUs.
 
-A data-parallel replica sits on one IPU (GCD 1) or on both IPUs of a C2 card (GCD 2, its
-gradient split in two halves, one per IPU). The device computes the replica's forward and
+A data-parallel replica of one IPU (GCD 1; a replica spanning several IPUs is pipelined:
+:mod:`cluster.training.pipeline`). The device computes the replica's forward and
 backward passes on the micro-batches the host streams to it, leaves the gradient on the
-IPUs as tensor ``model.grad`` for the allreduce, and applies the averaged gradient
-(``model.grad.mean``) with SGD and momentum. Mixed into :class:`ipu_node.card.Device`.
+IPU as tensor ``model.grad`` for the allreduce, and applies the averaged gradient
+(``model.grad.mean``) with SGD and momentum. A card runs these as tasks
+(``Card.execute``), without knowing what training is.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ def place_replicas(store: TensorStore, params: np.ndarray, ipus: list[int]) -> N
 
 
 def compute_gradients(store: TensorStore, spec: MLPSpec,
-                      work: dict[int, tuple[list, tuple[int, ...]]]) -> dict[int, float]:
-    """For each replica IPU: its micro-batches ``[(x, y), ...]`` and the IPUs its
-    gradient goes to (one, or two halves). Returns each replica's mean loss."""
+                      work: dict[int, list]) -> dict[int, float]:
+    """For each replica IPU: its micro-batches ``[(x, y), ...]``. Leaves the mean
+    gradient on the IPU; returns each replica's mean loss."""
     losses = {}
-    for ipu, (batches, targets) in work.items():
+    for ipu, batches in work.items():
         params = store.get(ipu, PARAMS)
         total = np.zeros_like(params)
         loss_sum = 0.0
@@ -40,31 +41,19 @@ def compute_gradients(store: TensorStore, spec: MLPSpec,
             loss, grad = loss_and_grad(spec, params, x, y)
             total += grad
             loss_sum += loss
-        gradient = total / np.float32(len(batches))
-        for target, piece in zip(targets, _split(gradient, len(targets))):
-            store.put(target, GRAD, piece)
+        store.put(ipu, GRAD, total / np.float32(len(batches)))
         losses[ipu] = loss_sum / len(batches)
     return losses
 
 
 def apply_update(store: TensorStore,
-                 work: dict[int, tuple[tuple[int, ...], float, float]]) -> dict[int, str]:
+                 work: dict[int, tuple[float, float]]) -> dict[int, str]:
     """Apply the averaged gradient on each replica; return a digest of its new weights
     (equal digests: identical replicas, without shipping the weights)."""
     digests = {}
-    for ipu, (sources, lr, momentum) in work.items():
+    for ipu, (lr, momentum) in work.items():
         params, velocity = store.get(ipu, PARAMS), store.get(ipu, VELOCITY)
-        gradient = np.concatenate([store.get(s, GRAD_MEAN) for s in sources])[:params.size]
-        sgd_momentum(params, velocity, gradient, lr, momentum)
+        sgd_momentum(params, velocity, store.get(ipu, GRAD_MEAN), lr, momentum)
         digests[ipu] = hashlib.sha256(params.tobytes()).hexdigest()
     return digests
 
-
-def _split(gradient: np.ndarray, parts: int) -> list[np.ndarray]:
-    """The gradient as ``parts`` equal pieces (the last padded with zeros)."""
-    if parts == 1:
-        return [gradient]
-    size = -(-gradient.size // parts)
-    padded = np.zeros(size * parts, dtype=gradient.dtype)
-    padded[:gradient.size] = gradient
-    return [padded[i * size:(i + 1) * size].copy() for i in range(parts)]

@@ -1,46 +1,104 @@
-"""Where a data-parallel training step's simulated time goes.
+"""Where a training step's simulated time goes.
 
-A step is: the host streams each replica its input (PCIe), every replica computes
-forward and backward on its micro-batches, then the gradients are allreduced, locally
-over IPU-Links and globally over InfiniBand. Each part is simulated seconds on the
+A step is: the host streams each replica its input (PCIe, or RoCE to an IPU-M2000), every
+replica runs forward and backward on its micro-batches (through its pipeline stages when
+it spans several IPUs), then the gradients are allreduced, locally over IPU-Links and
+globally over InfiniBand. Each part is simulated seconds on the
 emulated hardware, from the catalogue and the cost model; none is measured on this machine.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from cluster.errors import UserError
-from cluster.model.costmodel import transmission_seconds
+from cluster.model.costmodel import superstep_cost, transmission_seconds
 from cluster.model.routing import Routes
 from cluster.model.topology import HOST, ROLES, Topology
+from cluster.training.config import TrainConfig
+from cluster.training.pipeline.schedules import pipeline_schedule
+from cluster.training.pipeline.stages import split_layers
+from cluster.training.pipeline.timing import PipelineTime, pipeline_time
+from cluster.training.placement import gradient_group, replica_ipus
+from cluster.training.workloads import BACKWARD_FLOPS_FACTOR, Workload, mlp_workload
+from gcl import plan, simulate
 from gcl.phantom import Timing
 
 
 @dataclass(frozen=True)
 class StepTime:
-    """Simulated seconds of one training step, by part."""
+    """Simulated seconds of one training step, by part. ``compute_seconds`` is the
+    busiest pipeline stage's (a replica's, on one IPU); ``pipeline_bubble_seconds`` and
+    ``inter_stage_seconds`` are what pipelining adds (:mod:`.pipeline.timing`);
+    ``stage_compute_seconds`` lists each stage's compute."""
 
     compute_seconds: float
     host_io_seconds: float
     local_allreduce_seconds: float
     global_allreduce_seconds: float
+    pipeline_bubble_seconds: float = 0.0
+    inter_stage_seconds: float = 0.0
+    stage_compute_seconds: tuple[float, ...] = field(default=())
 
     @property
     def sim_seconds(self) -> float:
-        """The whole step's simulated seconds: the four parts summed."""
-        return (self.compute_seconds + self.host_io_seconds + self.local_allreduce_seconds
+        """The whole step's simulated seconds: the parts summed (they run one after the
+        other: host input, the pipeline, the gradient allreduce)."""
+        return (self.compute_seconds + self.pipeline_bubble_seconds + self.inter_stage_seconds
+                + self.host_io_seconds + self.local_allreduce_seconds
                 + self.global_allreduce_seconds)
 
 
-def compute_seconds(topology: Topology, flops: int, ipus_per_replica: int,
-                    replica_ipu: int) -> float:
-    """``flops`` of float32 work spread over a replica's IPUs, at the IPU's fp32 peak
-    (GC2 31.1 TFLOPS, GC200 62.5 TFLOPS: public docs, see cluster/hardware.py)."""
-    processor = topology.ipu_processors[replica_ipu]
-    return flops / (ipus_per_replica * processor.fp32_flops_per_second)
+def step_time(config: TrainConfig, topology: Topology) -> StepTime:
+    """Simulated seconds of one step of ``config`` on ``topology``, by part (the same
+    every step)."""
+    ipus = replica_ipus(config, topology)
+    chains = ipus.reshape(config.replicas, config.ipus_per_replica)
+    workload = mlp_workload(config.spec)
+    pipeline = replica_pipeline_time(config, topology, workload, chains)
+    stage_params = [sum(workload.layers[i].parameters for i in layers)
+                    for layers in split_layers(_layer_flops(workload), config.ipus_per_replica)]
+    schedule = plan("allreduce", topology, max(stage_params), algorithm_name=config.algorithm,
+                    group=gradient_group(config), ipus=ipus)
+    spans = len(set(topology.router.domain_of_ipu[ipus].tolist())) > 1
+    local, global_ = allreduce_parts(simulate(schedule, topology), spans)
+    input_bytes = config.accumulation * config.micro_batch * workload.input_bytes
+    host_io = host_io_seconds(topology, chains[:, 0].tolist(), input_bytes)
+    return StepTime(pipeline.compute_seconds, host_io, local, global_,
+                    pipeline.bubble_seconds, pipeline.inter_stage_seconds,
+                    pipeline.stage_compute_seconds)
+
+
+def replica_pipeline_time(config: TrainConfig, topology: Topology, workload: Workload,
+                          chains: np.ndarray) -> PipelineTime:
+    """The pipeline of every replica at once: stage ``s`` of each on ``chains[:, s]``;
+    each stage's FLOPs at its IPU's float32 peak (GC2 31.1 TFLOPS, GC200 62.5 TFLOPS:
+    public docs, see cluster/model/hardware.py), the backward twice the forward (plus the
+    forward again with recomputation); activations and their gradients cross each
+    boundary for all replicas at once, costed by the network cost model."""
+    stages = split_layers(_layer_flops(workload), config.ipus_per_replica)
+    schedule = pipeline_schedule(config.pipeline_schedule, len(stages), config.accumulation)
+    backward_factor = BACKWARD_FLOPS_FACTOR + (1 if config.recompute else 0)
+    forward, backward = [], []
+    for s, layers in enumerate(stages):
+        peak = topology.ipu_processors[int(chains[0, s])].fp32_flops_per_second
+        flops = config.micro_batch * sum(workload.layers[i].forward_flops for i in layers)
+        forward.append(flops / peak)
+        backward.append(backward_factor * flops / peak)
+    ahead, back = [], []
+    for b, layers in enumerate(stages[:-1]):
+        nbytes = np.full(len(chains), float(config.micro_batch
+                                            * workload.layers[layers[-1]].output_bytes))
+        ahead.append(superstep_cost(topology, chains[:, b], chains[:, b + 1], nbytes).seconds)
+        back.append(superstep_cost(topology, chains[:, b + 1], chains[:, b], nbytes).seconds)
+    return pipeline_time(schedule, forward, backward, ahead, back)
+
+
+def _layer_flops(workload: Workload) -> list[int]:
+    """Training FLOPs per sample of each layer: what stages are balanced on."""
+    return [layer.training_flops for layer in workload.layers]
 
 
 def _host_path(topology: Topology, ipu: int) -> list[int]:

@@ -1,0 +1,101 @@
+"""A training run's settings, checked before anything starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cluster.errors import UserError
+from cluster.model.topology import Topology
+from cluster.training.model import MLPSpec
+from cluster.training.pipeline.schedules import DEFAULT, schedule_names
+from gcl.modes import Mode
+
+IPUS_PER_SERVER = 16
+IPUS_PER_REPLICA = (1, 2, 4, 8, 16)  # a replica spans an aligned power-of-two block
+DEFAULT_WIDTH = 128  # of each hidden layer, unless --hidden says otherwise
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A training run. ``micro_batch`` is samples per replica per micro-batch; a step takes
+    ``replicas x accumulation x micro_batch`` samples. A replica spans
+    ``ipus_per_replica`` IPUs (its Graph Compile Domain): one stage of its pipeline on
+    each, with ``accumulation`` micro-batches in flight."""
+
+    servers: int = 2
+    replicas_per_server: int = 16
+    ipus_per_replica: int = 1
+    micro_batch: int = 32
+    accumulation: int = 1
+    steps: int = 20
+    lr: float = 0.05
+    momentum: float = 0.9
+    seed: int = 0
+    algorithm: str = "hierarchical"
+    input_size: int = 64
+    hidden: tuple[int, ...] | None = None  # default: DEFAULT_WIDTH, once per stage boundary
+    classes: int = 10
+    samples: int = 16384
+    mode: Mode = Mode.REAL  # a plain "real" or "phantom" is taken too
+    check: bool = False
+    topology: str | None = None  # a preset or YAML file; default: dss8440 x servers
+    pipeline_schedule: str = DEFAULT
+    recompute: bool = False
+
+    def validate(self, topology: Topology | None = None, server_size: int | None = None) -> None:
+        """UserError naming the option to change if this run cannot go ahead; a server
+        (or rack) of ``server_size`` IPUs bounds the replicas per server."""
+        if self.servers < 1:
+            raise UserError("--servers must be 1 or more")
+        if self.ipus_per_replica not in IPUS_PER_REPLICA:
+            raise UserError(f"--ipus-per-replica (or --gcd) is one of "
+                            f"{', '.join(map(str, IPUS_PER_REPLICA))}, not "
+                            f"{self.ipus_per_replica}")
+        size = server_size or IPUS_PER_SERVER
+        per_server = size // self.ipus_per_replica
+        if per_server < 1:
+            raise UserError(f"a replica of {self.ipus_per_replica} IPUs does not fit a server "
+                            f"of {size}: use fewer --ipus-per-replica")
+        if not 1 <= self.replicas_per_server <= per_server:
+            raise UserError(f"--replicas-per-server runs from 1 to {per_server} with "
+                            f"--ipus-per-replica {self.ipus_per_replica} on this topology")
+        for name in ("micro_batch", "accumulation", "steps", "input_size", "classes", "samples"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name.replace('_', '-')} must be 1 or more")
+        if not self.lr > 0 or not 0 <= self.momentum < 1:
+            raise UserError("the learning rate must be positive and momentum in [0, 1)")
+        if self.mode not in tuple(Mode):
+            raise UserError("--mode is real or phantom")
+        if self.check and self.mode != Mode.REAL:
+            raise UserError("--check compares real training with the reference: use --mode real")
+        if self.pipeline_schedule not in schedule_names():
+            raise UserError(f"unknown --pipeline-schedule {self.pipeline_schedule[:40]!r}: "
+                            f"choose {' or '.join(schedule_names())}")
+
+    @property
+    def gcd(self) -> int:
+        """IPUs per replica, as the white paper's Graph Compile Domain."""
+        return self.ipus_per_replica
+
+    @property
+    def replicas(self) -> int:
+        """Model replicas in all: servers times replicas per server."""
+        return self.servers * self.replicas_per_server
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per step, over every replica and micro-batch."""
+        return self.replicas * self.accumulation * self.micro_batch
+
+    @property
+    def hidden_widths(self) -> tuple[int, ...]:
+        """Hidden layer widths: ``hidden``, or one layer of DEFAULT_WIDTH per stage
+        boundary (at least one), so that every stage has a layer."""
+        if self.hidden is not None:
+            return tuple(self.hidden)
+        return (DEFAULT_WIDTH,) * max(1, self.ipus_per_replica - 1)
+
+    @property
+    def spec(self) -> MLPSpec:
+        """The shape of the model every replica trains."""
+        return MLPSpec(self.input_size, self.hidden_widths, self.classes)

@@ -1,0 +1,33 @@
+"""The pipeline schedules by name: one file each, registered here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cluster.errors import UserError
+from cluster.training.pipeline.schedule import PipelineSchedule, check_shape
+from cluster.training.pipeline.schedules import fill_drain, one_f_one_b
+
+Builder = Callable[[int, int], PipelineSchedule]
+
+SCHEDULES: dict[str, Builder] = {
+    fill_drain.NAME: fill_drain.fill_drain,
+    one_f_one_b.NAME: one_f_one_b.one_f_one_b,
+}
+DEFAULT = fill_drain.NAME
+
+
+def schedule_names() -> list[str]:
+    """The names ``--pipeline-schedule`` takes."""
+    return list(SCHEDULES)
+
+
+def pipeline_schedule(name: str, stages: int, micro_batches: int) -> PipelineSchedule:
+    """Schedule ``name`` for ``stages`` stages and ``micro_batches`` micro-batches, or a
+    UserError naming the schedules there are."""
+    check_shape(stages, micro_batches)
+    builder = SCHEDULES.get(name)
+    if builder is None:
+        raise UserError(f"unknown pipeline schedule {name[:40]!r}: choose "
+                        f"{' or '.join(SCHEDULES)}")
+    return builder(stages, micro_batches)

@@ -1,0 +1,57 @@
+"""Where a pipelined replica's stages go: which layers each stage holds, which IPU runs it.
+
+Layers are split into contiguous stages with the busiest stage as light as possible (in
+training FLOPs: the pipeline runs at the pace of its slowest stage). A replica's ``K``
+IPUs are an aligned block of ``K`` (one C2 card, adjacent cards, an IPU-M2000, ...);
+its stages follow the IPU-Links through the block, so that each boundary is as few hops
+as the block allows (on a DSS 8440's ladder: rung, rail, rung, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+
+import numpy as np
+
+from cluster.errors import UserError
+from cluster.model.topology import Topology
+
+
+def split_layers(layer_flops: Sequence[int], stages: int) -> list[range]:
+    """Contiguous layer ranges, one per stage, minimising the largest stage's FLOPs
+    (among equal splits, later stages take fewer layers); a UserError if there are fewer layers
+    than stages."""
+    count = len(layer_flops)
+    if stages > count:
+        raise UserError(f"the model has {count} layer{'s' if count != 1 else ''}: {stages} "
+                        f"pipeline stages need at least {stages} (add hidden layers with "
+                        "--hidden, or use fewer --ipus-per-replica)")
+    prefix = np.concatenate([[0], np.cumsum(np.asarray(layer_flops, dtype=np.float64))])
+    # best[k][j]: the least possible largest stage when layers [0, j) make k stages
+    best = np.full((stages + 1, count + 1), np.inf)
+    cut = np.zeros((stages + 1, count + 1), dtype=np.int64)
+    best[0][0] = 0.0
+    for k in range(1, stages + 1):
+        for j in range(k, count - (stages - k) + 1):
+            starts = np.arange(k - 1, j)
+            worst = np.maximum(best[k - 1][starts], prefix[j] - prefix[starts])
+            pick = int(np.argmin(worst[::-1]))  # the latest start among equals
+            best[k][j], cut[k][j] = worst[::-1][pick], starts[::-1][pick]
+    bounds = [count]
+    for k in range(stages, 0, -1):
+        bounds.append(int(cut[k][bounds[-1]]))
+    bounds.reverse()
+    return [range(a, b) for a, b in pairwise(bounds)]
+
+
+def stage_chain(topology: Topology, block: Sequence[int]) -> list[int]:
+    """The IPUs of ``block`` in stage order: from its first IPU, each next stage on the
+    nearest IPU not used yet (fewest links, then the lowest number)."""
+    chain, left = [int(block[0])], sorted(int(i) for i in block[1:])
+    while left:
+        src = np.full(len(left), chain[-1], dtype=np.int64)
+        routes = topology.router.route(src, np.array(left, dtype=np.int64))
+        hops = np.bincount(routes.pair_flow, minlength=len(left))
+        chain.append(left.pop(int(np.argmin(hops))))
+    return chain
