@@ -26,16 +26,16 @@ def two_servers(ray_session):
 
 @pytest.mark.parametrize("gcd, accumulation", [(1, 1), (2, 2)])
 def test_training_on_two_servers_equals_single_process_training(two_servers, gcd, accumulation):
-    config = TrainConfig(servers=2, gcd=gcd, replicas_per_server=16 // gcd, steps=6,
-                         accumulation=accumulation, micro_batch=16, check=True)
+    config = TrainConfig(servers=2, ipus_per_replica=gcd, replicas_per_server=16 // gcd,
+                         steps=6, accumulation=accumulation, micro_batch=16, check=True)
     record = train(config, pod=two_servers)
     assert record["replicas_identical"] is True
     assert record["reference_max_rel_error"] < 1e-6
     losses = [s["loss"] for s in record["steps"]]
     assert losses[-1] < losses[0]
-    held = two_servers.tensor_info("model.params")  # the weights live on the replicas' IPUs
-    homes = [s * 16 + gcd * r for s in range(2) for r in range(16 // gcd)]
-    assert all(ipu in held for ipu in homes)
+    # the weights live on the replicas' IPUs (a stage on each, when pipelined)
+    held = two_servers.tensor_info("model.params" if gcd == 1 else "pipe.params")
+    assert set(held) >= set(range(32))
     assert all(s.keys() >= STEP_KEYS for s in record["steps"])
 
 
@@ -49,6 +49,7 @@ def test_step_time_parts_follow_the_catalogue_and_the_cost_model():
     fabric_share = 4 * pcie_gen3_x16().bandwidth_Bps / 16
     assert parts.host_io_seconds == pytest.approx(input_bytes / fabric_share + 3e-6, rel=1e-9)
     assert parts.local_allreduce_seconds > 0 and parts.global_allreduce_seconds > 0
+    assert parts.pipeline_bubble_seconds == parts.inter_stage_seconds == 0  # one stage
     assert parts.sim_seconds == pytest.approx(
         parts.compute_seconds + parts.host_io_seconds + parts.local_allreduce_seconds
         + parts.global_allreduce_seconds)
@@ -68,8 +69,11 @@ def test_phantom_throughput_grows_with_servers_and_needs_no_devices():
 
 
 @pytest.mark.parametrize("changes, words", [
-    ({"gcd": 3}, "--gcd"), ({"replicas_per_server": 17}, "1 to 16"),
-    ({"gcd": 2, "replicas_per_server": 9}, "1 to 8"), ({"steps": 0}, "steps"),
+    ({"ipus_per_replica": 3}, "--ipus-per-replica"), ({"replicas_per_server": 17}, "1 to 16"),
+    ({"ipus_per_replica": 2, "replicas_per_server": 9}, "1 to 8"), ({"steps": 0}, "steps"),
+    ({"ipus_per_replica": 4, "replicas_per_server": 4, "hidden": (128,)},
+     "2 layers: 4 pipeline stages"),
+    ({"pipeline_schedule": "zigzag"}, "fill-drain or 1f1b"),
     ({"servers": 0}, "--servers"), ({"momentum": 1.0}, "momentum"),
     ({"check": True, "mode": "phantom"}, "--check"),
 ])
@@ -106,7 +110,7 @@ def test_training_runs_on_an_ipu_pod_too(ray_session):
 
 
 def test_phantom_training_on_a_large_pod_with_a_replica_per_ipu_pair():
-    record = train(TrainConfig(topology="pod256", gcd=2, replicas_per_server=32, steps=1,
-                               mode="phantom"))
+    record = train(TrainConfig(topology="pod256", ipus_per_replica=2, replicas_per_server=32,
+                               steps=1, mode="phantom"))
     assert (record["servers"], record["replicas"]) == (4, 128)
     assert record["steps"][0]["global_allreduce_seconds"] > 0

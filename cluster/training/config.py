@@ -68,6 +68,11 @@ class TrainConfig:
             raise UserError("--mode is real or phantom")
         if self.check and self.mode != Mode.REAL:
             raise UserError("--check compares real training with the reference: use --mode real")
+        layers = len(self.hidden_widths) + 1
+        if layers < self.ipus_per_replica:
+            raise UserError(f"the model has {layers} layers: {self.ipus_per_replica} pipeline "
+                            f"stages need at least {self.ipus_per_replica} (add hidden layers "
+                            "with --hidden, or use fewer --ipus-per-replica)")
         if self.pipeline_schedule not in schedule_names():
             raise UserError(f"unknown --pipeline-schedule {self.pipeline_schedule[:40]!r}: "
                             f"choose {' or '.join(schedule_names())}")
