@@ -17,12 +17,12 @@ hidden 1024, 16 heads, FFN 4096. Layers, per sequence of ``s`` tokens:
   that puts ``heads`` on another IPU than ``embeddings`` keeps a copy of the table there.
 - ``loss``: softmax cross-entropy over the ``m V + 2`` logits.
 
-Parameters: Base 110,106,428 (109,482,240 without the heads: Hugging Face's
-``BertModel`` figure; "110M" in the paper); Large 336,226,108 (335,141,888 without the
-heads; "340M" in the paper). Forward FLOPs per 128-token sequence with 20 masked tokens:
-Base 2.34e10, Large 8.04e10, within 0.4% of ``24 s l h^2 (1 + s / 6h)`` (the layers'
-forward FLOPs in Narayanan et al. 2021, section 5.1) plus the heads' products
-``2 m h (h + V) + 2 h^2``.
+Parameters: Base 110,106,428, "110M" in the paper; Large 336,226,108, "340M" in the
+paper. Less the masked-LM and next-sentence heads (the pooler kept), Hugging Face's
+``BertModel`` figures: 109,482,240 and 335,141,888. Forward FLOPs per 128-token
+sequence with 20 masked tokens: Base 2.34e10, Large 8.04e10, within 0.4% of
+``24 s l h^2 (1 + s / 6h)`` (the layers' forward FLOPs in Narayanan et al. 2021,
+section 5.1) plus the heads' products ``2 m h (h + V) + 2 h^2``.
 
 ``sequence_length`` defaults to 128 (phase 1 of the recipe; phase 2 is 512); the masked
 positions default to ``ceil(0.15 s)`` (20 at 128, as the recipe's
