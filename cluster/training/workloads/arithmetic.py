@@ -1,0 +1,89 @@
+"""How the built-in workloads count: FLOPs and bytes per element, and number formats.
+
+A multiply-add counts 2 FLOPs; a matrix product of ``(n, k) @ (k, m)`` is ``2 n k m``.
+Bias additions are not counted (under 0.1% of any built-in's FLOPs). Elementwise work is
+counted per element with the figures below: rough operation counts, not measurements,
+stated so that a reader can check them. They add 0.3% (BERT) to 2% (ResNet-50) to a
+network's forward FLOPs.
+
+Stashed bytes follow Korthikanti et al. 2022, "Reducing Activation Recomputation in
+Large Transformer Models" (arXiv:2205.05198), section 4.1: every tensor that a backward
+pass reads is kept in the partials dtype, and every dropout or ReLU keeps a one-byte mask
+per element.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cluster.errors import SpecError
+from cluster.training.workloads.layers import DType
+
+RELU_FLOPS = 1  # per element: a comparison
+ADD_FLOPS = 1  # per element: a residual addition
+DROPOUT_FLOPS = 1  # per element: a product with the scaled mask
+NORM_FLOPS = 8  # per element, batch or layer norm in training: mean 1, variance 3
+#                 (subtract, square, add), normalise 2, scale and shift 2
+ACTIVATION_FLOPS = 8  # per element, GELU (tanh form) or tanh: an assumed 8
+SOFTMAX_FLOPS = 5  # per element: max, subtract, exp, sum, divide
+SCORE_SCALE_MASK_FLOPS = 2  # per attention score: scale by 1/sqrt(head size), add the mask
+LOSS_FLOPS_PER_LOGIT = SOFTMAX_FLOPS  # softmax cross-entropy: the softmax dominates
+
+MASK_BYTES = 1  # per element of a dropout or ReLU mask (Korthikanti et al. 2022)
+INT32_BYTES = 4  # token ids, labels, positions
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The number formats of a workload: weights, gradients, partials (activations).
+
+    The built-ins default to float16 throughout, Graphcore's "16.16" recipes for
+    ResNet-50, BERT and GPT-2: float16 weights updated with stochastic rounding (no
+    float32 master copy), float16 gradients with loss scaling, float16 partials. The
+    optimiser state stays float32 (``Workload.optimizer_values_per_parameter``).
+    """
+
+    weight: DType = DType.FLOAT16
+    gradient: DType = DType.FLOAT16
+    partials: DType = DType.FLOAT16
+
+    @classmethod
+    def of(cls, weight: Any = None, gradient: Any = None, partials: Any = None,
+           default: Precision | None = None) -> Precision:
+        """A precision from dtype names (``"float16"``, ``"float32"``); ``None`` keeps
+        ``default``'s. A name outside :class:`DType` is a SpecError naming the option."""
+        base = default or cls()
+        given = {"weight_dtype": weight, "gradient_dtype": gradient, "partials_dtype": partials}
+        chosen = [dtype_named(option, value) if value is not None else None
+                  for option, value in given.items()]
+        return cls(chosen[0] or base.weight, chosen[1] or base.gradient,
+                   chosen[2] or base.partials)
+
+
+HALF = Precision()
+SINGLE = Precision(DType.FLOAT32, DType.FLOAT32, DType.FLOAT32)
+
+
+def dtype_named(option: str, value: Any) -> DType:
+    """``value`` as a :class:`DType`, or a SpecError naming ``option`` and the choices."""
+    if isinstance(value, DType):
+        return value
+    choices = ", ".join(d.value for d in DType)
+    if not isinstance(value, str) or value not in {d.value for d in DType}:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise SpecError(f"{option}: {shown} is not a number format; choose one of {choices}")
+    return DType(value)
+
+
+def whole(option: str, value: Any, low: int, high: int) -> int:
+    """``value`` as a whole number from ``low`` to ``high`` (digits as text are taken too,
+    as a command line gives them), or a SpecError naming ``option``."""
+    if isinstance(value, str) and value.strip().isdigit() and len(value) < 20:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise SpecError(f"{option}: expected a whole number, got {shown}")
+    if not low <= value <= high:
+        raise SpecError(f"{option}: must be from {low:,} to {high:,}, got {value:,}")
+    return value

@@ -1,0 +1,284 @@
+"""Workload files: :func:`load_workload` reads a ``version: 1`` YAML file,
+:func:`to_yaml` writes one that reads back equal.
+
+The format (``docs/workloads.md``; ``examples/workloads/`` has files)::
+
+    version: 1
+    name: tiny
+    input_bytes: 16                       # one sample from the host
+    weight_dtype: float32                 # float16 or float32; these four are optional,
+    gradient_dtype: float32               # defaulting to float32 and
+    partials_dtype: float32               # one optimiser value per parameter
+    optimizer_values_per_parameter: 1
+    layers:                               # per sample, in order
+    - {name: dense0, kind: dense, parameters: 40, forward_flops: 64,
+       output_bytes: 32, stashed_bytes: 16}
+    - repeat: 2                           # a group repeated; {i} in a name counts 0, 1, ...
+      layers:
+      - {name: "block{i}", kind: dense, parameters: 72, forward_flops: 128,
+         output_bytes: 32, stashed_bytes: 32}
+
+A single layer may carry ``repeat: N`` too. Files are at most 4 MiB, 10,000 layers once
+repeats are expanded; counts are whole numbers within the bounds below; YAML aliases
+(``*name``) are refused, so a small file cannot expand into a huge one. Every mistake is a
+:class:`SpecError` naming the file, the field (``layers[3].parameters``) and what to
+write instead: never a traceback.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+import yaml
+
+from cluster.errors import SpecError
+from cluster.model.units import MiB
+from cluster.training.workloads.layers import DType, Layer, LayerKind, Workload
+
+VERSIONS = (1,)
+MAX_FILE_BYTES = 4 * MiB
+MAX_LAYERS = 10_000  # after repeats: a typo like 100000000 fails instead of eating memory
+MAX_NAME_CHARS = 200
+MAX_DESCRIPTION_CHARS = 10_000
+MAX_PARAMETERS = 10**12  # per layer: 2 TB of float16 weights, beyond any IPU-POD
+MAX_FLOPS = 10**16  # per layer and sample: a thousand times a GPT-3 layer's
+MAX_BYTES = 2**40  # per layer and sample, and per input sample: 1 TiB
+MAX_OPTIMIZER_VALUES = 16
+LAYER_FIELDS = ("name", "kind", "parameters", "forward_flops", "output_bytes",
+                "stashed_bytes")
+_BOUNDS = {"parameters": MAX_PARAMETERS, "forward_flops": MAX_FLOPS,
+           "output_bytes": MAX_BYTES, "stashed_bytes": MAX_BYTES}
+_TOP_REQUIRED = ("version", "name", "input_bytes", "layers")
+_TOP_OPTIONAL = ("description", "weight_dtype", "gradient_dtype", "partials_dtype",
+                 "optimizer_values_per_parameter")
+_COUNTER = "{i}"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader that refuses a key given twice in one mapping (PyYAML
+    would keep the last silently) and any alias (which could expand a small file into a
+    huge structure)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(
+                None, None, "found an alias (*name): write the value out in full", mark)
+        return super().compose_node(parent, index)
+
+
+def _construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Iterator[Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if isinstance(key_node, yaml.ScalarNode):
+            key = loader.construct_object(key_node)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"found the key {key!r} twice; keep one", key_node.start_mark)
+            seen.add(key)
+    yield from yaml.SafeLoader.construct_yaml_map(loader, node)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+
+
+def _show(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters, for messages."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _Reader:
+    """Checks the parsed file field by field; every failure names the file and field."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def fail(self, path: str, problem: str) -> NoReturn:
+        raise SpecError(f"{self.file}: {path or 'top level'}: {problem}")
+
+    def fields(self, value: Any, path: str, required: tuple[str, ...],
+               optional: tuple[str, ...] = ()) -> dict[str, Any]:
+        """A mapping with every ``required`` key and none outside ``required + optional``."""
+        allowed = ", ".join(required + optional)
+        if not isinstance(value, dict):
+            self.fail(path, f"expected a mapping with the fields {allowed}, got {_show(value)}")
+        for key in value:
+            if key not in required + optional:
+                self.fail(f"{path}.{key}" if path else str(key)[:60],
+                          f"unknown field; allowed here: {allowed}")
+        for key in required:
+            if key not in value:
+                self.fail(f"{path}.{key}" if path else key, "missing: this field is required")
+        return value
+
+    def whole(self, value: Any, path: str, high: int, low: int = 0) -> int:
+        """A whole number from ``low`` to ``high``; an integral float such as 1.5e+9 too."""
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            hint = ""
+            if isinstance(value, str) and value.replace("e", "", 1).replace(".", "", 1).isdigit():
+                hint = " (YAML reads 1e9 as text: write 1.0e+9 or 1000000000)"
+            self.fail(path, f"expected a whole number, got {_show(value)}{hint}")
+        if not low <= value <= high:
+            self.fail(path, f"must be from {low:,} to {high:,}, got {_show(value)}")
+        return value
+
+    def text(self, value: Any, path: str, limit: int = MAX_NAME_CHARS) -> str:
+        if not isinstance(value, str) or not value.strip():
+            self.fail(path, f"expected a non-empty text, got {_show(value)}")
+        if len(value) > limit or not value.isprintable():
+            self.fail(path, f"expected printable text of at most {limit:,} characters")
+        return value
+
+    def choice(self, value: Any, path: str, choices: type[DType] | type[LayerKind]) -> Any:
+        names = [c.value for c in choices]
+        if not isinstance(value, str) or value not in names:
+            self.fail(path, f"{_show(value)} is not one of {', '.join(names)}")
+        return choices(value)
+
+
+def _layer(r: _Reader, entry: dict[str, Any], path: str, name: str) -> Layer:
+    counts = {key: r.whole(entry[key], f"{path}.{key}", high) for key, high in _BOUNDS.items()}
+    return Layer(name=name, kind=r.choice(entry["kind"], f"{path}.kind", LayerKind), **counts)
+
+
+def _expand(r: _Reader, entry: Any, path: str) -> list[Layer]:
+    """The layers of one entry of a ``layers`` list: a layer, or a repeated group."""
+    if isinstance(entry, dict) and "layers" in entry:
+        group = r.fields(entry, path, ("repeat", "layers"))
+        repeat = r.whole(group["repeat"], f"{path}.repeat", MAX_LAYERS, 1)
+        inner = group["layers"]
+        if not isinstance(inner, list) or not inner:
+            r.fail(f"{path}.layers", f"expected a non-empty list of layers, got {_show(inner)}")
+        if repeat * len(inner) > MAX_LAYERS:
+            r.fail(f"{path}.repeat", f"{repeat:,} x {len(inner)} layers is over the "
+                                     f"{MAX_LAYERS:,}-layer limit")
+        templates = [(_checked(r, e, f"{path}.layers[{k}]", in_group=True),
+                      f"{path}.layers[{k}]") for k, e in enumerate(inner)]
+        return [_layer(r, e, p, e["name"].replace(_COUNTER, str(i)))
+                for i in range(repeat) for e, p in templates]
+    entry = _checked(r, entry, path, in_group=False)
+    if "repeat" not in entry:
+        return [_layer(r, entry, path, entry["name"])]
+    repeat = r.whole(entry["repeat"], f"{path}.repeat", MAX_LAYERS, 1)
+    return [_layer(r, entry, path, entry["name"].replace(_COUNTER, str(i)))
+            for i in range(repeat)]
+
+
+def _checked(r: _Reader, entry: Any, path: str, in_group: bool) -> dict[str, Any]:
+    """A layer mapping whose name has ``{i}`` exactly when it is repeated (in a group,
+    or by its own ``repeat``)."""
+    entry = r.fields(entry, path, LAYER_FIELDS, () if in_group else ("repeat",))
+    name = r.text(entry["name"], f"{path}.name")
+    repeated = in_group or "repeat" in entry
+    if repeated and _COUNTER not in name:
+        r.fail(f"{path}.name", f"a repeated layer's name needs {_COUNTER} (which counts 0, "
+                               f"1, ...) so that every copy has its own name, e.g. "
+                               f"{(name[:40] + _COUNTER)!r}")
+    if not repeated and _COUNTER in name:
+        r.fail(f"{path}.name", f"{_COUNTER} counts the copies of a repeated layer: add "
+                               "'repeat: N' or take it out of the name")
+    return entry
+
+
+def _workload(r: _Reader, data: Any) -> Workload:
+    if isinstance(data, dict) and "version" in data and (
+            isinstance(data["version"], bool) or data["version"] not in VERSIONS):
+        r.fail("version", f"supported versions: {', '.join(map(str, VERSIONS))} (got "
+                          f"{_show(data['version'])}): write 'version: 1'")
+    top = r.fields(data, "", _TOP_REQUIRED, _TOP_OPTIONAL)
+    if "description" in top:
+        r.text(top["description"], "description", MAX_DESCRIPTION_CHARS)
+    entries = top["layers"]
+    if not isinstance(entries, list) or not entries:
+        r.fail("layers", f"expected a non-empty list of layers, got {_show(entries)}")
+    if len(entries) > MAX_LAYERS:
+        r.fail("layers", f"{len(entries):,} entries is over the {MAX_LAYERS:,}-layer limit")
+    layers: list[Layer] = []
+    first_path: dict[str, str] = {}
+    for i, entry in enumerate(entries):
+        expanded = _expand(r, entry, f"layers[{i}]")
+        if len(layers) + len(expanded) > MAX_LAYERS:
+            r.fail(f"layers[{i}]", f"the layers come to over the {MAX_LAYERS:,}-layer limit")
+        for layer in expanded:
+            if layer.name in first_path:
+                r.fail(f"layers[{i}].name", f"the layer name {_show(layer.name)} is already "
+                                            f"used by {first_path[layer.name]}; rename one")
+            first_path[layer.name] = f"layers[{i}]"
+        layers += expanded
+    dtypes = {key: r.choice(top[key], key, DType) for key in
+              ("weight_dtype", "gradient_dtype", "partials_dtype") if key in top}
+    optimizer = r.whole(top.get("optimizer_values_per_parameter", 1),
+                        "optimizer_values_per_parameter", MAX_OPTIMIZER_VALUES)
+    return Workload(name=r.text(top["name"], "name"), layers=tuple(layers),
+                    input_bytes=r.whole(top["input_bytes"], "input_bytes", MAX_BYTES),
+                    optimizer_values_per_parameter=optimizer, **dtypes)
+
+
+def parse_workload(text: str, file: str = "<workload>") -> Workload:
+    """A workload from the text of a workload file; ``file`` names it in messages."""
+    if len(text) > MAX_FILE_BYTES:
+        raise SpecError(f"{file}: {len(text):,} characters is over the {MAX_FILE_BYTES:,}-byte "
+                        "limit of a workload file; use 'repeat' for repeated layers")
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: no Python objects
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise SpecError(f"{file}: not valid YAML{where}: {problem}; fix it there") from err
+    except RecursionError as err:
+        raise SpecError(f"{file}: the YAML is nested too deeply to be a workload") from err
+    r = _Reader(file)
+    if data is None:
+        r.fail("", "the file is empty; see examples/workloads/ for the format")
+    return _workload(r, data)
+
+
+def load_workload(path: str | os.PathLike[str]) -> Workload:
+    """Read a workload file (UTF-8 YAML, at most 4 MiB)."""
+    file = os.fspath(path)
+    try:
+        with open(file, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > MAX_FILE_BYTES:
+                raise SpecError(f"{file}: the file is {size:,} bytes, over the "
+                                f"{MAX_FILE_BYTES:,}-byte limit of a workload file; use "
+                                "'repeat' for repeated layers")
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise SpecError(f"{file}: cannot read the workload file ({err.strerror or err}); "
+                        "check the path") from err
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SpecError(f"{file}: not UTF-8 text (byte {err.start}): save the file as "
+                        "UTF-8") from err
+    return parse_workload(text, file)
+
+
+def to_yaml(workload: Workload, comment: str = "") -> str:
+    """``workload`` as a version 1 file, one layer a line, that reads back equal;
+    ``comment`` (lines of text) goes on top after ``# ``."""
+    data = {"version": VERSIONS[-1], "name": workload.name, "input_bytes": workload.input_bytes,
+            "weight_dtype": workload.weight_dtype.value,
+            "gradient_dtype": workload.gradient_dtype.value,
+            "partials_dtype": workload.partials_dtype.value,
+            "optimizer_values_per_parameter": workload.optimizer_values_per_parameter,
+            "layers": [{"name": layer.name, "kind": layer.kind.value,
+                        **{key: getattr(layer, key) for key in _BOUNDS}}
+                       for layer in workload.layers]}
+    head = "".join(f"# {line}\n" for line in comment.splitlines())
+    return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=1000,
+                                 allow_unicode=True)
+
+
+def dump_workload(workload: Workload, path: str | os.PathLike[str], comment: str = "") -> None:
+    """Write ``workload`` to ``path`` as :func:`to_yaml` gives it."""
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(to_yaml(workload, comment))
