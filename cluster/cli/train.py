@@ -16,6 +16,7 @@ import click
 from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
 from cluster.errors import UserError, quoted
 from cluster.training.config import IPUS_PER_REPLICA, IPUS_PER_SERVER, TrainConfig
+from cluster.training.memory_plan import check_fits, stage_memory
 from cluster.training.pipeline.schedules import DEFAULT as DEFAULT_SCHEDULE
 from cluster.training.pipeline.schedules import schedule_names
 from cluster.training.placement import server_ipus, topology_for
@@ -49,6 +50,7 @@ def run(config: TrainConfig, ray_address: str | None, on_step: Progress) -> dict
 
     topology = topology_for(config)
     config.validate(topology, server_ipus(topology)[0].size)  # before any actor starts
+    check_fits(config, topology, stage_memory(config, topology))
     pod = EmulatedPod.launch(topology, ray_address=ray_address)
     try:
         return train(config, pod=pod, on_step=on_step)
@@ -69,11 +71,25 @@ COMMON_OPTIONS = [
                  default=DEFAULT_SCHEDULE, show_default=True,
                  help="Order of the stages' passes: fill-drain (GPipe) or 1f1b (less "
                       "activation memory)."),
-    click.option("--recompute", is_flag=True,
-                 help="Keep only each stage's input between passes and recompute the rest "
-                      "in the backward pass (less memory, more FLOPs)."),
-    click.option("--batch-size", type=int, default=32, show_default=True,
-                 help="Samples per replica per micro-batch."),
+    click.option("--recompute/--no-recompute", default=None,
+                 help="Keep only checkpoints between passes and recompute the rest in the "
+                      "backward pass (less memory, one more forward's FLOPs). Default: as "
+                      "the model's published IPU recipe (on for the built-in workloads, off "
+                      "for the MLP)."),
+    click.option("--model", default="mlp", show_default=True,
+                 help="What to train: mlp (the NumPy MLP, real or phantom), or a workload "
+                      "priced in phantom mode: resnet50, bert-base, bert-large, gpt2-xl, or "
+                      "a workload YAML file (docs/workloads.md)."),
+    click.option("--sequence-length", type=int, default=None,
+                 help="Tokens per sample for bert-base, bert-large and gpt2-xl."),
+    click.option("--gradient-dtype", type=click.Choice(["float16", "float32"]), default=None,
+                 help="Number format of the gradients allreduced (default: the model's)."),
+    click.option("--optimizer-state", type=click.Choice(["in-processor", "streaming"]),
+                 default="in-processor", show_default=True,
+                 help="Where the optimiser's values live: In-Processor-Memory, or an "
+                      "IPU-M2000's Streaming Memory (streamed in for each update)."),
+    click.option("--batch-size", "--micro-batch", "batch_size", type=int, default=32,
+                 show_default=True, help="Samples per replica per micro-batch."),
     click.option("--gradient-accumulation", type=int, default=1, show_default=True,
                  help="Micro-batches per step: in flight in the pipeline."),
     click.option("--steps", type=int, default=20, show_default=True),
@@ -97,12 +113,16 @@ def common_options(command: Command) -> Command:
 
 
 def make_config(servers: int, mode: str, check: bool, replicas_per_server: int | None,
-                ipus_per_replica: str, pipeline_schedule: str, recompute: bool,
-                batch_size: int, gradient_accumulation: int, steps: int, algorithm: str,
-                seed: int, lr: float, momentum: float, hidden: str | None) -> TrainConfig:
+                ipus_per_replica: str, pipeline_schedule: str, recompute: bool, model: str,
+                sequence_length: int | None, gradient_dtype: str | None,
+                optimizer_state: str, batch_size: int, gradient_accumulation: int, steps: int,
+                algorithm: str, seed: int, lr: float, momentum: float,
+                hidden: str | None) -> TrainConfig:
     """The training configuration the options describe."""
     k = int(ipus_per_replica)
-    return TrainConfig(servers=servers, ipus_per_replica=k,
+    return TrainConfig(servers=servers, ipus_per_replica=k, model=model,
+                       sequence_length=sequence_length, gradient_dtype=gradient_dtype,
+                       optimizer_state=optimizer_state,
                        replicas_per_server=replicas_per_server or IPUS_PER_SERVER // k,
                        pipeline_schedule=pipeline_schedule, recompute=recompute,
                        micro_batch=batch_size, accumulation=gradient_accumulation, steps=steps,
@@ -117,12 +137,13 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
     pipelined = config.ipus_per_replica > 1
     shape = (f"{config.ipus_per_replica} IPUs each: {config.pipeline_schedule} pipeline, "
              f"{config.accumulation} micro-batches in flight"
-             f"{', recomputation' if config.recompute else ''}" if pipelined else "1 IPU each")
-    echo(f"# {record['topology']}: {config.servers} server(s), {config.replicas} replicas "
+             f"{', recomputation' if config.recomputes else ''}" if pipelined else "1 IPU each")
+    echo(f"# {config.model} on {record['topology']}: {config.servers} server(s), "
+         f"{config.replicas} replicas "
          f"({shape}), global batch {config.global_batch}, {config.mode} mode; times simulated")
     columns = [("compute", "compute_seconds"), ("host-io", "host_io_seconds"),
                ("local-AR", "local_allreduce_seconds"),
-               ("global-AR", "global_allreduce_seconds")]
+               ("global-AR", "global_allreduce_seconds"), ("update", "update_seconds")]
     if pipelined:
         columns[1:1] = [("bubble", "pipeline_bubble_seconds"),
                         ("stages-io", "inter_stage_seconds")]

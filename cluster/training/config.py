@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.training.model import MLPSpec
 from cluster.training.pipeline.schedules import DEFAULT, schedule_names
+from cluster.training.workloads import (
+    DEFAULT_EFFICIENCIES,
+    DType,
+    Efficiencies,
+    Workload,
+    mlp_workload,
+    workload,
+)
 from gcl.modes import Mode
 
 IPUS_PER_SERVER = 16
 IPUS_PER_REPLICA = (1, 2, 4, 8, 16)  # a replica spans an aligned power-of-two block
 DEFAULT_WIDTH = 128  # of each hidden layer, unless --hidden says otherwise
+MLP = "mlp"  # the trainer's own model: the only one real mode trains
+OPTIMIZER_STATE = ("in-processor", "streaming")  # where the optimiser's values live
 
 
 @dataclass(frozen=True)
@@ -40,7 +50,11 @@ class TrainConfig:
     check: bool = False
     topology: str | None = None  # a preset or YAML file; default: dss8440 x servers
     pipeline_schedule: str = DEFAULT
-    recompute: bool = False
+    recompute: bool | None = None  # None: as the model's published recipe (see recomputes)
+    model: str = MLP  # a built-in workload or a workload YAML file (phantom mode)
+    sequence_length: int | None = None  # BERT and GPT-2: tokens per sample
+    gradient_dtype: str | None = None  # default: the workload's
+    optimizer_state: str = "in-processor"  # or "streaming": IPU-M2000 Streaming Memory
 
     def validate(self, topology: Topology | None = None, server_size: int | None = None) -> None:
         """UserError naming the option to change if this run cannot go ahead; a server
@@ -64,11 +78,22 @@ class TrainConfig:
                 raise UserError(f"{name.replace('_', '-')} must be 1 or more")
         if not self.lr > 0 or not 0 <= self.momentum < 1:
             raise UserError("the learning rate must be positive and momentum in [0, 1)")
+        if self.model != MLP and self.mode == Mode.REAL:
+            raise UserError(f"--model {self.model[:60]} trains in phantom mode only (a "
+                            "workload has counts, not weights): add --mode phantom, or train "
+                            "the MLP in real mode")
+        if self.gradient_dtype not in (None, *tuple(DType)):
+            raise UserError(f"--gradient-dtype is {' or '.join(DType)}")
+        if self.gradient_dtype == DType.FLOAT16 and self.mode == Mode.REAL:
+            raise UserError("real mode trains in float32: --gradient-dtype float16 needs "
+                            "--mode phantom")
+        if self.optimizer_state not in OPTIMIZER_STATE:
+            raise UserError(f"--optimizer-state is {' or '.join(OPTIMIZER_STATE)}")
         if self.mode not in tuple(Mode):
             raise UserError("--mode is real or phantom")
         if self.check and self.mode != Mode.REAL:
             raise UserError("--check compares real training with the reference: use --mode real")
-        layers = len(self.hidden_widths) + 1
+        layers = len(self.workload().layers)
         if layers < self.ipus_per_replica:
             raise UserError(f"the model has {layers} layers: {self.ipus_per_replica} pipeline "
                             f"stages need at least {self.ipus_per_replica} (add hidden layers "
@@ -99,6 +124,36 @@ class TrainConfig:
         if self.hidden is not None:
             return tuple(self.hidden)
         return (DEFAULT_WIDTH,) * max(1, self.ipus_per_replica - 1)
+
+    @property
+    def recomputes(self) -> bool:
+        """Whether stages recompute their activations: ``recompute`` if given, else as
+        the published IPU recipes of the built-in workloads do (Graphcore's ResNet-50,
+        BERT and GPT-2 training recompute), and not for the MLP."""
+        return self.recompute if self.recompute is not None else self.model != MLP
+
+    def workload(self) -> Workload:
+        """What the cost model prices: the MLP of ``spec``, or ``model`` with the
+        sequence length and gradient dtype asked for."""
+        if self.model == MLP:
+            if self.sequence_length is not None:
+                raise UserError("--sequence-length applies to bert-base, bert-large and "
+                                "gpt2-xl, not to the MLP")
+            built = mlp_workload(self.spec)
+            return built if self.gradient_dtype is None else replace(
+                built, gradient_dtype=DType(self.gradient_dtype))
+        options: dict[str, object] = {}
+        if self.sequence_length is not None:
+            options["sequence_length"] = self.sequence_length
+        if self.gradient_dtype is not None:
+            options["gradient_dtype"] = self.gradient_dtype
+        return workload(self.model, **options)
+
+    @property
+    def efficiencies(self) -> Efficiencies:
+        """Fractions of peak: the published-throughput defaults for a workload; peak for
+        the MLP, whose step is priced as it always was (its FLOPs at the fp32 peak)."""
+        return Efficiencies.peak() if self.model == MLP else DEFAULT_EFFICIENCIES
 
     @property
     def spec(self) -> MLPSpec:

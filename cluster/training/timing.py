@@ -15,6 +15,7 @@ import numpy as np
 
 from cluster.errors import UserError
 from cluster.model.costmodel import superstep_cost, transmission_seconds
+from cluster.model.hardware import pcie_gen4_x16
 from cluster.model.routing import Routes
 from cluster.model.topology import HOST, ROLES, Topology
 from cluster.training.config import TrainConfig
@@ -22,7 +23,12 @@ from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stages import split_layers
 from cluster.training.pipeline.timing import PipelineTime, pipeline_time
 from cluster.training.placement import gradient_group, replica_ipus
-from cluster.training.workloads import BACKWARD_FLOPS_FACTOR, Workload, mlp_workload
+from cluster.training.workloads import (
+    BACKWARD_FLOPS_FACTOR,
+    Workload,
+    forward_seconds,
+    update_seconds,
+)
 from gcl import plan, simulate
 from gcl.phantom import Timing
 
@@ -41,14 +47,15 @@ class StepTime:
     pipeline_bubble_seconds: float = 0.0
     inter_stage_seconds: float = 0.0
     stage_compute_seconds: tuple[float, ...] = field(default=())
+    update_seconds: float = 0.0
 
     @property
     def sim_seconds(self) -> float:
         """The whole step's simulated seconds: the parts summed (they run one after the
-        other: host input, the pipeline, the gradient allreduce)."""
+        other: host input, the pipeline, the gradient allreduce, the weight update)."""
         return (self.compute_seconds + self.pipeline_bubble_seconds + self.inter_stage_seconds
                 + self.host_io_seconds + self.local_allreduce_seconds
-                + self.global_allreduce_seconds)
+                + self.global_allreduce_seconds + self.update_seconds)
 
 
 def step_time(config: TrainConfig, topology: Topology) -> StepTime:
@@ -56,37 +63,55 @@ def step_time(config: TrainConfig, topology: Topology) -> StepTime:
     every step)."""
     ipus = replica_ipus(config, topology)
     chains = ipus.reshape(config.replicas, config.ipus_per_replica)
-    workload = mlp_workload(config.spec)
+    workload = config.workload()
+    stages = split_layers(_layer_flops(workload), config.ipus_per_replica)
     pipeline = replica_pipeline_time(config, topology, workload, chains)
-    stage_params = [sum(workload.layers[i].parameters for i in layers)
-                    for layers in split_layers(_layer_flops(workload), config.ipus_per_replica)]
-    schedule = plan("allreduce", topology, max(stage_params), algorithm_name=config.algorithm,
-                    group=gradient_group(config), ipus=ipus)
+    stage_params = [sum(workload.layers[i].parameters for i in layers) for layers in stages]
+    schedule = plan("allreduce", topology, max(stage_params), dtype=workload.gradient_dtype.value,
+                    algorithm_name=config.algorithm, group=gradient_group(config), ipus=ipus)
     spans = len(set(topology.router.domain_of_ipu[ipus].tolist())) > 1
     local, global_ = allreduce_parts(simulate(schedule, topology), spans)
     input_bytes = config.accumulation * config.micro_batch * workload.input_bytes
     host_io = host_io_seconds(topology, chains[:, 0].tolist(), input_bytes)
+    update = max(stage_update_seconds(config, topology, workload, int(chains[0, s]), params)
+                 for s, params in enumerate(stage_params))
     return StepTime(pipeline.compute_seconds, host_io, local, global_,
                     pipeline.bubble_seconds, pipeline.inter_stage_seconds,
-                    pipeline.stage_compute_seconds)
+                    pipeline.stage_compute_seconds, update)
+
+
+def stage_update_seconds(config: TrainConfig, topology: Topology, workload: Workload, ipu: int,
+                         parameters: int) -> float:
+    """One stage's weight update on IPU ``ipu`` (:func:`update_seconds`); with the
+    optimiser state in Streaming Memory, plus reading it in and writing it back over
+    the IPU's PCIe Gen4 x16 to the IPU-M2000's gateway, one way each at once (32 GB/s
+    per direction, HARDWARE.md: the GC200's host interface, 64 GB/s bidirectional)."""
+    processor = topology.ipu_processors[ipu]
+    seconds = update_seconds(workload, processor, parameters, config.efficiencies)
+    if config.optimizer_state == "streaming":
+        state_bytes = parameters * workload.optimizer_values_per_parameter * 4  # float32
+        seconds += state_bytes / pcie_gen4_x16().bandwidth_Bps
+    return seconds
 
 
 def replica_pipeline_time(config: TrainConfig, topology: Topology, workload: Workload,
                           chains: np.ndarray) -> PipelineTime:
     """The pipeline of every replica at once: stage ``s`` of each on ``chains[:, s]``;
-    each stage's FLOPs at its IPU's float32 peak (GC2 31.1 TFLOPS, GC200 62.5 TFLOPS:
-    public docs, see cluster/model/hardware.py), the backward twice the forward (plus the
-    forward again with recomputation); activations and their gradients cross each
-    boundary for all replicas at once, costed by the network cost model."""
+    each stage's FLOPs over its IPU's peak for the workload's partials dtype, times the
+    efficiency of each layer's kind (:mod:`cluster.training.workloads.compute`), the
+    backward twice the forward (plus the forward again with recomputation); activations
+    and their gradients cross each boundary for all replicas at once, costed by the
+    network cost model."""
     stages = split_layers(_layer_flops(workload), config.ipus_per_replica)
     schedule = pipeline_schedule(config.pipeline_schedule, len(stages), config.accumulation)
-    backward_factor = BACKWARD_FLOPS_FACTOR + (1 if config.recompute else 0)
+    backward_factor = BACKWARD_FLOPS_FACTOR + (1 if config.recomputes else 0)
     forward, backward = [], []
     for s, layers in enumerate(stages):
-        peak = topology.ipu_processors[int(chains[0, s])].fp32_flops_per_second
-        flops = config.micro_batch * sum(workload.layers[i].forward_flops for i in layers)
-        forward.append(flops / peak)
-        backward.append(backward_factor * flops / peak)
+        processor = topology.ipu_processors[int(chains[0, s])]
+        seconds = forward_seconds(workload, processor, config.micro_batch, config.efficiencies,
+                                  [workload.layers[i] for i in layers])
+        forward.append(seconds)
+        backward.append(backward_factor * seconds)
     ahead, back = [], []
     for b, layers in enumerate(stages[:-1]):
         nbytes = np.full(len(chains), float(config.micro_batch

@@ -23,6 +23,7 @@ import numpy as np
 from cluster.errors import UserError
 from cluster.training.config import IPUS_PER_SERVER, TrainConfig
 from cluster.training.data import make_dataset, replica_slice, step_batch, train_reference
+from cluster.training.memory_plan import check_fits, stage_memory
 from cluster.training.model import init_params
 from cluster.training.pipeline.real import train_pipelined
 from cluster.training.placement import gradient_group, replica_ipus, server_ipus, topology_for
@@ -53,6 +54,8 @@ def train(config: TrainConfig, pod: EmulatedPod | None = None,
     if config.topology:
         config = replace(config, servers=len(server_ipus(topology)))
     config.validate(topology, server_ipus(topology)[0].size)
+    memory = stage_memory(config, topology)
+    check_fits(config, topology, memory)
     parts = step_time(config, topology)
     identical: bool | None = None
     losses: Sequence[float | None]  # None per step in phantom mode: no data, no loss
@@ -68,6 +71,7 @@ def train(config: TrainConfig, pod: EmulatedPod | None = None,
             if on_step:
                 on_step(step + 1, config.steps)
     record = _record(config, topology.name, parts, losses, identical)
+    record["memory_per_ipu"] = [stage.as_record() for stage in memory]
     if config.check:  # real mode only (validate): compare its losses with the reference
         x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)
         reference = train_reference(config.spec, x, y, replicas=config.replicas,
@@ -87,9 +91,10 @@ def _record(config: TrainConfig, topology_name: str, parts: StepTime,
     step_parts = asdict(parts)
     step_parts["stage_compute_seconds"] = list(parts.stage_compute_seconds)
     return {
-        "topology": topology_name, "servers": config.servers, "replicas": config.replicas,
+        "topology": topology_name, "model": config.model, "servers": config.servers,
+        "replicas": config.replicas, "micro_batch": config.micro_batch,
         "ipus_per_replica": config.ipus_per_replica, "gcd": config.ipus_per_replica,
-        "pipeline_schedule": config.pipeline_schedule, "recompute": config.recompute,
+        "pipeline_schedule": config.pipeline_schedule, "recompute": config.recomputes,
         "micro_batches_in_flight": config.accumulation, "mode": config.mode,
         "global_batch": config.global_batch, "algorithm": config.algorithm,
         "steps": [{"step": step, "loss": loss, "sim_seconds": parts.sim_seconds,

@@ -64,7 +64,7 @@ def build_pipeline(config: TrainConfig, pod: EmulatedPod) -> Pipeline:
     spec = config.spec
     ranges = split_layers([layer.training_flops for layer in mlp_workload(spec).layers],
                           config.ipus_per_replica)
-    stages = tuple(Stage(spec, layers, s, len(ranges), config.recompute)
+    stages = tuple(Stage(spec, layers, s, len(ranges), config.recomputes)
                    for s, layers in enumerate(ranges))
     chains = replica_ipus(config, pod.topology).reshape(config.replicas, len(stages))
     schedule = pipeline_schedule(config.pipeline_schedule, len(stages), config.accumulation)

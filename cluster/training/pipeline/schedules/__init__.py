@@ -24,10 +24,12 @@ def schedule_names() -> list[str]:
 
 def pipeline_schedule(name: str, stages: int, micro_batches: int) -> PipelineSchedule:
     """Schedule ``name`` for ``stages`` stages and ``micro_batches`` micro-batches, or a
-    UserError naming the schedules there are."""
+    UserError naming the schedules there are. One stage is no pipeline: its micro-batches
+    run one after another, forward then backward (1f1b's order for one stage), whatever
+    the name."""
     check_shape(stages, micro_batches)
     builder = SCHEDULES.get(name)
     if builder is None:
         raise UserError(f"unknown pipeline schedule {name[:40]!r}: choose "
                         f"{' or '.join(SCHEDULES)}")
-    return builder(stages, micro_batches)
+    return (one_f_one_b.one_f_one_b if stages == 1 else builder)(stages, micro_batches)

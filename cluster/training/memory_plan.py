@@ -1,0 +1,101 @@
+"""What each IPU of a replica holds while it trains, and a clear refusal when it cannot.
+
+Per pipeline stage (the whole model when a replica is one IPU): weights, gradient
+accumulators, optimiser state (none in In-Processor-Memory when it lives in an IPU-M2000's
+Streaming Memory), and the activations stashed for as many micro-batches as the schedule
+keeps in flight on that stage (:meth:`PipelineSchedule.stashed`), or, with recomputation,
+only each micro-batch's stage input plus one micro-batch's working set
+(:func:`cluster.training.workloads.memory_use`). Capacities from the catalogue: GC2 ~300 MB,
+GC200 900 MB of In-Processor-Memory (HARDWARE.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from cluster.errors import UserError
+from cluster.model.topology import Topology
+from cluster.model.units import format_size
+from cluster.training.config import TrainConfig
+from cluster.training.pipeline.schedules import pipeline_schedule
+from cluster.training.pipeline.stages import split_layers
+from cluster.training.placement import replica_ipus
+from cluster.training.workloads import MemoryUse, memory_use
+
+
+class OutOfMemory(UserError):
+    """A pipeline stage does not fit its IPU's In-Processor-Memory."""
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes one stage keeps on its IPU (replica 0's; every replica's are the same)."""
+
+    stage: int
+    ipu: int
+    ipu_name: str
+    layers: str  # "first..last" layer names
+    use: MemoryUse
+    capacity_bytes: int
+
+    def as_record(self) -> dict[str, Any]:
+        """For ``--json``: the stage, its IPU, each part in bytes, the total, the capacity."""
+        return {"stage": self.stage, "ipu": self.ipu_name, "layers": self.layers,
+                **asdict(self.use), "total_bytes": self.use.total_bytes,
+                "capacity_bytes": self.capacity_bytes}
+
+
+def stage_memory(config: TrainConfig, topology: Topology) -> list[StageMemory]:
+    """Each stage's bytes on its IPU."""
+    workload = config.workload()
+    stages = split_layers([layer.training_flops for layer in workload.layers],
+                          config.ipus_per_replica)
+    in_flight = pipeline_schedule(config.pipeline_schedule, len(stages),
+                                  config.accumulation).stashed()
+    chain = replica_ipus(config, topology)[:len(stages)].tolist()
+    plan = []
+    for s, layers in enumerate(stages):
+        chosen = [workload.layers[i] for i in layers]
+        use = memory_use(workload, chosen, config.micro_batch, in_flight[s], config.recomputes,
+                         optimizer_offchip=config.optimizer_state == "streaming")
+        plan.append(StageMemory(s, chain[s], topology.ipu_name(chain[s]),
+                                f"{chosen[0].name}..{chosen[-1].name}", use,
+                                int(topology.ipu_processors[chain[s]].in_processor_memory_bytes)))
+    return plan
+
+
+def check_fits(config: TrainConfig, topology: Topology,
+               plan: list[StageMemory]) -> None:
+    """OutOfMemory naming the first stage that does not fit, its IPU, what fills it and
+    what would help."""
+    machines = [set(u.ipus) for u in topology.units if u.kind == "IPU-M2000"]
+    if config.optimizer_state == "streaming" and not all(
+            any(stage.ipu in ipus for ipus in machines) for stage in plan):
+        raise UserError(f"the IPUs of {topology.name} have no Streaming Memory (an "
+                        "IPU-M2000's): keep --optimizer-state in-processor, or train on a "
+                        "POD preset")
+    for stage in plan:
+        if stage.use.total_bytes <= stage.capacity_bytes:
+            continue
+        parts = ", ".join(f"{name.removesuffix('_bytes')} {format_size(value)}B"
+                          for name, value in asdict(stage.use).items() if value)
+        raise OutOfMemory(
+            f"{config.model}: stage {stage.stage} of {len(plan)} ({stage.layers}) needs "
+            f"{format_size(stage.use.total_bytes)}B on IPU {stage.ipu_name}, which has "
+            f"{format_size(stage.capacity_bytes)}B of In-Processor-Memory ({parts}); "
+            f"{_advice(config)}")
+
+
+def _advice(config: TrainConfig) -> str:
+    """What would make a stage fit, given what the run already does."""
+    helps = []
+    if config.ipus_per_replica < 16:
+        helps.append(f"more stages (--ipus-per-replica {2 * config.ipus_per_replica})")
+    if not config.recomputes:
+        helps.append("--recompute")
+    if config.micro_batch > 1:
+        helps.append(f"a smaller --micro-batch (now {config.micro_batch})")
+    if config.optimizer_state != "streaming":
+        helps.append("--optimizer-state streaming on an IPU-M2000 POD")
+    return "try " + ", or ".join(helps) if helps else "this model does not fit these IPUs"
