@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,8 @@ def test_names_and_options():
     assert w.layers[1].output_bytes == 4 * 128 * 768
     assert workload(EXAMPLES / "tiny.yaml").name == "tiny"
     assert workload(str(EXAMPLES / "tiny.yaml")).name == "tiny"
+    with pytest.raises(SpecError, match="cannot read"):
+        workload(Path("mlp"))  # a Path is a file, even if named like a built-in
 
 
 @pytest.mark.parametrize("name, options, words", [
@@ -246,6 +249,7 @@ def test_efficiencies_cover_every_layer_kind():
     assert all(Efficiencies.peak().of(kind) == 1.0 for kind in LayerKind)
     assert DEFAULT_EFFICIENCIES.with_overrides({"conv": 0.5}).conv == 0.5
     assert DEFAULT_EFFICIENCIES.with_overrides({LayerKind.NORM: 1}).of(LayerKind.NORM) == 1
+    assert Efficiencies(conv=Fraction(1, 4)).of(LayerKind.CONV) == 0.25
 
 
 @pytest.mark.parametrize("overrides, words", [

@@ -93,6 +93,11 @@ def test_a_single_layer_repeats_and_defaults_are_workloads():
     assert w.optimizer_values_per_parameter == 1
 
 
+def test_a_description_may_run_over_several_lines():
+    w = parse_workload(yaml.safe_dump(spec(description="first line\nsecond line\n")))
+    assert w.name == "w"
+
+
 def test_integral_floats_and_underscores_are_whole_numbers():
     text = yaml.safe_dump(spec()).replace("forward_flops: 20", "forward_flops: 1.5e+9")
     text = text.replace("parameters: 10", "parameters: 1_000", 1)
@@ -143,6 +148,9 @@ def with_layer(**changes: Any) -> dict[str, Any]:
     (spec(name=""), ["name", "non-empty"]),
     (spec(name="x" * 300), ["name", "at most 200"]),
     (spec(name="bad\x07name"), ["name", "printable"]),
+    (spec(name="two\nlines"), ["name", "on one line"]),
+    (spec(description="bell\x07"), ["description", "printable"]),
+    (spec(**{"k" * 5000: 1}), ["unknown field"]),
     (spec(input_bytes=-1), ["input_bytes", "from 0"]),
     (spec(weight_dtype="bfloat16"), ["weight_dtype", "float16, float32"]),
     (spec(optimizer_values_per_parameter=17), ["optimizer_values_per_parameter", "0 to 16"]),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
+from numbers import Real
 from typing import Any
 
 from cluster.errors import UserError
@@ -69,8 +70,7 @@ class Efficiencies:
     def __post_init__(self) -> None:
         for field in fields(self):
             value = getattr(self, field.name)
-            if (isinstance(value, bool) or not isinstance(value, (int, float))
-                    or not 0 < value <= 1):
+            if isinstance(value, bool) or not isinstance(value, Real) or not 0 < float(value) <= 1:
                 shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
                 raise UserError(f"efficiency of {field.name} layers must be a number more "
                                 f"than 0 and at most 1 (a fraction of peak), not {shown}")

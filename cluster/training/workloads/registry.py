@@ -14,7 +14,6 @@ import difflib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from cluster.errors import SpecError
@@ -86,9 +85,9 @@ def _looks_like_a_file(name: str) -> bool:
 
 def workload(name_or_path: str | os.PathLike[str], **options: Any) -> Workload:
     """The built-in named ``name_or_path`` with ``options``, or the workload file at that
-    path (which takes no options: edit the file)."""
-    if isinstance(name_or_path, (str, Path)) and str(name_or_path) in BUILTINS:
-        return _builtin(str(name_or_path), options)
+    path (which takes no options: edit the file). A ``Path`` is always a file."""
+    if isinstance(name_or_path, str) and name_or_path in BUILTINS:
+        return _builtin(name_or_path, options)
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise SpecError(f"a workload is a built-in name or a file path, not "
                         f"{type(name_or_path).__name__}")

@@ -108,7 +108,7 @@ class _Reader:
             self.fail(path, f"expected a mapping with the fields {allowed}, got {_show(value)}")
         for key in value:
             if key not in required + optional:
-                self.fail(f"{path}.{key}" if path else str(key)[:60],
+                self.fail(f"{path}.{str(key)[:60]}" if path else str(key)[:60],
                           f"unknown field; allowed here: {allowed}")
         for key in required:
             if key not in value:
@@ -128,11 +128,15 @@ class _Reader:
             self.fail(path, f"must be from {low:,} to {high:,}, got {_show(value)}")
         return value
 
-    def text(self, value: Any, path: str, limit: int = MAX_NAME_CHARS) -> str:
+    def text(self, value: Any, path: str, limit: int = MAX_NAME_CHARS,
+             lines: bool = False) -> str:
+        """Printable text of at most ``limit`` characters (on several ``lines`` if allowed)."""
         if not isinstance(value, str) or not value.strip():
             self.fail(path, f"expected a non-empty text, got {_show(value)}")
-        if len(value) > limit or not value.isprintable():
-            self.fail(path, f"expected printable text of at most {limit:,} characters")
+        shown = value.replace("\n", " ") if lines else value
+        if len(value) > limit or not shown.isprintable():
+            self.fail(path, f"expected printable text of at most {limit:,} characters"
+                            + ("" if lines else " on one line"))
         return value
 
     def choice(self, value: Any, path: str, choices: type[DType] | type[LayerKind]) -> Any:
@@ -193,7 +197,7 @@ def _workload(r: _Reader, data: Any) -> Workload:
                           f"{_show(data['version'])}): write 'version: 1'")
     top = r.fields(data, "", _TOP_REQUIRED, _TOP_OPTIONAL)
     if "description" in top:
-        r.text(top["description"], "description", MAX_DESCRIPTION_CHARS)
+        r.text(top["description"], "description", MAX_DESCRIPTION_CHARS, lines=True)
     entries = top["layers"]
     if not isinstance(entries, list) or not entries:
         r.fail("layers", f"expected a non-empty list of layers, got {_show(entries)}")
