@@ -3,7 +3,7 @@ a pipeline's span into compute, bubble and transfers, exactly as hand arithmetic
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster.errors import UserError
@@ -19,6 +19,7 @@ from cluster.training.timing import replica_pipeline_time
 from cluster.training.workloads import Layer, LayerKind, Workload
 
 
+@settings(deadline=None, max_examples=60)
 @given(stages=st.integers(1, 16), micro=st.integers(1, 32), name=st.sampled_from(["fill-drain",
                                                                                    "1f1b"]))
 def test_equal_stages_leave_the_bubble_the_fill_drain_formula_gives(stages, micro, name):

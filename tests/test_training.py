@@ -50,9 +50,14 @@ def test_step_time_parts_follow_the_catalogue_and_the_cost_model():
     assert parts.host_io_seconds == pytest.approx(input_bytes / fabric_share + 3e-6, rel=1e-9)
     assert parts.local_allreduce_seconds > 0 and parts.global_allreduce_seconds > 0
     assert parts.pipeline_bubble_seconds == parts.inter_stage_seconds == 0  # one stage
+    # the update: SGD with momentum, 4 FLOPs per parameter at the fp32 peak, and 20 bytes
+    # per parameter (read weights, gradient, velocity; write weights, velocity) at 45 TB/s
+    parameters = config.spec.parameter_count
+    assert parts.update_seconds == pytest.approx(4 * parameters / 31.1e12
+                                                 + 20 * parameters / 45e12, rel=1e-12)
     assert parts.sim_seconds == pytest.approx(
         parts.compute_seconds + parts.host_io_seconds + parts.local_allreduce_seconds
-        + parts.global_allreduce_seconds)
+        + parts.global_allreduce_seconds + parts.update_seconds)
 
 
 def test_one_server_has_no_global_allreduce():

@@ -9,10 +9,13 @@ For a set of consecutive layers (a pipeline stage, or the whole model on one IPU
   it in Streaming Memory and stream it in for the update);
 - stashed activations of ``in_flight`` micro-batches of ``micro_batch`` samples (a
   pipeline stage holds a micro-batch from its forward to its backward pass): every
-  layer's ``stashed_bytes``; with ``recompute``, only the stage's input per micro-batch
-  (the previous layer's ``output_bytes``, or the workload's ``input_bytes`` for the first
-  stage), plus one micro-batch's full stash as working memory while its backward pass
-  recomputes it.
+  layer's ``stashed_bytes``; with ``recompute``, checkpoints (Chen et al. 2016, "Training
+  Deep Nets with Sublinear Memory Cost"): the stage's ``n`` layers are cut into
+  ``ceil(sqrt(n))`` runs of near-equal length, and each micro-batch keeps only the stage's
+  input (the previous layer's ``output_bytes``, or the workload's ``input_bytes`` for the
+  first stage) and each run's output but the last's; while a micro-batch's backward pass
+  recomputes a run, that run's full stash is working memory (the largest run's, for one
+  micro-batch).
 
 Not counted: the program's code, exchange buffers and temporaries that Poplar allocates,
 often a quarter or more of the memory; ``reserve_bytes`` in :func:`fits` stands for them.
@@ -20,8 +23,10 @@ often a quarter or more of the memory; ``reserve_bytes`` in :func:`fits` stands 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from cluster.errors import UserError
 from cluster.model.hardware import Processor
@@ -68,6 +73,15 @@ def stage_input_bytes(workload: Workload, layers: Sequence[Layer] | None = None)
     return workload.input_bytes if first == 0 else workload.layers[first - 1].output_bytes
 
 
+def checkpoint_runs(layers: Sequence[Layer]) -> list[tuple[Layer, ...]]:
+    """``layers`` cut into ``ceil(sqrt(n))`` consecutive runs of near-equal length: what
+    recomputation keeps a checkpoint after (all but the last)."""
+    count = len(layers)
+    runs = math.isqrt(count - 1) + 1 if count > 1 else 1
+    bounds = [i * count // runs for i in range(runs + 1)]
+    return [tuple(layers[a:b]) for a, b in pairwise(bounds)]
+
+
 def memory_use(workload: Workload, layers: Sequence[Layer] | None = None,
                micro_batch: int = 1, in_flight: int = 1, recompute: bool = False,
                optimizer_offchip: bool = False) -> MemoryUse:
@@ -82,8 +96,10 @@ def memory_use(workload: Workload, layers: Sequence[Layer] | None = None,
                  else parameters * workload.optimizer_values_per_parameter
                  * DType.FLOAT32.itemsize)
     if recompute:
-        kept = in_flight * micro_batch * stage_input_bytes(workload, chosen)
-        working = micro_batch * stash_per_sample
+        runs = checkpoint_runs(chosen)
+        checkpoints = sum(run[-1].output_bytes for run in runs[:-1])
+        kept = in_flight * micro_batch * (stage_input_bytes(workload, chosen) + checkpoints)
+        working = micro_batch * max(sum(layer.stashed_bytes for layer in run) for run in runs)
     else:
         kept, working = in_flight * micro_batch * stash_per_sample, 0
     return MemoryUse(weights_bytes=parameters * workload.weight_dtype.itemsize,
