@@ -33,7 +33,7 @@ class TrainConfig:
     each, with ``accumulation`` micro-batches in flight."""
 
     servers: int = 2
-    replicas_per_server: int = 16
+    replicas_per_server: int = 16  # 0: as many as the server's (or rack's) IPUs hold
     ipus_per_replica: int = 1
     micro_batch: int = 32
     accumulation: int = 1

@@ -118,7 +118,7 @@ def markdown_table(rows: list[Record]) -> str:
     return "\n".join("| " + " | ".join(line) + " |" for line in lines)
 
 
-def _pyplot() -> ModuleType:
+def pyplot() -> ModuleType:
     """matplotlib.pyplot on the non-interactive Agg backend (files only, no display)."""
     import matplotlib
 
@@ -128,14 +128,14 @@ def _pyplot() -> ModuleType:
     return plt
 
 
-def _save(fig: Figure, path: Path | str) -> Path:
+def save_png(fig: Figure, path: Path | str) -> Path:
     """Write the figure as PNG at ``path`` (parent folders created), close it, return path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=120)
     fig.clf()
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -145,7 +145,7 @@ def plot_loss(runs: list[Record], path: Path | str) -> Path:
     Phantom runs carry no data, so their losses are None and they are left out; steps
     with a None loss inside a real run are skipped too.
     """
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     plotted = 0
     for run in sorted(runs, key=lambda run: (run["servers"], run["mode"])):
@@ -168,7 +168,7 @@ def plot_loss(runs: list[Record], path: Path | str) -> Path:
     ax.set_ylabel("training loss (mean per sample, unitless)")
     ax.set_title("Training loss per step (data-parallel, simulated IPU-POD)")
     ax.grid(True, alpha=0.3)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_throughput(rows: list[Record], path: Path | str) -> Path:
@@ -177,7 +177,7 @@ def plot_throughput(rows: list[Record], path: Path | str) -> Path:
     The ideal line grows from the smallest run in proportion to the server count; the x axis
     is log2 with a tick at each server count measured.
     """
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     servers = sorted({row["servers"] for row in rows})
     if rows:
@@ -208,12 +208,12 @@ def plot_throughput(rows: list[Record], path: Path | str) -> Path:
     ax.set_title("Training throughput vs servers (simulated; labels: scaling efficiency)")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_breakdown(rows: list[Record], path: Path | str) -> Path:
     """Stacked bars per server count: the mean simulated step time split into its parts (ms)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
     repeated = len({row["servers"] for row in rows}) < len(rows)
     labels = [f"{row['servers']}" + (f"\n{row['mode']}" if repeated else "") for row in rows]
@@ -229,7 +229,7 @@ def plot_breakdown(rows: list[Record], path: Path | str) -> Path:
     ax.set_title("Where a training step's simulated time goes")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def write_report(runs: list[Record], out_dir: Path, command: str) -> dict[str, Path]:

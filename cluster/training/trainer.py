@@ -53,7 +53,11 @@ def train(config: TrainConfig, pod: EmulatedPod | None = None,
     topology = pod.topology if pod is not None else topology_for(config)
     if config.topology:
         config = replace(config, servers=len(server_ipus(topology)))
-    config.validate(topology, server_ipus(topology)[0].size)
+    server_size = server_ipus(topology)[0].size
+    if config.replicas_per_server == 0:  # as many as fit
+        config = replace(config, replicas_per_server=max(1, server_size
+                                                         // config.ipus_per_replica))
+    config.validate(topology, server_size)
     memory = stage_memory(config, topology)
     check_fits(config, topology, memory)
     parts = step_time(config, topology)

@@ -1,0 +1,112 @@
+"""``ipupod pipeline-report`` and ``ipupod scaling-report``: phantom-mode reports on a
+workload, written as README.md and PNG plots (:mod:`cluster.training.model_reports`)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cluster.cli.train import _check_writable
+from cluster.errors import UserError, quoted
+from cluster.training import model_reports
+from cluster.training.config import TrainConfig
+from gcl.modes import Mode
+
+
+def _items(text: str, option: str) -> list[str]:
+    """Comma-separated items of ``option``, at least one, at most 32."""
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if not items or len(items) > 32:
+        raise UserError(f"{option} takes 1 to 32 items separated by commas, not {quoted(text)}")
+    return items
+
+
+def _counts(text: str, option: str) -> list[int]:
+    """Whole numbers of ``option`` (``1,2,4``), each 1 to 4096."""
+    try:
+        counts = [int(item) for item in _items(text, option)]
+    except ValueError:
+        raise UserError(f"{option} takes whole numbers separated by commas, not "
+                        f"{quoted(text)}") from None
+    if min(counts) < 1 or max(counts) > 4096:
+        raise UserError(f"{option}: each number runs from 1 to 4096")
+    return counts
+
+
+MODEL_OPTIONS = [
+    click.option("--model", default="bert-large", show_default=True,
+                 help="A built-in workload (resnet50, bert-base, bert-large, gpt2-xl, mlp) "
+                      "or a workload YAML file."),
+    click.option("--sequence-length", type=int, default=None,
+                 help="Tokens per sample for the BERTs and GPT-2."),
+    click.option("--micro-batch", type=int, default=1, show_default=True,
+                 help="Samples per replica per micro-batch."),
+    click.option("--optimizer-state", type=click.Choice(["in-processor", "streaming"]),
+                 default="streaming", show_default=True),
+    click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+                 required=True, help="Folder for README.md and the plots; made if missing."),
+]
+
+
+def model_options(command: Any) -> Any:
+    for option in reversed(MODEL_OPTIONS):
+        command = option(command)
+    return command
+
+
+def _base(model: str, sequence_length: int | None, micro_batch: int,
+          optimizer_state: str, topology: str | None = None) -> TrainConfig:
+    return TrainConfig(model=model, sequence_length=sequence_length, micro_batch=micro_batch,
+                       optimizer_state=optimizer_state, topology=topology,
+                       mode=Mode.PHANTOM)
+
+
+@click.command("pipeline-report")
+@click.option("--topology", default="pod16", show_default=True)
+@click.option("--ipus-per-replica", "ks", default="2,4,8,16", show_default=True)
+@click.option("--schedules", default="fill-drain,1f1b", show_default=True)
+@click.option("--micro-batches", default="1,2,4,8,16,32", show_default=True,
+              help="Gradient accumulation counts: micro-batches in flight.")
+@model_options
+def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batches: str,
+                            out_dir: Path, **model: Any) -> None:
+    """Pipelining: throughput and bubble against stages, schedule and micro-batches."""
+    sweep = (_counts(ks, "--ipus-per-replica"), _items(schedules, "--schedules"),
+             _counts(micro_batches, "--micro-batches"))
+    _check_writable(out_dir)
+    rows = model_reports.pipeline_sweep(_base(topology=topology, **model), *sweep)
+    images = model_reports.plot_pipeline(rows, out_dir)
+    readme = model_reports.write(
+        out_dir, f"Pipelining {model['model']} on {topology} (simulated)",
+        "ipupod pipeline-report " + " ".join(sys.argv[2:]),
+        model_reports.pipeline_table(rows), images)
+    click.echo(model_reports.pipeline_table(rows))
+    click.echo(f"# report: {readme}")
+
+
+@click.command("scaling-report")
+@click.option("--topologies", default="pod16,pod64,pod128,pod256", show_default=True)
+@click.option("--ipus-per-replica", "k", type=int, default=1, show_default=True)
+@click.option("--gradient-accumulation", type=int, default=1, show_default=True)
+@model_options
+def scaling_report_command(topologies: str, k: int, gradient_accumulation: int,
+                           out_dir: Path, **model: Any) -> None:
+    """Scaling: throughput, per-IPU efficiency and the step's parts across topologies."""
+    names = _items(topologies, "--topologies")
+    _check_writable(out_dir)
+    base = replace(_base(**model), ipus_per_replica=k, accumulation=gradient_accumulation)
+    rows = model_reports.scaling_sweep(base, names)
+    if not any(row["fits"] for row in rows):
+        raise UserError(f"{model['model']} fits none of these topologies: "
+                        f"{rows[0]['why']}")
+    images = model_reports.plot_scaling(rows, out_dir)
+    readme = model_reports.write(
+        out_dir, f"Scaling {model['model']} across PODs (simulated)",
+        "ipupod scaling-report " + " ".join(sys.argv[2:]),
+        model_reports.scaling_table(rows), images)
+    click.echo(model_reports.scaling_table(rows))
+    click.echo(f"# report: {readme}")

@@ -1,0 +1,185 @@
+"""Two phantom-mode reports on a workload: how pipelining pays off (throughput and bubble
+against IPUs per replica, schedule and micro-batches) and how it scales across PODs
+(throughput, per-IPU efficiency and the step broken down, preset by preset).
+
+Each run is :func:`cluster.training.trainer.train` in phantom mode; a configuration that
+does not fit the IPUs' memory is a row that says so, not the end of the report. Every time
+is simulated seconds on the emulated hardware.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from cluster.errors import UserError
+from cluster.training.config import TrainConfig
+from cluster.training.report import SIM_NOTE, pyplot, save_png
+from cluster.training.trainer import train
+
+Row = dict[str, Any]
+PARTS = (("compute_seconds", "compute"), ("pipeline_bubble_seconds", "pipeline bubble"),
+         ("inter_stage_seconds", "between stages"), ("host_io_seconds", "host I/O"),
+         ("local_allreduce_seconds", "local allreduce"),
+         ("global_allreduce_seconds", "global allreduce"), ("update_seconds", "update"))
+
+
+def _run(config: TrainConfig) -> Row:
+    """One phantom run as a row, or a row saying why it could not run."""
+    row: Row = {"topology": config.topology, "ipus_per_replica": config.ipus_per_replica,
+                "schedule": config.pipeline_schedule, "micro_batches": config.accumulation}
+    try:
+        record = train(replace(config, steps=1))
+    except UserError as error:
+        return {**row, "fits": False, "why": str(error)}
+    step = record["steps"][0]
+    ipus = record["replicas"] * config.ipus_per_replica
+    return {**row, "fits": True, "ipus": ipus, "replicas": record["replicas"],
+            "global_batch": record["global_batch"], "sim_seconds": step["sim_seconds"],
+            "throughput": record["throughput_samples_per_sim_second"],
+            "bubble_fraction": step["pipeline_bubble_seconds"] / step["sim_seconds"],
+            "span_bubble_fraction": step["pipeline_bubble_seconds"] / (
+                step["pipeline_bubble_seconds"] + step["compute_seconds"]),
+            "peak_memory_bytes": max(s["total_bytes"] for s in record["memory_per_ipu"]),
+            **{key: step[key] for key, _ in PARTS}}
+
+
+def pipeline_sweep(base: TrainConfig, ipus_per_replica: Iterable[int],
+                   schedules: Iterable[str], micro_batches: Iterable[int]) -> list[Row]:
+    """Every combination, in phantom mode."""
+    return [_run(replace(base, ipus_per_replica=k, pipeline_schedule=schedule,
+                         accumulation=m, replicas_per_server=0))
+            for k in ipus_per_replica for schedule in schedules for m in micro_batches]
+
+
+def scaling_sweep(base: TrainConfig, topologies: Iterable[str]) -> list[Row]:
+    """The same run on each topology, with per-IPU efficiency against the first that fits."""
+    rows = [_run(replace(base, topology=name, replicas_per_server=0)) for name in topologies]
+    fitting = [row for row in rows if row["fits"]]
+    if fitting:
+        base_rate = fitting[0]["throughput"] / fitting[0]["ipus"]
+        for row in fitting:
+            row["per_ipu_efficiency"] = row["throughput"] / row["ipus"] / base_rate
+    return rows
+
+
+def _fmt(row: Row, key: str, scale: float = 1.0, spec: str = ".3f") -> str:
+    return format(row[key] * scale, spec) if row.get("fits") else "-"
+
+
+def pipeline_table(rows: list[Row]) -> str:
+    """Markdown: one line per run of :func:`pipeline_sweep`."""
+    lines = ["| IPUs/replica | schedule | micro-batches | replicas | step (ms) | samples/s | "
+             "bubble | between stages (ms) | peak memory/IPU (MB) |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        if not row["fits"]:
+            lines.append(f"| {row['ipus_per_replica']} | {row['schedule']} | "
+                         f"{row['micro_batches']} | - | does not fit | | | | |")
+            continue
+        lines.append(f"| {row['ipus_per_replica']} | {row['schedule']} | "
+                     f"{row['micro_batches']} | {row['replicas']} | {_fmt(row, 'sim_seconds', 1e3)}"
+                     f" | {_fmt(row, 'throughput', 1, ',.0f')} | "
+                     f"{_fmt(row, 'bubble_fraction', 1, '.1%')} | "
+                     f"{_fmt(row, 'inter_stage_seconds', 1e3)} | "
+                     f"{_fmt(row, 'peak_memory_bytes', 1e-6, ',.0f')} |")
+    return "\n".join(lines)
+
+
+def scaling_table(rows: list[Row]) -> str:
+    """Markdown: one line per topology of :func:`scaling_sweep`, the step broken down."""
+    head = ["topology", "IPUs", "step (ms)", "samples/s", "per-IPU efficiency",
+            *[f"{label} (ms)" for _, label in PARTS]]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for row in rows:
+        if not row["fits"]:
+            lines.append(f"| {row['topology']} | does not fit: {row['why'][:120]} |")
+            continue
+        cells = [row["topology"], str(row["ipus"]), _fmt(row, "sim_seconds", 1e3),
+                 _fmt(row, "throughput", 1, ",.0f"), _fmt(row, "per_ipu_efficiency"),
+                 *[_fmt(row, key, 1e3) for key, _ in PARTS]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_pipeline(rows: list[Row], out: Path) -> list[Path]:
+    """throughput.png (samples/s against IPUs per replica, per schedule, at the most
+    micro-batches) and bubble.png (the bubble's share of the pipeline's compute span
+    against micro-batches, per K, with the formula for equal stages, (K - 1) / (M + K - 1),
+    dashed: the workload's stages are not quite equal)."""
+    plt = pyplot()
+    fitting = [row for row in rows if row["fits"]]
+    most = max((row["micro_batches"] for row in fitting), default=1)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for schedule in sorted({row["schedule"] for row in fitting}):
+        mine = sorted((row["ipus_per_replica"], row["throughput"]) for row in fitting
+                      if row["schedule"] == schedule and row["micro_batches"] == most)
+        if mine:
+            ax.plot(*zip(*mine), marker="o", label=f"{schedule}, {most} micro-batches")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("IPUs per replica (pipeline stages)")
+    ax.set_ylabel("throughput (samples per simulated second)")
+    ax.set_title("Pipelined training throughput (simulated)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    paths = [save_png(fig, out / "throughput.png")]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for k in sorted({row["ipus_per_replica"] for row in fitting}):
+        mine = sorted((row["micro_batches"], row["span_bubble_fraction"]) for row in fitting
+                      if row["ipus_per_replica"] == k and row["schedule"] == "fill-drain")
+        if mine:
+            line = ax.plot(*zip(*mine), marker="o", label=f"K = {k}")[0]
+            ms = [m for m, _ in mine]
+            ax.plot(ms, [(k - 1) / (m + k - 1) for m in ms], linestyle="--",
+                    color=line.get_color(), alpha=0.6)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("micro-batches per step (gradient accumulation)")
+    ax.set_ylabel("bubble / (compute + bubble), simulated")
+    ax.set_title("Pipeline bubble, fill-drain (dashed: (K-1)/(M+K-1))")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    paths.append(save_png(fig, out / "bubble.png"))
+    return paths
+
+
+def plot_scaling(rows: list[Row], out: Path) -> list[Path]:
+    """throughput.png (samples/s per topology) and breakdown.png (the step's parts)."""
+    plt = pyplot()
+    fitting = [row for row in rows if row["fits"]]
+    names = [row["topology"] for row in fitting]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.bar(names, [row["throughput"] for row in fitting], width=0.6)
+    for i, row in enumerate(fitting):
+        ax.annotate(f"{row['per_ipu_efficiency']:.0%}", (i, row["throughput"]),
+                    textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
+    ax.set_ylabel("throughput (samples per simulated second)")
+    ax.set_title("Throughput per topology (labels: per-IPU efficiency)")
+    ax.grid(True, axis="y", alpha=0.3)
+    paths = [save_png(fig, out / "throughput.png")]
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
+    bottom = [0.0] * len(fitting)
+    for key, label in PARTS:
+        heights = [row[key] * 1e3 for row in fitting]
+        ax.bar(names, heights, bottom=bottom, label=label, width=0.6)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.set_ylabel("step time (ms, simulated)")
+    ax.set_title("Where a step's simulated time goes")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    paths.append(save_png(fig, out / "breakdown.png"))
+    return paths
+
+
+def write(out: Path, title: str, command: str, table: str, images: list[Path]) -> Path:
+    """README.md in ``out``: the title, the command, the simulated-time note, the table,
+    the plots."""
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"# {title}", "", "Made by:", "", "```sh", command, "```", "", SIM_NOTE, "",
+             table, ""]
+    for image in images:
+        lines += [f"![{image.stem}]({image.name})", ""]
+    readme = out / "README.md"
+    readme.write_text("\n".join(lines), encoding="utf-8")
+    return readme

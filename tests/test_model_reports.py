@@ -1,0 +1,78 @@
+"""Workloads train in phantom mode with every part of the step, refuse what does not fit
+in one line, and the pipelining and scaling reports write their README and plots."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cluster.errors import UserError
+from cluster.training.config import TrainConfig
+from cluster.training.memory_plan import OutOfMemory
+from cluster.training.trainer import train
+
+STEP_KEYS = {"sim_seconds", "compute_seconds", "host_io_seconds", "local_allreduce_seconds",
+             "global_allreduce_seconds", "update_seconds", "pipeline_bubble_seconds",
+             "inter_stage_seconds", "stage_compute_seconds"}
+
+
+def ipupod(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cluster.cli.main", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_resnet50_on_a_pod64_reports_every_part_of_its_step():
+    run = ipupod("train", "--model", "resnet50", "--topology", "pod64", "--mode", "phantom",
+                 "--micro-batch", "20", "--gradient-accumulation", "3", "--steps", "1", "--json")
+    assert run.returncode == 0, run.stderr[-2000:]
+    record = json.loads(run.stdout)
+    step = record["steps"][0]
+    assert step.keys() >= STEP_KEYS and record["replicas"] == 64
+    assert step["sim_seconds"] == pytest.approx(sum(
+        step[k] for k in STEP_KEYS - {"sim_seconds", "stage_compute_seconds"}))
+    assert record["throughput_samples_per_sim_second"] == pytest.approx(
+        64 * 20 * 3 / step["sim_seconds"])
+    memory = record["memory_per_ipu"][0]
+    assert memory["total_bytes"] <= memory["capacity_bytes"] == 900_000_000
+
+
+def test_a_model_too_big_for_its_ipus_is_refused_naming_the_stage_and_what_would_help():
+    config = TrainConfig(model="gpt2-xl", topology="pod16", mode="phantom", micro_batch=1,
+                         ipus_per_replica=2, steps=1, replicas_per_server=0)
+    with pytest.raises(OutOfMemory, match=r"stage 0 of 2 .* on IPU r0\.m0\.ipu0.*"
+                                          r"--ipus-per-replica 4"):
+        train(config)
+    fits = train(TrainConfig(model="gpt2-xl", topology="pod16", mode="phantom", micro_batch=1,
+                             ipus_per_replica=16, accumulation=16, steps=1,
+                             replicas_per_server=0, optimizer_state="streaming",
+                             sequence_length=512))
+    assert fits["replicas"] == 1 and len(fits["steps"][0]["stage_compute_seconds"]) == 16
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"model": "bert-large", "mode": "real"}, "phantom mode only"),
+    ({"model": "bert-larg", "mode": "phantom"}, "did you mean 'bert-large'"),
+    ({"model": "mlp", "sequence_length": 128, "mode": "phantom"}, "not to the MLP"),
+    ({"optimizer_state": "streaming", "mode": "phantom"}, "no Streaming Memory"),
+])
+def test_workload_options_that_cannot_work_are_user_errors(changes, words):
+    with pytest.raises(UserError, match=words):
+        train(TrainConfig(**{"servers": 1, "steps": 1, **changes}))
+
+
+def test_the_reports_write_their_readme_and_plots(tmp_path):
+    run = ipupod("pipeline-report", "--model", "bert-base", "--ipus-per-replica", "2,4",
+                 "--micro-batches", "1,4", "--out", str(tmp_path / "pipe"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    readme = (tmp_path / "pipe" / "README.md").read_text()
+    assert "| 4 | 1f1b | 4 |" in readme and "simulated" in readme
+    run = ipupod("scaling-report", "--model", "resnet50", "--micro-batch", "8",
+                 "--topologies", "pod16,pod64", "--out", str(tmp_path / "scale"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    for name in ("pipe/bubble.png", "pipe/throughput.png", "scale/breakdown.png",
+                 "scale/throughput.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = ipupod("scaling-report", "--topologies", "pod16,", "--micro-batch", "x",
+                 "--out", str(tmp_path / "x"))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
