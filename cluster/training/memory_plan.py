@@ -16,7 +16,6 @@ from typing import Any
 
 from cluster.errors import UserError
 from cluster.model.topology import Topology
-from cluster.model.units import format_size
 from cluster.training.config import TrainConfig
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stages import split_layers
@@ -78,13 +77,21 @@ def check_fits(config: TrainConfig, topology: Topology,
     for stage in plan:
         if stage.use.total_bytes <= stage.capacity_bytes:
             continue
-        parts = ", ".join(f"{name.removesuffix('_bytes')} {format_size(value)}B"
+        parts = ", ".join(f"{name.removesuffix('_bytes')} {_decimal(value)}"
                           for name, value in asdict(stage.use).items() if value)
         raise OutOfMemory(
             f"{config.model}: stage {stage.stage} of {len(plan)} ({stage.layers}) needs "
-            f"{format_size(stage.use.total_bytes)}B on IPU {stage.ipu_name}, which has "
-            f"{format_size(stage.capacity_bytes)}B of In-Processor-Memory ({parts}); "
+            f"{_decimal(stage.use.total_bytes)} on IPU {stage.ipu_name}, which has "
+            f"{_decimal(stage.capacity_bytes)} of In-Processor-Memory ({parts}); "
             f"{_advice(config)}")
+
+
+def _decimal(nbytes: int) -> str:
+    """Bytes in decimal units, as the catalogue quotes memory (900 MB, 3.1 GB)."""
+    for unit, factor in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= factor:
+            return f"{nbytes / factor:.3g} {unit}"
+    return f"{nbytes} B"
 
 
 def _advice(config: TrainConfig) -> str:
