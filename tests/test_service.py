@@ -295,6 +295,26 @@ def test_device_manager_acquires_a_partition_and_gives_it_back(service, monkeypa
     assert device.id not in [p.name for p in listed.partitions]
 
 
+def test_the_device_manager_example_runs_against_the_service(service):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "IPUOF_VIPU_API_PORT": str(service["port"]),
+           "IPUPOD_TOKEN_FILE": str(service["token_file"]), "PYTHONPATH": str(root)}
+    env.pop("IPUOF_VIPU_API_PARTITION_ID", None)
+    run = subprocess.run([sys.executable, str(root / "examples" / "device_manager.py"), "4"],
+                         capture_output=True, text=True, timeout=120, cwd=root, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.splitlines()
+    assert re.match(r"device popart-\d+-\d+: IPUs \[\d+, \d+, \d+, \d+\]$", lines[0]), lines
+    assert [line.split()[0] for line in lines[1:]] == [str(1 << 20), str(4 << 20),
+                                                       str(16 << 20)]
+    assert all("simulated" in line and "GB/s" in line for line in lines[1:])
+    listed = service["stub"].ListPartitions(control_pb2.ListPartitionsRequest(),
+                                            metadata=service["auth"])
+    assert not [p.name for p in listed.partitions if p.name.startswith("popart-")]
+
+
 def test_device_manager_takes_the_partition_named_in_the_environment(service, monkeypatch):
     from cluster.errors import UserError
     from cluster.service.device_manager import DeviceManager
