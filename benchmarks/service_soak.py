@@ -47,7 +47,8 @@ def client(stub, auth, index: int, until: float, counts: Counter, lock: threadin
                 mode=mode, collective=rng.choice(["allreduce", "all-gather"])),
                 metadata=auth, timeout=300)
             outcome.append(f"bench_{mode}")
-            outcome += ["wrong_rows"] * sum(r.wrong > 0 for r in result.rows)
+            outcome += ["wrong_rows"] * sum(max(r.wrong, r.in_place_wrong) > 0
+                                            for r in result.rows)
         except grpc.RpcError as error:
             outcome.append(f"refused_{error.code().name}")
         finally:

@@ -1,8 +1,10 @@
 """Acquire IPUs from a running `ipupod serve` the way a PopART application does.
 
-    ipupod serve &                          # in another terminal
-    python examples/device_manager.py 8
+    .venv/bin/ipupod serve                         # in another terminal
+    .venv/bin/python examples/device_manager.py 8
 
+Like every example, it imports the installed package: run it with the Python of the
+virtualenv the package is installed in (``pip install -e .``, as README's quick start does).
 With IPUOF_VIPU_API_PARTITION_ID set, the named partition is used instead of a new one.
 """
 
@@ -10,7 +12,15 @@ from __future__ import annotations
 
 import sys
 
-from cluster.service.device_manager import DeviceManager
+try:
+    from cluster.cli.output import errors_as_lines
+    from cluster.errors import UserError
+    from cluster.service.device_manager import DeviceManager
+except ModuleNotFoundError as missing:  # not the Python the package is installed in
+    print(f"error: cannot import {missing.name!r}: run the examples with the Python of the "
+          "virtualenv the package is installed in (pip install -e .), e.g. "
+          ".venv/bin/python examples/device_manager.py 8", file=sys.stderr)
+    sys.exit(2)
 
 
 def main(ipus: int = 8) -> None:
@@ -24,4 +34,9 @@ def main(ipus: int = 8) -> None:
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:]))
+    with errors_as_lines():  # a mistake (no service, say) is one line, not a traceback
+        args = sys.argv[1:]
+        if len(args) > 1 or (args and not args[0].isdigit()):
+            raise UserError("usage: device_manager.py [IPUS] (IPUS: a power of two, "
+                            "default 8)")
+        main(*(int(a) for a in args))

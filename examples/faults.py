@@ -1,6 +1,6 @@
 """Inject faults into an emulated DSS 8440 and watch it cope.
 
-    python examples/faults.py
+    .venv/bin/python examples/faults.py
 
 1. Degrade one IPU-Link to a quarter of its bandwidth: the same ring allreduce takes longer
    in simulated time, by exactly what the cost model says; the results do not change.
@@ -8,19 +8,30 @@
 3. Kill a card while an allreduce runs: the allreduce fails within seconds, naming the card
    and its IPUs; Ray restarts the card (empty), the POD wires it in, and the next
    allreduce is right.
+
+It imports the installed package: run it with the Python of the virtualenv the package is
+installed in (``pip install -e .``).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import TypedDict
 
-import numpy as np
+try:
+    import numpy as np
 
-from cluster.model.link_faults import find_link
-from ipu_node.errors import DeviceDied
-from ipu_node.pod import EmulatedPod
+    from cluster.cli.output import errors_as_lines
+    from cluster.model.link_faults import find_link
+    from ipu_node.errors import DeviceDied
+    from ipu_node.pod import EmulatedPod
+except ModuleNotFoundError as missing:  # not the Python the package is installed in
+    print(f"error: cannot import {missing.name!r}: run the examples with the Python of the "
+          "virtualenv the package is installed in (pip install -e .), e.g. "
+          ".venv/bin/python examples/faults.py", file=sys.stderr)
+    sys.exit(2)
 
 
 class _Failure(TypedDict, total=False):
@@ -83,4 +94,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with errors_as_lines():
+        main()

@@ -1,23 +1,32 @@
 """Launch an emulated POD, allreduce real arrays on it, and read where the time went.
 
-    python examples/real_allreduce.py            # two DSS 8440 servers, local Ray
-    python examples/real_allreduce.py pod16      # any preset or YAML topology
+    .venv/bin/python examples/real_allreduce.py          # two DSS 8440 servers, local Ray
+    .venv/bin/python examples/real_allreduce.py pod16    # any preset or YAML topology
 
 Each of the 32 IPUs holds one replica's gradient; the allreduce (``auto``: the algorithm the
 cost model finds fastest for this size, printed; on two servers halving_doubling) reduces
 them over IPU-Links inside each server and over InfiniBand between servers, moving the
 bytes between the card actors over their links. The timing record gives simulated seconds per phase
 (what the hardware would take), wall seconds (what the emulation took) and the bytes that
-crossed each type of link.
+crossed each type of link. It imports the installed package: run it with the Python of
+the virtualenv the package is installed in (``pip install -e .``).
 """
 
 from __future__ import annotations
 
 import sys
 
-import numpy as np
+try:
+    import numpy as np
 
-from ipu_node.pod import EmulatedPod
+    from cluster.cli.output import errors_as_lines
+    from cluster.errors import UserError
+    from ipu_node.pod import EmulatedPod
+except ModuleNotFoundError as missing:  # not the Python the package is installed in
+    print(f"error: cannot import {missing.name!r}: run the examples with the Python of the "
+          "virtualenv the package is installed in (pip install -e .), e.g. "
+          ".venv/bin/python examples/real_allreduce.py", file=sys.stderr)
+    sys.exit(2)
 
 
 def main(spec: str = "dss8440x2") -> None:
@@ -42,4 +51,8 @@ def main(spec: str = "dss8440x2") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    with errors_as_lines():  # a mistake (an unknown topology, say) is one line
+        if len(sys.argv) > 2:
+            raise UserError("usage: real_allreduce.py [TOPOLOGY] (a preset or a YAML file, "
+                            "default dss8440x2)")
+        main(*sys.argv[1:])

@@ -1,16 +1,22 @@
 """The benchmark harness: one loop for every collective, rows like nccl-tests'.
 
-``size count type redop algorithm time algbw busbw wall`` where ``time`` is *simulated*
-microseconds on the emulated hardware, ``algbw = size / time`` and ``busbw = algbw x`` the
-collective's bus factor (nccl-tests' convention, decimal GB/s), and ``wall`` is how many
-seconds of this machine it took to plan and cost the collective.
+Per size: ``size count type redop algorithm``, then an out-of-place group (the result in a
+tensor of its own) and an in-place group (the result over the input), each ``time algbw
+busbw wall #wrong`` as nccl-tests prints them. ``time`` is *simulated* microseconds on the
+emulated hardware, ``algbw = size / time`` and ``busbw = algbw x`` the collective's bus
+factor (nccl-tests' convention, decimal GB/s); the simulated figures of the two groups are
+the same by construction (the schedule does not depend on where the result goes).
+``wall`` is seconds of this machine: in real mode the collective on the devices, measured
+for each placement; in phantom mode the planning and costing, done once for both.
+``#wrong`` counts result elements that differ from NumPy's (real mode; ``N/A`` when not
+checked, as nccl-tests prints it).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -25,12 +31,17 @@ from gcl.reference import expected
 
 MAX_SIZES = 64
 MAX_RANK_LINES = 64  # ranks listed one per line above the table
+MAX_RUNS = 10_000  # -n (timed runs) and -w (warm-up runs) per size, at most
 NO_OP = "none"  # the redop of a collective that reduces nothing (nccl-tests' word)
 
 
 @dataclass(frozen=True)
 class BenchRow:
-    """One size of a benchmark sweep (both clocks named: sim_ vs wall_)."""
+    """One size of a benchmark sweep (both clocks named: sim_ vs wall_). The simulated
+    figures hold for both placements; ``wall_seconds`` and ``wrong`` are the out-of-place
+    run's, ``in_place_wall_seconds`` and ``in_place_wrong`` the in-place run's. ``wrong``:
+    result elements that differ from NumPy's; None in phantom mode (no data), -1 when the
+    check was off (``-c 0``)."""
 
     collective: str
     bytes: int
@@ -44,14 +55,29 @@ class BenchRow:
     algbw_GBps: float
     busbw_GBps: float
     wall_seconds: float
+    in_place_wall_seconds: float
     phases: list[dict] = field(default_factory=list)
     link_type_bytes: dict[str, float] = field(default_factory=dict)
-    wrong: int | None = None  # real mode: result elements that differ from NumPy's
+    wrong: int | None = None
+    in_place_wrong: int | None = None
 
 
-def make_row(coll: Collective, schedule, timing, group: CommGroup, op: str, wall_seconds: float,
-             link_type_bytes: dict[str, float], wrong: int | None = None) -> BenchRow:
-    """A table row: the schedule's bytes (nccl-tests' size), simulated time and bandwidths."""
+@dataclass(frozen=True)
+class Measured:
+    """What one placement (out of place or in place) of a size cost on this machine: wall
+    seconds (the mean of the timed runs) and wrong elements (see :class:`BenchRow`)."""
+
+    wall_seconds: float
+    wrong: int | None = None
+
+
+def make_row(coll: Collective, schedule, timing, group: CommGroup, op: str,
+             link_type_bytes: dict[str, float], out_of_place: Measured,
+             in_place: Measured | None = None) -> BenchRow:
+    """A table row: the schedule's bytes (nccl-tests' size), simulated time and bandwidths,
+    and each placement's measurements (``in_place`` None: the one costing stands for both,
+    as in phantom mode)."""
+    in_place = in_place or out_of_place
     n = schedule.group_size
     nbytes = coll.bytes_for_count(schedule.count, n, schedule.itemsize)
     algbw = nbytes / timing.sim_seconds / 1e9 if timing.sim_seconds > 0 else 0.0
@@ -60,10 +86,11 @@ def make_row(coll: Collective, schedule, timing, group: CommGroup, op: str, wall
         type=schedule.dtype, op=op if coll.reduces else NO_OP, algorithm=schedule.algorithm,
         group=str(group),
         group_size=n, sim_seconds=timing.sim_seconds, algbw_GBps=algbw,
-        busbw_GBps=algbw * coll.bus_factor(n) if n > 1 else 0.0, wall_seconds=wall_seconds,
+        busbw_GBps=algbw * coll.bus_factor(n) if n > 1 else 0.0,
+        wall_seconds=out_of_place.wall_seconds, in_place_wall_seconds=in_place.wall_seconds,
         phases=[{"label": p.label, "scope": p.scope, "steps": p.steps, "sim_seconds": p.seconds}
                 for p in timing.phases],
-        link_type_bytes=link_type_bytes, wrong=wrong)
+        link_type_bytes=link_type_bytes, wrong=out_of_place.wrong, in_place_wrong=in_place.wrong)
 
 
 def sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
@@ -85,6 +112,16 @@ def sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
     return out
 
 
+def check_runs(iterations: int, warmup: int) -> None:
+    """Refuse timed (``-n``) or warm-up (``-w``) run counts out of range, saying the range."""
+    if not 1 <= iterations <= MAX_RUNS:
+        raise UserError(f"the timed runs per size (-n, iterations) must be 1 to {MAX_RUNS:,}, "
+                        f"not {iterations}")
+    if not 0 <= warmup <= MAX_RUNS:
+        raise UserError(f"the warm-up runs per size (-w, warmup) must be 0 to {MAX_RUNS:,}, "
+                        f"not {warmup}")
+
+
 def run_phantom(coll: Collective, topology: Topology, byte_sizes: list[int], *,
                 dtype: str = "float32", op: str = "sum", algorithm_name: str = AUTO,
                 group: CommGroup = CommGroup(), root: int = 0,
@@ -102,35 +139,63 @@ def run_phantom(coll: Collective, topology: Topology, byte_sizes: list[int], *,
         schedule, timing = plan_timed(coll, topology, count, dtype=dtype,
                                       algorithm_name=algorithm_name, group=group, root=root,
                                       on_phase=on_phase, ipus=ipus)
-        yield make_row(coll, schedule, timing, group, op, time.perf_counter() - started,
-                       timing.link_type_bytes)
+        yield make_row(coll, schedule, timing, group, op, timing.link_type_bytes,
+                       Measured(time.perf_counter() - started))
 
 
-HEADER = (f"{'size(B)':>12} {'count':>12} {'type':>8} {'redop':>6} {'algorithm':>24} "
-          f"{'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'wall(s)':>9}")
-REAL_HEADER = HEADER + f" {'#wrong':>7}"
+# (name, unit, width): the columns before the placement groups, and those of each group
+_SIZE_COLUMNS = (("size", "(B)", 12), ("count", "(elements)", 12), ("type", "", 7),
+                 ("redop", "", 6), ("algorithm", "", 23))
+_GROUP_COLUMNS = (("time", "(us)", 10), ("algbw", "(GB/s)", 7), ("busbw", "(GB/s)", 7),
+                  ("wall", "(s)", 8), ("#wrong", "", 6))
+_GAP = "  "  # between the column groups
 
 
-def table_header(mode: str) -> str:
-    """The column names as a comment line (``#wrong`` too in real mode)."""
-    return "# " + (REAL_HEADER if mode == "real" else HEADER)[2:]
+def _columns(columns: Sequence[tuple[str, str, int]], which: int) -> str:
+    """Line ``which`` (0: names, 1: units) of ``columns``, right-aligned as the rows."""
+    return " ".join(f"{column[which]:>{column[2]}}" for column in columns)
+
+
+def table_header() -> str:
+    """The column headings as three comment lines, as nccl-tests prints them: the
+    placement over each group, the column names, their units."""
+    size_width = len(_columns(_SIZE_COLUMNS, 0))
+    group_width = len(_columns(_GROUP_COLUMNS, 0))
+    lines = [" " * size_width + _GAP + f"{'out-of-place':^{group_width}}" + _GAP
+             + f"{'in-place':^{group_width}}"]
+    for which in (0, 1):
+        group = _columns(_GROUP_COLUMNS, which)
+        lines.append(_columns(_SIZE_COLUMNS, which) + _GAP + group + _GAP + group)
+    return "\n".join("#" + line[1:].rstrip() for line in lines)
+
+
+def _measures(row: BenchRow, wall_seconds: float, wrong: int | None) -> str:
+    """One placement's group of a row: the simulated figures, wall seconds, #wrong."""
+    shown = "N/A" if wrong is None or wrong < 0 else wrong  # phantom mode, or -c 0
+    widths = [width for _, _, width in _GROUP_COLUMNS]
+    return " ".join([f"{row.sim_seconds * 1e6:>{widths[0]}.2f}",
+                     f"{row.algbw_GBps:>{widths[1]}.2f}", f"{row.busbw_GBps:>{widths[2]}.2f}",
+                     f"{wall_seconds:>{widths[3]}.3f}", f"{shown:>{widths[4]}}"])
 
 
 def format_row(row: BenchRow) -> str:
     """One row of the table, under :func:`table_header`'s columns."""
-    line = (f"{row.bytes:>12} {row.count:>12} {row.type:>8} {row.op:>6} {row.algorithm:>24} "
-            f"{row.sim_seconds * 1e6:>12.2f} {row.algbw_GBps:>12.2f} {row.busbw_GBps:>12.2f} "
-            f"{row.wall_seconds:>9.3f}")
-    if row.wrong is None:
-        return line
-    return line + f" {row.wrong if row.wrong >= 0 else 'N/A':>7}"  # -1: not checked (-c 0)
+    widths = [width for _, _, width in _SIZE_COLUMNS]
+    size = " ".join(f"{value:>{width}}" for value, width in zip(
+        (row.bytes, row.count, row.type, row.op, row.algorithm), widths))
+    return (size + _GAP + _measures(row, row.wall_seconds, row.wrong) + _GAP
+            + _measures(row, row.in_place_wall_seconds, row.in_place_wrong))
 
 
 def bench_inputs(count: int, replicas: int, dtype: str, seed: int = 0) -> list[np.ndarray]:
     """Inputs whose reductions are exact in any order (small integers), as nccl-tests
     chooses, so that ``#wrong`` counts real errors, not rounding."""
-    base = np.arange(count, dtype=np.int64)
-    return [((base + r + seed) % 8).astype(DTYPES[dtype]) for r in range(replicas)]
+    return [bench_input(count, r, dtype, seed) for r in range(replicas)]
+
+
+def bench_input(count: int, replica: int, dtype: str, seed: int = 0) -> np.ndarray:
+    """Replica ``replica``'s input of :func:`bench_inputs` (a device builds its own)."""
+    return ((np.arange(count, dtype=np.int64) + replica + seed) % 8).astype(DTYPES[dtype])
 
 
 def count_wrong(schedule, results: list[np.ndarray], inputs: list[np.ndarray], op: str,
@@ -151,35 +216,51 @@ def count_wrong(schedule, results: list[np.ndarray], inputs: list[np.ndarray], o
 
 def preamble(coll: Collective, topology: Topology, group: CommGroup, mode: str,
              root: int = 0) -> str:
-    """The lines above a standalone run's table: topology, mode, groups, clocks, columns."""
-    groups = replica_groups(topology, group)
-    rooted = f", root {root}" if coll.name == "broadcast" else ""
+    """The lines above a standalone run's table: topology, mode, groups, ranks, clocks,
+    columns."""
+    groups = [g.tolist() for g in replica_groups(topology, group)]
+    where = f"topology {topology.name} ({plural(topology.ipu_count, 'IPU')})"
+    return heading(f"# ipupod bench {coll.name}: {where}, mode {mode}, "
+                   f"{groups_words(coll.name, str(group), groups, root)}",
+                   rank_lines(groups, topology.ipu_name), "this machine")
+
+
+def groups_words(collective: str, group: str, groups: Sequence[Sequence[int]],
+                 root: int = 0) -> str:
+    """``group all (1 x 16 IPUs)``, and the root of a broadcast."""
+    rooted = f", root {root}" if collective == "broadcast" else ""
+    return f"group {group} ({len(groups)} x {plural(len(groups[0]), 'IPU')}){rooted}"
+
+
+def heading(title: str, ranks: list[str], wall_on: str) -> str:
+    """The lines above a table: ``title``, the ranks' IPUs, what each clock and column
+    group is (wall seconds ``on`` this machine or the service), the column headings."""
     return "\n".join([
-        f"# ipupod bench {coll.name}: topology {topology.name} "
-        f"({plural(topology.ipu_count, 'IPU')}), "
-        f"mode {mode}, group {group} ({len(groups)} x {plural(len(groups[0]), 'IPU')}){rooted}",
-        *rank_lines(topology, groups),
-        "# time, algbw, busbw: simulated on the emulated hardware; wall: seconds on this machine",
+        title, *ranks,
+        f"# time, algbw, busbw: simulated on the emulated hardware; wall: seconds on {wall_on}",
+        "# out-of-place: the result in a tensor of its own; in-place: over the input "
+        "(simulated: the same)",
         "#",
-        table_header(mode),
+        table_header(),
     ])
 
 
-def rank_lines(topology: Topology, groups: list[np.ndarray]) -> list[str]:
+def rank_lines(groups: Sequence[Sequence[int]], ipu_name: Callable[[int], str]) -> list[str]:
     """Which IPU each rank runs on, as nccl-tests lists ranks and devices: a line per rank
     up to :data:`MAX_RANK_LINES` ranks, else one line saying how they are laid out."""
     ranks = sum(len(g) for g in groups)
     if ranks > MAX_RANK_LINES:
-        first = groups[0].tolist()
+        first = list(groups[0])
         return [f"#  {plural(ranks, 'rank')} in {plural(len(groups), 'group')}; group 0 on "
                 f"IPUs {first[0]}, {first[1] if len(first) > 1 else ''}... (listed up to "
                 f"{MAX_RANK_LINES} ranks)"]
-    return [f"#  Rank {rank:>3} Group {g:>3} on IPU {ipu:>4} {topology.ipu_name(ipu)}"
-            for g, members in enumerate(groups) for rank, ipu in enumerate(members.tolist())]
+    return [f"#  Rank {rank:>3} Group {g:>3} on IPU {ipu:>4} {ipu_name(ipu)}"
+            for g, members in enumerate(groups) for rank, ipu in enumerate(members)]
 
 
 def summary_line(rows: list[BenchRow]) -> str:
-    """The line below the table: the average bus bandwidth over the sizes."""
+    """The lines below the table: the average bus bandwidth over the sizes, and
+    nccl-tests' out-of-bounds count."""
     if not rows:
         return "# no sizes"
     average = sum(r.busbw_GBps for r in rows) / len(rows)
@@ -190,12 +271,14 @@ def summary_line(rows: list[BenchRow]) -> str:
 
 
 def out_of_bounds_line(rows: list[BenchRow]) -> str:
-    """nccl-tests' last line: how many result elements differ from the reference."""
-    if any(r.wrong is None for r in rows):
+    """nccl-tests' last line: how many result elements differ from the reference, out of
+    place and in place together."""
+    counts = [w for r in rows for w in (r.wrong, r.in_place_wrong)]
+    if any(w is None for w in counts):
         return "# Out of bounds values : not checked (phantom mode moves no data)"
-    if any(r.wrong is not None and r.wrong < 0 for r in rows):
+    if any(w is not None and w < 0 for w in counts):
         return "# Out of bounds values : not checked (-c 0)"
-    wrong = sum(r.wrong or 0 for r in rows)
+    wrong = sum(w or 0 for w in counts)
     return f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}"
 
 

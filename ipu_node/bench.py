@@ -1,59 +1,124 @@
 """Benchmark rows in real mode: each size runs on a launched POD's devices with real data,
-and its results are checked against NumPy (the ``#wrong`` column). The rows, sizes and
-table are :mod:`gcl.bench`'s, shared with phantom mode."""
+out of place then in place as nccl-tests runs them, and each placement's results are
+checked against NumPy (the ``#wrong`` columns). The rows, sizes and table are
+:mod:`gcl.bench`'s, shared with phantom mode."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
-from cluster.errors import UserError
-from gcl.bench import BenchRow, bench_inputs, count_wrong, make_row
+from gcl.bench import (
+    BenchRow,
+    Measured,
+    bench_input,
+    bench_inputs,
+    check_runs,
+    count_wrong,
+    make_row,
+)
 from gcl.collectives import Collective, check_op, dtype_itemsize
 from gcl.groups import CommGroup
 from gcl.planner import AUTO, replica_groups
-from ipu_node.executor import run_collective
+from ipu_node.executor import CollectiveResult, run_collective
 from ipu_node.pod import EmulatedPod
+from ipu_node.store import TensorStore
+
+BENCH_IN, BENCH_OUT = "bench.in", "bench.out"  # the tensors a bench leaves on the IPUs
+BENCH_TENSORS = (BENCH_IN, BENCH_OUT)
 
 
 def run_real(pod: EmulatedPod, coll: Collective, byte_sizes: list[int], *, dtype: str = "float32",
              op: str = "sum", algorithm_name: str = AUTO, group: CommGroup = CommGroup(),
              root: int = 0, ipus: list[int] | None = None, iterations: int = 1,
              warmup: int = 0, check: bool = True) -> Iterator[BenchRow]:
-    """Run each size on the POD's devices with real data and yield its row (``wall`` is the
-    collective alone, the mean of ``iterations`` runs after ``warmup`` untimed ones, as
-    nccl-tests' ``-n`` and ``-w``; inputs are placed on the IPUs first, the last run's
-    results checked after unless ``check`` is off: then ``wrong`` is -1).
-    ``ipus``: the replicas' IPUs (default: all)."""
-    if iterations < 1 or warmup < 0:
-        raise UserError("-n (iterations) is 1 or more and -w (warm-up runs) 0 or more")
+    """Run each size on the POD's devices with real data and yield its row: out of place
+    (the result in tensor ``bench.out``), then in place (over ``bench.in``). Each
+    placement's ``wall`` is the collective alone, the mean of ``iterations`` runs after
+    ``warmup`` untimed ones, as nccl-tests' ``-n`` and ``-w``; the last run's results are
+    checked unless ``check`` is off (then ``wrong`` is -1). ``ipus``: the replicas' IPUs
+    (default: all)."""
+    check_runs(iterations, warmup)
     check_op(op)
     itemsize = dtype_itemsize(dtype)
     targets = list(range(pod.topology.ipu_count)) if ipus is None else list(ipus)
-    groups = replica_groups(pod.topology, group, np.array(targets))
-    n = len(groups[0])
+    n = len(replica_groups(pod.topology, group, np.array(targets))[0])
     root = root if coll.name == "broadcast" else 0
+    options: dict[str, Any] = dict(algorithm=algorithm_name, group=group, op=op, root=root,
+                                   ipus=targets)
     counts = [coll.count_for_bytes(size, n, itemsize) for size in byte_sizes]
     for count in dict.fromkeys(counts):
         per_replica = count * (n if coll.blocks_per_size and coll.name != "all-gather" else 1)
-        inputs = bench_inputs(per_replica, len(targets), dtype)
-        pod.put("bench.in", inputs, ipus=targets)
-        walls = []
-        for run in range(warmup + iterations):
-            result = run_collective(pod, coll.name, "bench.in", output="bench.out",
-                                    algorithm=algorithm_name, group=group, op=op, root=root,
-                                    ipus=targets)
-            if run >= warmup:
-                walls.append(result.wall_seconds)
-        wall = sum(walls) / len(walls)
-        if not check:
-            yield make_row(coll, result.schedule, result.timing, group, op, wall,
-                           result.link_type_bytes, -1)
-            continue
-        outputs = dict(zip(targets, pod.get("bench.out", targets)))
-        by_ipu = dict(zip(targets, inputs))
-        ordered = [by_ipu[i] for members in result.schedule.groups for i in members.tolist()]
-        got = [outputs[i] for members in result.schedule.groups for i in members.tolist()]
-        yield make_row(coll, result.schedule, result.timing, group, op, wall,
-                       result.link_type_bytes, count_wrong(result.schedule, got, ordered, op, root))
+        runs = (per_replica, dtype, iterations, warmup)
+        inputs = bench_inputs(per_replica, len(targets), dtype) if check else []
+        result, wall = _timed(pod, coll, BENCH_OUT, runs, options)
+        out_of_place = Measured(wall, _wrong(pod, result, inputs, BENCH_OUT, options)
+                                if check else -1)
+        free_tensors(pod, [BENCH_OUT], targets)  # room for the in-place runs
+        again, wall = _timed(pod, coll, BENCH_IN, runs, options)
+        in_place = Measured(wall, _wrong(pod, again, inputs, BENCH_IN, options)
+                            if check else -1)
+        yield make_row(coll, result.schedule, result.timing, group, op,
+                       result.link_type_bytes, out_of_place, in_place)
+
+
+def _timed(pod: EmulatedPod, coll: Collective, output: str, runs: tuple[int, str, int, int],
+           options: dict[str, Any]) -> tuple[CollectiveResult, float]:
+    """``runs = (count, dtype, iterations, warmup)``: ``warmup`` then ``iterations`` runs
+    from tensor ``bench.in`` (``count`` elements of ``dtype`` per replica) into ``output``;
+    the last run and the mean wall seconds of the timed ones. The devices place the inputs
+    (untimed): before the first run, and in place before each run, as a run leaves its
+    result over them."""
+    count, dtype, iterations, warmup = runs
+    walls = []
+    for run in range(warmup + iterations):
+        if run == 0 or output == BENCH_IN:
+            _place_inputs(pod, options["ipus"], count, dtype)
+        result = run_collective(pod, coll.name, BENCH_IN, output=output, **options)
+        if run >= warmup:
+            walls.append(result.wall_seconds)
+    return result, sum(walls) / len(walls)
+
+
+def _place_inputs(pod: EmulatedPod, targets: Sequence[int], count: int, dtype: str) -> None:
+    """Each device builds its replicas' :func:`gcl.bench.bench_input` as tensor
+    ``bench.in``: nothing crosses from here, and the tensor is the device's own (writable,
+    so an allreduce in place works in it, with no copy)."""
+    by_device: dict[int, dict[int, int]] = defaultdict(dict)
+    for replica, ipu in enumerate(targets):
+        by_device[pod.owner[ipu]][int(ipu)] = replica
+    pod.call("execute", {d: (_fill, replicas, count, dtype)
+                         for d, replicas in by_device.items()}, deadline_s=60)
+
+
+def _fill(store: TensorStore, replicas: dict[int, int], count: int, dtype: str) -> None:
+    """On a device: store replica ``replicas[ipu]``'s bench input on each IPU ``ipu``."""
+    for ipu, replica in replicas.items():
+        store.put(ipu, BENCH_IN, bench_input(count, replica, dtype))
+
+
+def _wrong(pod: EmulatedPod, result: CollectiveResult, inputs: list[np.ndarray], output: str,
+           options: dict[str, Any]) -> int:
+    """Elements of tensor ``output`` (on the replicas' IPUs) that differ from NumPy's."""
+    targets = options["ipus"]
+    outputs = dict(zip(targets, pod.get(output, targets)))
+    by_ipu = dict(zip(targets, inputs))
+    ordered = [by_ipu[i] for members in result.schedule.groups for i in members.tolist()]
+    got = [outputs[i] for members in result.schedule.groups for i in members.tolist()]
+    return count_wrong(result.schedule, got, ordered, options["op"], options["root"])
+
+
+def free_tensors(pod: EmulatedPod, names: Sequence[str], ipus: Sequence[int]) -> None:
+    """Drop tensors ``names`` from ``ipus`` where they are held (a round of calls per IPU
+    of a device)."""
+    by_device: dict[int, list[int]] = defaultdict(list)
+    for ipu in ipus:
+        by_device[pod.owner[ipu]].append(int(ipu))
+    rounds = max((len(held) for held in by_device.values()), default=0)
+    for name in names:
+        for k in range(rounds):
+            calls = {d: (held[k], name) for d, held in by_device.items() if k < len(held)}
+            pod.call("free", calls, deadline_s=60)

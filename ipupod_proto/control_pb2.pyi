@@ -149,7 +149,7 @@ class TopologySummary(_message.Message):
     def __init__(self, json: _Optional[str] = ...) -> None: ...
 
 class BenchmarkRequest(_message.Message):
-    __slots__ = ("partition", "collective", "min_bytes", "max_bytes", "factor", "algorithm", "dtype", "op", "mode", "group", "root")
+    __slots__ = ("partition", "collective", "min_bytes", "max_bytes", "factor", "algorithm", "dtype", "op", "mode", "group", "root", "iterations", "warmup", "check")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
     MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -161,6 +161,9 @@ class BenchmarkRequest(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     ROOT_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    WARMUP_FIELD_NUMBER: _ClassVar[int]
+    CHECK_FIELD_NUMBER: _ClassVar[int]
     partition: str
     collective: str
     min_bytes: int
@@ -172,7 +175,10 @@ class BenchmarkRequest(_message.Message):
     mode: str
     group: str
     root: int
-    def __init__(self, partition: _Optional[str] = ..., collective: _Optional[str] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., factor: _Optional[float] = ..., algorithm: _Optional[str] = ..., dtype: _Optional[str] = ..., op: _Optional[str] = ..., mode: _Optional[str] = ..., group: _Optional[str] = ..., root: _Optional[int] = ...) -> None: ...
+    iterations: int
+    warmup: int
+    check: bool
+    def __init__(self, partition: _Optional[str] = ..., collective: _Optional[str] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., factor: _Optional[float] = ..., algorithm: _Optional[str] = ..., dtype: _Optional[str] = ..., op: _Optional[str] = ..., mode: _Optional[str] = ..., group: _Optional[str] = ..., root: _Optional[int] = ..., iterations: _Optional[int] = ..., warmup: _Optional[int] = ..., check: _Optional[bool] = ...) -> None: ...
 
 class KillCardRequest(_message.Message):
     __slots__ = ("card",)
@@ -237,7 +243,7 @@ class FaultState(_message.Message):
     def __init__(self, links: _Optional[_Iterable[_Union[LinkFault, _Mapping]]] = ..., cards: _Optional[_Iterable[_Union[CardState, _Mapping]]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class BenchmarkRow(_message.Message):
-    __slots__ = ("bytes", "count", "type", "op", "algorithm", "sim_seconds", "algbw_GBps", "busbw_GBps", "wall_seconds", "wrong", "json")
+    __slots__ = ("bytes", "count", "type", "op", "algorithm", "sim_seconds", "algbw_GBps", "busbw_GBps", "wall_seconds", "wrong", "json", "in_place_wall_seconds", "in_place_wrong")
     BYTES_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -249,6 +255,8 @@ class BenchmarkRow(_message.Message):
     WALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     WRONG_FIELD_NUMBER: _ClassVar[int]
     JSON_FIELD_NUMBER: _ClassVar[int]
+    IN_PLACE_WALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    IN_PLACE_WRONG_FIELD_NUMBER: _ClassVar[int]
     bytes: int
     count: int
     type: str
@@ -260,18 +268,36 @@ class BenchmarkRow(_message.Message):
     wall_seconds: float
     wrong: int
     json: str
-    def __init__(self, bytes: _Optional[int] = ..., count: _Optional[int] = ..., type: _Optional[str] = ..., op: _Optional[str] = ..., algorithm: _Optional[str] = ..., sim_seconds: _Optional[float] = ..., algbw_GBps: _Optional[float] = ..., busbw_GBps: _Optional[float] = ..., wall_seconds: _Optional[float] = ..., wrong: _Optional[int] = ..., json: _Optional[str] = ...) -> None: ...
+    in_place_wall_seconds: float
+    in_place_wrong: int
+    def __init__(self, bytes: _Optional[int] = ..., count: _Optional[int] = ..., type: _Optional[str] = ..., op: _Optional[str] = ..., algorithm: _Optional[str] = ..., sim_seconds: _Optional[float] = ..., algbw_GBps: _Optional[float] = ..., busbw_GBps: _Optional[float] = ..., wall_seconds: _Optional[float] = ..., wrong: _Optional[int] = ..., json: _Optional[str] = ..., in_place_wall_seconds: _Optional[float] = ..., in_place_wrong: _Optional[int] = ...) -> None: ...
+
+class RankPlacement(_message.Message):
+    __slots__ = ("group", "rank", "ipu", "ipu_name")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    IPU_FIELD_NUMBER: _ClassVar[int]
+    IPU_NAME_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    rank: int
+    ipu: int
+    ipu_name: str
+    def __init__(self, group: _Optional[int] = ..., rank: _Optional[int] = ..., ipu: _Optional[int] = ..., ipu_name: _Optional[str] = ...) -> None: ...
 
 class BenchmarkResult(_message.Message):
-    __slots__ = ("partition", "ipus", "collective", "mode", "rows")
+    __slots__ = ("partition", "ipus", "collective", "mode", "rows", "ranks", "group")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     IPUS_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     partition: str
     ipus: int
     collective: str
     mode: str
     rows: _containers.RepeatedCompositeFieldContainer[BenchmarkRow]
-    def __init__(self, partition: _Optional[str] = ..., ipus: _Optional[int] = ..., collective: _Optional[str] = ..., mode: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[BenchmarkRow, _Mapping]]] = ...) -> None: ...
+    ranks: _containers.RepeatedCompositeFieldContainer[RankPlacement]
+    group: str
+    def __init__(self, partition: _Optional[str] = ..., ipus: _Optional[int] = ..., collective: _Optional[str] = ..., mode: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[BenchmarkRow, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[RankPlacement, _Mapping]]] = ..., group: _Optional[str] = ...) -> None: ...

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-JSON_KEYS = {"bytes", "algorithm", "sim_seconds", "algbw_GBps", "busbw_GBps", "wall_seconds"}
+JSON_KEYS = {"bytes", "algorithm", "sim_seconds", "algbw_GBps", "busbw_GBps", "wall_seconds",
+             "in_place_wall_seconds", "wrong", "in_place_wrong"}
 
 
 def ipupod(*args, check=True):
@@ -23,9 +24,17 @@ def test_bench_prints_an_nccl_tests_style_table_on_the_default_topology():
     lines = [line for line in out.splitlines() if not line.startswith("#")]
     assert len(lines) == 3
     assert "dss8440x2 (32 IPUs)" in out and "simulated" in out
-    assert "size(B)" in out and "busbw(GB/s)" in out
-    size, count, dtype, op, algorithm = lines[0].split()[:5]
+    groups, names, units = [line for line in out.splitlines() if line.startswith("#")][-5:-2]
+    assert groups.split() == ["#", "out-of-place", "in-place"]
+    assert names.split()[1:6] == ["size", "count", "type", "redop", "algorithm"]
+    assert names.split()[6:] == ["time", "algbw", "busbw", "wall", "#wrong"] * 2
+    assert units.split()[1:] == ["(B)", "(elements)"] + ["(us)", "(GB/s)", "(GB/s)", "(s)"] * 2
+    fields = lines[0].split()
+    size, count, dtype, op, algorithm = fields[:5]
     assert (size, count, dtype, op) == ("1048576", "262144", "float32", "sum")
+    out_of_place, in_place = fields[5:10], fields[10:15]
+    assert out_of_place[:3] == in_place[:3]  # simulated: the same, by construction
+    assert out_of_place[4] == in_place[4] == "N/A"  # phantom mode checks nothing
     from cluster.model.presets import build_preset
     from gcl import plan
 
@@ -136,7 +145,8 @@ def test_real_mode_bench_moves_data_and_counts_no_wrong_elements():
     assert "mode real" in out and "#wrong" in out
     rows = [line.split() for line in out.splitlines() if not line.startswith("#")]
     assert [row[0] for row in rows] == ["4096", "65536"]
-    assert all(row[-1] == "0" for row in rows)
+    assert all(row[9] == row[14] == "0" for row in rows)  # out of place and in place
+    assert "# Out of bounds values : 0 OK" in out
 
 
 def test_real_mode_json_has_a_wrong_key_and_the_same_simulated_time_as_phantom():
@@ -144,8 +154,10 @@ def test_real_mode_json_has_a_wrong_key_and_the_same_simulated_time_as_phantom()
             "--algorithm", "ring", "--json"]
     real = json.loads(ipupod(*args, "--mode", "real").stdout)[0]
     phantom = json.loads(ipupod(*args).stdout)[0]
-    assert real["wrong"] == 0
+    assert real["wrong"] == real["in_place_wrong"] == 0
+    assert real["in_place_wall_seconds"] > 0
     assert real["sim_seconds"] == phantom["sim_seconds"]
+    assert phantom["wrong"] is None and phantom["in_place_wrong"] is None
 
 
 @pytest.mark.parametrize("args, words", [

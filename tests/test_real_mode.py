@@ -225,8 +225,30 @@ def test_bench_runs_warmups_and_iterations_and_can_skip_the_check(pods):
     [thrice] = run_real(pod, ALLREDUCE, [1 << 16], algorithm_name="clockwise_ring",
                         iterations=2, warmup=1, check=False)
     after = sum(c["supersteps"] for s in pod.stats() for c in s["counters"].values())
-    assert once.wrong == 0 and thrice.wrong == -1  # -1: not checked
-    assert after - middle == 3 * (middle - before)  # one warm-up and two timed runs
+    assert once.wrong == once.in_place_wrong == 0
+    assert thrice.wrong == thrice.in_place_wrong == -1  # -1: not checked
+    # each placement, out of place and in place: one warm-up and two timed runs
+    assert after - middle == 3 * (middle - before)
     assert thrice.sim_seconds == once.sim_seconds
     with pytest.raises(UserError, match="-n"):
         list(run_real(pod, ALLREDUCE, [1 << 16], iterations=0))
+    with pytest.raises(UserError, match="-w"):
+        list(run_real(pod, ALLREDUCE, [1 << 16], warmup=10_001))
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "reduce-scatter", "all-gather"])
+def test_bench_in_place_starts_each_run_from_the_inputs_and_leaves_the_result_over_them(
+        pods, collective):
+    from gcl.bench import bench_inputs
+    from gcl.collectives import COLLECTIVES
+    from ipu_node.bench import BENCH_IN, run_real
+
+    pod = pods["dss8440"]
+    [row] = run_real(pod, COLLECTIVES[collective], [1 << 16], dtype="int32", iterations=3,
+                     warmup=1)
+    assert row.wrong == row.in_place_wrong == 0  # not sums of sums, nor a shape gone wrong
+    n = pod.topology.ipu_count
+    per_replica = row.count // (n if collective == "all-gather" else 1)
+    arrays = bench_inputs(per_replica, n, "int32")
+    for got, want in zip(pod.get(BENCH_IN), expected(collective, arrays, "sum", 0)):
+        np.testing.assert_array_equal(got, want)

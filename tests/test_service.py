@@ -251,9 +251,11 @@ def test_hostile_partition_requests_get_the_right_errors(service, name, size, gc
        min_bytes=st.integers(0, 2**64 - 1), max_bytes=st.integers(0, 2**64 - 1),
        factor=st.floats(allow_nan=True, allow_infinity=True),
        words=st.lists(st.text(max_size=12), min_size=5, max_size=5),
-       root=st.integers(0, 2**32 - 1))
+       root=st.integers(0, 2**32 - 1),
+       runs=st.tuples(st.integers(-(2**31), 2**31 - 1), st.integers(-(2**31), 2**31 - 1),
+                      st.sampled_from([{}, {"check": True}, {"check": False}])))
 def test_hostile_benchmark_requests_get_the_right_errors_and_the_service_lives(
-        service, collective, min_bytes, max_bytes, factor, words, root):
+        service, collective, min_bytes, max_bytes, factor, words, root, runs):
     stub, auth = service["stub"], service["auth"]
     found = code_of(stub.GetPartition, control_pb2.PartitionRef(name="fuzz"), metadata=auth)[0]
     if found != grpc.StatusCode.OK:
@@ -263,9 +265,14 @@ def test_hostile_benchmark_requests_get_the_right_errors_and_the_service_lives(
     request = control_pb2.BenchmarkRequest(
         partition=partition if partition else "fuzz", collective=collective,
         min_bytes=min_bytes, max_bytes=max_bytes, factor=factor, algorithm=algorithm,
-        dtype=dtype, op=op, mode="phantom", group=group, root=root)
-    code, _ = code_of(stub.RunBenchmark, request, metadata=auth, timeout=60)
+        dtype=dtype, op=op, mode="phantom", group=group, root=root, iterations=runs[0],
+        warmup=runs[1], **runs[2])
+    code, details = code_of(stub.RunBenchmark, request, metadata=auth, timeout=60)
     assert code in ALLOWED
+    if not (0 <= runs[0] <= 10_000 and 0 <= runs[1] <= 10_000):
+        assert code != grpc.StatusCode.OK
+        if code == grpc.StatusCode.INVALID_ARGUMENT and "runs per size" in details:
+            assert "10,000" in details  # says what it may be
     assert stub.GetStatus(control_pb2.StatusRequest(), metadata=auth).ipus == 16
 
 
@@ -279,9 +286,33 @@ def test_device_manager_acquires_a_partition_and_gives_it_back(service, monkeypa
         assert device.numIpus == 8 and len(device.ipus) == 8
         result = device.bench("allreduce", min_bytes=1 << 20)
         assert result.ipus == 8 and result.rows[0].sim_seconds > 0
+        assert [r.ipu for r in result.ranks] == device.ipus  # rank r on the r-th IPU
+        real = device.bench("allreduce", min_bytes=1 << 16, mode="real", iterations=2,
+                            check=False).rows[0]
+        assert real.wrong == real.in_place_wrong == -1 and real.in_place_wall_seconds > 0
     listed = service["stub"].ListPartitions(control_pb2.ListPartitionsRequest(),
                                             metadata=service["auth"])
     assert device.id not in [p.name for p in listed.partitions]
+
+
+def test_the_device_manager_example_runs_against_the_service(service):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "IPUOF_VIPU_API_PORT": str(service["port"]),
+           "IPUPOD_TOKEN_FILE": str(service["token_file"]), "PYTHONPATH": str(root)}
+    env.pop("IPUOF_VIPU_API_PARTITION_ID", None)
+    run = subprocess.run([sys.executable, str(root / "examples" / "device_manager.py"), "4"],
+                         capture_output=True, text=True, timeout=120, cwd=root, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.splitlines()
+    assert re.match(r"device popart-\d+-\d+: IPUs \[\d+, \d+, \d+, \d+\]$", lines[0]), lines
+    assert [line.split()[0] for line in lines[1:]] == [str(1 << 20), str(4 << 20),
+                                                       str(16 << 20)]
+    assert all("simulated" in line and "GB/s" in line for line in lines[1:])
+    listed = service["stub"].ListPartitions(control_pb2.ListPartitionsRequest(),
+                                            metadata=service["auth"])
+    assert not [p.name for p in listed.partitions if p.name.startswith("popart-")]
 
 
 def test_device_manager_takes_the_partition_named_in_the_environment(service, monkeypatch):
@@ -514,11 +545,11 @@ SERVICE_COMMANDS = st.one_of(
     st.builds(lambda flag, value: ["links", flag, value],
               st.sampled_from(["--device", "--partition", "--type"]),
               mostly("r0.m0", "fz", "ipu-link")),
-    st.builds(lambda name, size, op, group: ["bench", "allreduce", "--partition", name,
-                                             "-b", size, "-e", size, "--op", op,
-                                             "--group", group],
+    st.builds(lambda name, size, op, group, runs: ["bench", "allreduce", "--partition", name,
+                                                   "-b", size, "-e", size, "--op", op,
+                                                   "--group", group, "-n", runs, "-w", runs],
               mostly("fz", "nope"), mostly("1K", "64K"), mostly("sum", "max"),
-              mostly("all", "consecutive:2")),
+              mostly("all", "consecutive:2"), mostly("1", "2", "0", "10001")),
     st.just(["list", "partitions", "--json"]), st.just(["devices"]), st.just(["status"]),
     st.just(["fault", "list"]), st.just(["monitor", "--count", "1", "--interval", "0.1"]),
 )

@@ -26,7 +26,7 @@ def service(ray_session, tmp_path_factory):
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     auth = (("authorization", f"Bearer {token_file.read_text().strip()}"),)
     yield {"stub": control_pb2_grpc.ControlStub(channel), "auth": auth, "port": port,
-           "token_file": token_file, "channel": channel}
+           "token_file": token_file, "channel": channel, "pod": pod}
     channel.close()
     server.stop(1).wait(3)
     pod.shutdown()
@@ -180,5 +180,97 @@ def test_bench_json_through_the_service_is_the_standalone_benchs_list(service):
     rows, expected = json.loads(served.stdout), json.loads(here.stdout)
     assert isinstance(rows, list) and isinstance(rows[0]["bytes"], int)
     for row in rows + expected:
-        row.pop("wall_seconds")
+        row.pop("wall_seconds"), row.pop("in_place_wall_seconds")
     assert rows == expected
+
+
+def supersteps(pod):
+    return sum(c["supersteps"] for s in pod.stats() for c in s["counters"].values())
+
+
+def test_a_bench_request_runs_its_warm_ups_and_timed_runs_and_may_skip_the_check(
+        service, partition):
+    stub, auth, pod = service["stub"], service["auth"], service["pod"]
+    request = dict(partition="req", min_bytes=64 << 10, mode="real", algorithm="ring")
+    before = supersteps(pod)
+    [once] = stub.RunBenchmark(control_pb2.BenchmarkRequest(**request), metadata=auth,
+                               timeout=120).rows
+    middle = supersteps(pod)
+    [thrice] = stub.RunBenchmark(control_pb2.BenchmarkRequest(
+        **request, iterations=2, warmup=1, check=False), metadata=auth, timeout=120).rows
+    assert supersteps(pod) - middle == 3 * (middle - before)  # per placement: 1 + 2 runs
+    assert (once.wrong, once.in_place_wrong) == (0, 0)  # unset check: checked
+    assert (thrice.wrong, thrice.in_place_wrong) == (-1, -1)
+    assert thrice.in_place_wall_seconds > 0 and thrice.sim_seconds == once.sim_seconds
+
+
+@pytest.mark.parametrize("runs, words", [
+    ({"iterations": -1}, "must be 1 to 10,000, not -1"),
+    ({"iterations": 10_001}, "must be 1 to 10,000, not 10001"),
+    ({"warmup": -3}, "must be 0 to 10,000, not -3"),
+    ({"warmup": 2**31 - 1}, "must be 0 to 10,000"),
+])
+def test_run_counts_out_of_range_are_invalid_arguments_that_say_the_range(
+        service, partition, runs, words):
+    code, details = refusal(service["stub"].RunBenchmark, control_pb2.BenchmarkRequest(
+        partition="req", min_bytes=1024, mode="real", **runs), service["auth"])
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and words in details, details
+    assert memory_used(service, partition.ipus) == 0  # refused before anything was placed
+
+
+def table(text):
+    """(heading lines, rank lines, column lines, rows split, footer) of a bench table."""
+    lines = text.strip("\n").splitlines()
+    rows = [line.split() for line in lines if not line.startswith("#")]
+    comments = [line for line in lines if line.startswith("#")]
+    ranks = [line for line in comments if line.startswith("#  Rank")]
+    return comments[0], ranks, comments[-5:-2], rows, comments[-2:]
+
+
+def test_bench_on_a_partition_takes_n_w_c_and_prints_the_table_of_a_bench_here(
+        service, partition):
+    served = cli(service, "bench", "allreduce", "--partition", "req", "--mode", "real",
+                 "-b", "64K", "-e", "256K", "-f", "4", "-n", "2", "-w", "1", "-c", "1")
+    assert served.returncode == 0, served.stderr
+    title, ranks, columns, rows, footer = table(served.stdout)
+    assert title == "# ipupod bench allreduce: partition req (4 IPUs), mode real, group all " \
+                    "(1 x 4 IPUs)"
+    assert [int(line.split()[7]) for line in ranks] == list(partition.ipus)  # rank -> IPU
+    assert [line.split()[2] for line in ranks] == ["0", "1", "2", "3"]
+    here = cli(service, "bench", "allreduce", "--topology", "pod16", "-b", "1M", "-e", "1M")
+    assert columns == table(here.stdout)[2]  # the same columns as a bench here
+    assert [row[0] for row in rows] == ["65536", "262144"]
+    for row in rows:
+        assert len(row) == 15 and row[9] == row[14] == "0"  # #wrong, out of and in place
+        assert row[5:8] == row[10:13]  # simulated figures: the same for both placements
+    assert footer[0].startswith("# Avg bus bandwidth (simulated): ")
+    assert footer[1] == "# Out of bounds values : 0 OK"
+    unchecked = cli(service, "bench", "allreduce", "--partition", "req", "--mode", "real",
+                    "-b", "64K", "-e", "64K", "-c", "0")
+    rows, footer = table(unchecked.stdout)[3:]
+    assert rows[0][9] == rows[0][14] == "N/A" and "not checked (-c 0)" in footer[1]
+
+
+def test_the_bench_table_through_the_service_is_the_table_here(service):
+    stub, auth = service["stub"], service["auth"]
+    made = stub.CreatePartition(control_pb2.CreatePartitionRequest(name="all", size=16),
+                                metadata=auth)
+    try:
+        args = ["bench", "reduce-scatter", "-b", "1M", "-e", "4M"]
+        served = cli(service, *args, "--partition", "all")
+        here = cli(service, *args, "--topology", "pod16")
+        grouped = cli(service, *args, "--partition", "all", "--group", "consecutive:4")
+    finally:
+        stub.RemovePartition(control_pb2.PartitionRef(name="all"), metadata=auth)
+    assert served.returncode == 0, served.stderr
+    _, _, columns, served_rows, footer = table(served.stdout)
+    _, _, here_columns, here_rows, here_footer = table(here.stdout)
+    assert columns == here_columns and footer == here_footer
+    wall = [8, 13]
+    assert [[f for i, f in enumerate(row) if i not in wall] for row in served_rows] == [
+        [f for i, f in enumerate(row) if i not in wall] for row in here_rows]
+    title, ranks = table(grouped.stdout)[:2]
+    assert title.endswith("group consecutive:4 (4 x 4 IPUs)")
+    assert [line.split()[1:] for line in ranks] == [
+        ["Rank", str(i % 4), "Group", str(i // 4), "on", "IPU", str(ipu),
+         f"r0.m{ipu // 4}.ipu{ipu % 4}"] for i, ipu in enumerate(made.ipus)]

@@ -21,14 +21,17 @@ from cluster.model.topology import Topology
 from cluster.model.units import parse_size, plural
 from gcl.algorithms import algorithm as check_algorithm
 from gcl.bench import (
+    MAX_RUNS,
     BenchRow,
     format_row,
+    groups_words,
+    heading,
     preamble,
+    rank_lines,
     rows_to_json,
     run_phantom,
     sizes,
     summary_line,
-    table_header,
 )
 from gcl.collectives import DTYPES, Collective, CollectiveName, ReduceOp
 from gcl.collectives import collective as lookup
@@ -129,11 +132,27 @@ def _service_row(row: Any) -> BenchRow:
     return BenchRow(**json.loads(row.json))
 
 
+def _service_heading(result: Any, sweep: Sweep) -> str:
+    """The lines above the table of a bench on the service, from its first result: the
+    partition, mode and groups, which IPU each rank runs on, the clocks, the columns."""
+    groups: list[list[int]] = []
+    names: dict[int, str] = {}
+    for placed in result.ranks:
+        if placed.group == len(groups):
+            groups.append([])
+        groups[-1].append(placed.ipu)
+        names[placed.ipu] = placed.ipu_name
+    where = f"partition {result.partition} ({plural(result.ipus, 'IPU')})"
+    grouped = groups_words(result.collective, result.group or sweep.group, groups, sweep.root)
+    return heading(f"# ipupod bench {result.collective}: {where}, mode {result.mode}, "
+                   f"{grouped}", rank_lines(groups, names.__getitem__), "the service")
+
+
 def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | None,
                        port: int | None, token_file: str | None) -> None:
     """``ipupod bench --partition NAME``: the service runs it on that partition's IPUs and
-    streams the rows; each is printed as it comes. A failure prints the rows done, then
-    the error."""
+    streams the rows; each is printed as it comes, under the same heading as a bench here.
+    A failure prints the rows done, then the error."""
     # gRPC: only for --partition
     from cluster.service.client import Client
     from ipupod_proto import control_pb2
@@ -143,15 +162,13 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
             partition=partition, collective=sweep.collective, min_bytes=sweep.min_bytes,
             max_bytes=sweep.max_bytes, factor=sweep.factor, algorithm=sweep.algorithm,
             dtype=sweep.dtype, op=sweep.op, mode=sweep.mode, group=sweep.group,
-            root=sweep.root))
+            root=sweep.root, iterations=sweep.iterations, warmup=sweep.warmup,
+            check=sweep.check))
     done: list[BenchRow] = []
     try:
         for result in results:
             if not done and not as_json:
-                click.echo(f"# ipupod bench {result.collective} on partition "
-                           f"{result.partition} ({plural(result.ipus, 'IPU')}), "
-                           f"mode {result.mode}; "
-                           f"time simulated, wall on the service\n{table_header(result.mode)}")
+                click.echo(_service_heading(result, sweep))
             for row in result.rows:
                 done.append(_service_row(row))
                 if not as_json:
@@ -190,9 +207,10 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
               help="Replica groups: all, consecutive:K or orthogonal:K (K replicas per group).")
 @click.option("--root", type=click.IntRange(0, 65535), default=0, show_default=True,
               help="Broadcast root rank.")
-@click.option("-n", "--iters", "iterations", type=click.IntRange(1, 10_000), default=1,
-              show_default=True, help="Real mode: timed runs per size (wall is their mean).")
-@click.option("-w", "--warmup_iters", "warmup", type=click.IntRange(0, 10_000), default=0,
+@click.option("-n", "--iters", "iterations", type=click.IntRange(1, MAX_RUNS), default=1,
+              show_default=True,
+              help="Real mode: timed runs per size and placement (wall is their mean).")
+@click.option("-w", "--warmup_iters", "warmup", type=click.IntRange(0, MAX_RUNS), default=0,
               show_default=True, help="Real mode: untimed runs per size before those.")
 @click.option("-c", "--check", type=click.IntRange(0, 1), default=1, show_default=True,
               help="Real mode: check results against NumPy (#wrong), 1 or 0.")
@@ -218,9 +236,6 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
                   factor=factor, algorithm=algorithm, dtype=dtype, op=op, group=group_text,
                   root=root, iterations=iterations, warmup=warmup, check=bool(check))
     if partition:
-        if (iterations, warmup, check) != (1, 0, 1):
-            raise UserError("-n, -w and -c run here only: the service runs each size once "
-                            "and checks it; drop them, or drop --partition")
         given = click.get_current_context().get_parameter_source("topology_spec")
         if given is not click.core.ParameterSource.DEFAULT or ray_address or figures != "seed":
             raise UserError("--partition runs on the service's POD: --topology, --figures and "

@@ -36,14 +36,18 @@ class Device:
     def bench(self, collective: str = "allreduce", *, min_bytes: int = 1 << 20,
               max_bytes: int = 0, factor: float = 2.0, algorithm: str = "auto",
               dtype: str = "float32", op: str = "sum", mode: str = "phantom",
-              group: str = "all", root: int = 0) -> control_pb2.BenchmarkResult:
-        """Run a collective benchmark on this device's IPUs (simulated time per size)."""
+              group: str = "all", root: int = 0, iterations: int = 1, warmup: int = 0,
+              check: bool = True) -> control_pb2.BenchmarkResult:
+        """Run a collective benchmark on this device's IPUs (simulated time per size; in
+        real mode ``iterations`` timed runs after ``warmup`` ones per size and placement,
+        results checked unless ``check`` is off)."""
         if not self._attached:
             raise UserError(f"device {self.id} is detached: acquire a device again")
         return self._client.call("RunBenchmark", control_pb2.BenchmarkRequest(
             partition=self.id, collective=collective, min_bytes=min_bytes,
             max_bytes=max_bytes, factor=factor, algorithm=algorithm, dtype=dtype, op=op,
-            mode=mode, group=group, root=root))
+            mode=mode, group=group, root=root, iterations=iterations, warmup=warmup,
+            check=check))
 
     def detach(self) -> None:
         """Give the device back (its partition is removed if this process created it)."""

@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
-from dataclasses import asdict
 from importlib.metadata import version
 from typing import Any
 
@@ -29,16 +28,21 @@ from cluster.errors import UserError
 from cluster.model.link_faults import LinkDown, link_name
 from cluster.model.topology_show import summarize
 from cluster.service.auth import BearerToken
-from cluster.service.bench_run import check_fits, free_bench_tensors
+from cluster.service.bench_run import (
+    BenchPlan,
+    check_fits,
+    free_bench_tensors,
+    rank_messages,
+    read_request,
+    row_message,
+)
 from cluster.service.client import DEFAULT_PORT
 from cluster.service.decoding import control_handler
 from cluster.service.health import Health, partition_health
 from cluster.service.messages import first_line, short_message
 from cluster.service.metrics import ServiceMetrics
 from cluster.service.partitions import Partition, PartitionError, PartitionTable
-from gcl.bench import BenchRow, run_phantom, sizes
-from gcl.collectives import Collective, collective, dtype_itemsize
-from gcl.groups import CommGroup
+from gcl.bench import BenchRow, run_phantom
 from gcl.modes import Mode
 from ipu_node.bench import run_real
 from ipu_node.pod import EmulatedPod
@@ -101,16 +105,6 @@ def _partition_message(partition: Partition,
                                  health=health.state if health else "",
                                  health_detail=health.detail if health else "",
                                  ild_size=partition.ild_size, units=list(partition.units))
-
-
-def _row_message(row: BenchRow) -> control_pb2.BenchmarkRow:
-    """A benchmark row as the API sends it (``wrong`` -1: not counted, phantom mode), with
-    the whole row as ``ipupod bench --json`` prints it."""
-    return control_pb2.BenchmarkRow(
-        bytes=row.bytes, count=row.count, type=row.type, op=row.op, algorithm=row.algorithm,
-        sim_seconds=row.sim_seconds, algbw_GBps=row.algbw_GBps, busbw_GBps=row.busbw_GBps,
-        wall_seconds=row.wall_seconds, wrong=-1 if row.wrong is None else row.wrong,
-        json=json.dumps(asdict(row)))
 
 
 class ControlService(control_pb2_grpc.ControlServicer):
@@ -235,48 +229,42 @@ class ControlService(control_pb2_grpc.ControlServicer):
         return control_pb2.TopologySummary(json=json.dumps(summarize(self.topology)))
 
     def _sweep(self, request: control_pb2.BenchmarkRequest) -> tuple[
-            Partition, Collective, Mode, Iterator[BenchRow]]:
+            Partition, BenchPlan, Iterator[BenchRow]]:
         """Check a benchmark request (sizes and memory before anything is built) and return
-        its partition, collective, mode and the rows to come."""
+        its partition, what it runs and the rows to come."""
         partition = self.partitions.get(request.partition)
-        coll = collective(request.collective or "allreduce")
-        mode = Mode.parse(request.mode or Mode.PHANTOM.value, option="the mode")
-        if not request.min_bytes:
-            raise UserError("min_bytes must be 1 or more")
-        byte_sizes = sizes(request.min_bytes, request.max_bytes or request.min_bytes,
-                           request.factor or 2.0)
-        group = CommGroup.parse(request.group or "all")
-        options: dict[str, Any] = dict(
-            dtype=request.dtype or "float32", op=request.op or "sum",
-            algorithm_name=request.algorithm or "auto", group=group, root=request.root,
-            ipus=list(partition.ipus))
-        if mode is not Mode.REAL:
-            return partition, coll, mode, run_phantom(coll, self.pod.topology, byte_sizes,
-                                                      **options)
-        dtype_itemsize(options["dtype"])  # a user error for an unknown dtype
-        check_fits(self.pod, coll, byte_sizes, options["dtype"], partition.ipus, group)
-        return partition, coll, mode, self._real_rows(coll, byte_sizes, options)
+        bench = read_request(request, partition)
+        if bench.mode is not Mode.REAL:
+            return partition, bench, run_phantom(bench.coll, self.pod.topology,
+                                                 bench.byte_sizes, **bench.options)
+        check_fits(self.pod, bench.coll, bench.byte_sizes, bench.options["dtype"],
+                   partition.ipus, bench.group)
+        return partition, bench, self._real_rows(bench)
 
-    def _real_rows(self, coll: Collective, byte_sizes: list[int],
-                   options: dict[str, Any]) -> Iterator[BenchRow]:
+    def _real_rows(self, bench: BenchPlan) -> Iterator[BenchRow]:
         """Real-mode rows, one bench at a time on the devices; the bench tensors are freed
         when it ends, however it ends."""
         with self._bench_lock:
             try:
-                yield from run_real(self.pod, coll, byte_sizes, **options)
+                yield from run_real(self.pod, bench.coll, bench.byte_sizes, **bench.options,
+                                    **bench.runs)
             finally:
-                free_bench_tensors(self.pod, options["ipus"])
+                free_bench_tensors(self.pod, bench.options["ipus"])
 
     def _results(self, request: control_pb2.BenchmarkRequest) -> Iterator[
             control_pb2.BenchmarkResult]:
-        """A result of one row per size, as each finishes (recorded in the metrics)."""
-        partition, coll, mode, rows = self._sweep(request)
+        """A result of one row per size, as each finishes (recorded in the metrics); the
+        first also says which IPU each rank runs on."""
+        partition, bench, rows = self._sweep(request)
+        ranks = rank_messages(self.topology, bench.group, partition.ipus)
         for row in rows:
             if self.metrics is not None:
-                self.metrics.observe(row, partition.name, mode.value)
+                self.metrics.observe(row, partition.name, bench.mode.value)
             yield control_pb2.BenchmarkResult(
-                partition=partition.name, ipus=partition.size, collective=coll.name,
-                mode=mode.value, rows=[_row_message(row)])
+                partition=partition.name, ipus=partition.size, collective=bench.coll.name,
+                mode=bench.mode.value, rows=[row_message(row)], ranks=ranks,
+                group=str(bench.group))
+            ranks = []
 
     @_guarded
     def RunBenchmark(self, request: control_pb2.BenchmarkRequest,
