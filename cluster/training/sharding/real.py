@@ -1,0 +1,148 @@
+"""Real-mode sharded training: the widest layer's columns on a replica's IPUs, every
+exchange between them real bytes over the emulated links.
+
+Micro-batch after micro-batch, every device runs its IPUs' share of a round
+(:mod:`.tasks`) for every replica at once, then one GCL collective moves what the round
+left to where the next needs it (:mod:`.exchange`: broadcast, all-gather,
+reduce-scatter, allreduce; a replica's ``K`` IPUs one group). After the step's last
+micro-batch each IPU's gradient is averaged with the same IPU position of every other
+replica (one allreduce, CommGroup ORTHOGONAL) and applied with SGD and momentum. This
+process only streams the host's input and labels and orders the rounds; no activation
+or gradient passes through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cluster.training.config import TrainConfig
+from cluster.training.data import make_dataset, replica_slice, step_batch
+from cluster.training.model import init_params
+from cluster.training.placement import gradient_group, replica_ipus
+from cluster.training.sharding.columns import ColumnSplit
+from cluster.training.sharding.exchange import (
+    ALGORITHM,
+    ALL_GATHER,
+    ALLREDUCE,
+    BROADCAST,
+    REDUCE_SCATTER,
+    Exchange,
+    shard_group,
+)
+from cluster.training.sharding.tasks import (
+    GRAD,
+    GRAD_MEAN,
+    apply_updates,
+    backward_shard,
+    begin_micro,
+    end_micro,
+    finish_forward,
+    forward_shard,
+    place_shards,
+)
+
+if TYPE_CHECKING:
+    from ipu_node.pod import EmulatedPod
+
+
+@dataclass(frozen=True)
+class ShardedReplicas:
+    """The replicas on a POD: ``chains[r, k]`` is the IPU holding shard ``k`` of replica
+    ``r`` (``k = 0``: also every other layer)."""
+
+    config: TrainConfig
+    split: ColumnSplit
+    chains: np.ndarray
+
+    def round(self, pod: EmulatedPod, task: Callable[..., Any],
+              given: Callable[[int, int], Any]) -> dict[int, Any]:
+        """Run ``task`` on every IPU of every replica at once, IPU ``chains[r, k]`` given
+        ``given(r, k)``; the IPUs' answers merged."""
+        work: dict[int, dict[int, tuple[int, Any]]] = {}
+        for (r, k), ipu in np.ndenumerate(self.chains):
+            work.setdefault(pod.owner[int(ipu)], {})[int(ipu)] = (k, given(r, k))
+        merged: dict[int, Any] = {}
+        for answer in pod.call("execute", {d: (task, self.split, w)
+                                           for d, w in work.items()}).values():
+            merged.update(answer or {})
+        return merged
+
+    def exchange(self, pod: EmulatedPod, exchange: Exchange) -> None:
+        """Run ``exchange`` over every replica's IPUs at once."""
+        pod.collective(exchange.collective, exchange.tensor, output=exchange.output,
+                       group=shard_group(self.split), ipus=self.chains.ravel().tolist(),
+                       root=0, algorithm=ALGORITHM)
+
+
+def build_sharded(config: TrainConfig, pod: EmulatedPod) -> ShardedReplicas:
+    """Split the widest layer over ``ipus_per_replica`` IPUs; place the replicas' IPUs."""
+    split = ColumnSplit.of(config.spec, config.ipus_per_replica)
+    chains = replica_ipus(config, pod.topology).reshape(config.replicas, split.shards)
+    return ShardedReplicas(config, split, chains)
+
+
+def train_sharded(config: TrainConfig, pod: EmulatedPod,
+                  on_step: Callable[[int, int], None] | None) -> tuple[list[float], bool]:
+    """Train ``config`` with sharded replicas on ``pod``; the mean loss of each step and
+    whether the replicas' weights stayed identical."""
+    sharded = build_sharded(config, pod)
+    rest, shards = sharded.split.split(init_params(config.spec, config.seed))
+    starting = [np.concatenate([shards[0], rest]), *shards[1:]]
+    padded = max(sharded.split.ipu_parameters)
+    sharded.round(pod, place_shards, lambda r, k: (starting[k], padded))
+    x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)
+    losses, identical = [], True
+    for step in range(config.steps):
+        losses.append(_run_step(sharded, pod, step_batch(x, y, step, config.global_batch)))
+        identical &= _update(sharded, pod)
+        if on_step:
+            on_step(step + 1, config.steps)
+    return losses, identical
+
+
+def _run_step(sharded: ShardedReplicas, pod: EmulatedPod,
+              batch: tuple[np.ndarray, np.ndarray]) -> float:
+    """Every micro-batch of the step, one after the other; the step's mean loss."""
+    config = sharded.config
+    first = {int(ipu): r for r, ipu in enumerate(sharded.chains[:, 0].tolist())}
+    loss_sum = np.zeros(config.replicas)
+    for micro in range(config.accumulation):
+        data = [replica_slice(*batch, r, config.replicas, config.micro_batch,
+                              config.accumulation, micro) for r in range(config.replicas)]
+        losses = _micro_batch(sharded, pod, data, micro == config.accumulation - 1)
+        for ipu, loss in losses.items():
+            loss_sum[first[ipu]] += loss
+    return float(np.mean(loss_sum / config.accumulation))
+
+
+def _micro_batch(sharded: ShardedReplicas, pod: EmulatedPod,
+                 data: list[tuple[np.ndarray, np.ndarray]], last: bool) -> dict[int, float]:
+    """One micro-batch, forward then backward, replica ``r`` on ``data[r]``; its loss per
+    replica's IPU 0. The ``last`` of a step leaves the micro-batches' mean gradient."""
+    config = sharded.config
+    sharded.round(pod, begin_micro, lambda r, k: data[r][0] if k == 0 else config.micro_batch)
+    sharded.exchange(pod, BROADCAST)
+    sharded.round(pod, forward_shard, lambda r, k: None)
+    sharded.exchange(pod, ALL_GATHER)
+    losses = sharded.round(pod, finish_forward, lambda r, k: data[r][1] if k == 0 else None)
+    sharded.exchange(pod, REDUCE_SCATTER)
+    sharded.round(pod, backward_shard, lambda r, k: None)
+    if sharded.split.layer > 0:
+        sharded.exchange(pod, ALLREDUCE)
+    sharded.round(pod, end_micro, lambda r, k: config.accumulation if last else 0)
+    return losses
+
+
+def _update(sharded: ShardedReplicas, pod: EmulatedPod) -> bool:
+    """Average each IPU's gradient with the same position of every other replica, apply
+    it; whether every position's weights are the same in every replica."""
+    config = sharded.config
+    pod.collective("allreduce", GRAD, output=GRAD_MEAN, op="mean", algorithm=config.algorithm,
+                   group=gradient_group(config), ipus=sharded.chains.ravel().tolist())
+    digests = sharded.round(pod, apply_updates, lambda r, k: (config.lr, config.momentum))
+    return all(len({digests[int(ipu)] for ipu in sharded.chains[:, k]}) == 1
+               for k in range(sharded.chains.shape[1]))
