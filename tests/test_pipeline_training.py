@@ -74,3 +74,14 @@ def test_the_train_command_pipelines_with_recomputation_and_checks_it():
     assert (record["ipus_per_replica"], record["recompute"], record["replicas"]) == (4, True, 4)
     assert record["replicas_identical"] is True and record["reference_max_rel_error"] < 1e-6
     assert all(step.keys() >= PIPELINE_KEYS for step in record["steps"])
+
+
+def test_sharded_replicas_train_like_one_process_through_the_trainer(server):
+    config = TrainConfig(servers=1, ipus_per_replica=4, replicas_per_server=4, split="shard",
+                         accumulation=2, micro_batch=8, steps=3, check=True)
+    record = train(config, pod=server)
+    assert record["split"] == "shard" and record["replicas_identical"] is True
+    assert record["reference_max_rel_error"] < 1e-6
+    step = record["steps"][0]
+    assert step["shard_exchange_seconds"] > 0 and step["pipeline_bubble_seconds"] == 0
+    assert len(step["stage_compute_seconds"]) == 4 and len(record["memory_per_ipu"]) == 4

@@ -67,6 +67,10 @@ COMMON_OPTIONS = [
                  show_default=True,
                  help="IPUs per replica (its Graph Compile Domain; --gcd is the same): a "
                       "pipeline of as many stages on successive IPUs."),
+    click.option("--split", type=click.Choice(["pipeline", "shard"]), default="pipeline",
+                 show_default=True,
+                 help="How a replica's layers spread over its IPUs: pipeline stages, or the "
+                      "MLP's widest layer split by columns (shard)."),
     click.option("--pipeline-schedule", type=click.Choice(schedule_names()),
                  default=DEFAULT_SCHEDULE, show_default=True,
                  help="Order of the stages' passes: fill-drain (GPipe) or 1f1b (less "
@@ -113,14 +117,15 @@ def common_options(command: Command) -> Command:
 
 
 def make_config(servers: int, mode: str, check: bool, replicas_per_server: int | None,
-                ipus_per_replica: str, pipeline_schedule: str, recompute: bool, model: str,
+                ipus_per_replica: str, split: str, pipeline_schedule: str, recompute: bool,
+                model: str,
                 sequence_length: int | None, gradient_dtype: str | None,
                 optimizer_state: str, batch_size: int, gradient_accumulation: int, steps: int,
                 algorithm: str, seed: int, lr: float, momentum: float,
                 hidden: str | None) -> TrainConfig:
     """The training configuration the options describe."""
     k = int(ipus_per_replica)
-    return TrainConfig(servers=servers, ipus_per_replica=k, model=model,
+    return TrainConfig(servers=servers, ipus_per_replica=k, model=model, split=split,
                        sequence_length=sequence_length, gradient_dtype=gradient_dtype,
                        optimizer_state=optimizer_state,
                        replicas_per_server=replicas_per_server or IPUS_PER_SERVER // k,
@@ -134,10 +139,12 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
                  echo: Callable[[str], None]) -> None:
     """A training run as text: the set-up, a line per step, throughput and checks."""
     first = record["steps"][0]
-    pipelined = config.ipus_per_replica > 1
+    pipelined = config.ipus_per_replica > 1 and not config.sharded
     shape = (f"{config.ipus_per_replica} IPUs each: {config.pipeline_schedule} pipeline, "
              f"{config.accumulation} micro-batches in flight"
-             f"{', recomputation' if config.recomputes else ''}" if pipelined else "1 IPU each")
+             f"{', recomputation' if config.recomputes else ''}" if pipelined else
+             f"{config.ipus_per_replica} IPUs each, the widest layer sharded" if config.sharded
+             else "1 IPU each")
     echo(f"# {config.model} on {record['topology']}: {config.servers} server(s), "
          f"{config.replicas} replicas "
          f"({shape}), global batch {config.global_batch}, {config.mode} mode; times simulated")
@@ -147,6 +154,8 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
     if pipelined:
         columns[1:1] = [("bubble", "pipeline_bubble_seconds"),
                         ("stages-io", "inter_stage_seconds")]
+    if config.sharded:
+        columns[1:1] = [("shard-io", "shard_exchange_seconds")]
     echo(f"{'step':>5} {'loss':>10} {'step(ms)':>9} "
          + " ".join(f"{title:>9}" for title, _ in columns))
     for row in record["steps"]:

@@ -23,6 +23,7 @@ IPUS_PER_REPLICA = (1, 2, 4, 8, 16)  # a replica spans an aligned power-of-two b
 DEFAULT_WIDTH = 128  # of each hidden layer, unless --hidden says otherwise
 MLP = "mlp"  # the trainer's own model: the only one real mode trains
 OPTIMIZER_STATE = ("in-processor", "streaming")  # where the optimiser's values live
+SPLITS = ("pipeline", "shard")  # how a replica's layers spread over its IPUs
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class TrainConfig:
     sequence_length: int | None = None  # BERT and GPT-2: tokens per sample
     gradient_dtype: str | None = None  # default: the workload's
     optimizer_state: str = "in-processor"  # or "streaming": IPU-M2000 Streaming Memory
+    split: str = "pipeline"  # or "shard": the MLP's widest layer by columns over the IPUs
 
     def validate(self, topology: Topology | None = None, server_size: int | None = None) -> None:
         """UserError naming the option to change if this run cannot go ahead; a server
@@ -93,8 +95,13 @@ class TrainConfig:
             raise UserError("--mode is real or phantom")
         if self.check and self.mode != Mode.REAL:
             raise UserError("--check compares real training with the reference: use --mode real")
+        if self.split not in SPLITS:
+            raise UserError(f"--split is {' or '.join(SPLITS)}")
+        if self.sharded and self.model != MLP:
+            raise UserError("--split shard splits the MLP's widest layer: use it without "
+                            "--model, or pipeline the workload (--split pipeline)")
         layers = len(self.workload().layers)
-        if layers < self.ipus_per_replica:
+        if layers < self.ipus_per_replica and not self.sharded:
             raise UserError(f"the model has {layers} layers: {self.ipus_per_replica} pipeline "
                             f"stages need at least {self.ipus_per_replica} (add hidden layers "
                             "with --hidden, or use fewer --ipus-per-replica)")
@@ -120,10 +127,17 @@ class TrainConfig:
     @property
     def hidden_widths(self) -> tuple[int, ...]:
         """Hidden layer widths: ``hidden``, or one layer of DEFAULT_WIDTH per stage
-        boundary (at least one), so that every stage has a layer."""
+        boundary (at least one), so that every stage has a layer; one when sharding."""
         if self.hidden is not None:
             return tuple(self.hidden)
+        if self.split == "shard":
+            return (DEFAULT_WIDTH,)
         return (DEFAULT_WIDTH,) * max(1, self.ipus_per_replica - 1)
+
+    @property
+    def sharded(self) -> bool:
+        """Whether a replica of several IPUs splits one layer instead of pipelining."""
+        return self.split == "shard" and self.ipus_per_replica > 1
 
     @property
     def recomputes(self) -> bool:

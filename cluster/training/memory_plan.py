@@ -20,6 +20,7 @@ from cluster.training.config import TrainConfig
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stages import split_layers
 from cluster.training.placement import replica_ipus
+from cluster.training.sharding import ColumnSplit
 from cluster.training.workloads import MemoryUse, memory_use
 
 
@@ -46,7 +47,9 @@ class StageMemory:
 
 
 def stage_memory(config: TrainConfig, topology: Topology) -> list[StageMemory]:
-    """Each stage's bytes on its IPU."""
+    """Each stage's bytes on its IPU (each IPU's, when a layer is sharded)."""
+    if config.sharded:
+        return _sharded_memory(config, topology)
     workload = config.workload()
     stages = split_layers([layer.training_flops for layer in workload.layers],
                           config.ipus_per_replica)
@@ -61,6 +64,30 @@ def stage_memory(config: TrainConfig, topology: Topology) -> list[StageMemory]:
         plan.append(StageMemory(s, chain[s], topology.ipu_name(chain[s]),
                                 f"{chosen[0].name}..{chosen[-1].name}", use,
                                 int(topology.ipu_processors[chain[s]].in_processor_memory_bytes)))
+    return plan
+
+
+def _sharded_memory(config: TrainConfig, topology: Topology) -> list[StageMemory]:
+    """Per IPU of a replica whose widest layer is split by columns: its parameters (IPU 0
+    also every other layer), their gradient and velocity (float32), and one micro-batch's
+    activations at a time (micro-batches run one after another): every layer's stash on
+    IPU 0, the split layer's input and output columns on the others."""
+    workload = config.workload()
+    split = ColumnSplit.of(config.spec, config.ipus_per_replica)
+    chain = replica_ipus(config, topology)[:split.shards].tolist()
+    layer = workload.layers[split.layer]
+    plan = []
+    for k, parameters in enumerate(split.ipu_parameters):
+        per_sample = (sum(other.stashed_bytes for other in workload.layers) if k == 0
+                      else layer.stashed_bytes + 4 * len(split.columns[k]))
+        use = MemoryUse(4 * parameters, 4 * parameters,
+                        0 if config.optimizer_state == "streaming" else 4 * parameters,
+                        config.micro_batch * per_sample, 0)
+        names = "all layers" if k == 0 else f"{layer.name} columns {split.columns[k].start}.."
+        plan.append(StageMemory(k, chain[k], topology.ipu_name(chain[k]),
+                                names + ("" if k == 0 else str(split.columns[k].stop - 1)),
+                                use,
+                                int(topology.ipu_processors[chain[k]].in_processor_memory_bytes)))
     return plan
 
 

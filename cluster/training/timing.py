@@ -23,6 +23,7 @@ from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stages import split_layers
 from cluster.training.pipeline.timing import PipelineTime, pipeline_time
 from cluster.training.placement import gradient_group, replica_ipus
+from cluster.training.sharding import ColumnSplit, sharded_time
 from cluster.training.workloads import (
     BACKWARD_FLOPS_FACTOR,
     Workload,
@@ -48,6 +49,7 @@ class StepTime:
     inter_stage_seconds: float = 0.0
     stage_compute_seconds: tuple[float, ...] = field(default=())
     update_seconds: float = 0.0
+    shard_exchange_seconds: float = 0.0
 
     @property
     def sim_seconds(self) -> float:
@@ -55,7 +57,8 @@ class StepTime:
         other: host input, the pipeline, the gradient allreduce, the weight update)."""
         return (self.compute_seconds + self.pipeline_bubble_seconds + self.inter_stage_seconds
                 + self.host_io_seconds + self.local_allreduce_seconds
-                + self.global_allreduce_seconds + self.update_seconds)
+                + self.global_allreduce_seconds + self.update_seconds
+                + self.shard_exchange_seconds)
 
 
 def step_time(config: TrainConfig, topology: Topology) -> StepTime:
@@ -64,20 +67,47 @@ def step_time(config: TrainConfig, topology: Topology) -> StepTime:
     ipus = replica_ipus(config, topology)
     chains = ipus.reshape(config.replicas, config.ipus_per_replica)
     workload = config.workload()
+    if config.sharded:
+        return _sharded_step_time(config, topology, workload, chains)
     stages = split_layers(_layer_flops(workload), config.ipus_per_replica)
     pipeline = replica_pipeline_time(config, topology, workload, chains)
     stage_params = [sum(workload.layers[i].parameters for i in layers) for layers in stages]
-    schedule = plan("allreduce", topology, max(stage_params), dtype=workload.gradient_dtype.value,
+    local, global_, host_io, update = _outside_the_replica(config, topology, workload, chains,
+                                                          stage_params)
+    return StepTime(pipeline.compute_seconds, host_io, local, global_,
+                    pipeline.bubble_seconds, pipeline.inter_stage_seconds,
+                    pipeline.stage_compute_seconds, update)
+
+
+def _sharded_step_time(config: TrainConfig, topology: Topology, workload: Workload,
+                       chains: np.ndarray) -> StepTime:
+    """A step with the widest layer split over each replica's IPUs: the busiest IPU's
+    compute and the split's four collectives per micro-batch (:mod:`.sharding`)."""
+    sharded = sharded_time(config, topology)
+    ipu_params = list(ColumnSplit.of(config.spec, config.ipus_per_replica).ipu_parameters)
+    local, global_, host_io, update = _outside_the_replica(config, topology, workload, chains,
+                                                          ipu_params)
+    return StepTime(sharded.compute_seconds, host_io, local, global_,
+                    stage_compute_seconds=sharded.ipu_compute_seconds, update_seconds=update,
+                    shard_exchange_seconds=sharded.exchange_seconds)
+
+
+def _outside_the_replica(config: TrainConfig, topology: Topology, workload: Workload,
+                         chains: np.ndarray,
+                         ipu_params: list[int]) -> tuple[float, float, float, float]:
+    """(local allreduce, global allreduce, host I/O, update) seconds: the gradient of each
+    IPU of a replica (``ipu_params[s]`` values) averaged with the same IPU of every other
+    replica, the host's input to each replica's first IPU, the slowest IPU's update."""
+    ipus = chains.ravel()
+    schedule = plan("allreduce", topology, max(ipu_params), dtype=workload.gradient_dtype.value,
                     algorithm_name=config.algorithm, group=gradient_group(config), ipus=ipus)
     spans = len(set(topology.router.domain_of_ipu[ipus].tolist())) > 1
     local, global_ = allreduce_parts(simulate(schedule, topology), spans)
     input_bytes = config.accumulation * config.micro_batch * workload.input_bytes
     host_io = host_io_seconds(topology, chains[:, 0].tolist(), input_bytes)
     update = max(stage_update_seconds(config, topology, workload, int(chains[0, s]), params)
-                 for s, params in enumerate(stage_params))
-    return StepTime(pipeline.compute_seconds, host_io, local, global_,
-                    pipeline.bubble_seconds, pipeline.inter_stage_seconds,
-                    pipeline.stage_compute_seconds, update)
+                 for s, params in enumerate(ipu_params))
+    return local, global_, host_io, update
 
 
 def stage_update_seconds(config: TrainConfig, topology: Topology, workload: Workload, ipu: int,

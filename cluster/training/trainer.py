@@ -34,6 +34,7 @@ from cluster.training.replica import (
     compute_gradients,
     place_replicas,
 )
+from cluster.training.sharding import train_sharded
 from cluster.training.timing import StepTime, step_time
 from gcl.modes import Mode
 
@@ -67,7 +68,8 @@ def train(config: TrainConfig, pod: EmulatedPod | None = None,
         if pod is None:
             raise ValueError("real mode trains on the devices: pass pod, a launched "
                              "EmulatedPod of topology_for(config)")
-        train_on_devices = _train_real if config.ipus_per_replica == 1 else train_pipelined
+        train_on_devices = (_train_real if config.ipus_per_replica == 1 else
+                            train_sharded if config.sharded else train_pipelined)
         losses, identical = train_on_devices(config, pod, on_step)
     else:
         losses = [None] * config.steps
@@ -98,6 +100,7 @@ def _record(config: TrainConfig, topology_name: str, parts: StepTime,
         "topology": topology_name, "model": config.model, "servers": config.servers,
         "replicas": config.replicas, "micro_batch": config.micro_batch,
         "ipus_per_replica": config.ipus_per_replica, "gcd": config.ipus_per_replica,
+        "split": config.split if config.ipus_per_replica > 1 else None,
         "pipeline_schedule": config.pipeline_schedule, "recompute": config.recomputes,
         "gradient_accumulation": config.accumulation, "mode": config.mode,
         "global_batch": config.global_batch, "algorithm": config.algorithm,
