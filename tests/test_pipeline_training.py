@@ -45,7 +45,8 @@ def test_pipelined_training_equals_single_process_training(server, stages, sched
     assert step["sim_seconds"] == pytest.approx(
         sum(step[k] for k in ("compute_seconds", "pipeline_bubble_seconds",
                               "inter_stage_seconds", "host_io_seconds",
-                              "local_allreduce_seconds", "global_allreduce_seconds")))
+                              "local_allreduce_seconds", "global_allreduce_seconds",
+                              "update_seconds")))
 
 
 def test_after_a_pipelined_step_each_ipu_holds_only_its_stage(server):
