@@ -56,6 +56,25 @@ def bench_args(draw):
 
 
 @st.composite
+def model_train_args(draw):
+    """Phantom training of workloads, pipelined or sharded, with options good and bad."""
+    args = ["train", "--mode", "phantom", "--steps", "1"]
+    for name, values in (("--model", mostly("resnet50", "bert-base", "gpt2-xl", "mlp",
+                                            "examples/workloads/tiny.yaml", "nope.yaml")),
+                         ("--topology", mostly("pod16", "dss8440", "pod64")),
+                         ("--ipus-per-replica", mostly("2", "4", "16", "3")),
+                         ("--split", mostly("pipeline", "shard")),
+                         ("--pipeline-schedule", mostly("fill-drain", "1f1b")),
+                         ("--sequence-length", mostly("128", "0", "513", "99999999999")),
+                         ("--gradient-dtype", mostly("float16", "float32")),
+                         ("--optimizer-state", mostly("streaming", "in-processor")),
+                         ("--micro-batch", mostly("1", "20", "0", "100000")),
+                         ("--gradient-accumulation", mostly("1", "16", "0"))):
+        args += draw(option(name, values))
+    return args + draw(st.sampled_from([[], ["--json"], ["--recompute"], ["--no-recompute"]]))
+
+
+@st.composite
 def other_args(draw):
     return draw(st.one_of(
         st.builds(lambda spec, fmt: ["topology", "show", spec, *fmt], TOPOLOGIES,
@@ -64,6 +83,7 @@ def other_args(draw):
         st.builds(lambda spec, steps, mb: ["train", "--mode", "phantom", "--topology", spec,
                                            "--steps", steps, "--batch-size", mb],
                   TOPOLOGIES, mostly("1", "2", "0"), mostly("8", "1", "0")),
+        model_train_args(),
         st.lists(JUNK, max_size=3),
     ))
 

@@ -13,7 +13,8 @@ import click
 from cluster.cli.train import _check_writable
 from cluster.errors import UserError, quoted
 from cluster.training import model_reports
-from cluster.training.config import TrainConfig
+from cluster.training.config import IPUS_PER_REPLICA, TrainConfig
+from cluster.training.pipeline.schedules import schedule_names
 from gcl.modes import Mode
 
 
@@ -77,6 +78,14 @@ def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batche
     """Pipelining: throughput and bubble against stages, schedule and micro-batches."""
     sweep = (_counts(ks, "--ipus-per-replica"), _items(schedules, "--schedules"),
              _counts(micro_batches, "--micro-batches"))
+    for k in sweep[0]:
+        if k not in IPUS_PER_REPLICA:
+            raise UserError(f"--ipus-per-replica takes {', '.join(map(str, IPUS_PER_REPLICA))}, "
+                            f"not {k}")
+    for name in sweep[1]:
+        if name not in schedule_names():
+            raise UserError(f"--schedules takes {' and '.join(schedule_names())}, not "
+                            f"{quoted(name)}")
     _check_writable(out_dir)
     rows = model_reports.pipeline_sweep(_base(topology=topology, **model), *sweep)
     images = model_reports.plot_pipeline(rows, out_dir)
