@@ -13,8 +13,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
-from collections.abc import Iterator
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import yaml
@@ -23,6 +22,7 @@ from cluster.errors import SpecError, UserError
 from cluster.model import hardware as hw
 from cluster.model.builder import TopologyBuilder
 from cluster.model.presets import LinkOverride, PresetOptions, build_preset
+from cluster.model.strict_yaml import FieldReader, UniqueKeyLoader, show
 from cluster.model.topology import FABRIC, ROLES, Server, Topology, Unit
 
 API_VERSIONS = ("ipupod/v1",)
@@ -36,66 +36,17 @@ _GRAPH_FIELDS = _COMMON + ("processor", "linkTypes", "links", "generators", "rin
 _SHAPES = ("ring", "chain", "star")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.safe_load``'s loader, except that a key given twice in one mapping is an error
-    (PyYAML would silently keep the last one, e.g. drop a whole ``links:`` list)."""
-
-
-def _construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Iterator[Any]:
-    """PyYAML's mapping constructor (a generator yielding the dict, filled afterwards), after
-    refusing a key that the mapping gives twice."""
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-            key = loader.construct_object(key_node)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"found the key {key!r} twice; keep one", key_node.start_mark)
-            seen.add(key)
-    yield from yaml.SafeLoader.construct_yaml_map(loader, node)
-
-
-_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
-
-
-def _show(value: Any) -> str:
-    """``repr(value)`` cut to 60 characters, for messages."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-class _Reader:
-    """Checks the parsed file field by field; every failure names the file and field path."""
-
-    def __init__(self, file: str) -> None:
-        self.file = file
-
-    def fail(self, path: str, problem: str) -> NoReturn:
-        raise SpecError(f"{self.file}: {path or 'top level'}: {problem}")
-
-    def fields(self, value: Any, path: str, required: tuple[str, ...],
-               optional: tuple[str, ...] = (), note: str = "") -> dict[str, Any]:
-        """A mapping with all of ``required`` and nothing outside ``required + optional``."""
-        allowed = ", ".join(required + optional)
-        if not isinstance(value, dict):
-            self.fail(path, f"expected a mapping with the fields {allowed}, got {_show(value)}")
-        for key in value:
-            if key not in required + optional:
-                self.fail(f"{path}.{key}" if path else str(key),
-                          f"unknown field{note}; allowed here: {allowed}")
-        for key in required:
-            if key not in value:
-                self.fail(f"{path}.{key}" if path else key, "missing: this field is required")
-        return value
+class _Reader(FieldReader):
+    """The topology file's checks, on top of the shared ones."""
 
     def items(self, value: Any, path: str) -> list[Any]:
         if value is not None and not isinstance(value, list):
-            self.fail(path, f"expected a list (one '- ' line per entry), got {_show(value)}")
+            self.fail(path, f"expected a list (one '- ' line per entry), got {show(value)}")
         return value or []
 
     def string(self, value: Any, path: str) -> str:
         if not isinstance(value, str) or not value.strip():
-            self.fail(path, f"expected a non-empty text, got {_show(value)}")
+            self.fail(path, f"expected a non-empty text, got {show(value)}")
         return value
 
     def number(self, value: Any, path: str, positive: bool = False, inf: bool = False) -> float:
@@ -104,7 +55,7 @@ class _Reader:
             hint = ""
             if isinstance(value, str) and value.replace("e", "", 1).replace(".", "", 1).isdigit():
                 hint = " (PyYAML reads 1e9 as text: write 1.0e+9 or 1000000000)"
-            self.fail(path, f"expected a number, got {_show(value)}{hint}")
+            self.fail(path, f"expected a number, got {show(value)}{hint}")
         if math.isnan(value) or (math.isinf(value) and not inf):
             self.fail(path, f"expected a finite number, got {value!r}")
         if (positive and not value > 0) or value < 0:
@@ -113,14 +64,14 @@ class _Reader:
 
     def count(self, value: Any, path: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(path, f"expected a whole number, got {_show(value)}")
+            self.fail(path, f"expected a whole number, got {show(value)}")
         if not 1 <= value <= MAX_COUNT:
             self.fail(path, f"must be from 1 to {MAX_COUNT:,}, got {value}")
         return value
 
     def choice(self, value: Any, path: str, choices: dict[str, Any]) -> Any:
         if not isinstance(value, str) or value.upper() not in choices:
-            self.fail(path, f"{_show(value)} is not one of {', '.join(choices)}")
+            self.fail(path, f"{show(value)} is not one of {', '.join(choices)}")
         return choices[value.upper()]
 
     def node(self, value: Any, path: str, ids: dict[str, int]) -> int:
@@ -142,7 +93,7 @@ def load_yaml_topology(path: str | os.PathLike[str]) -> Topology:
     except (OSError, UnicodeDecodeError) as err:
         raise SpecError(f"{file}: cannot read the topology file ({err}); check the path") from err
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
+        data = yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -152,15 +103,15 @@ def load_yaml_topology(path: str | os.PathLike[str]) -> Topology:
     if data is None:
         r.fail("", "the file is empty; see examples/topologies/ for the format")
     if isinstance(data, dict) and data.get("apiVersion") not in API_VERSIONS:
-        got = f"got {_show(data['apiVersion'])}" if "apiVersion" in data else "it is missing"
+        got = f"got {show(data['apiVersion'])}" if "apiVersion" in data else "it is missing"
         r.fail("apiVersion", f"supported versions: {', '.join(API_VERSIONS)} ({got})")
     top = r.fields(data, "", _TOP_FIELDS)
     if top["kind"] != KIND:
-        r.fail("kind", f"must be {KIND!r}, got {_show(top['kind'])}")
+        r.fail("kind", f"must be {KIND!r}, got {show(top['kind'])}")
     metadata = r.fields(top["metadata"], "metadata", ("name",), ("description",))
     name = r.string(metadata["name"], "metadata.name")
     if not isinstance(metadata.get("description", ""), str):
-        r.fail("metadata.description", f"expected text, got {_show(metadata['description'])}")
+        r.fail("metadata.description", f"expected text, got {show(metadata['description'])}")
     spec = top["spec"]
     if isinstance(spec, dict) and "preset" in spec:
         return _load_preset(r, spec, name)
@@ -194,7 +145,7 @@ def _load_preset(r: _Reader, spec: dict[str, Any], name: str) -> Topology:
     figures, local, glob, memory = _common(r, spec)
     given = {} if spec.get("linkOverrides") is None else spec["linkOverrides"]
     if not isinstance(given, dict):
-        r.fail("spec.linkOverrides", f"expected a mapping of link type names, got {_show(given)}")
+        r.fail("spec.linkOverrides", f"expected a mapping of link type names, got {show(given)}")
     overrides = []
     for link_name, override in given.items():
         path = f"spec.linkOverrides.{link_name}"
@@ -303,7 +254,7 @@ class _Graph:
         count = r.count(entry["count"], f"{path}.count") if "count" in entry else 1
         role = entry.get("role", FABRIC)
         if role not in ROLES:
-            r.fail(f"{path}.role", f"{_show(role)} is not a role; use {' or '.join(ROLES)}")
+            r.fail(f"{path}.role", f"{show(role)} is not a role; use {' or '.join(ROLES)}")
         if len(a):
             self.b.add_links(a, c, self.types[type_name], count, role)
             self.keys.append(np.minimum(a, c) * len(self.ids) + np.maximum(a, c))
@@ -393,7 +344,7 @@ class _Graph:
             server, last = entry.get("server", 0), max(len(servers), 1) - 1
             if isinstance(server, bool) or not isinstance(server, int) or not 0 <= server <= last:
                 r.fail(f"{path}.server", f"expected an index into spec.servers (0 to {last}), "
-                                         f"got {_show(server)}")
+                                         f"got {show(server)}")
             b.units.append(Unit(r.string(entry["name"], f"{path}.name"),
                                 r.string(entry["kind"], f"{path}.kind"), tuple(ipus), server))
         b.servers = [Server(r.string(s["name"], f"spec.servers[{i}].name"),

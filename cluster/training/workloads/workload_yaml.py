@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
-from typing import Any, NoReturn
+from typing import Any
 
 import yaml
 
 from cluster.errors import SpecError
+from cluster.model.strict_yaml import FieldReader, NoAliasLoader, show
 from cluster.model.units import MiB
 from cluster.training.workloads.layers import DType, Layer, LayerKind, Workload
 
@@ -57,63 +57,8 @@ _TOP_OPTIONAL = ("description", "weight_dtype", "gradient_dtype", "partials_dtyp
 _COUNTER = "{i}"
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """``yaml.safe_load``'s loader that refuses a key given twice in one mapping (PyYAML
-    would keep the last silently) and any alias (which could expand a small file into a
-    huge structure)."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
-            raise yaml.composer.ComposerError(
-                None, None, "found an alias (*name): write the value out in full", mark)
-        return super().compose_node(parent, index)
-
-
-def _construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Iterator[Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        if isinstance(key_node, yaml.ScalarNode):
-            key = loader.construct_object(key_node)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"found the key {key!r} twice; keep one", key_node.start_mark)
-            seen.add(key)
-    yield from yaml.SafeLoader.construct_yaml_map(loader, node)
-
-
-_StrictLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
-
-
-def _show(value: Any) -> str:
-    """``repr(value)`` cut to 60 characters, for messages."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-class _Reader:
-    """Checks the parsed file field by field; every failure names the file and field."""
-
-    def __init__(self, file: str) -> None:
-        self.file = file
-
-    def fail(self, path: str, problem: str) -> NoReturn:
-        raise SpecError(f"{self.file}: {path or 'top level'}: {problem}")
-
-    def fields(self, value: Any, path: str, required: tuple[str, ...],
-               optional: tuple[str, ...] = ()) -> dict[str, Any]:
-        """A mapping with every ``required`` key and none outside ``required + optional``."""
-        allowed = ", ".join(required + optional)
-        if not isinstance(value, dict):
-            self.fail(path, f"expected a mapping with the fields {allowed}, got {_show(value)}")
-        for key in value:
-            if key not in required + optional:
-                self.fail(f"{path}.{str(key)[:60]}" if path else str(key)[:60],
-                          f"unknown field; allowed here: {allowed}")
-        for key in required:
-            if key not in value:
-                self.fail(f"{path}.{key}" if path else key, "missing: this field is required")
-        return value
+class _Reader(FieldReader):
+    """The workload file's checks, on top of the shared ones."""
 
     def whole(self, value: Any, path: str, high: int, low: int = 0) -> int:
         """A whole number from ``low`` to ``high``; an integral float such as 1.5e+9 too."""
@@ -123,16 +68,16 @@ class _Reader:
             hint = ""
             if isinstance(value, str) and value.replace("e", "", 1).replace(".", "", 1).isdigit():
                 hint = " (YAML reads 1e9 as text: write 1.0e+9 or 1000000000)"
-            self.fail(path, f"expected a whole number, got {_show(value)}{hint}")
+            self.fail(path, f"expected a whole number, got {show(value)}{hint}")
         if not low <= value <= high:
-            self.fail(path, f"must be from {low:,} to {high:,}, got {_show(value)}")
+            self.fail(path, f"must be from {low:,} to {high:,}, got {show(value)}")
         return value
 
     def text(self, value: Any, path: str, limit: int = MAX_NAME_CHARS,
              lines: bool = False) -> str:
         """Printable text of at most ``limit`` characters (on several ``lines`` if allowed)."""
         if not isinstance(value, str) or not value.strip():
-            self.fail(path, f"expected a non-empty text, got {_show(value)}")
+            self.fail(path, f"expected a non-empty text, got {show(value)}")
         shown = value.replace("\n", " ") if lines else value
         if len(value) > limit or not shown.isprintable():
             self.fail(path, f"expected printable text of at most {limit:,} characters"
@@ -142,7 +87,7 @@ class _Reader:
     def choice(self, value: Any, path: str, choices: type[DType] | type[LayerKind]) -> Any:
         names = [c.value for c in choices]
         if not isinstance(value, str) or value not in names:
-            self.fail(path, f"{_show(value)} is not one of {', '.join(names)}")
+            self.fail(path, f"{show(value)} is not one of {', '.join(names)}")
         return choices(value)
 
 
@@ -158,7 +103,7 @@ def _expand(r: _Reader, entry: Any, path: str) -> list[Layer]:
         repeat = r.whole(group["repeat"], f"{path}.repeat", MAX_LAYERS, 1)
         inner = group["layers"]
         if not isinstance(inner, list) or not inner:
-            r.fail(f"{path}.layers", f"expected a non-empty list of layers, got {_show(inner)}")
+            r.fail(f"{path}.layers", f"expected a non-empty list of layers, got {show(inner)}")
         if repeat * len(inner) > MAX_LAYERS:
             r.fail(f"{path}.repeat", f"{repeat:,} x {len(inner)} layers is over the "
                                      f"{MAX_LAYERS:,}-layer limit")
@@ -194,13 +139,13 @@ def _workload(r: _Reader, data: Any) -> Workload:
     if isinstance(data, dict) and "version" in data and (
             isinstance(data["version"], bool) or data["version"] not in VERSIONS):
         r.fail("version", f"supported versions: {', '.join(map(str, VERSIONS))} (got "
-                          f"{_show(data['version'])}): write 'version: 1'")
+                          f"{show(data['version'])}): write 'version: 1'")
     top = r.fields(data, "", _TOP_REQUIRED, _TOP_OPTIONAL)
     if "description" in top:
         r.text(top["description"], "description", MAX_DESCRIPTION_CHARS, lines=True)
     entries = top["layers"]
     if not isinstance(entries, list) or not entries:
-        r.fail("layers", f"expected a non-empty list of layers, got {_show(entries)}")
+        r.fail("layers", f"expected a non-empty list of layers, got {show(entries)}")
     if len(entries) > MAX_LAYERS:
         r.fail("layers", f"{len(entries):,} entries is over the {MAX_LAYERS:,}-layer limit")
     layers: list[Layer] = []
@@ -211,7 +156,7 @@ def _workload(r: _Reader, data: Any) -> Workload:
             r.fail(f"layers[{i}]", f"the layers come to over the {MAX_LAYERS:,}-layer limit")
         for layer in expanded:
             if layer.name in first_path:
-                r.fail(f"layers[{i}].name", f"the layer name {_show(layer.name)} is already "
+                r.fail(f"layers[{i}].name", f"the layer name {show(layer.name)} is already "
                                             f"used by {first_path[layer.name]}; rename one")
             first_path[layer.name] = f"layers[{i}]"
         layers += expanded
@@ -230,7 +175,7 @@ def parse_workload(text: str, file: str = "<workload>") -> Workload:
         raise SpecError(f"{file}: {len(text):,} characters is over the {MAX_FILE_BYTES:,}-byte "
                         "limit of a workload file; use 'repeat' for repeated layers")
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: no Python objects
+        data = yaml.load(text, Loader=NoAliasLoader)  # a SafeLoader: no Python objects
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

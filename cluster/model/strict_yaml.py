@@ -1,0 +1,84 @@
+"""Reading YAML files a user wrote, strictly: the loaders and the field checks that topology
+and workload files share.
+
+PyYAML's safe loader keeps the last of a key given twice (silently dropping, say, a whole
+``links:`` list) and expands aliases (so a small file can become a huge structure). These
+loaders refuse both; :class:`FieldReader` checks the parsed mapping field by field, every
+failure a :class:`SpecError` naming the file and the field path (``spec.links[3].to``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+import yaml
+
+from cluster.errors import SpecError
+
+SHOWN_CHARS = 60  # of a value quoted in a message
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, except that a key given twice in one mapping is an
+    error."""
+
+
+class NoAliasLoader(UniqueKeyLoader):
+    """:class:`UniqueKeyLoader` that also refuses aliases (``*name``)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(
+                None, None, "found an alias (*name): write the value out in full", mark)
+        return super().compose_node(parent, index)
+
+
+def _construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Iterator[Any]:
+    """PyYAML's mapping constructor (a generator yielding the dict, filled afterwards), after
+    refusing a key that the mapping gives twice."""
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+            key = loader.construct_object(key_node)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"found the key {key!r} twice; keep one", key_node.start_mark)
+            seen.add(key)
+    yield from yaml.SafeLoader.construct_yaml_map(loader, node)
+
+
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+
+
+def show(value: Any) -> str:
+    """``repr(value)`` cut to SHOWN_CHARS characters, for messages."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+
+
+class FieldReader:
+    """Checks a parsed file field by field; every failure names the file and field path."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def fail(self, path: str, problem: str) -> NoReturn:
+        raise SpecError(f"{self.file}: {path or 'top level'}: {problem}")
+
+    def fields(self, value: Any, path: str, required: tuple[str, ...],
+               optional: tuple[str, ...] = (), note: str = "") -> dict[str, Any]:
+        """A mapping with all of ``required`` and nothing outside ``required + optional``."""
+        allowed = ", ".join(required + optional)
+        if not isinstance(value, dict):
+            self.fail(path, f"expected a mapping with the fields {allowed}, got {show(value)}")
+        for key in value:
+            if key not in required + optional:
+                shown = str(key)[:SHOWN_CHARS]
+                self.fail(f"{path}.{shown}" if path else shown,
+                          f"unknown field{note}; allowed here: {allowed}")
+        for key in required:
+            if key not in value:
+                self.fail(f"{path}.{key}" if path else key, "missing: this field is required")
+        return value
