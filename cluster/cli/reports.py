@@ -88,13 +88,9 @@ def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batche
                             f"{quoted(name)}")
     _check_writable(out_dir)
     rows = model_reports.pipeline_sweep(_base(topology=topology, **model), *sweep)
-    images = model_reports.plot_pipeline(rows, out_dir)
-    readme = model_reports.write(
-        out_dir, f"Pipelining {model['model']} on {topology} (simulated)",
-        "ipupod pipeline-report " + " ".join(sys.argv[2:]),
-        model_reports.pipeline_table(rows), images)
-    click.echo(model_reports.pipeline_table(rows))
-    click.echo(f"# report: {readme}")
+    _publish(out_dir, f"Pipelining {model['model']} on {topology} (simulated)",
+             "pipeline-report", model_reports.pipeline_table(rows),
+             model_reports.plot_pipeline(rows, out_dir))
 
 
 @click.command("scaling-report")
@@ -112,10 +108,13 @@ def scaling_report_command(topologies: str, k: int, gradient_accumulation: int,
     if not any(row["fits"] for row in rows):
         raise UserError(f"{model['model']} fits none of these topologies: "
                         f"{rows[0]['why']}")
-    images = model_reports.plot_scaling(rows, out_dir)
-    readme = model_reports.write(
-        out_dir, f"Scaling {model['model']} across PODs (simulated)",
-        "ipupod scaling-report " + " ".join(sys.argv[2:]),
-        model_reports.scaling_table(rows), images)
-    click.echo(model_reports.scaling_table(rows))
+    _publish(out_dir, f"Scaling {model['model']} across PODs (simulated)", "scaling-report",
+             model_reports.scaling_table(rows), model_reports.plot_scaling(rows, out_dir))
+
+
+def _publish(out_dir: Path, title: str, command: str, table: str, images: list[Path]) -> None:
+    """Write the report's README beside its plots, print its table and where it is."""
+    readme = model_reports.write(out_dir, title, f"ipupod {command} " + " ".join(sys.argv[2:]),
+                                 table, images)
+    click.echo(table)
     click.echo(f"# report: {readme}")

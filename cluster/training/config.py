@@ -75,9 +75,12 @@ class TrainConfig:
         if not 1 <= self.replicas_per_server <= per_server:
             raise UserError(f"--replicas-per-server runs from 1 to {per_server} with "
                             f"--ipus-per-replica {self.ipus_per_replica} on this topology")
-        for name in ("micro_batch", "accumulation", "steps", "input_size", "classes", "samples"):
+        for name, option in (("micro_batch", "--micro-batch (--batch-size)"),
+                             ("accumulation", "--gradient-accumulation"), ("steps", "--steps"),
+                             ("input_size", "input-size"), ("classes", "classes"),
+                             ("samples", "samples")):
             if getattr(self, name) < 1:
-                raise UserError(f"{name.replace('_', '-')} must be 1 or more")
+                raise UserError(f"{option} must be 1 or more")
         if not self.lr > 0 or not 0 <= self.momentum < 1:
             raise UserError("the learning rate must be positive and momentum in [0, 1)")
         if self.model != MLP and self.mode == Mode.REAL:

@@ -14,8 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cluster.errors import UserError
 from cluster.training.config import TrainConfig
+from cluster.training.memory_plan import OutOfMemory
 from cluster.training.report import SIM_NOTE, pyplot, save_png
 from cluster.training.trainer import train
 
@@ -27,12 +27,13 @@ PARTS = (("compute_seconds", "compute"), ("pipeline_bubble_seconds", "pipeline b
 
 
 def _run(config: TrainConfig) -> Row:
-    """One phantom run as a row, or a row saying why it could not run."""
+    """One phantom run as a row, or a row saying why it does not fit the IPUs' memory
+    (any other mistake in the options is the user's to mend: it is raised)."""
     row: Row = {"topology": config.topology, "ipus_per_replica": config.ipus_per_replica,
                 "schedule": config.pipeline_schedule, "micro_batches": config.accumulation}
     try:
         record = train(replace(config, steps=1))
-    except UserError as error:
+    except OutOfMemory as error:
         return {**row, "fits": False, "why": str(error)}
     step = record["steps"][0]
     ipus = record["replicas"] * config.ipus_per_replica
