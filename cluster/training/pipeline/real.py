@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,6 +52,11 @@ class Pipeline:
     stages: tuple[Stage, ...]
     chains: np.ndarray
     schedule: PipelineSchedule
+
+    @cached_property
+    def stage_of(self) -> dict[int, int]:
+        """The stage each IPU holds."""
+        return {int(ipu): s for chain in self.chains for s, ipu in enumerate(chain.tolist())}
 
     @property
     def widths(self) -> list[int]:
@@ -102,6 +108,7 @@ def _run_step(pipeline: Pipeline, pod: EmulatedPod,
     last_backward = {ops[-1] for ops in pipeline.schedule.order}
     pending_free: dict[int, list[str]] = {}
     loss_sum = np.zeros(config.replicas)
+    replica_of = {int(ipu): r for r, ipu in enumerate(chains[:, -1].tolist())}  # last stages
     for ops in pipeline.schedule.rounds():
         work: dict[int, dict[int, RoundWork]] = {}
         for r in range(config.replicas):
@@ -115,7 +122,6 @@ def _run_step(pipeline: Pipeline, pod: EmulatedPod,
             _add(work, pod, ipu, pipeline, free=tuple(names))
         pending_free = {}
         answers = pod.call("execute", {d: (run_round, w) for d, w in work.items()})
-        replica_of = {int(ipu): r for r, ipu in enumerate(chains[:, -1].tolist())}
         for per_ipu in answers.values():
             for ipu, by_micro in per_ipu.items():
                 loss_sum[replica_of[ipu]] += sum(by_micro.values())
@@ -180,8 +186,7 @@ def _add(work: dict[int, dict[int, RoundWork]], pod: EmulatedPod, ipu: int,
          expect: tuple[tuple[str, tuple[int, ...]], ...] = (), free: tuple[str, ...] = ()) -> None:
     """Add to IPU ``ipu``'s share of the round."""
     device = work.setdefault(pod.owner[ipu], {})
-    stage = pipeline.stages[int(np.flatnonzero(pipeline.chains == ipu)[0]
-                                % pipeline.chains.shape[1])]
+    stage = pipeline.stages[pipeline.stage_of[ipu]]
     share = device.get(ipu, RoundWork(stage))
     device[ipu] = RoundWork(stage, share.ops + ops, share.expect + expect, share.free + free)
 

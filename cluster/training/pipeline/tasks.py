@@ -165,13 +165,22 @@ def _rows(tensor: np.ndarray, width: int) -> np.ndarray:
 
 def apply_stage_updates(store: TensorStore,
                         work: dict[int, tuple[float, float]]) -> dict[int, str]:
-    """Apply each stage's averaged gradient (SGD with momentum), zero the accumulated one
-    for the next step; return a digest of the new weights per IPU."""
-    digests = {}
-    for ipu, (lr, momentum) in work.items():
-        params, velocity = store.get(ipu, PARAMS), store.get(ipu, VELOCITY)
-        sgd_momentum(params, velocity, store.get(ipu, GRAD_MEAN)[:params.size], lr, momentum)
-        store.get(ipu, GRAD)[:] = 0
-        store.free(ipu, GRAD_MEAN)
-        digests[ipu] = hashlib.sha256(params.tobytes()).hexdigest()
-    return digests
+    """Apply each stage's averaged gradient (:func:`update_weights`); a digest of the new
+    weights per IPU."""
+    return {ipu: update_weights(store, ipu, (PARAMS, VELOCITY, GRAD, GRAD_MEAN), lr, momentum)
+            for ipu, (lr, momentum) in work.items()}
+
+
+def update_weights(store: TensorStore, ipu: int, names: tuple[str, str, str, str], lr: float,
+                   momentum: float) -> str:
+    """SGD with momentum on IPU ``ipu``'s weights from the first values of its averaged,
+    padded gradient (``names``: weights, velocity, accumulated gradient, averaged
+    gradient); zero the accumulated gradient for the next step, free the averaged one.
+    Returns a digest of the new weights (equal digests: identical replicas, without
+    shipping the weights)."""
+    params_name, velocity_name, grad_name, mean_name = names
+    params, velocity = store.get(ipu, params_name), store.get(ipu, velocity_name)
+    sgd_momentum(params, velocity, store.get(ipu, mean_name)[:params.size], lr, momentum)
+    store.get(ipu, grad_name)[:] = 0
+    store.free(ipu, mean_name)
+    return hashlib.sha256(params.tobytes()).hexdigest()

@@ -12,12 +12,12 @@ buffer for it). Everything on an IPU is accounted in its memory.
 
 from __future__ import annotations
 
-import hashlib
 from typing import TypeVar
 
 import numpy as np
 
-from cluster.training.model import DTYPE, sgd_momentum
+from cluster.training.model import DTYPE
+from cluster.training.pipeline.tasks import update_weights
 from cluster.training.sharding.columns import (
     ColumnSplit,
     head_backward,
@@ -173,11 +173,5 @@ def apply_updates(store: TensorStore, split: ColumnSplit,
                   work: Work[tuple[float, float]]) -> dict[int, str]:
     """Every IPU, given ``(lr, momentum)``: its averaged gradient applied (SGD with
     momentum), the accumulated one zeroed; returns a digest of its new parameters."""
-    digests = {}
-    for ipu, (_k, (lr, momentum)) in work.items():
-        params, velocity = store.get(ipu, PARAMS), store.get(ipu, VELOCITY)
-        sgd_momentum(params, velocity, store.get(ipu, GRAD_MEAN)[:params.size], lr, momentum)
-        store.get(ipu, GRAD)[:] = 0
-        store.free(ipu, GRAD_MEAN)
-        digests[ipu] = hashlib.sha256(params.tobytes()).hexdigest()
-    return digests
+    return {ipu: update_weights(store, ipu, (PARAMS, VELOCITY, GRAD, GRAD_MEAN), lr, momentum)
+            for ipu, (_k, (lr, momentum)) in work.items()}
