@@ -79,6 +79,8 @@ def test_phantom_throughput_grows_with_servers_and_needs_no_devices():
     ({"ipus_per_replica": 4, "replicas_per_server": 4, "hidden": (128,)},
      "2 layers: 4 pipeline stages"),
     ({"pipeline_schedule": "zigzag"}, "fill-drain or 1f1b"),
+    ({"ipus_per_replica": 2, "replicas_per_server": 8, "split": "shard", "recompute": True},
+     "not to a sharded layer"),
     ({"servers": 0}, "--servers"), ({"momentum": 1.0}, "momentum"),
     ({"check": True, "mode": "phantom"}, "--check"),
 ])

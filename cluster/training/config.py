@@ -103,6 +103,9 @@ class TrainConfig:
         if self.sharded and self.model != MLP:
             raise UserError("--split shard splits the MLP's widest layer: use it without "
                             "--model, or pipeline the workload (--split pipeline)")
+        if self.sharded and (self.recompute or self.pipeline_schedule != DEFAULT):
+            raise UserError("--recompute and --pipeline-schedule apply to pipeline stages, not "
+                            "to a sharded layer: leave them out with --split shard")
         layers = len(self.workload().layers)
         if layers < self.ipus_per_replica and not self.sharded:
             raise UserError(f"the model has {layers} layers: {self.ipus_per_replica} pipeline "
