@@ -22,7 +22,7 @@ IPUS_PER_SERVER = 16
 IPUS_PER_REPLICA = (1, 2, 4, 8, 16)  # a replica spans an aligned power-of-two block
 DEFAULT_WIDTH = 128  # of each hidden layer, unless --hidden says otherwise
 MLP = "mlp"  # the trainer's own model: the only one real mode trains
-OPTIMIZER_STATE = ("in-processor", "streaming")  # where the optimiser's values live
+OPTIMIZER_STATE = ("in-processor", "streaming", "sharded")  # where the optimiser's values live
 SPLITS = ("pipeline", "shard")  # how a replica's layers spread over its IPUs
 
 
@@ -57,6 +57,7 @@ class TrainConfig:
     gradient_dtype: str | None = None  # default: the workload's
     optimizer_state: str = "in-processor"  # or "streaming": IPU-M2000 Streaming Memory
     split: str = "pipeline"  # or "shard": the MLP's widest layer by columns over the IPUs
+    efficiency_scale: float = 1.0  # every layer kind's efficiency times this (calibration)
 
     def validate(self, topology: Topology | None = None, server_size: int | None = None) -> None:
         """UserError naming the option to change if this run cannot go ahead; a server
@@ -141,6 +142,15 @@ class TrainConfig:
         return (DEFAULT_WIDTH,) * max(1, self.ipus_per_replica - 1)
 
     @property
+    def optimizer_shards(self) -> int:
+        """How many replicas share each optimiser value: with ``sharded`` (PopART's
+        replicated tensor sharding) the replicas of a server or rack each keep and update
+        1/R of it, the rest of the gradient allreduce being unchanged (a reduce-scatter
+        of the gradients, then an all-gather of the updated weights: the same bytes);
+        otherwise 1."""
+        return self.replicas_per_server if self.optimizer_state == "sharded" else 1
+
+    @property
     def sharded(self) -> bool:
         """Whether a replica of several IPUs splits one layer instead of pipelining."""
         return self.split == "shard" and self.ipus_per_replica > 1
@@ -171,9 +181,12 @@ class TrainConfig:
 
     @property
     def efficiencies(self) -> Efficiencies:
-        """Fractions of peak: the published-throughput defaults for a workload; peak for
-        the MLP, whose step is priced as it always was (its FLOPs at the fp32 peak)."""
-        return Efficiencies.peak() if self.model == MLP else DEFAULT_EFFICIENCIES
+        """Fractions of peak: the published-throughput defaults for a workload, times
+        ``efficiency_scale`` (``ipupod calibrate``); peak for the MLP, whose step is priced
+        as it always was (its FLOPs at the fp32 peak)."""
+        if self.model == MLP:
+            return Efficiencies.peak()
+        return DEFAULT_EFFICIENCIES.scaled(self.efficiency_scale)
 
     @property
     def spec(self) -> MLPSpec:

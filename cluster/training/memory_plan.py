@@ -60,7 +60,8 @@ def stage_memory(config: TrainConfig, topology: Topology) -> list[StageMemory]:
     for s, layers in enumerate(stages):
         chosen = [workload.layers[i] for i in layers]
         use = memory_use(workload, chosen, config.micro_batch, in_flight[s], config.recomputes,
-                         optimizer_offchip=config.optimizer_state == "streaming")
+                         optimizer_offchip=config.optimizer_state == "streaming",
+                         optimizer_shards=config.optimizer_shards)
         plan.append(StageMemory(s, chain[s], topology.ipu_name(chain[s]),
                                 f"{chosen[0].name}..{chosen[-1].name}", use,
                                 int(topology.ipu_processors[chain[s]].in_processor_memory_bytes)))
@@ -81,7 +82,8 @@ def _sharded_memory(config: TrainConfig, topology: Topology) -> list[StageMemory
         per_sample = (sum(other.stashed_bytes for other in workload.layers) if k == 0
                       else layer.stashed_bytes + 4 * len(split.columns[k]))
         use = MemoryUse(4 * parameters, 4 * parameters,
-                        0 if config.optimizer_state == "streaming" else 4 * parameters,
+                        0 if config.optimizer_state == "streaming"
+                        else -(-4 * parameters // config.optimizer_shards),
                         config.micro_batch * per_sample, 0)
         names = "all layers" if k == 0 else f"{layer.name} columns {split.columns[k].start}.."
         plan.append(StageMemory(k, chain[k], topology.ipu_name(chain[k]),
@@ -132,4 +134,6 @@ def _advice(config: TrainConfig) -> str:
         helps.append(f"a smaller --micro-batch (now {config.micro_batch})")
     if config.optimizer_state != "streaming":
         helps.append("--optimizer-state streaming on an IPU-M2000 POD")
+    if config.optimizer_state == "in-processor" and config.replicas_per_server > 1:
+        helps.append("--optimizer-state sharded (over the replicas of a server or rack)")
     return "try " + ", or ".join(helps) if helps else "this model does not fit these IPUs"

@@ -9,7 +9,7 @@ emulated hardware, from the catalogue and the cost model; none is measured on th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -59,6 +59,12 @@ class StepTime:
                 + self.host_io_seconds + self.local_allreduce_seconds
                 + self.global_allreduce_seconds + self.update_seconds
                 + self.shard_exchange_seconds)
+
+    def parts(self) -> dict[str, float]:
+        """Each part's simulated seconds by name (the fields ending ``_seconds``), whose
+        sum is :attr:`sim_seconds`."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name.endswith("_seconds") and f.name != "stage_compute_seconds"}
 
 
 def step_time(config: TrainConfig, topology: Topology) -> StepTime:
@@ -112,11 +118,13 @@ def _outside_the_replica(config: TrainConfig, topology: Topology, workload: Work
 
 def stage_update_seconds(config: TrainConfig, topology: Topology, workload: Workload, ipu: int,
                          parameters: int) -> float:
-    """One stage's weight update on IPU ``ipu`` (:func:`update_seconds`); with the
-    optimiser state in Streaming Memory, plus reading it in and writing it back over
+    """One stage's weight update on IPU ``ipu`` (:func:`update_seconds`), of its share of
+    the parameters when the optimiser state is sharded; with the optimiser state in
+    Streaming Memory, plus reading it in and writing it back over
     the IPU's PCIe Gen4 x16 to the IPU-M2000's gateway, one way each at once (32 GB/s
     per direction, HARDWARE.md: the GC200's host interface, 64 GB/s bidirectional)."""
     processor = topology.ipu_processors[ipu]
+    parameters = -(-parameters // config.optimizer_shards)  # this replica's share
     seconds = update_seconds(workload, processor, parameters, config.efficiencies)
     if config.optimizer_state == "streaming":
         state_bytes = parameters * workload.optimizer_values_per_parameter * 4  # float32

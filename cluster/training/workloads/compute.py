@@ -84,6 +84,19 @@ class Efficiencies:
         """The efficiency of layers of ``kind``."""
         return float(getattr(self, LayerKind(kind).value))
 
+    def scaled(self, factor: float) -> Efficiencies:
+        """Every kind's efficiency times ``factor`` (a calibration: one measured step time
+        moves every kind alike); a UserError if any would pass the peak (more than 1)."""
+        if isinstance(factor, bool) or not isinstance(factor, Real) or not factor > 0:
+            raise UserError(f"an efficiency scale must be a number more than 0, not "
+                            f"{factor!r}")
+        limit = 1 / max(getattr(self, field.name) for field in fields(self))
+        if factor > limit:
+            raise UserError(f"an efficiency scale of {factor:.4g} puts a layer kind past the "
+                            f"IPU's peak: at most {limit:.4g} with these efficiencies")
+        return replace(self, **{field.name: getattr(self, field.name) * factor
+                                for field in fields(self)})
+
     def with_overrides(self, overrides: Mapping[str, Any]) -> Efficiencies:
         """A copy with some kinds' efficiencies replaced (``{"conv": 0.3}``); an unknown
         kind or a value outside (0, 1] is a UserError."""

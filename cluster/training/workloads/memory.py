@@ -6,7 +6,8 @@ For a set of consecutive layers (a pipeline stage, or the whole model on one IPU
 - gradients: one accumulator per parameter in the gradient dtype;
 - optimiser state: ``optimizer_values_per_parameter`` float32 values per parameter,
   none if the state lives off-chip (``optimizer_offchip``: Graphcore's BERT recipes keep
-  it in Streaming Memory and stream it in for the update);
+  it in Streaming Memory and stream it in for the update), 1/``optimizer_shards`` of it
+  when that many replicas share it (replicated tensor sharding);
 - stashed activations of ``in_flight`` micro-batches of ``micro_batch`` samples (a
   pipeline stage holds a micro-batch from its forward to its backward pass): every
   layer's ``stashed_bytes``; with ``recompute``, checkpoints (Chen et al. 2016, "Training
@@ -84,17 +85,19 @@ def checkpoint_runs(layers: Sequence[Layer]) -> list[tuple[Layer, ...]]:
 
 def memory_use(workload: Workload, layers: Sequence[Layer] | None = None,
                micro_batch: int = 1, in_flight: int = 1, recompute: bool = False,
-               optimizer_offchip: bool = False) -> MemoryUse:
-    """Bytes that ``layers`` (default: the whole workload) keep on one IPU."""
-    for name, value in (("micro_batch", micro_batch), ("in_flight", in_flight)):
+               optimizer_offchip: bool = False, optimizer_shards: int = 1) -> MemoryUse:
+    """Bytes that ``layers`` (default: the whole workload) keep on one IPU; with
+    ``optimizer_shards`` replicas sharing the optimiser state, 1/shards of it."""
+    for name, value in (("micro_batch", micro_batch), ("in_flight", in_flight),
+                        ("optimizer_shards", optimizer_shards)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"{name} must be a whole number of 1 or more, not {value!r}")
     chosen = _stage(workload, layers)
     parameters = sum(layer.parameters for layer in chosen)
     stash_per_sample = sum(layer.stashed_bytes for layer in chosen)
     optimizer = (0 if optimizer_offchip
-                 else parameters * workload.optimizer_values_per_parameter
-                 * DType.FLOAT32.itemsize)
+                 else -(-parameters * workload.optimizer_values_per_parameter
+                        * DType.FLOAT32.itemsize // optimizer_shards))
     if recompute:
         runs = checkpoint_runs(chosen)
         checkpoints = sum(run[-1].output_bytes for run in runs[:-1])

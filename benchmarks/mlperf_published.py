@@ -1,0 +1,181 @@
+"""Derive the published step times of Graphcore's MLPerf Training runs from the raw logs.
+
+Usage (clones of the MLCommons results repositories, any folder names)::
+
+    .venv/bin/python benchmarks/mlperf_published.py \\
+        --results v1.0=PATH/training_results_v1.0 --results v1.1=PATH/training_results_v1.1 \\
+        --out cluster/training/fidelity/published_steps.json
+
+For every closed-division result folder of Graphcore's (``Graphcore/results/<system>/
+<benchmark>/result_*.txt``) it reads each run's MLLOG events, takes the run's step time
+by the method of :mod:`cluster.training.fidelity.mllog` (median seconds per sample over
+the run's epochs or blocks, times the global batch) and the configuration's as the
+median over its runs. What the logs do not say (hosts, IPUs per replica, micro-batch,
+where the optimiser state lives) comes from the submission's own launch scripts and
+configurations, named per entry in :data:`RECIPES`; the script checks them against the
+logged global batch and gradient accumulation and stops if they disagree. The table it
+writes keeps its provenance: repository, commit, the logs' paths and the recipe's source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cluster.errors import UserError
+from cluster.training.fidelity.mllog import RunSteps, median_run, parse_events, run_steps
+
+REPOSITORY = "mlcommons/training_results_{round}"
+MAX_LOG_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one published system ran, from its submission's files (``source``).
+
+    ``samples_per_sequence``: what one emulated sample is. ResNet-50: an image (1).
+    BERT: the runs train packed sequences (``avg_seq_per_pack`` 2, the configs'
+    ``use_prepacked_pretraining_dataset``), and the log counts sequences; the emulator's
+    sample is one 512-token pack, so a pack is 2 logged sequences."""
+
+    model: str
+    hosts: int
+    ipus_per_replica: int
+    micro_batch: int
+    optimizer_state: str  # "streaming" (optimizer_state_offchip) or "sharded" (RTS)
+    samples_per_sequence: int
+    source: str
+
+
+_RN = "Graphcore/benchmarks/resnet/implementations/tensorflow/"
+_BERT = "Graphcore/benchmarks/bert/implementations/popart/"
+RECIPES: dict[tuple[str, str], Recipe] = {
+    # ResNet-50: one IPU per replica, micro-batch 20 (configs.yml), one host per 16 IPUs
+    # (run_and_time.sh: a single host for 16 replicas, 4 for 64, 8 for 128, 16 for 256).
+    ("v1.0", "ipu-pod16-TF1"): Recipe("resnet50", 1, 1, 20, "in-processor", 1,
+                                      _RN + "configs.yml mk2_resnet50_mlperf_pod16_bs20; "
+                                      + _RN + "run_and_time.sh"),
+    ("v1.0", "ipu-pod64-TF1"): Recipe("resnet50", 4, 1, 20, "in-processor", 1,
+                                      _RN + "configs.yml mk2_resnet50_mlperf_pod64_bs20; "
+                                      + _RN + "run_and_time.sh (HOST0..HOST3)"),
+    ("v1.1", "ipu-pod16-TF1"): Recipe("resnet50", 1, 1, 20, "in-processor", 1,
+                                      _RN + "configs.yml mk2_resnet50_mlperf_pod16_lars; "
+                                      + _RN + "run_and_time.sh"),
+    ("v1.1", "ipu-pod64-TF1"): Recipe("resnet50", 4, 1, 20, "in-processor", 1,
+                                      _RN + "configs.yml mk2_resnet50_mlperf_pod64_lars; "
+                                      + _RN + "run_and_time.sh"),
+    ("v1.1", "ipu-pod128-TF1"): Recipe("resnet50", 8, 1, 20, "in-processor", 1,
+                                       _RN + "configs.yml mk2_resnet50_mlperf_pod128_lars; "
+                                       + _RN + "run_and_time.sh"),
+    ("v1.1", "ipu-pod256-TF1"): Recipe("resnet50", 16, 1, 20, "in-processor", 1,
+                                       _RN + "configs.yml mk2_resnet50_mlperf_pod256_lars; "
+                                       + _RN + "run_and_time.sh"),
+    # BERT-Large, sequence 512, packed (2 sequences a pack), micro-batch 2 packs: 4 IPUs a
+    # replica with the optimiser state off chip on a POD16, 8 IPUs a replica from POD64 on
+    # (configs/mk2/podN-closed.json); one host up to POD64, two for POD128
+    # (systems/*.json number_of_nodes; create_submission.py's poprun --host).
+    ("v1.0", "ipu-pod16-POPART-closed"): Recipe("bert-large", 1, 4, 2, "streaming", 2,
+                                                _BERT + "configs/mk2/pod16-closed.json"),
+    ("v1.0", "ipu-pod64-POPART-closed"): Recipe("bert-large", 1, 8, 2, "sharded", 2,
+                                                _BERT + "configs/mk2/pod64-closed.json"),
+    ("v1.1", "ipu-pod16-POPART-closed"): Recipe("bert-large", 1, 4, 2, "streaming", 2,
+                                                _BERT + "configs/mk2/pod16-closed.json"),
+    ("v1.1", "ipu-pod64-POPART-closed"): Recipe("bert-large", 1, 8, 2, "sharded", 2,
+                                                _BERT + "configs/mk2/pod64-closed.json"),
+    ("v1.1", "ipu-pod128-POPART-closed"): Recipe("bert-large", 2, 8, 2, "sharded", 2,
+                                                 _BERT + "configs/mk2/pod128-closed.json; "
+                                                 + _BERT + "create_submission.py"),
+}
+
+
+def _git(folder: Path, *args: str) -> str:
+    result = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True,
+                            check=False)
+    return result.stdout.strip() if result.returncode == 0 else ""
+
+
+def _read_run(path: Path) -> RunSteps:
+    if path.stat().st_size > MAX_LOG_BYTES:
+        raise UserError(f"{path}: over {MAX_LOG_BYTES >> 20} MiB, not one run's result file")
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        return run_steps(parse_events(lines), str(path))
+
+
+def derive_round(round_name: str, clone: Path) -> list[dict[str, Any]]:
+    """Every configuration of :data:`RECIPES` that ``clone`` (a results repository of
+    ``round_name``) holds, with its step time and provenance."""
+    results = clone / "Graphcore" / "results"
+    if not results.is_dir():
+        raise UserError(f"{clone} has no Graphcore/results folder: give a clone of "
+                        f"{REPOSITORY.format(round=round_name)}")
+    rows = []
+    for (round_, system), recipe in RECIPES.items():
+        if round_ != round_name or not (results / system).is_dir():
+            continue
+        logs = sorted((results / system).glob("*/result_*.txt"))
+        runs = [_read_run(log) for log in logs]
+        rows.append(_row(round_name, system, recipe, runs, logs, clone))
+    return rows
+
+
+def _row(round_name: str, system: str, recipe: Recipe, runs: list[RunSteps],
+         logs: list[Path], clone: Path) -> dict[str, Any]:
+    first = runs[0]
+    ipus = int(system.split("-")[1].removeprefix("pod"))
+    replicas = ipus // recipe.ipus_per_replica
+    accumulation = first.accumulation or 0
+    emulated_batch = replicas * recipe.micro_batch * accumulation
+    if emulated_batch * recipe.samples_per_sequence != first.global_batch:
+        raise UserError(f"{round_name} {system}: the recipe's {replicas} replicas x micro-batch "
+                        f"{recipe.micro_batch} x accumulation {accumulation} x "
+                        f"{recipe.samples_per_sequence} is not the logged global batch "
+                        f"{first.global_batch}: fix RECIPES")
+    steps = [run.step_seconds for run in runs]
+    return {
+        "round": round_name, "system": system, "model": recipe.model, "ipus": ipus,
+        "topology": f"pod{ipus}", "hosts": recipe.hosts,
+        "ipus_per_replica": recipe.ipus_per_replica, "micro_batch": recipe.micro_batch,
+        "gradient_accumulation": accumulation, "optimizer_state": recipe.optimizer_state,
+        "logged_global_batch": first.global_batch, "global_batch": emulated_batch,
+        "step_seconds": round(median_run(runs), 6), "step_seconds_min": round(min(steps), 6),
+        "step_seconds_max": round(max(steps), 6), "runs": len(runs), "method": first.method,
+        "repository": REPOSITORY.format(round=round_name.replace("v", "v")),
+        "commit": _git(clone, "rev-parse", "HEAD"),
+        "logs": f"Graphcore/results/{system}/{logs[0].parent.name}/result_*.txt",
+        "recipe": recipe.source,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", action="append", required=True, metavar="ROUND=PATH",
+                        help="a results clone per round, e.g. v1.1=../training_results_v1.1")
+    parser.add_argument("--out", type=Path, help="write the table here (JSON); else print it")
+    args = parser.parse_args(argv)
+    try:
+        rows = []
+        for item in args.results:
+            round_name, _, path = item.partition("=")
+            if round_name not in {"v1.0", "v1.1"} or not path:
+                raise UserError(f"--results takes v1.0=PATH or v1.1=PATH, not {item!r}")
+            rows += derive_round(round_name, Path(path))
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    table = {"version": 1, "method": "cluster/training/fidelity/mllog.py",
+             "command": "benchmarks/mlperf_published.py", "configurations": rows}
+    text = json.dumps(table, indent=1) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    else:
+        print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

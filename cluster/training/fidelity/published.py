@@ -1,0 +1,111 @@
+"""The published step times the emulator is checked against, and the runs they come from.
+
+``published_steps.json`` beside this module is derived from the raw MLPerf Training logs
+of Graphcore's closed-division submissions (v1.0 and v1.1, MLCommons' public results
+repositories) by ``benchmarks/mlperf_published.py`` with the method of :mod:`.mllog`;
+each entry keeps its repository, commit, logs and the submission files that say how it
+ran (hosts, IPUs per replica, micro-batch, where the optimiser state lives).
+:func:`train_config` turns an entry into the emulator's :class:`TrainConfig`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from cluster.errors import UserError, quoted
+from cluster.training.config import TrainConfig
+from gcl.modes import Mode
+
+TABLE = Path(__file__).with_name("published_steps.json")
+IPUS_PER_RACK = 64  # an IPU-POD64 (HARDWARE.md, 003)
+BERT_SEQUENCE_LENGTH = 512  # MLPerf's BERT-Large: sequence 512 (the logs' max_sequence_length)
+MAX_TABLE_BYTES = 1 << 20
+_KINDS: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "str": str}
+
+
+@dataclass(frozen=True)
+class PublishedStep:
+    """One published configuration: how it ran and its median step time (seconds)."""
+
+    round: str
+    system: str
+    model: str
+    ipus: int
+    topology: str
+    hosts: int
+    ipus_per_replica: int
+    micro_batch: int
+    gradient_accumulation: int
+    optimizer_state: str
+    logged_global_batch: int
+    global_batch: int
+    step_seconds: float
+    step_seconds_min: float
+    step_seconds_max: float
+    runs: int
+    method: str
+    repository: str
+    commit: str
+    logs: str
+    recipe: str
+
+    @property
+    def label(self) -> str:
+        """``v1.1 resnet50 pod128``: how tables name it."""
+        return f"{self.round} {self.model} {self.topology}"
+
+
+def load_published(path: Path = TABLE) -> list[PublishedStep]:
+    """The table at ``path`` (default: the one shipped); a UserError naming the entry
+    and field if it is not a table of published steps."""
+    try:
+        if path.stat().st_size > MAX_TABLE_BYTES:
+            raise UserError(f"{path}: over {MAX_TABLE_BYTES >> 10} KiB, not a table of "
+                            "published steps")
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise UserError(f"cannot read {path}: {error.strerror or error}") from None
+    except ValueError as error:
+        raise UserError(f"{path} is not JSON: {error}") from None
+    rows = raw.get("configurations") if isinstance(raw, dict) else None
+    if raw.get("version") != 1 or not isinstance(rows, list):
+        raise UserError(f"{path}: a table of published steps has version 1 and a list of "
+                        "configurations")
+    return [_entry(row, f"{path} configuration {i}") for i, row in enumerate(rows)]
+
+
+def _entry(row: Any, where: str) -> PublishedStep:
+    if not isinstance(row, dict):
+        raise UserError(f"{where} is not an object")
+    values: dict[str, Any] = {}
+    for field in fields(PublishedStep):
+        value = row.get(field.name)
+        kind = _KINDS[str(field.type)]
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise UserError(f"{where}: {field.name} must be a {field.type}, not "
+                            f"{quoted(value, 40)}")
+        values[field.name] = value
+    entry = PublishedStep(**values)
+    if entry.step_seconds <= 0 or min(entry.ipus, entry.micro_batch, entry.hosts,
+                                      entry.gradient_accumulation, entry.runs) < 1:
+        raise UserError(f"{where}: counts and the step time must be positive")
+    return entry
+
+
+def train_config(entry: PublishedStep, efficiency_scale: float = 1.0) -> TrainConfig:
+    """The emulator's run of ``entry``: its POD preset, one replica per
+    ``ipus_per_replica`` IPUs filling every rack, its micro-batch and accumulation;
+    BERT at sequence 512 with PopART's pipeline (``1f1b``: each stage keeps only the
+    micro-batches in flight on it) and recomputation, as the submissions ran."""
+    per_rack = min(entry.ipus, IPUS_PER_RACK)
+    bert = entry.model.startswith("bert")
+    return TrainConfig(
+        model=entry.model, topology=entry.topology, mode=Mode.PHANTOM,
+        servers=entry.ipus // per_rack, replicas_per_server=per_rack // entry.ipus_per_replica,
+        ipus_per_replica=entry.ipus_per_replica, micro_batch=entry.micro_batch,
+        accumulation=entry.gradient_accumulation, optimizer_state=entry.optimizer_state,
+        sequence_length=BERT_SEQUENCE_LENGTH if bert else None,
+        pipeline_schedule="1f1b", recompute=True, efficiency_scale=efficiency_scale)

@@ -1,0 +1,63 @@
+"""The validation report: published step times against the emulator's predictions.
+
+For each model and MLPerf round, the smallest published system (an IPU-POD16) is the
+calibration point: its measured step fixes the compute efficiency (:mod:`.calibration`),
+and every larger system of the same model and round is predicted with it. Only that one
+figure per group is read; the larger systems' published steps are compared, never used,
+so changing them changes no prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from itertools import groupby
+from typing import Any
+
+from cluster.errors import UserError
+from cluster.model.spec import load_topology
+from cluster.training.fidelity.calibration import calibrate
+from cluster.training.fidelity.published import PublishedStep, train_config
+from cluster.training.timing import StepTime, step_time
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One published configuration, the emulator's step for it, and the calibration."""
+
+    published: PublishedStep
+    calibration_point: bool
+    efficiency_scale: float
+    step: StepTime
+
+    @property
+    def error(self) -> float:
+        """(predicted - published) / published: negative when the emulator is faster."""
+        return self.step.sim_seconds / self.published.step_seconds - 1
+
+    def as_record(self) -> dict[str, Any]:
+        """For ``--json``: the entry, the prediction by part, the error."""
+        return {**asdict(self.published), "calibration_point": self.calibration_point,
+                "efficiency_scale": self.efficiency_scale,
+                "predicted_step_seconds": self.step.sim_seconds, "error": self.error,
+                "predicted_parts": self.step.parts()}
+
+
+def _group(entry: PublishedStep) -> tuple[str, str]:
+    return entry.round, entry.model
+
+
+def predict(published: list[PublishedStep]) -> list[Prediction]:
+    """Every entry predicted from its group's calibration point (the fewest IPUs)."""
+    predictions = []
+    for (round_, model), members in groupby(sorted(published, key=_group), key=_group):
+        group = sorted(members, key=lambda entry: entry.ipus)
+        anchor = group[0]
+        if anchor.ipus != 16:
+            raise UserError(f"{round_} {model}: the calibration point is an IPU-POD16 run, "
+                            f"and the table has none (smallest: {anchor.topology})")
+        scale = calibrate(train_config(anchor), load_topology(anchor.topology),
+                          anchor.step_seconds).efficiency_scale
+        for entry in group:
+            step = step_time(train_config(entry, scale), load_topology(entry.topology))
+            predictions.append(Prediction(entry, entry is anchor, scale, step))
+    return predictions
