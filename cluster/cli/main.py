@@ -30,6 +30,8 @@ class LazyCommand:
 COMMANDS = {
     "bench": LazyCommand("cluster.cli.bench:bench_command",
                          "Sweep sizes of a COLLECTIVE: simulated time and bandwidth."),
+    "calibrate": LazyCommand("cluster.cli.fidelity:calibrate_command",
+                             "Derive the compute efficiency from one measured step time."),
     "create": LazyCommand("cluster.cli.vipu:create_group",
                           "V-IPU's verb first: `create partition NAME --size N`."),
     "devices": LazyCommand("cluster.cli.status:devices_command",
@@ -56,6 +58,8 @@ COMMANDS = {
                         "V-IPU's verb first: `show partition NAME`."),
     "status": LazyCommand("cluster.cli.status:status_command",
                           "The service's topology, devices and partitions."),
+    "validate": LazyCommand("cluster.cli.fidelity:validate_command",
+                            "Published MLPerf step times against the emulator's."),
     "topology": LazyCommand("cluster.cli.topology:topology_group",
                             "Inspect topologies: presets and YAML files."),
     "train": LazyCommand("cluster.cli.train:train_command",

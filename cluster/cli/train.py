@@ -108,6 +108,9 @@ COMMON_OPTIONS = [
     click.option("--hidden", default=None,
                  help="Hidden layer widths, e.g. 128,64 (default: 128, once per stage "
                       "boundary, at least once)."),
+    click.option("--efficiency-scale", type=float, default=1.0, show_default=True,
+                 help="Every layer kind's compute efficiency times this, for a workload: "
+                      "what `ipupod calibrate` derives from a measured step time."),
     click.option("--ray-address", default=None, help="An existing Ray cluster."),
 ]
 
@@ -125,7 +128,7 @@ def make_config(servers: int, mode: str, check: bool, replicas_per_server: int |
                 sequence_length: int | None, gradient_dtype: str | None,
                 optimizer_state: str, batch_size: int, gradient_accumulation: int, steps: int,
                 algorithm: str, seed: int, lr: float, momentum: float,
-                hidden: str | None) -> TrainConfig:
+                hidden: str | None, efficiency_scale: float = 1.0) -> TrainConfig:
     """The training configuration the options describe."""
     k = int(ipus_per_replica)
     return TrainConfig(servers=servers, ipus_per_replica=k, model=model, split=split,
@@ -135,7 +138,8 @@ def make_config(servers: int, mode: str, check: bool, replicas_per_server: int |
                        pipeline_schedule=pipeline_schedule, recompute=recompute,
                        micro_batch=batch_size, accumulation=gradient_accumulation, steps=steps,
                        algorithm=algorithm, seed=seed, lr=lr, momentum=momentum,
-                       hidden=_hidden(hidden), mode=Mode(mode), check=check)
+                       hidden=_hidden(hidden), mode=Mode(mode), check=check,
+                       efficiency_scale=efficiency_scale)
 
 
 def _echo_record(record: dict[str, Any], config: TrainConfig,

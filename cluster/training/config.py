@@ -112,6 +112,11 @@ class TrainConfig:
             raise UserError(f"the model has {layers} layers: {self.ipus_per_replica} pipeline "
                             f"stages need at least {self.ipus_per_replica} (add hidden layers "
                             "with --hidden, or use fewer --ipus-per-replica)")
+        if self.efficiency_scale != 1.0:
+            if self.model == MLP:
+                raise UserError("--efficiency-scale scales a workload's efficiencies: give "
+                                "--model, or leave it out for the MLP (priced at peak)")
+            _ = self.efficiencies  # a UserError if it puts a kind past the peak
         if self.pipeline_schedule not in schedule_names():
             raise UserError(f"unknown --pipeline-schedule {self.pipeline_schedule[:40]!r}: "
                             f"choose {' or '.join(schedule_names())}")

@@ -1,0 +1,115 @@
+"""``ipupod calibrate`` and ``ipupod validate``: the emulator against measured step times.
+
+``calibrate`` takes one measured step time of one configuration and derives the compute
+efficiency from it (:mod:`cluster.training.fidelity.calibration`); ``validate`` prints
+Graphcore's published MLPerf step times next to the emulator's predictions, calibrated
+on each model's IPU-POD16 (:mod:`cluster.training.fidelity.validation`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cluster.cli.train import common_options, make_config
+from cluster.errors import UserError
+from cluster.training.fidelity.calibration import calibrate
+from cluster.training.fidelity.published import TABLE, load_published
+from cluster.training.fidelity.validation import Prediction, predict
+from cluster.training.placement import server_ipus, topology_for
+from cluster.training.timing import step_time
+
+PART_TITLES = {  # StepTime part -> column title, in the order a step spends them
+    "compute_seconds": "compute", "pipeline_bubble_seconds": "bubble",
+    "inter_stage_seconds": "stages-io", "host_io_seconds": "host-io",
+    "local_allreduce_seconds": "local-AR", "global_allreduce_seconds": "global-AR",
+    "update_seconds": "update",
+}
+
+
+@click.command("calibrate")
+@click.option("--topology", "topology_spec", default="pod16", show_default=True,
+              help="The measured system: a preset such as pod16, or a YAML file.")
+@click.option("--measured-step-ms", type=float, required=True,
+              help="The measured step time of this configuration, in milliseconds.")
+@click.option("--json", "as_json", is_flag=True)
+@common_options
+def calibrate_command(topology_spec: str, measured_step_ms: float, as_json: bool,
+                      ray_address: str | None, **options: Any) -> None:
+    """Derive the compute efficiency from one measured step time."""
+    del ray_address  # phantom: no devices
+    options["efficiency_scale"] = 1.0
+    config = replace(make_config(1, "phantom", False, **options), topology=topology_spec)
+    topology = topology_for(config)
+    per = server_ipus(topology)[0].size // config.ipus_per_replica
+    config = replace(config, servers=len(server_ipus(topology)),
+                     replicas_per_server=options["replicas_per_server"] or per)
+    config.validate(topology, server_ipus(topology)[0].size)
+    found = calibrate(config, topology, measured_step_ms / 1e3)
+    parts = step_time(replace(config, efficiency_scale=found.efficiency_scale),
+                      topology).parts()
+    if as_json:
+        click.echo(json.dumps({"topology": topology.name, "model": config.model,
+                               "measured_step_seconds": found.measured_step_seconds,
+                               "efficiency_scale": found.efficiency_scale,
+                               "efficiencies": vars(found.efficiencies),
+                               "predicted_step_seconds": found.predicted_step_seconds,
+                               "predicted_parts": parts}, indent=2))
+        return
+    kinds = ", ".join(f"{kind} {value:.4f}" for kind, value in vars(found.efficiencies).items())
+    click.echo(f"# {config.model} on {topology.name}: {config.replicas} replicas of "
+               f"{config.ipus_per_replica} IPU(s), micro-batch {config.micro_batch}, "
+               f"accumulation {config.accumulation}")
+    click.echo(f"measured step {measured_step_ms:.4f} ms -> efficiency scale "
+               f"{found.efficiency_scale:.4f} ({kinds})")
+    click.echo(f"simulated step with it {found.predicted_step_seconds * 1e3:.4f} ms: "
+               + ", ".join(f"{PART_TITLES.get(name, name.removesuffix('_seconds'))} "
+                           f"{value * 1e3:.3f}" for name, value in parts.items()
+                           if value >= 5e-7))
+    click.echo(f"# predict other systems with: ipupod train --mode phantom ... "
+               f"--efficiency-scale {found.efficiency_scale:.4f}")
+
+
+def _row(prediction: Prediction) -> str:
+    entry = prediction.published
+    mark = "*" if prediction.calibration_point else " "
+    parts = prediction.step.parts()
+    return (f"{entry.round:>5} {entry.model:>10} {entry.topology:>7} {entry.hosts:>5} "
+            f"{entry.ipus // entry.ipus_per_replica:>8} {entry.micro_batch:>3} "
+            f"{entry.gradient_accumulation:>4} {entry.step_seconds * 1e3:>10.2f} "
+            f"{prediction.step.sim_seconds * 1e3:>10.2f} {prediction.error * 100:>+7.1f}%{mark}"
+            + "".join(f" {parts[name] * 1e3:>9.2f}" for name in PART_TITLES))
+
+
+@click.command("validate")
+@click.option("--published", "table", type=click.Path(dir_okay=False, path_type=Path),
+              default=TABLE, show_default="the shipped table",
+              help="A table of published step times (JSON, as benchmarks/"
+                   "mlperf_published.py writes it).")
+@click.option("--json", "as_json", is_flag=True)
+def validate_command(table: Path, as_json: bool) -> None:
+    """Published MLPerf step times against the emulator's, POD16-calibrated."""
+    predictions = predict(load_published(table))
+    if not predictions:
+        raise UserError(f"{table} lists no configurations")
+    if as_json:
+        click.echo(json.dumps([p.as_record() for p in predictions], indent=2))
+        return
+    click.echo("# Graphcore's MLPerf Training step times (closed division, median of the "
+               "runs) against the emulator's;")
+    click.echo("# * the calibration point: each model and round's IPU-POD16 fixes the "
+               "compute efficiency, nothing else is fitted. Times in ms.")
+    click.echo(f"{'round':>5} {'model':>10} {'system':>7} {'hosts':>5} {'replicas':>8} "
+               f"{'mb':>3} {'acc':>4} {'published':>10} {'predicted':>10} {'error':>9}"
+               + "".join(f" {title:>9}" for title in PART_TITLES.values()))
+    for prediction in predictions:
+        click.echo(_row(prediction))
+    worst = max((p for p in predictions if not p.calibration_point),
+                key=lambda p: abs(p.error), default=None)
+    if worst is not None:
+        click.echo(f"# largest error away from the calibration points: {worst.error:+.1%} "
+                   f"({worst.published.label})")
