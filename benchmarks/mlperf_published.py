@@ -93,6 +93,36 @@ RECIPES: dict[tuple[str, str], Recipe] = {
 }
 
 
+def _layers_per_ipu(clone: Path, recipe: Recipe) -> list[int]:
+    """A BERT recipe's layers per pipeline stage, from its configuration's
+    ``att_ffn_placement`` (``[stage, [attention layers, feed-forward layers]]``, v1.1) or
+    ``layers_per_ipu`` encoders from ``encoder_start_ipu`` on (v1.0): the
+    emulated bert-large is embeddings, then each encoder's attention and feed-forward
+    halves in order, then heads and loss; stage s takes its halves, stage 0 also the
+    embeddings, the last also the heads and the loss. ResNet: [] (one IPU a replica)."""
+    if recipe.ipus_per_replica == 1:
+        return []
+    config = clone / recipe.source.split(";")[0].strip()
+    try:
+        settings = json.loads(config.read_text(encoding="utf-8"))
+        if "att_ffn_placement" in settings:
+            halves = {int(stage): int(att) + int(ffn)
+                      for stage, (att, ffn) in settings["att_ffn_placement"]}
+            counts = [halves[stage] for stage in sorted(halves)]
+        else:  # v1.0: whole encoders per IPU from encoder_start_ipu on
+            start = int(settings.get("encoder_start_ipu", 0))
+            counts = [0] * start + [2 * int(n) for n in settings["layers_per_ipu"]]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UserError(f"{config}: no att_ffn_placement or layers_per_ipu to place the "
+                        f"layers ({error})") from None
+    if len(counts) != recipe.ipus_per_replica:
+        raise UserError(f"{config}: att_ffn_placement has {len(counts)} stages, the recipe "
+                        f"{recipe.ipus_per_replica}")
+    counts[0] += 1  # the embeddings
+    counts[-1] += 2  # the heads and the loss
+    return counts
+
+
 def _git(folder: Path, *args: str) -> str:
     result = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True,
                             check=False)
@@ -141,6 +171,7 @@ def _row(round_name: str, system: str, recipe: Recipe, runs: list[RunSteps],
         "topology": f"pod{ipus}", "hosts": recipe.hosts,
         "ipus_per_replica": recipe.ipus_per_replica, "micro_batch": recipe.micro_batch,
         "gradient_accumulation": accumulation, "optimizer_state": recipe.optimizer_state,
+        "layers_per_ipu": _layers_per_ipu(clone, recipe),
         "logged_global_batch": first.global_batch, "global_batch": emulated_batch,
         "step_seconds": round(median_run(runs), 6), "step_seconds_min": round(min(steps), 6),
         "step_seconds_max": round(max(steps), 6), "runs": len(runs), "method": first.method,

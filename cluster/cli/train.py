@@ -27,6 +27,20 @@ from gcl.modes import Mode
 Command = TypeVar("Command", bound=Callable[..., Any])
 
 
+def _counts_option(text: str | None, option: str) -> tuple[int, ...] | None:
+    """Whole numbers separated by commas (``4,4,6``); None when the option is not given."""
+    if text is None:
+        return None
+    try:
+        counts = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UserError(f"{option} takes whole numbers separated by commas, e.g. 4,4,6; "
+                        f"not {text[:60]!r}") from None
+    if not counts or len(counts) > 64:
+        raise UserError(f"{option} takes 1 to 64 numbers separated by commas")
+    return counts
+
+
 def _hidden(text: str | None) -> tuple[int, ...] | None:
     """Layer widths from ``--hidden`` (``128,64``); None: the default."""
     if text is None:
@@ -108,6 +122,9 @@ COMMON_OPTIONS = [
     click.option("--hidden", default=None,
                  help="Hidden layer widths, e.g. 128,64 (default: 128, once per stage "
                       "boundary, at least once)."),
+    click.option("--layers-per-ipu", default=None,
+                 help="Consecutive layers on each pipeline stage, e.g. 4,4,6,7,7,7,7,9 (a "
+                      "recipe's placement; default: balanced on FLOPs)."),
     click.option("--efficiency-scale", type=float, default=1.0, show_default=True,
                  help="Every layer kind's compute efficiency times this, for a workload: "
                       "what `ipupod calibrate` derives from a measured step time."),
@@ -128,7 +145,8 @@ def make_config(servers: int, mode: str, check: bool, replicas_per_server: int |
                 sequence_length: int | None, gradient_dtype: str | None,
                 optimizer_state: str, batch_size: int, gradient_accumulation: int, steps: int,
                 algorithm: str, seed: int, lr: float, momentum: float,
-                hidden: str | None, efficiency_scale: float = 1.0) -> TrainConfig:
+                hidden: str | None, efficiency_scale: float = 1.0,
+                layers_per_ipu: str | None = None) -> TrainConfig:
     """The training configuration the options describe."""
     k = int(ipus_per_replica)
     return TrainConfig(servers=servers, ipus_per_replica=k, model=model, split=split,
@@ -139,7 +157,8 @@ def make_config(servers: int, mode: str, check: bool, replicas_per_server: int |
                        micro_batch=batch_size, accumulation=gradient_accumulation, steps=steps,
                        algorithm=algorithm, seed=seed, lr=lr, momentum=momentum,
                        hidden=_hidden(hidden), mode=Mode(mode), check=check,
-                       efficiency_scale=efficiency_scale)
+                       efficiency_scale=efficiency_scale,
+                       layers_per_ipu=_counts_option(layers_per_ipu, "--layers-per-ipu"))
 
 
 def _echo_record(record: dict[str, Any], config: TrainConfig,

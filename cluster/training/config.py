@@ -8,6 +8,7 @@ from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.training.model import MLPSpec
 from cluster.training.pipeline.schedules import DEFAULT, schedule_names
+from cluster.training.pipeline.stages import stage_layers
 from cluster.training.workloads import (
     DEFAULT_EFFICIENCIES,
     DType,
@@ -58,6 +59,7 @@ class TrainConfig:
     optimizer_state: str = "in-processor"  # or "streaming": IPU-M2000 Streaming Memory
     split: str = "pipeline"  # or "shard": the MLP's widest layer by columns over the IPUs
     efficiency_scale: float = 1.0  # every layer kind's efficiency times this (calibration)
+    layers_per_ipu: tuple[int, ...] | None = None  # a recipe's stages; None: balanced
 
     def validate(self, topology: Topology | None = None, server_size: int | None = None) -> None:
         """UserError naming the option to change if this run cannot go ahead; a server
@@ -108,10 +110,15 @@ class TrainConfig:
             raise UserError("--recompute and --pipeline-schedule apply to pipeline stages, not "
                             "to a sharded layer: leave them out with --split shard")
         layers = len(self.workload().layers)
+        if self.layers_per_ipu is not None:
+            stage_layers([0] * layers, self.ipus_per_replica, self.layers_per_ipu)
         if layers < self.ipus_per_replica and not self.sharded:
             raise UserError(f"the model has {layers} layers: {self.ipus_per_replica} pipeline "
                             f"stages need at least {self.ipus_per_replica} (add hidden layers "
                             "with --hidden, or use fewer --ipus-per-replica)")
+        if self.layers_per_ipu is not None and (self.sharded or self.model == MLP):
+            raise UserError("--layers-per-ipu places a workload's layers on pipeline stages: "
+                            "give --model, and leave out --split shard")
         if self.efficiency_scale != 1.0:
             if self.model == MLP:
                 raise UserError("--efficiency-scale scales a workload's efficiencies: give "

@@ -18,7 +18,7 @@ from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.training.config import TrainConfig
 from cluster.training.pipeline.schedules import pipeline_schedule
-from cluster.training.pipeline.stages import split_layers
+from cluster.training.pipeline.stages import stage_layers
 from cluster.training.placement import replica_ipus
 from cluster.training.sharding import ColumnSplit
 from cluster.training.workloads import MemoryUse, memory_use
@@ -51,8 +51,8 @@ def stage_memory(config: TrainConfig, topology: Topology) -> list[StageMemory]:
     if config.sharded:
         return _sharded_memory(config, topology)
     workload = config.workload()
-    stages = split_layers([layer.training_flops for layer in workload.layers],
-                          config.ipus_per_replica)
+    stages = stage_layers([layer.training_flops for layer in workload.layers],
+                          config.ipus_per_replica, config.layers_per_ipu)
     in_flight = pipeline_schedule(config.pipeline_schedule, len(stages),
                                   config.accumulation).stashed()
     chain = replica_ipus(config, topology)[:len(stages)].tolist()

@@ -20,7 +20,7 @@ from cluster.model.routing import Routes
 from cluster.model.topology import HOST, ROLES, Topology
 from cluster.training.config import TrainConfig
 from cluster.training.pipeline.schedules import pipeline_schedule
-from cluster.training.pipeline.stages import split_layers
+from cluster.training.pipeline.stages import stage_layers
 from cluster.training.pipeline.timing import PipelineTime, pipeline_time
 from cluster.training.placement import gradient_group, replica_ipus
 from cluster.training.sharding import ColumnSplit, sharded_time
@@ -75,7 +75,8 @@ def step_time(config: TrainConfig, topology: Topology) -> StepTime:
     workload = config.workload()
     if config.sharded:
         return _sharded_step_time(config, topology, workload, chains)
-    stages = split_layers(_layer_flops(workload), config.ipus_per_replica)
+    stages = stage_layers(_layer_flops(workload), config.ipus_per_replica,
+                          config.layers_per_ipu)
     pipeline = replica_pipeline_time(config, topology, workload, chains)
     stage_params = [sum(workload.layers[i].parameters for i in layers) for layers in stages]
     local, global_, host_io, update = _outside_the_replica(config, topology, workload, chains,
@@ -140,7 +141,8 @@ def replica_pipeline_time(config: TrainConfig, topology: Topology, workload: Wor
     backward twice the forward (plus the forward again with recomputation); activations
     and their gradients cross each boundary for all replicas at once, costed by the
     network cost model."""
-    stages = split_layers(_layer_flops(workload), config.ipus_per_replica)
+    stages = stage_layers(_layer_flops(workload), config.ipus_per_replica,
+                          config.layers_per_ipu)
     schedule = pipeline_schedule(config.pipeline_schedule, len(stages), config.accumulation)
     backward_factor = BACKWARD_FLOPS_FACTOR + (1 if config.recomputes else 0)
     forward, backward = [], []

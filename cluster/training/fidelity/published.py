@@ -23,7 +23,19 @@ TABLE = Path(__file__).with_name("published_steps.json")
 IPUS_PER_RACK = 64  # an IPU-POD64 (HARDWARE.md, 003)
 BERT_SEQUENCE_LENGTH = 512  # MLPerf's BERT-Large: sequence 512 (the logs' max_sequence_length)
 MAX_TABLE_BYTES = 1 << 20
-_KINDS: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "str": str}
+ALGORITHM = "clockwise_ring"
+"""The gradient allreduce of the published runs: one ring through every replica, racks
+chained over their GW-Links. The submissions ran Poplar SDK 2.1 and 2.3 (systems/*.json)
+on partitions with ring routing (``vipu create partition ... --routing ring-swnc``, the
+v1.1 BERT POD128 script); GCL builds its collectives on rings ("the required ring
+structure for communication", Graphcore's memory and performance optimisation guide,
+section 7), and its three-phase collectives across IPU-Link domains were only scheduled
+properly from SDK 3.0 (GCL release notes 3.0.0). A ring that crosses racks moves every
+byte of the gradient over the GW-Link path, where the hierarchical algorithm moves a
+1/64 share: that is the cost the larger systems pay (docs/fidelity.md)."""
+
+_KINDS: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "str": str,
+                                              "list[int]": list}
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,7 @@ class PublishedStep:
     micro_batch: int
     gradient_accumulation: int
     optimizer_state: str
+    layers_per_ipu: list[int]  # the recipe's placement of layers on stages; [] balanced
     logged_global_batch: int
     global_batch: int
     step_seconds: float
@@ -84,7 +97,8 @@ def _entry(row: Any, where: str) -> PublishedStep:
     for field in fields(PublishedStep):
         value = row.get(field.name)
         kind = _KINDS[str(field.type)]
-        if isinstance(value, bool) or not isinstance(value, kind):
+        if isinstance(value, bool) or not isinstance(value, kind) or (
+                isinstance(value, list) and not all(type(n) is int for n in value)):
             raise UserError(f"{where}: {field.name} must be a {field.type}, not "
                             f"{quoted(value, 40)}")
         values[field.name] = value
@@ -108,4 +122,6 @@ def train_config(entry: PublishedStep, efficiency_scale: float = 1.0) -> TrainCo
         ipus_per_replica=entry.ipus_per_replica, micro_batch=entry.micro_batch,
         accumulation=entry.gradient_accumulation, optimizer_state=entry.optimizer_state,
         sequence_length=BERT_SEQUENCE_LENGTH if bert else None,
-        pipeline_schedule="1f1b", recompute=True, efficiency_scale=efficiency_scale)
+        layers_per_ipu=tuple(entry.layers_per_ipu) or None,
+        pipeline_schedule="1f1b", recompute=True, efficiency_scale=efficiency_scale,
+        algorithm=ALGORITHM)

@@ -10,7 +10,7 @@ as the block allows (on a DSS 8440's ladder: rung, rail, rung, ...).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import pairwise
+from itertools import accumulate, pairwise
 
 import numpy as np
 
@@ -42,6 +42,22 @@ def split_layers(layer_flops: Sequence[int], stages: int) -> list[range]:
     for k in range(stages, 0, -1):
         bounds.append(int(cut[k][bounds[-1]]))
     bounds.reverse()
+    return [range(a, b) for a, b in pairwise(bounds)]
+
+
+def stage_layers(layer_flops: Sequence[int], stages: int,
+                 layers_per_stage: Sequence[int] | None = None) -> list[range]:
+    """The layers of each stage: ``layers_per_stage`` consecutive layers each when given
+    (Graphcore's ``layers_per_ipu``: a recipe's own placement), else balanced on FLOPs
+    (:func:`split_layers`); a UserError if the counts do not cover the model."""
+    if layers_per_stage is None:
+        return split_layers(layer_flops, stages)
+    counts = list(layers_per_stage)
+    if len(counts) != stages or min(counts, default=0) < 1 or sum(counts) != len(layer_flops):
+        raise UserError(f"--layers-per-ipu gives {len(counts)} stage(s) of "
+                        f"{'+'.join(map(str, counts[:16]))} layers: it needs {stages} counts "
+                        f"of 1 or more that add up to the model's {len(layer_flops)} layers")
+    bounds = [0, *accumulate(counts)]
     return [range(a, b) for a, b in pairwise(bounds)]
 
 
