@@ -84,7 +84,7 @@ def load_published(path: Path = TABLE) -> list[PublishedStep]:
     except ValueError as error:
         raise UserError(f"{path} is not JSON: {error}") from None
     rows = raw.get("configurations") if isinstance(raw, dict) else None
-    if raw.get("version") != 1 or not isinstance(rows, list):
+    if not isinstance(rows, list) or raw.get("version") != 1:
         raise UserError(f"{path}: a table of published steps has version 1 and a list of "
                         "configurations")
     return [_entry(row, f"{path} configuration {i}") for i, row in enumerate(rows)]

@@ -1,0 +1,273 @@
+"""Fidelity: published step times from MLPerf logs, calibration, and predictions that only
+the calibration point feeds; each new term of the step against a hand computation."""
+
+import json
+import math
+import subprocess
+import sys
+from dataclasses import replace
+from itertools import accumulate, pairwise
+
+import pytest
+
+from benchmarks.mlperf_published import derive_round
+from cluster.errors import UserError
+from cluster.model import hardware as hw
+from cluster.model.costmodel import REDUCE_MEMORY_PASSES
+from cluster.model.spec import load_topology
+from cluster.training.config import TrainConfig
+from cluster.training.fidelity.calibration import calibrate
+from cluster.training.fidelity.mllog import parse_events, run_steps
+from cluster.training.fidelity.published import TABLE, load_published, train_config
+from cluster.training.fidelity.validation import predict
+from cluster.training.memory_plan import stage_memory
+from cluster.training.pipeline.stages import stage_layers
+from cluster.training.timing import step_time
+from cluster.training.workloads import forward_seconds, workload
+from gcl import plan, simulate
+from gcl.modes import Mode
+
+
+def _line(time_ms, key, value=None, **metadata):
+    event = {"namespace": "", "time_ms": time_ms, "event_type": "POINT_IN_TIME", "key": key,
+             "value": value, "metadata": metadata}
+    return f"[1,0]<stdout>::::MLLOG {json.dumps(event)}"
+
+
+def _resnet_log(epoch_ms=(4000, 3000, 3000, 5000, 3000), gbs=3200, ga=10):
+    lines = ["plain output", ":::MLLOG {broken json", _line(0, "global_batch_size", gbs),
+             _line(0, "gradient_accumulation_steps", ga), _line(0, "train_samples", 1281167),
+             _line(0, "submission_platform", "POD16"), "x" * 100_000]
+    clock = 1_000
+    for n, ms in enumerate(epoch_ms, 1):
+        lines += [_line(clock, "epoch_start", epoch_num=n), _line(clock + ms, "epoch_stop",
+                                                                   epoch_num=n)]
+        clock += ms + 500  # evaluation between epochs is not counted
+    return lines
+
+
+def test_a_resnet_step_is_the_global_batch_over_the_median_epoch_rate():
+    run = run_steps(parse_events(_resnet_log()))
+    assert run.method == "epochs" and run.intervals == 5 and run.accumulation == 10
+    assert run.step_seconds == pytest.approx(3200 * 3.0 / 1281167, rel=1e-12)
+
+
+def test_a_bert_step_uses_the_samples_each_block_trains():
+    lines = [_line(0, "global_batch_size", 3072)]
+    clock, done = 0, 0
+    for seconds, samples in ((130, 175_000), (100, 175_000), (120, 200_000)):
+        lines += [_line(clock, "block_start"), _line(clock + seconds * 1e3, "block_stop")]
+        done += samples
+        lines.append(_line(clock + seconds * 1e3 + 5, "eval_accuracy", 0.5, epoch_num=done))
+        clock += seconds * 1e3 + 10
+    run = run_steps(parse_events(lines))
+    rates = sorted([130 / 175_000, 100 / 175_000, 120 / 200_000])
+    assert run.method == "blocks" and run.step_seconds == pytest.approx(3072 * rates[1])
+
+
+@pytest.mark.parametrize("lines, words", [
+    ([_line(0, "train_samples", 10)], "global_batch_size"),
+    ([_line(0, "global_batch_size", 8), _line(0, "train_samples", 10),
+      _line(5, "epoch_start")], "1 epoch_start and 0 epoch_stop"),
+    ([_line(0, "global_batch_size", 8), _line(0, "train_samples", 10),
+      _line(5, "epoch_start"), _line(4, "epoch_stop")], "comes before"),
+    ([_line(0, "global_batch_size", 8), _line(0, "block_start"), _line(9, "block_stop")],
+     "eval_accuracy"),
+    ([_line(0, "global_batch_size", True), _line(0, "block_start")], "global_batch_size"),
+])
+def test_a_log_without_what_the_method_needs_is_a_user_error(lines, words):
+    with pytest.raises(UserError, match=words):
+        run_steps(parse_events(lines))
+
+
+def _write_results(root, system, runs):
+    folder = root / "Graphcore" / "results" / system / "resnet"
+    folder.mkdir(parents=True)
+    for i, epochs in enumerate(runs):
+        (folder / f"result_{i}.txt").write_text("\n".join(_resnet_log(epochs)))
+
+
+def test_the_derivation_script_takes_the_median_run_and_checks_the_recipe(tmp_path):
+    _write_results(tmp_path, "ipu-pod16-TF1", [(3000,) * 3, (3100,) * 3, (9000,) * 3])
+    (row,) = derive_round("v1.1", tmp_path)
+    assert row["step_seconds"] == pytest.approx(3200 * 3.1 / 1281167, abs=1e-6)
+    assert row["runs"] == 3 and row["hosts"] == 1 and row["micro_batch"] == 20
+    assert row["logs"] == "Graphcore/results/ipu-pod16-TF1/resnet/result_*.txt"
+    wrong = tmp_path / "wrong"
+    folder = wrong / "Graphcore" / "results" / "ipu-pod16-TF1" / "resnet"
+    folder.mkdir(parents=True)
+    (folder / "result_0.txt").write_text("\n".join(_resnet_log(gbs=3000)))
+    with pytest.raises(UserError, match="not the logged global batch"):
+        derive_round("v1.1", wrong)
+
+
+def test_the_shipped_table_reads_back_with_its_provenance():
+    table = load_published()
+    assert {(e.round, e.topology) for e in table if e.model == "resnet50"} == {
+        ("v1.0", "pod16"), ("v1.0", "pod64"), ("v1.1", "pod16"), ("v1.1", "pod64"),
+        ("v1.1", "pod128"), ("v1.1", "pod256")}
+    for entry in table:
+        assert entry.repository.startswith("mlcommons/training_results_v1.")
+        assert len(entry.commit) == 40 and entry.logs.endswith("result_*.txt")
+        assert entry.global_batch == (entry.ipus // entry.ipus_per_replica * entry.micro_batch
+                                      * entry.gradient_accumulation)
+
+
+def _resnet(topology="pod16", accumulation=10, scale=1.0):
+    racks = max(1, int(topology.removeprefix("pod")) // 64)
+    return TrainConfig(model="resnet50", topology=topology, mode=Mode.PHANTOM, servers=racks,
+                       replicas_per_server=min(64, int(topology.removeprefix("pod"))),
+                       micro_batch=20, accumulation=accumulation, efficiency_scale=scale)
+
+
+def test_calibration_finds_the_scale_that_reproduces_the_measured_step():
+    topology = load_topology("pod16")
+    found = calibrate(_resnet(), topology, 0.1)
+    assert found.predicted_step_seconds == pytest.approx(0.1, rel=1e-9)
+    base, scaled = (step_time(_resnet(scale=s), topology) for s in (1.0, found.efficiency_scale))
+    # compute is the only part it moves, exactly as 1/scale
+    assert scaled.compute_seconds * found.efficiency_scale == pytest.approx(base.compute_seconds)
+    assert (scaled.host_io_seconds, scaled.local_allreduce_seconds) == (
+        base.host_io_seconds, base.local_allreduce_seconds)
+    with pytest.raises(UserError, match="faster than this configuration can run"):
+        calibrate(_resnet(), topology, 1e-4)
+    with pytest.raises(UserError, match="positive number"):
+        calibrate(_resnet(), topology, float("nan"))
+
+
+def test_only_the_calibration_points_published_figures_move_the_predictions(tmp_path):
+    before = predict(load_published())
+    raw = json.loads(TABLE.read_text())
+    for row in raw["configurations"]:
+        if row["ipus"] > 16:
+            row["step_seconds"] *= 3  # the figures a prediction is checked against
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(raw))
+    after = predict(load_published(changed))
+    assert [p.step.sim_seconds for p in after] == [p.step.sim_seconds for p in before]
+    for row in raw["configurations"]:
+        if row["ipus"] == 16:
+            row["step_seconds"] *= 1.1
+    changed.write_text(json.dumps(raw))
+    moved = predict(load_published(changed))
+    assert all(a.step.sim_seconds != b.step.sim_seconds for a, b in zip(moved, before))
+
+
+def test_the_calibration_points_are_reproduced_and_the_larger_pods_are_predicted():
+    predictions = predict(load_published())
+    anchors = [p for p in predictions if p.calibration_point]
+    assert len(anchors) == 4 and all(abs(p.error) < 1e-6 for p in anchors)
+    by_label = {p.published.label: p for p in predictions}
+    pod128, pod256 = by_label["v1.1 resnet50 pod128"], by_label["v1.1 resnet50 pod256"]
+    # equal work per IPU (accumulation 2 on both): the step grows with the racks the ring
+    # crosses, as published
+    assert pod256.step.sim_seconds > pod128.step.sim_seconds
+    assert pod256.published.step_seconds > pod128.published.step_seconds
+
+
+def test_a_ring_across_two_racks_costs_what_its_gw_link_crossing_costs_by_hand():
+    topology = load_topology("pod128")
+    count, n = 1 << 24, 128
+    timing = simulate(plan("allreduce", topology, count, dtype="float16",
+                           algorithm_name="clockwise_ring"), topology)
+    chunk = 2 * count / n  # bytes each IPU sends each step
+    gw = hw.gw_link_100g()
+    crossing = (chunk / (hw.ipu_m2000().gw_link_ports * gw.bandwidth_Bps)
+                + 2 * hw.pcie_gen4_x16().latency_s + 2 * gw.latency_s)
+    reduce = REDUCE_MEMORY_PASSES * chunk / hw.gc200().memory_bandwidth_Bps
+    steps = n - 1
+    by_hand = (steps * (hw.GLOBAL_SYNC_S + crossing + reduce)
+               + steps * (hw.GLOBAL_SYNC_S + crossing))
+    assert timing.sim_seconds == pytest.approx(by_hand, rel=1e-9)
+    # two crossings (rack 0 -> 1, 1 -> 0), two GW-Link hops each (gateway, switch, gateway),
+    # every step of both phases
+    assert timing.link_type_bytes["gw-link-100g"] == pytest.approx(2 * 2 * 2 * steps * chunk)
+
+
+def test_layers_per_ipu_places_the_recipes_layers_on_each_stage():
+    assert stage_layers([1] * 6, 3, (1, 2, 3)) == [range(0, 1), range(1, 3), range(3, 6)]
+    with pytest.raises(UserError, match="add up to the model's 6 layers"):
+        stage_layers([1] * 6, 3, (1, 2, 2))
+    bert = workload("bert-large", sequence_length=512)
+    counts = (4, 4, 6, 7, 7, 7, 7, 9)
+    config = TrainConfig(model="bert-large", sequence_length=512, topology="pod64",
+                         mode=Mode.PHANTOM, servers=1, replicas_per_server=8,
+                         ipus_per_replica=8, micro_batch=2, accumulation=96,
+                         pipeline_schedule="1f1b", optimizer_state="sharded",
+                         layers_per_ipu=counts)
+    topology = load_topology("pod64")
+    config.validate(topology, 64)
+    step = step_time(config, topology)
+    bounds = [0, *accumulate(counts)]
+    gc200 = topology.ipu_processors[0]
+    for (a, b), seconds in zip(pairwise(bounds), step.stage_compute_seconds):
+        forward = forward_seconds(bert, gc200, 2, config.efficiencies, bert.layers[a:b])
+        # 96 micro-batches, each a forward, a backward (2 forwards) and a recomputation
+        assert seconds == pytest.approx(96 * (1 + 2 + 1) * forward, rel=1e-12)
+    with pytest.raises(UserError, match="--layers-per-ipu"):
+        replace(config, layers_per_ipu=(4, 4)).validate(topology, 64)
+
+
+def test_sharded_optimizer_state_splits_the_state_and_the_update_over_the_replicas():
+    base = TrainConfig(model="bert-large", sequence_length=512, topology="pod64",
+                       mode=Mode.PHANTOM, servers=1, replicas_per_server=8, ipus_per_replica=8,
+                       micro_batch=2, accumulation=96, pipeline_schedule="1f1b")
+    sharded = replace(base, optimizer_state="sharded")
+    topology = load_topology("pod64")
+    whole, split = stage_memory(base, topology), stage_memory(sharded, topology)
+    for a, b in zip(whole, split):
+        assert b.use.optimizer_bytes == math.ceil(a.use.optimizer_bytes / 8)
+    assert step_time(sharded, topology).update_seconds == pytest.approx(
+        step_time(base, topology).update_seconds / 8, rel=1e-3)
+
+
+def _ipupod(*args):
+    return subprocess.run([sys.executable, "-m", "cluster.cli.main", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_validate_prints_published_predicted_and_error_for_every_configuration():
+    result = _ipupod("validate")
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith((" v1.", "v1."))]
+    assert len(rows) == len(load_published())
+    assert sum(line.count("%*") for line in rows) == 4
+    records = json.loads(_ipupod("validate", "--json").stdout)
+    assert {"published_step_seconds", "error"} - set(records[0]) == {"published_step_seconds"}
+    assert all(sum(r["predicted_parts"].values()) == pytest.approx(r["predicted_step_seconds"])
+               for r in records)
+
+
+def test_calibrate_then_train_reproduces_the_measured_step():
+    options = ["--model", "resnet50", "--micro-batch", "20", "--gradient-accumulation", "10"]
+    found = json.loads(_ipupod("calibrate", *options, "--measured-step-ms", "108.317",
+                               "--json").stdout)
+    trained = json.loads(_ipupod("train", "--topology", "pod16", "--mode", "phantom",
+                                 "--steps", "1", *options, "--json", "--efficiency-scale",
+                                 repr(found["efficiency_scale"])).stdout)
+    assert trained["steps"][0]["sim_seconds"] == pytest.approx(0.108317, rel=1e-9)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["calibrate", "--model", "resnet50", "--measured-step-ms", "-3"], "positive number"),
+    (["calibrate", "--measured-step-ms", "100"], "give --model"),
+    (["validate", "--published", "/nonexistent/table.json"], "No such file"),
+    (["train", "--model", "resnet50", "--mode", "phantom", "--efficiency-scale", "50"],
+     "past the IPU's peak"),
+    (["train", "--model", "bert-large", "--mode", "phantom", "--topology", "pod16",
+      "--ipus-per-replica", "4", "--layers-per-ipu", "1,2,x"], "whole numbers"),
+])
+def test_fidelity_mistakes_are_one_line_errors(args, words, tmp_path):
+    result = _ipupod(*args)
+    assert result.returncode == 2 and words in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_table_that_is_not_one_is_refused(tmp_path):
+    path = tmp_path / "t.json"
+    for text in ("[1, 2]", '{"version": 1, "configurations": [{"round": 3}]}', "{"):
+        path.write_text(text)
+        with pytest.raises(UserError):
+            load_published(path)
+    path.write_text(TABLE.read_text())
+    assert train_config(load_published(path)[0]).mode == Mode.PHANTOM
