@@ -27,7 +27,7 @@ PART_TITLES = {  # StepTime part -> column title, in the order a step spends the
     "compute_seconds": "compute", "pipeline_bubble_seconds": "bubble",
     "inter_stage_seconds": "stages-io", "host_io_seconds": "host-io",
     "local_allreduce_seconds": "local-AR", "global_allreduce_seconds": "global-AR",
-    "update_seconds": "update",
+    "update_seconds": "update", "weight_gather_seconds": "gather",
 }
 
 

@@ -182,6 +182,8 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
                         ("stages-io", "inter_stage_seconds")]
     if config.sharded:
         columns[1:1] = [("shard-io", "shard_exchange_seconds")]
+    if first.get("weight_gather_seconds"):
+        columns.append(("gather", "weight_gather_seconds"))
     echo(f"{'step':>5} {'loss':>10} {'step(ms)':>9} "
          + " ".join(f"{title:>9}" for title, _ in columns))
     for row in record["steps"]:

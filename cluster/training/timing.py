@@ -30,7 +30,7 @@ from cluster.training.workloads import (
     forward_seconds,
     update_seconds,
 )
-from gcl import plan, simulate
+from gcl import CommGroup, plan, simulate
 from gcl.phantom import Timing
 
 
@@ -50,6 +50,7 @@ class StepTime:
     stage_compute_seconds: tuple[float, ...] = field(default=())
     update_seconds: float = 0.0
     shard_exchange_seconds: float = 0.0
+    weight_gather_seconds: float = 0.0
 
     @property
     def sim_seconds(self) -> float:
@@ -58,7 +59,7 @@ class StepTime:
         return (self.compute_seconds + self.pipeline_bubble_seconds + self.inter_stage_seconds
                 + self.host_io_seconds + self.local_allreduce_seconds
                 + self.global_allreduce_seconds + self.update_seconds
-                + self.shard_exchange_seconds)
+                + self.shard_exchange_seconds + self.weight_gather_seconds)
 
     def parts(self) -> dict[str, float]:
         """Each part's simulated seconds by name (the fields ending ``_seconds``), whose
@@ -83,7 +84,9 @@ def step_time(config: TrainConfig, topology: Topology) -> StepTime:
                                                           stage_params)
     return StepTime(pipeline.compute_seconds, host_io, local, global_,
                     pipeline.bubble_seconds, pipeline.inter_stage_seconds,
-                    pipeline.stage_compute_seconds, update)
+                    pipeline.stage_compute_seconds, update,
+                    weight_gather_seconds=weight_gather_seconds(config, topology, workload,
+                                                                chains, stage_params))
 
 
 def _sharded_step_time(config: TrainConfig, topology: Topology, workload: Workload,
@@ -115,6 +118,30 @@ def _outside_the_replica(config: TrainConfig, topology: Topology, workload: Work
     update = max(stage_update_seconds(config, topology, workload, int(chains[0, s]), params)
                  for s, params in enumerate(ipu_params))
     return local, global_, host_io, update
+
+
+def weight_gather_seconds(config: TrainConfig, topology: Topology, workload: Workload,
+                          chains: np.ndarray, ipu_params: list[int]) -> float:
+    """With the optimiser state sharded and the replicas on several servers or racks:
+    each rack's replicas all-gather the weights they updated, shard by shard (the padded
+    largest stage's, in the weight dtype), every rack at once. PopART shards a tensor
+    only over the replicas of one program instance ("CommGroupType.All ... not supported
+    for multiple program instances, since each host instance requires the full tensor";
+    ``CommGroup(Consecutive, num_local_replicas)``: PopART user guide, tensor locations),
+    and the published multi-rack runs ran an instance per rack (``poprun --num-instances
+    2`` on an IPU-POD128). So the gradient is allreduced in full across the racks (the
+    allreduce the step already has) and the weights are gathered again inside each
+    rack: on one server or rack the reduce-scatter and all-gather are the allreduce's
+    own two halves, and this is 0."""
+    if config.optimizer_state != "sharded" or len(chains) <= config.replicas_per_server:
+        return 0.0
+    rack = chains[:config.replicas_per_server]
+    group = (CommGroup() if config.ipus_per_replica == 1
+             else CommGroup.parse(f"orthogonal:{config.replicas_per_server}"))
+    shard = -(-max(ipu_params) // config.replicas_per_server)
+    schedule = plan("all-gather", topology, shard, dtype=workload.weight_dtype.value,
+                    algorithm_name=config.algorithm, group=group, ipus=rack.ravel())
+    return simulate(schedule, topology).sim_seconds
 
 
 def stage_update_seconds(config: TrainConfig, topology: Topology, workload: Workload, ipu: int,
