@@ -54,27 +54,23 @@ class Recipe:
 
 _RN = "Graphcore/benchmarks/resnet/implementations/tensorflow/"
 _BERT = "Graphcore/benchmarks/bert/implementations/popart/"
+
+
+def _resnet(pod: int, config: str) -> Recipe:
+    """ResNet-50: one IPU a replica, micro-batch 20 (configs.yml ``config``), one host per
+    16 IPUs (run_and_time.sh: a single host for 16 replicas, 4 for 64, 8 for 128, 16 for
+    256)."""
+    return Recipe("resnet50", pod // 16, 1, 20, "in-processor", 1,
+                  f"{_RN}configs.yml {config}; {_RN}run_and_time.sh")
+
+
 RECIPES: dict[tuple[str, str], Recipe] = {
-    # ResNet-50: one IPU per replica, micro-batch 20 (configs.yml), one host per 16 IPUs
-    # (run_and_time.sh: a single host for 16 replicas, 4 for 64, 8 for 128, 16 for 256).
-    ("v1.0", "ipu-pod16-TF1"): Recipe("resnet50", 1, 1, 20, "in-processor", 1,
-                                      _RN + "configs.yml mk2_resnet50_mlperf_pod16_bs20; "
-                                      + _RN + "run_and_time.sh"),
-    ("v1.0", "ipu-pod64-TF1"): Recipe("resnet50", 4, 1, 20, "in-processor", 1,
-                                      _RN + "configs.yml mk2_resnet50_mlperf_pod64_bs20; "
-                                      + _RN + "run_and_time.sh (HOST0..HOST3)"),
-    ("v1.1", "ipu-pod16-TF1"): Recipe("resnet50", 1, 1, 20, "in-processor", 1,
-                                      _RN + "configs.yml mk2_resnet50_mlperf_pod16_lars; "
-                                      + _RN + "run_and_time.sh"),
-    ("v1.1", "ipu-pod64-TF1"): Recipe("resnet50", 4, 1, 20, "in-processor", 1,
-                                      _RN + "configs.yml mk2_resnet50_mlperf_pod64_lars; "
-                                      + _RN + "run_and_time.sh"),
-    ("v1.1", "ipu-pod128-TF1"): Recipe("resnet50", 8, 1, 20, "in-processor", 1,
-                                       _RN + "configs.yml mk2_resnet50_mlperf_pod128_lars; "
-                                       + _RN + "run_and_time.sh"),
-    ("v1.1", "ipu-pod256-TF1"): Recipe("resnet50", 16, 1, 20, "in-processor", 1,
-                                       _RN + "configs.yml mk2_resnet50_mlperf_pod256_lars; "
-                                       + _RN + "run_and_time.sh"),
+    ("v1.0", "ipu-pod16-TF1"): _resnet(16, "mk2_resnet50_mlperf_pod16_bs20"),
+    ("v1.0", "ipu-pod64-TF1"): _resnet(64, "mk2_resnet50_mlperf_pod64_bs20"),
+    ("v1.1", "ipu-pod16-TF1"): _resnet(16, "mk2_resnet50_mlperf_pod16_lars"),
+    ("v1.1", "ipu-pod64-TF1"): _resnet(64, "mk2_resnet50_mlperf_pod64_lars"),
+    ("v1.1", "ipu-pod128-TF1"): _resnet(128, "mk2_resnet50_mlperf_pod128_lars"),
+    ("v1.1", "ipu-pod256-TF1"): _resnet(256, "mk2_resnet50_mlperf_pod256_lars"),
     # BERT-Large, sequence 512, packed (2 sequences a pack), micro-batch 2 packs: 4 IPUs a
     # replica with the optimiser state off chip on a POD16, 8 IPUs a replica from POD64 on
     # (configs/mk2/podN-closed.json); one host up to POD64, two for POD128

@@ -27,32 +27,25 @@ from gcl.modes import Mode
 Command = TypeVar("Command", bound=Callable[..., Any])
 
 
-def _counts_option(text: str | None, option: str) -> tuple[int, ...] | None:
-    """Whole numbers separated by commas (``4,4,6``); None when the option is not given."""
+def _counts_option(text: str | None, option: str,
+                   example: str = "4,4,6") -> tuple[int, ...] | None:
+    """Whole numbers of 1 or more separated by commas (``4,4,6``); None when the option
+    is not given."""
     if text is None:
         return None
     try:
         counts = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise UserError(f"{option} takes whole numbers separated by commas, e.g. 4,4,6; "
+        raise UserError(f"{option} takes whole numbers separated by commas, e.g. {example}; "
                         f"not {text[:60]!r}") from None
-    if not counts or len(counts) > 64:
-        raise UserError(f"{option} takes 1 to 64 numbers separated by commas")
+    if not counts or len(counts) > 64 or min(counts) < 1:
+        raise UserError(f"{option} takes 1 to 64 numbers of 1 or more, separated by commas")
     return counts
 
 
 def _hidden(text: str | None) -> tuple[int, ...] | None:
     """Layer widths from ``--hidden`` (``128,64``); None: the default."""
-    if text is None:
-        return None
-    try:
-        sizes = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise UserError(f"--hidden takes layer widths separated by commas, e.g. 128,64; "
-                        f"not {text!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise UserError("--hidden needs at least one layer width of 1 or more")
-    return sizes
+    return _counts_option(text, "--hidden", "128,64")
 
 
 def run(config: TrainConfig, ray_address: str | None, on_step: Progress) -> dict[str, Any]:
