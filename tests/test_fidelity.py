@@ -285,3 +285,19 @@ def test_sharded_state_across_racks_gathers_the_weights_in_each_rack_by_hand():
     assert step.weight_gather_seconds == pytest.approx(by_hand, rel=1e-12)
     one_rack = replace(config, topology="pod64", servers=1)
     assert step_time(one_rack, load_topology("pod64")).weight_gather_seconds == 0.0
+
+
+@pytest.mark.parametrize("index, field, value, words", [
+    (0, "optimizer_state", "bogus", "--optimizer-state"),
+    (0, "topology", "pod64", "topology must be pod16"),
+    (2, "layers_per_ipu", [1, 2, 3], "--layers-per-ipu"),
+    (0, "ipus_per_replica", 3, "topology must be"),
+])
+def test_an_entry_the_emulator_cannot_run_is_named_before_any_prediction(
+        tmp_path, index, field, value, words):
+    raw = json.loads(TABLE.read_text())
+    raw["configurations"][index][field] = value
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(UserError, match=words):
+        predict(load_published(path))

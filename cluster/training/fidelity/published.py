@@ -106,6 +106,9 @@ def _entry(row: Any, where: str) -> PublishedStep:
     if entry.step_seconds <= 0 or min(entry.ipus, entry.micro_batch, entry.hosts,
                                       entry.gradient_accumulation, entry.runs) < 1:
         raise UserError(f"{where}: counts and the step time must be positive")
+    if entry.topology != f"pod{entry.ipus}" or entry.ipus % entry.ipus_per_replica:
+        raise UserError(f"{where}: topology must be pod{entry.ipus} (its ipus), in whole "
+                        f"replicas of ipus_per_replica IPUs")
     return entry
 
 

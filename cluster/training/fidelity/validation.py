@@ -15,8 +15,9 @@ from typing import Any
 
 from cluster.errors import UserError
 from cluster.model.spec import load_topology
+from cluster.training.config import TrainConfig
 from cluster.training.fidelity.calibration import calibrate
-from cluster.training.fidelity.published import PublishedStep, train_config
+from cluster.training.fidelity.published import IPUS_PER_RACK, PublishedStep, train_config
 from cluster.training.timing import StepTime, step_time
 
 
@@ -46,6 +47,13 @@ def _group(entry: PublishedStep) -> tuple[str, str]:
     return entry.round, entry.model
 
 
+def _checked(entry: PublishedStep, scale: float = 1.0) -> TrainConfig:
+    """``entry``'s run, checked as ``ipupod train`` checks its options."""
+    config = train_config(entry, scale)
+    config.validate(load_topology(entry.topology), min(entry.ipus, IPUS_PER_RACK))
+    return config
+
+
 def predict(published: list[PublishedStep]) -> list[Prediction]:
     """Every entry predicted from its group's calibration point (the fewest IPUs)."""
     predictions = []
@@ -55,9 +63,9 @@ def predict(published: list[PublishedStep]) -> list[Prediction]:
         if anchor.ipus != 16:
             raise UserError(f"{round_} {model}: the calibration point is an IPU-POD16 run, "
                             f"and the table has none (smallest: {anchor.topology})")
-        scale = calibrate(train_config(anchor), load_topology(anchor.topology),
+        scale = calibrate(_checked(anchor), load_topology(anchor.topology),
                           anchor.step_seconds).efficiency_scale
         for entry in group:
-            step = step_time(train_config(entry, scale), load_topology(entry.topology))
+            step = step_time(_checked(entry, scale), load_topology(entry.topology))
             predictions.append(Prediction(entry, entry is anchor, scale, step))
     return predictions
