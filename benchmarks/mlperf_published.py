@@ -47,7 +47,7 @@ class Recipe:
     hosts: int
     ipus_per_replica: int
     micro_batch: int
-    optimizer_state: str  # "streaming" (optimizer_state_offchip) or "sharded" (RTS)
+    optimizer_state: str  # "sharded" (RTS) or "sharded-streaming" (RTS and off chip)
     samples_per_sequence: int
     source: str
 
@@ -71,15 +71,17 @@ RECIPES: dict[tuple[str, str], Recipe] = {
     ("v1.1", "ipu-pod64-TF1"): _resnet(64, "mk2_resnet50_mlperf_pod64_lars"),
     ("v1.1", "ipu-pod128-TF1"): _resnet(128, "mk2_resnet50_mlperf_pod128_lars"),
     ("v1.1", "ipu-pod256-TF1"): _resnet(256, "mk2_resnet50_mlperf_pod256_lars"),
-    # BERT-Large, sequence 512, packed (2 sequences a pack), micro-batch 2 packs: 4 IPUs a
-    # replica with the optimiser state off chip on a POD16, 8 IPUs a replica from POD64 on
-    # (configs/mk2/podN-closed.json); one host up to POD64, two for POD128
+    # BERT-Large, sequence 512, packed (2 sequences a pack), micro-batch 2 packs, the
+    # optimiser state sharded over the replicas (replicated_tensor_sharding): 4 IPUs a
+    # replica with the state off chip on a POD16 (optimizer_state_offchip), 8 IPUs a
+    # replica with it on chip from POD64 on (configs/mk2/podN-closed.json); one host up to
+    # POD64, two for POD128
     # (systems/*.json number_of_nodes; create_submission.py's poprun --host).
-    ("v1.0", "ipu-pod16-POPART-closed"): Recipe("bert-large", 1, 4, 2, "streaming", 2,
+    ("v1.0", "ipu-pod16-POPART-closed"): Recipe("bert-large", 1, 4, 2, "sharded-streaming", 2,
                                                 _BERT + "configs/mk2/pod16-closed.json"),
     ("v1.0", "ipu-pod64-POPART-closed"): Recipe("bert-large", 1, 8, 2, "sharded", 2,
                                                 _BERT + "configs/mk2/pod64-closed.json"),
-    ("v1.1", "ipu-pod16-POPART-closed"): Recipe("bert-large", 1, 4, 2, "streaming", 2,
+    ("v1.1", "ipu-pod16-POPART-closed"): Recipe("bert-large", 1, 4, 2, "sharded-streaming", 2,
                                                 _BERT + "configs/mk2/pod16-closed.json"),
     ("v1.1", "ipu-pod64-POPART-closed"): Recipe("bert-large", 1, 8, 2, "sharded", 2,
                                                 _BERT + "configs/mk2/pod64-closed.json"),

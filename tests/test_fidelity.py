@@ -23,7 +23,7 @@ from cluster.training.fidelity.validation import predict
 from cluster.training.memory_plan import stage_memory
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.timing import step_time
-from cluster.training.workloads import forward_seconds, workload
+from cluster.training.workloads import forward_seconds, update_seconds, workload
 from gcl import plan, simulate
 from gcl.modes import Mode
 
@@ -301,3 +301,23 @@ def test_an_entry_the_emulator_cannot_run_is_named_before_any_prediction(
     path.write_text(json.dumps(raw))
     with pytest.raises(UserError, match=words):
         predict(load_published(path))
+
+
+def test_sharded_state_in_streaming_memory_streams_only_each_replicas_share():
+    config = TrainConfig(model="bert-large", sequence_length=512, topology="pod16",
+                         mode=Mode.PHANTOM, servers=1, replicas_per_server=4,
+                         ipus_per_replica=4, micro_batch=2, accumulation=192,
+                         pipeline_schedule="1f1b", optimizer_state="sharded-streaming")
+    topology = load_topology("pod16")
+    assert all(stage.use.optimizer_bytes == 0 for stage in stage_memory(config, topology))
+    bert = workload("bert-large", sequence_length=512)
+    stages = stage_layers([layer.training_flops for layer in bert.layers], 4)
+    gc200 = topology.ipu_processors[0]
+    by_hand = []
+    for layers in stages:
+        share = math.ceil(sum(bert.layers[i].parameters for i in layers) / 4)
+        state_bytes = share * bert.optimizer_values_per_parameter * 4  # float32
+        by_hand.append(update_seconds(bert, gc200, share, config.efficiencies)
+                       + state_bytes / hw.pcie_gen4_x16().bandwidth_Bps)
+    assert step_time(config, topology).update_seconds == pytest.approx(max(by_hand),
+                                                                       rel=1e-12)

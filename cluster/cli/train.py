@@ -96,12 +96,13 @@ COMMON_OPTIONS = [
     click.option("--gradient-dtype", type=click.Choice(["float16", "float32"]), default=None,
                  help="Number format of the gradients allreduced (default: the model's)."),
     click.option("--optimizer-state",
-                 type=click.Choice(["in-processor", "streaming", "sharded"]),
+                 type=click.Choice(["in-processor", "streaming", "sharded",
+                                   "sharded-streaming"]),
                  default="in-processor", show_default=True,
                  help="Where the optimiser's values live: In-Processor-Memory, an "
                       "IPU-M2000's Streaming Memory (streamed in for each update), or "
                       "sharded over the replicas of a server or rack (PopART's replicated "
-                      "tensor sharding: each updates its share)."),
+                      "tensor sharding: each updates its share), or both."),
     click.option("--batch-size", "--micro-batch", "batch_size", type=int, default=32,
                  show_default=True, help="Samples per replica per micro-batch."),
     click.option("--gradient-accumulation", type=int, default=1, show_default=True,

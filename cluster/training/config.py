@@ -23,7 +23,8 @@ IPUS_PER_SERVER = 16
 IPUS_PER_REPLICA = (1, 2, 4, 8, 16)  # a replica spans an aligned power-of-two block
 DEFAULT_WIDTH = 128  # of each hidden layer, unless --hidden says otherwise
 MLP = "mlp"  # the trainer's own model: the only one real mode trains
-OPTIMIZER_STATE = ("in-processor", "streaming", "sharded")  # where the optimiser's values live
+# where the optimiser's values live: on chip, in Streaming Memory, sharded over replicas, both
+OPTIMIZER_STATE = ("in-processor", "streaming", "sharded", "sharded-streaming")
 SPLITS = ("pipeline", "shard")  # how a replica's layers spread over its IPUs
 
 
@@ -155,12 +156,18 @@ class TrainConfig:
 
     @property
     def optimizer_shards(self) -> int:
-        """How many replicas share each optimiser value: with ``sharded`` (PopART's
-        replicated tensor sharding) the replicas of a server or rack each keep and update
-        1/R of it, the rest of the gradient allreduce being unchanged (a reduce-scatter
-        of the gradients, then an all-gather of the updated weights: the same bytes);
-        otherwise 1."""
-        return self.replicas_per_server if self.optimizer_state == "sharded" else 1
+        """How many replicas share each optimiser value: with ``sharded`` or
+        ``sharded-streaming`` (PopART's replicated tensor sharding) the replicas of a
+        server or rack each keep and update 1/R of it, the rest of the gradient allreduce
+        being unchanged (a reduce-scatter of the gradients, then an all-gather of the
+        updated weights: the same bytes); otherwise 1."""
+        return self.replicas_per_server if self.optimizer_state.startswith("sharded") else 1
+
+    @property
+    def optimizer_offchip(self) -> bool:
+        """Whether the optimiser's values live in an IPU-M2000's Streaming Memory
+        (``streaming``, ``sharded-streaming``), streamed in and out for each update."""
+        return self.optimizer_state.endswith("streaming")
 
     @property
     def sharded(self) -> bool:

@@ -60,7 +60,7 @@ def stage_memory(config: TrainConfig, topology: Topology) -> list[StageMemory]:
     for s, layers in enumerate(stages):
         chosen = [workload.layers[i] for i in layers]
         use = memory_use(workload, chosen, config.micro_batch, in_flight[s], config.recomputes,
-                         optimizer_offchip=config.optimizer_state == "streaming",
+                         optimizer_offchip=config.optimizer_offchip,
                          optimizer_shards=config.optimizer_shards)
         plan.append(StageMemory(s, chain[s], topology.ipu_name(chain[s]),
                                 f"{chosen[0].name}..{chosen[-1].name}", use,
@@ -82,7 +82,7 @@ def _sharded_memory(config: TrainConfig, topology: Topology) -> list[StageMemory
         per_sample = (sum(other.stashed_bytes for other in workload.layers) if k == 0
                       else layer.stashed_bytes + 4 * len(split.columns[k]))
         use = MemoryUse(4 * parameters, 4 * parameters,
-                        0 if config.optimizer_state == "streaming"
+                        0 if config.optimizer_offchip
                         else -(-4 * parameters // config.optimizer_shards),
                         config.micro_batch * per_sample, 0)
         names = "all layers" if k == 0 else f"{layer.name} columns {split.columns[k].start}.."
@@ -98,7 +98,7 @@ def check_fits(config: TrainConfig, topology: Topology,
     """OutOfMemory naming the first stage that does not fit, its IPU, what fills it and
     what would help."""
     machines = [set(u.ipus) for u in topology.units if u.kind == "IPU-M2000"]
-    if config.optimizer_state == "streaming" and not all(
+    if config.optimizer_offchip and not all(
             any(stage.ipu in ipus for ipus in machines) for stage in plan):
         raise UserError(f"the IPUs of {topology.name} have no Streaming Memory (an "
                         "IPU-M2000's): keep --optimizer-state in-processor, or train on a "
@@ -132,7 +132,7 @@ def _advice(config: TrainConfig) -> str:
         helps.append("--recompute")
     if config.micro_batch > 1:
         helps.append(f"a smaller --micro-batch (now {config.micro_batch})")
-    if config.optimizer_state != "streaming":
+    if not config.optimizer_offchip:
         helps.append("--optimizer-state streaming on an IPU-M2000 POD")
     if config.optimizer_state == "in-processor" and config.replicas_per_server > 1:
         helps.append("--optimizer-state sharded (over the replicas of a server or rack)")

@@ -133,7 +133,7 @@ def weight_gather_seconds(config: TrainConfig, topology: Topology, workload: Wor
     allreduce the step already has) and the weights are gathered again inside each
     rack: on one server or rack the reduce-scatter and all-gather are the allreduce's
     own two halves, and this is 0."""
-    if config.optimizer_state != "sharded" or len(chains) <= config.replicas_per_server:
+    if config.optimizer_shards == 1 or len(chains) <= config.replicas_per_server:
         return 0.0
     rack = chains[:config.replicas_per_server]
     group = (CommGroup() if config.ipus_per_replica == 1
@@ -154,7 +154,7 @@ def stage_update_seconds(config: TrainConfig, topology: Topology, workload: Work
     processor = topology.ipu_processors[ipu]
     parameters = -(-parameters // config.optimizer_shards)  # this replica's share
     seconds = update_seconds(workload, processor, parameters, config.efficiencies)
-    if config.optimizer_state == "streaming":
+    if config.optimizer_offchip:
         state_bytes = parameters * workload.optimizer_values_per_parameter * 4  # float32
         seconds += state_bytes / pcie_gen4_x16().bandwidth_Bps
     return seconds
