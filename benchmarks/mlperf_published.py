@@ -7,20 +7,26 @@ Usage (clones of the MLCommons results repositories, any folder names)::
         --out cluster/training/fidelity/published_steps.json
 
 For every closed-division result folder of Graphcore's (``Graphcore/results/<system>/
-<benchmark>/result_*.txt``) it reads each run's MLLOG events, takes the run's step time
-by the method of :mod:`cluster.training.fidelity.mllog` (median seconds per sample over
-the run's epochs or blocks, times the global batch) and the configuration's as the
-median over its runs. What the logs do not say (hosts, IPUs per replica, micro-batch,
-where the optimiser state lives) comes from the submission's own launch scripts and
-configurations, named per entry in :data:`RECIPES`; the script checks them against the
-logged global batch and gradient accumulation and stops if they disagree. The table it
-writes keeps its provenance: repository, commit, the logs' paths and the recipe's source.
+<benchmark>/result_*.txt``) it reads each run's MLLOG events and takes the run's step time
+by the method of :mod:`cluster.training.fidelity.mllog`: the median seconds per step over
+the run's steady epochs (ResNet-50: each logged epoch holds ``logs_per_epoch`` whole
+``session.run`` calls) or blocks (BERT: steps counted exactly on a run of several
+instances, else real sequences over the real sequences a step trains), and the
+configuration's as the median over its runs. BERT's real sequences per logged sample
+(the packing) is measured first, on the step-counted runs (v1.1's IPU-POD128), and
+applied to the others; the table records it. What the logs do not say (hosts, IPUs per
+replica, micro-batch, where the optimiser state lives) comes from the submission's own
+launch scripts and configurations, named per entry in :data:`RECIPES`; the script checks
+them against the logged global batch and gradient accumulation and stops if they
+disagree. The table it writes keeps its provenance: repository, commit, the logs' paths
+and the recipe's source.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -28,7 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from cluster.errors import UserError
-from cluster.training.fidelity.mllog import RunSteps, median_run, parse_events, run_steps
+from cluster.training.fidelity.mllog import (
+    Event,
+    RunSteps,
+    median_run,
+    packing_ratio,
+    parse_events,
+    run_steps,
+)
 
 REPOSITORY = "mlcommons/training_results_{round}"
 MAX_LOG_BYTES = 64 << 20
@@ -41,7 +54,11 @@ class Recipe:
     ``samples_per_sequence``: what one emulated sample is. ResNet-50: an image (1).
     BERT: the runs train packed sequences (``avg_seq_per_pack`` 2, the configs'
     ``use_prepacked_pretraining_dataset``), and the log counts sequences; the emulator's
-    sample is one 512-token pack, so a pack is 2 logged sequences."""
+    sample is one 512-token pack, so a pack is 2 logged sequences.
+
+    ``steps_counted``: BERT's blocks end on whole steps, as in a run of several poprun
+    instances (``bert.py`` v1.1 L1236: ``iteration.count * iteration.global_batch_size``);
+    otherwise on real sequences (L1237; every v1.0 run logs the real count)."""
 
     model: str
     hosts: int
@@ -50,6 +67,7 @@ class Recipe:
     optimizer_state: str  # "sharded" (RTS) or "sharded-streaming" (RTS and off chip)
     samples_per_sequence: int
     source: str
+    steps_counted: bool = False
 
 
 _RN = "Graphcore/benchmarks/resnet/implementations/tensorflow/"
@@ -87,7 +105,8 @@ RECIPES: dict[tuple[str, str], Recipe] = {
                                                 _BERT + "configs/mk2/pod64-closed.json"),
     ("v1.1", "ipu-pod128-POPART-closed"): Recipe("bert-large", 2, 8, 2, "sharded", 2,
                                                  _BERT + "configs/mk2/pod128-closed.json; "
-                                                 + _BERT + "create_submission.py"),
+                                                 + _BERT + "create_submission.py",
+                                                 steps_counted=True),
 }
 
 
@@ -127,26 +146,57 @@ def _git(folder: Path, *args: str) -> str:
     return result.stdout.strip() if result.returncode == 0 else ""
 
 
-def _read_run(path: Path) -> RunSteps:
+def _read_events(path: Path) -> list[Event]:
     if path.stat().st_size > MAX_LOG_BYTES:
         raise UserError(f"{path}: over {MAX_LOG_BYTES >> 20} MiB, not one run's result file")
     with path.open(encoding="utf-8", errors="replace") as lines:
-        return run_steps(parse_events(lines), str(path))
+        return parse_events(lines)
 
 
-def derive_round(round_name: str, clone: Path) -> list[dict[str, Any]]:
-    """Every configuration of :data:`RECIPES` that ``clone`` (a results repository of
-    ``round_name``) holds, with its step time and provenance."""
-    results = clone / "Graphcore" / "results"
-    if not results.is_dir():
+def _logs(clone: Path, system: str) -> list[Path]:
+    return sorted((clone / "Graphcore" / "results" / system).glob("*/result_*.txt"))
+
+
+def _check_clone(round_name: str, clone: Path) -> None:
+    if not (clone / "Graphcore" / "results").is_dir():
         raise UserError(f"{clone} has no Graphcore/results folder: give a clone of "
                         f"{REPOSITORY.format(round=round_name)}")
+
+
+def measure_packing(clones: dict[str, Path]) -> tuple[float, str] | None:
+    """BERT's real sequences per logged sample, the median over the step-counted runs'
+    (:func:`packing_ratio`), and which runs it came from; None without such runs."""
+    ratios, sources = [], []
+    for (round_, system), recipe in RECIPES.items():
+        if recipe.steps_counted and round_ in clones:
+            logs = _logs(clones[round_], system)
+            ratios += [packing_ratio(_read_events(log), str(log)) for log in logs]
+            sources += [f"{round_} {system} ({len(logs)} runs)"] if logs else []
+    if not ratios:
+        return None
+    return statistics.median(ratios), "; ".join(sources)
+
+
+def derive_round(round_name: str, clone: Path,
+                 sequences_per_sample: float | None = None) -> list[dict[str, Any]]:
+    """Every configuration of :data:`RECIPES` that ``clone`` (a results repository of
+    ``round_name``) holds, with its step time and provenance; BERT's real-sequence runs
+    need ``sequences_per_sample`` (:func:`measure_packing`)."""
+    _check_clone(round_name, clone)
     rows = []
     for (round_, system), recipe in RECIPES.items():
-        if round_ != round_name or not (results / system).is_dir():
+        logs = _logs(clone, system)
+        if round_ != round_name or not logs:
             continue
-        logs = sorted((results / system).glob("*/result_*.txt"))
-        runs = [_read_run(log) for log in logs]
+        packing = None
+        if recipe.model.startswith("bert") and not recipe.steps_counted:
+            if sequences_per_sample is None:
+                raise UserError(f"{round_name} {system}: its blocks count real sequences; "
+                                "the packing is measured on v1.1's IPU-POD128 run, so give "
+                                "--results v1.1=PATH too")
+            packing = sequences_per_sample
+        runs = [run_steps(_read_events(log), str(log), sequences_per_sample=packing)
+                for log in logs]
         rows.append(_row(round_name, system, recipe, runs, logs, clone))
     return rows
 
@@ -172,12 +222,19 @@ def _row(round_name: str, system: str, recipe: Recipe, runs: list[RunSteps],
         "layers_per_ipu": _layers_per_ipu(clone, recipe),
         "logged_global_batch": first.global_batch, "global_batch": emulated_batch,
         "step_seconds": round(median_run(runs), 6), "step_seconds_min": round(min(steps), 6),
-        "step_seconds_max": round(max(steps), 6), "runs": len(runs), "method": first.method,
+        "step_seconds_max": round(max(steps), 6), "runs": len(runs),
+        "method": _method(first.method, recipe),
         "repository": REPOSITORY.format(round=round_name.replace("v", "v")),
         "commit": _git(clone, "rev-parse", "HEAD"),
         "logs": f"Graphcore/results/{system}/{logs[0].parent.name}/result_*.txt",
         "recipe": recipe.source,
     }
+
+
+def _method(method: str, recipe: Recipe) -> str:
+    if method == "epochs":
+        return "epochs: steady epochs of 5 session.run calls"
+    return "blocks: " + ("steps counted" if recipe.steps_counted else "real sequences")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,17 +244,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the table here (JSON); else print it")
     args = parser.parse_args(argv)
     try:
-        rows = []
+        clones = {}
         for item in args.results:
             round_name, _, path = item.partition("=")
             if round_name not in {"v1.0", "v1.1"} or not path:
                 raise UserError(f"--results takes v1.0=PATH or v1.1=PATH, not {item!r}")
-            rows += derive_round(round_name, Path(path))
+            _check_clone(round_name, Path(path))
+            clones[round_name] = Path(path)
+        packing = measure_packing(clones)
+        ratio = packing[0] if packing else None
+        rows = [row for round_name, clone in clones.items()
+                for row in derive_round(round_name, clone, ratio)]
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    table = {"version": 1, "method": "cluster/training/fidelity/mllog.py",
-             "command": "benchmarks/mlperf_published.py", "configurations": rows}
+    table: dict[str, Any] = {"version": 1, "method": "cluster/training/fidelity/mllog.py",
+                             "command": "benchmarks/mlperf_published.py"}
+    if packing:
+        table["bert_sequences_per_logged_sample"] = {"value": round(packing[0], 6),
+                                                     "measured_on": packing[1]}
+    table["configurations"] = rows
     text = json.dumps(table, indent=1) + "\n"
     if args.out:
         args.out.write_text(text)

@@ -10,14 +10,14 @@ from itertools import accumulate, pairwise
 
 import pytest
 
-from benchmarks.mlperf_published import derive_round
+from benchmarks.mlperf_published import derive_round, measure_packing
 from cluster.errors import UserError
 from cluster.model import hardware as hw
 from cluster.model.costmodel import REDUCE_MEMORY_PASSES
 from cluster.model.spec import load_topology
 from cluster.training.config import TrainConfig
 from cluster.training.fidelity.calibration import calibrate
-from cluster.training.fidelity.mllog import parse_events, run_steps
+from cluster.training.fidelity.mllog import packing_ratio, parse_events, run_steps
 from cluster.training.fidelity.published import TABLE, load_published, train_config
 from cluster.training.fidelity.validation import predict
 from cluster.training.memory_plan import stage_memory
@@ -34,7 +34,7 @@ def _line(time_ms, key, value=None, **metadata):
     return f"[1,0]<stdout>::::MLLOG {json.dumps(event)}"
 
 
-def _resnet_log(epoch_ms=(4000, 3000, 3000, 5000, 3000), gbs=3200, ga=10):
+def _resnet_log(epoch_ms=(4000, 3000, 3000, 5000, 3000), gbs=3200, ga=10, evaluated=()):
     lines = ["plain output", ":::MLLOG {broken json", _line(0, "global_batch_size", gbs),
              _line(0, "gradient_accumulation_steps", ga), _line(0, "train_samples", 1281167),
              _line(0, "submission_platform", "POD16"), "x" * 100_000]
@@ -43,37 +43,63 @@ def _resnet_log(epoch_ms=(4000, 3000, 3000, 5000, 3000), gbs=3200, ga=10):
         lines += [_line(clock, "epoch_start", epoch_num=n), _line(clock + ms, "epoch_stop",
                                                                    epoch_num=n)]
         clock += ms + 500  # evaluation between epochs is not counted
+    lines += [_line(clock, "eval_start", epoch_num=n) for n in evaluated]
     return lines
 
 
-def test_a_resnet_step_is_the_global_batch_over_the_median_epoch_rate():
-    run = run_steps(parse_events(_resnet_log()))
-    assert run.method == "epochs" and run.intervals == 5 and run.accumulation == 10
-    assert run.step_seconds == pytest.approx(3200 * 3.0 / 1281167, rel=1e-12)
+def test_a_resnet_epoch_holds_five_whole_session_runs_and_checkpoints_fall_away():
+    # 1,281,167 // 3200 = 400 steps an epoch; session.run calls of 400 // 5 = 80 steps
+    epochs = (6000, 3300, 3000, 3100, 9000, 4000)  # 1 and 5 wrote checkpoints
+    run = run_steps(parse_events(_resnet_log(epochs, evaluated=(1, 5))))
+    assert run.method == "epochs" and run.intervals == 2 and run.accumulation == 10
+    assert run.step_seconds == pytest.approx((3.0 + 3.1) / 2 / 400, rel=1e-12)
+    # 1,281,167 // 2560 = 500 steps, calls of 100: 500 a logged epoch
+    run = run_steps(parse_events(_resnet_log((3000,), gbs=2560)), logs_per_epoch=3)
+    assert run.step_seconds == pytest.approx(3.0 / 498, rel=1e-12)  # 3 calls of 166
 
 
-def test_a_bert_step_uses_the_samples_each_block_trains():
-    lines = [_line(0, "global_batch_size", 3072)]
-    clock, done = 0, 0
-    for seconds, samples in ((130, 175_000), (100, 175_000), (120, 200_000)):
-        lines += [_line(clock, "block_start"), _line(clock + seconds * 1e3, "block_stop")]
-        done += samples
-        lines.append(_line(clock + seconds * 1e3 + 5, "eval_accuracy", 0.5, epoch_num=done))
+def _bert_log(blocks, gbs, train_samples=None):
+    """``blocks``: (seconds, trigger passed) each."""
+    lines = [_line(0, "global_batch_size", gbs)]
+    if train_samples is not None:
+        lines.append(_line(0, "train_samples", [train_samples]))
+    clock = 0
+    for seconds, trigger in blocks:
+        lines += [_line(clock, "block_start"), _line(clock + seconds * 1e3, "block_stop"),
+                  _line(clock + seconds * 1e3 + 5, "eval_accuracy", 0.5, epoch_num=trigger)]
         clock += seconds * 1e3 + 10
+    return lines
+
+
+def test_a_bert_block_of_real_sequences_holds_them_over_a_steps_real_sequences():
+    lines = _bert_log([(130, 175_000), (100, 350_000), (120, 550_000)], gbs=3072)
+    run = run_steps(parse_events(lines), sequences_per_sample=1.02)
+    steps = [175_000 / (3072 * 1.02), 175_000 / (3072 * 1.02), 200_000 / (3072 * 1.02)]
+    per_step = sorted(s / n for s, n in zip((130, 100, 120), steps))
+    assert run.method == "blocks" and run.step_seconds == pytest.approx(per_step[1])
+
+
+def test_a_step_counted_bert_block_ends_after_trigger_over_batch_plus_one_steps():
+    # triggers 200,000, 400,000, 600,000 over 6,144: the blocks end after 33, 66, 98 steps
+    lines = _bert_log([(40, 200_000), (23.1, 400_000), (22.4, 600_000)], gbs=6144,
+                      train_samples=612_950)  # real sequences over 98 steps
     run = run_steps(parse_events(lines))
-    rates = sorted([130 / 175_000, 100 / 175_000, 120 / 200_000])
-    assert run.method == "blocks" and run.step_seconds == pytest.approx(3072 * rates[1])
+    assert run.step_seconds == pytest.approx(sorted([40 / 33, 23.1 / 33, 22.4 / 32])[1])
+    assert packing_ratio(parse_events(lines)) == pytest.approx(612_950 / (98 * 6144))
 
 
 @pytest.mark.parametrize("lines, words", [
     ([_line(0, "train_samples", 10)], "global_batch_size"),
-    ([_line(0, "global_batch_size", 8), _line(0, "train_samples", 10),
+    ([_line(0, "global_batch_size", 8), _line(0, "train_samples", 8000),
       _line(5, "epoch_start")], "1 epoch_start and 0 epoch_stop"),
-    ([_line(0, "global_batch_size", 8), _line(0, "train_samples", 10),
+    ([_line(0, "global_batch_size", 8), _line(0, "train_samples", 8000),
       _line(5, "epoch_start"), _line(4, "epoch_stop")], "comes before"),
     ([_line(0, "global_batch_size", 8), _line(0, "block_start"), _line(9, "block_stop")],
      "eval_accuracy"),
     ([_line(0, "global_batch_size", True), _line(0, "block_start")], "global_batch_size"),
+    (_resnet_log((3000, 3000), evaluated=(1,)), "no steady epoch"),
+    (_resnet_log((3000,), gbs=1281167 // 3), "no whole"),
+    (_bert_log([(5, 100), (5, 50)], gbs=8), "must grow"),
 ])
 def test_a_log_without_what_the_method_needs_is_a_user_error(lines, words):
     with pytest.raises(UserError, match=words):
@@ -90,7 +116,7 @@ def _write_results(root, system, runs):
 def test_the_derivation_script_takes_the_median_run_and_checks_the_recipe(tmp_path):
     _write_results(tmp_path, "ipu-pod16-TF1", [(3000,) * 3, (3100,) * 3, (9000,) * 3])
     (row,) = derive_round("v1.1", tmp_path)
-    assert row["step_seconds"] == pytest.approx(3200 * 3.1 / 1281167, abs=1e-6)
+    assert row["step_seconds"] == pytest.approx(3.1 / 400, abs=1e-6)  # 5 calls of 80 steps
     assert row["runs"] == 3 and row["hosts"] == 1 and row["micro_batch"] == 20
     assert row["logs"] == "Graphcore/results/ipu-pod16-TF1/resnet/result_*.txt"
     wrong = tmp_path / "wrong"
@@ -99,6 +125,36 @@ def test_the_derivation_script_takes_the_median_run_and_checks_the_recipe(tmp_pa
     (folder / "result_0.txt").write_text("\n".join(_resnet_log(gbs=3000)))
     with pytest.raises(UserError, match="not the logged global batch"):
         derive_round("v1.1", wrong)
+
+
+def _write_bert(root, system, lines, replicas):
+    folder = root / "Graphcore" / "results" / system / "bert"
+    folder.mkdir(parents=True)
+    (folder / "result_0.txt").write_text("\n".join(
+        lines + [_line(0, "gradient_accumulation_steps", 96)]))
+    configs = root / "Graphcore/benchmarks/bert/implementations/popart/configs/mk2"
+    configs.mkdir(parents=True, exist_ok=True)
+    placement = [[1, [2, 2]], [2, [3, 3]], [3, [4, 3]], [4, [3, 4]], [5, [4, 3]],
+                 [6, [3, 4]], [7, [4, 3]], [0, [1, 2]]]
+    name = system.split("-")[1] + "-closed.json"
+    (configs / name).write_text(json.dumps({"att_ffn_placement": placement,
+                                            "replication_factor": replicas}))
+
+
+def test_the_packing_measured_on_step_counted_runs_sets_the_others_steps(tmp_path):
+    counted = _bert_log([(40, 200_000), (23.1, 400_000), (22.4, 600_000)], gbs=6144,
+                        train_samples=612_950)
+    _write_bert(tmp_path, "ipu-pod128-POPART-closed", counted, 16)
+    single = _bert_log([(36.4, 175_000), (36.5, 350_000), (36.3, 525_000)], gbs=3072)
+    _write_bert(tmp_path, "ipu-pod64-POPART-closed", single, 8)
+    ratio, source = measure_packing({"v1.1": tmp_path})
+    assert ratio == pytest.approx(612_950 / (98 * 6144)) and "pod128" in source
+    with pytest.raises(UserError, match="packing"):
+        derive_round("v1.1", tmp_path)
+    rows = {row["system"]: row for row in derive_round("v1.1", tmp_path, ratio)}
+    assert rows["ipu-pod64-POPART-closed"]["step_seconds"] == pytest.approx(
+        36.4 * 3072 * ratio / 175_000, abs=1e-6)
+    assert rows["ipu-pod128-POPART-closed"]["method"] == "blocks: steps counted"
 
 
 def test_the_shipped_table_reads_back_with_its_provenance():

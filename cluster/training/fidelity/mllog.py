@@ -2,19 +2,33 @@
 
 An MLPerf result file is one run: JSON events after the ``:::MLLOG`` marker, each with
 ``time_ms`` (wall clock, milliseconds), ``key`` and ``value``. No event gives a step time;
-it follows from the timed intervals and the samples each one trains:
+it follows from the timed intervals and the steps each one holds. What the log does not
+say (how the submission's code cuts its intervals) comes from that code, cited below.
 
-- **epochs** (ResNet-50): each ``epoch_start`` .. ``epoch_stop`` trains ``train_samples``
-  images (the whole ImageNet training set, 1,281,167), so a step of ``global_batch_size``
-  images takes ``global_batch_size * epoch_ms / train_samples``.
-- **blocks** (BERT): each ``block_start`` .. ``block_stop`` trains up to the next
-  ``eval_accuracy``, whose ``metadata.epoch_num`` counts the samples trained so far; a
-  block trains the difference from the previous one (the first, from 0).
+- **epochs** (ResNet-50, TensorFlow 1): the host runs the device loop in
+  ``session.run`` calls of ``(train_samples // global_batch_size) // logs_per_epoch``
+  steps each, and logs an epoch after ``logs_per_epoch`` calls (Graphcore's
+  ``train.py``: ``log_freq = iterations_per_epoch // opts['logs_per_epoch']``, 5 in every
+  submitted ``configs.yml``). So a logged epoch holds exactly ``logs_per_epoch`` calls'
+  steps, not ``train_samples / global_batch_size`` (1.1% fewer on a POD64). An epoch that
+  wrote a checkpoint (every fourth: the epochs the log later evaluates, ``eval_start``'s
+  ``epoch_num``) is about 2 s longer, and on the larger systems the epoch after it is
+  slow too; both are left out, as they are not steady training.
+- **blocks** (BERT, PopART): each ``block_start`` .. ``block_stop`` trains up to the next
+  ``eval_accuracy``, whose ``metadata.epoch_num`` is the trigger it passed. How many
+  steps that is depends on what the trigger counted (Graphcore's ``bert.py``, v1.1
+  L1236-1237): a run of several instances (poprun) counts whole steps, ``count *
+  global_batch_size > trigger``, so block ``k`` ends after ``trigger_k //
+  global_batch_size + 1`` steps exactly; a single instance, and every v1.0 run, counts
+  the real sequences trained. The runs train packed sequences whose packs hold slightly
+  more than the 2 sequences the logged global batch assumes, so a real-sequence block
+  holds ``samples / (global_batch_size * sequences_per_sample)`` steps, with
+  ``sequences_per_sample`` real sequences per logged one, measured on the step-counted
+  runs by :func:`packing_ratio` (their ``train_samples`` is the real count).
 
-Each interval gives seconds per sample; a run's figure is the median over its intervals
-(the epochs that also write a checkpoint, and the first block with its warm-up, are
-slower and fall away), and a configuration's the median over its runs. Evaluation runs
-between the intervals, so it is not counted.
+A run's figure is the median over its intervals (the first block with its warm-up, and
+the odd epoch with one call more, fall away), and a configuration's the median over its
+runs. Evaluation runs between the intervals, so it is not counted.
 
 A log is read as untrusted text: lines are bounded, a line that is not an event is
 skipped, and a log that does not hold what the method needs is a :class:`UserError`
@@ -27,7 +41,7 @@ import json
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from typing import Any
 
 from cluster.errors import UserError, quoted
@@ -35,6 +49,7 @@ from cluster.errors import UserError, quoted
 MARKER = ":::MLLOG "
 MAX_LINE_CHARACTERS = 65_536  # an event is a few hundred; longer lines are not events
 MAX_EVENTS = 1_000_000  # a run logs a few hundred
+LOGS_PER_EPOCH = 5  # ResNet's logs_per_epoch in every submitted configs.yml
 
 
 @dataclass(frozen=True)
@@ -93,43 +108,96 @@ def _event(text: str) -> Event | None:
                  metadata if isinstance(metadata, dict) else {})
 
 
-def run_steps(events: list[Event], name: str = "the log") -> RunSteps:
-    """The step time of one run (seconds per ``global_batch_size`` samples)."""
+def run_steps(events: list[Event], name: str = "the log", *,
+              logs_per_epoch: int = LOGS_PER_EPOCH,
+              sequences_per_sample: float | None = None) -> RunSteps:
+    """The step time of one run (seconds per step of ``global_batch_size`` samples).
+
+    ``logs_per_epoch``: ResNet's ``session.run`` calls per logged epoch. BERT blocks:
+    with ``sequences_per_sample`` None they end on whole steps (a run of several
+    instances); otherwise on real sequences, that many per logged sample (the module
+    docstring)."""
     facts = {event.key: event.value for event in events}
     global_batch = _count(facts.get("global_batch_size"), "global_batch_size", name)
     accumulation = facts.get("gradient_accumulation_steps")
     platform = facts.get("submission_platform")
     if _keys(events, "epoch_start"):
-        train_samples = facts.get("train_samples")
-        if isinstance(train_samples, list) and len(train_samples) == 1:
-            train_samples = train_samples[0]
-        samples = _count(train_samples, "train_samples", name)
-        durations = _intervals(events, "epoch_start", "epoch_stop", name)
-        per_sample = [seconds / samples for seconds in durations]
+        samples = _count(_single(facts.get("train_samples")), "train_samples", name)
+        per_step = _epoch_seconds_per_step(events, name, samples // global_batch,
+                                           logs_per_epoch)
         method = "epochs"
     else:
-        per_sample = _block_seconds_per_sample(events, name)
+        steps = (_counted_block_steps(events, name, global_batch)
+                 if sequences_per_sample is None
+                 else [samples / (global_batch * sequences_per_sample)
+                       for samples in _block_samples(events, name)])
+        durations = _intervals(events, "block_start", "block_stop", name)
+        per_step = [seconds / count for seconds, count in zip(durations, steps)]
         method = "blocks"
-    return RunSteps(global_batch * statistics.median(per_sample), global_batch,
-                    accumulation if isinstance(accumulation, int) else None, len(per_sample),
+    return RunSteps(statistics.median(per_step), global_batch,
+                    accumulation if isinstance(accumulation, int) else None, len(per_step),
                     method, platform if isinstance(platform, str) else None)
 
 
-def _block_seconds_per_sample(events: list[Event], name: str) -> list[float]:
-    durations = _intervals(events, "block_start", "block_stop", name)
+def packing_ratio(events: list[Event], name: str = "the log") -> float:
+    """Real sequences per logged sample in a step-counted BERT run: its ``train_samples``
+    (the real sequences, summed over the instances) over the steps it ran (the last
+    block's end) times ``global_batch_size``."""
+    facts = {event.key: event.value for event in events}
+    global_batch = _count(facts.get("global_batch_size"), "global_batch_size", name)
+    real = _count(_single(facts.get("train_samples")), "train_samples", name)
+    steps = sum(_counted_block_steps(events, name, global_batch))
+    return real / (steps * global_batch)
+
+
+def _epoch_seconds_per_step(events: list[Event], name: str, steps_per_epoch: int,
+                            logs_per_epoch: int) -> list[float]:
+    """Seconds per step of each steady epoch: not one that wrote a checkpoint (an
+    evaluated epoch) nor the one after it."""
+    steps = (steps_per_epoch // logs_per_epoch) * logs_per_epoch
+    if steps < 1:
+        raise UserError(f"{name}: an epoch of {steps_per_epoch} steps holds no whole "
+                        f"session.run of {logs_per_epoch} logs per epoch")
+    evaluated = {event.metadata.get("epoch_num") for event in _keys(events, "eval_start")}
+    durations = _intervals(events, "epoch_start", "epoch_stop", name)
+    numbers = [event.metadata.get("epoch_num") for event in _keys(events, "epoch_start")]
+    steady = [seconds / steps for seconds, number in zip(durations, numbers)
+              if not (isinstance(number, int) and {number, number - 1} & evaluated)]
+    if not steady:
+        raise UserError(f"{name}: every epoch wrote a checkpoint or followed one; no steady "
+                        "epoch to take a step time from")
+    return steady
+
+
+def _block_samples(events: list[Event], name: str) -> list[float]:
+    """The samples each block trained: the difference of successive triggers passed
+    (``eval_accuracy``'s ``metadata.epoch_num``), the first from 0."""
     trained = [event.metadata.get("epoch_num") for event in events
                if event.key == "eval_accuracy"]
     counts = [float(n) for n in trained
               if isinstance(n, (int, float)) and not isinstance(n, bool)]
-    if len(counts) < len(durations) or len(counts) != len(trained):
+    blocks = len(_keys(events, "block_start"))
+    if len(counts) < blocks or len(counts) != len(trained):
         raise UserError(f"{name}: each block needs an eval_accuracy event whose "
                         "metadata.epoch_num counts the samples trained; some are missing")
-    done = [0.0, *counts[:len(durations)]]
-    samples = [after - before for before, after in pairwise(done)]
-    if min(samples) <= 0:
+    samples = [after - before for before, after in pairwise([0.0, *counts[:blocks]])]
+    if min(samples, default=0) <= 0:
         raise UserError(f"{name}: the samples trained (eval_accuracy's epoch_num) must grow "
                         "from one block to the next")
-    return [seconds / count for seconds, count in zip(durations, samples)]
+    return samples
+
+
+def _counted_block_steps(events: list[Event], name: str, global_batch: int) -> list[int]:
+    """Steps in each block of a step-counted run: block ``k`` ends after
+    ``trigger_k // global_batch + 1`` steps."""
+    ends = [round(trigger) // global_batch + 1
+            for trigger in accumulate(_block_samples(events, name))]
+    return [after - before for before, after in pairwise([0, *ends])]
+
+
+def _single(value: Any) -> Any:
+    """A count logged as a one-element list (summed over instances) or as itself."""
+    return value[0] if isinstance(value, list) and len(value) == 1 else value
 
 
 def _keys(events: list[Event], key: str) -> list[Event]:
