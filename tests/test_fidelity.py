@@ -19,7 +19,7 @@ from cluster.training.config import TrainConfig
 from cluster.training.fidelity.calibration import calibrate
 from cluster.training.fidelity.mllog import packing_ratio, parse_events, run_steps
 from cluster.training.fidelity.published import TABLE, load_published, train_config
-from cluster.training.fidelity.validation import predict
+from cluster.training.fidelity.validation import growths, predict
 from cluster.training.memory_plan import stage_memory
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.timing import step_time
@@ -292,6 +292,17 @@ def test_validate_prints_published_predicted_and_error_for_every_configuration()
     assert {"published_step_seconds", "error"} - set(records[0]) == {"published_step_seconds"}
     assert all(sum(r["predicted_parts"].values()) == pytest.approx(r["predicted_step_seconds"])
                for r in records)
+
+
+def test_pod128_to_pod256_at_equal_work_grows_with_the_published_sign_within_1_ms():
+    found = {g.label: g for g in growths(predict(load_published()))}
+    assert set(found) == {"v1.1 resnet50 pod128 -> pod256", "v1.1 bert-large pod64 -> pod128"}
+    resnet = found["v1.1 resnet50 pod128 -> pod256"]
+    assert resnet.predicted_seconds == pytest.approx(
+        resnet.larger.step.sim_seconds - resnet.smaller.step.sim_seconds)
+    assert resnet.published_seconds > 0 and resnet.predicted_seconds > 0
+    assert abs(resnet.predicted_seconds - resnet.published_seconds) < 1e-3
+    assert "pod128 -> pod256 at equal work per IPU" in _ipupod("validate").stdout
 
 
 def test_calibrate_then_train_reproduces_the_measured_step():

@@ -19,7 +19,7 @@ from cluster.cli.train import common_options, make_config
 from cluster.errors import UserError
 from cluster.training.fidelity.calibration import calibrate
 from cluster.training.fidelity.published import TABLE, load_published
-from cluster.training.fidelity.validation import Prediction, predict
+from cluster.training.fidelity.validation import Prediction, growths, predict
 from cluster.training.placement import server_ipus, topology_for
 from cluster.training.timing import step_time
 
@@ -113,3 +113,9 @@ def validate_command(table: Path, as_json: bool) -> None:
     if worst is not None:
         click.echo(f"# largest error away from the calibration points: {worst.error:+.1%} "
                    f"({worst.published.label})")
+    for growth in growths(predictions):
+        click.echo(f"# {growth.label} at equal work per IPU: the step changes by "
+                   f"{growth.published_seconds * 1e3:+.2f} ms published, "
+                   f"{growth.predicted_seconds * 1e3:+.2f} ms predicted ("
+                   f"{abs(growth.predicted_seconds - growth.published_seconds) * 1e3:.2f} ms "
+                   "apart)")

@@ -10,7 +10,7 @@ so changing them changes no prediction.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from itertools import groupby
+from itertools import groupby, pairwise
 from typing import Any
 
 from cluster.errors import UserError
@@ -69,3 +69,40 @@ def predict(published: list[PublishedStep]) -> list[Prediction]:
             step = step_time(_checked(entry, scale), load_topology(entry.topology))
             predictions.append(Prediction(entry, entry is anchor, scale, step))
     return predictions
+
+
+@dataclass(frozen=True)
+class Growth:
+    """Two published systems of one model and round at equal work per IPU (the same
+    micro-batch, accumulation and IPUs per replica), the smaller and the next larger: how
+    the step changed (seconds), published and predicted."""
+
+    smaller: Prediction
+    larger: Prediction
+
+    @property
+    def published_seconds(self) -> float:
+        """The published step's change from the smaller system to the larger."""
+        return self.larger.published.step_seconds - self.smaller.published.step_seconds
+
+    @property
+    def predicted_seconds(self) -> float:
+        """The predicted step's change from the smaller system to the larger."""
+        return self.larger.step.sim_seconds - self.smaller.step.sim_seconds
+
+    @property
+    def label(self) -> str:
+        """``v1.1 resnet50 pod128 -> pod256``."""
+        return f"{self.smaller.published.label} -> {self.larger.published.topology}"
+
+
+def growths(predictions: list[Prediction]) -> list[Growth]:
+    """Every pair of successive systems (by IPUs) of one model and round whose work per
+    IPU is equal: only the system's size differs between them."""
+    def work(p: Prediction) -> tuple[str, str, int, int, int]:
+        entry = p.published
+        return (entry.round, entry.model, entry.micro_batch, entry.gradient_accumulation,
+                entry.ipus_per_replica)
+
+    ordered = sorted(predictions, key=lambda p: (work(p), p.published.ipus))
+    return [Growth(a, b) for a, b in pairwise(ordered) if work(a) == work(b)]
