@@ -158,9 +158,10 @@ class TrainConfig:
     def optimizer_shards(self) -> int:
         """How many replicas share each optimiser value: with ``sharded`` or
         ``sharded-streaming`` (PopART's replicated tensor sharding) the replicas of a
-        server or rack each keep and update 1/R of it, the rest of the gradient allreduce
-        being unchanged (a reduce-scatter of the gradients, then an all-gather of the
-        updated weights: the same bytes); otherwise 1."""
+        server or rack each keep and update 1/R of it; otherwise 1. On one server or rack
+        the gradient allreduce is unchanged (a reduce-scatter of the gradients, then an
+        all-gather of the updated weights: the same bytes); across several, PopART adds an
+        allreduce of each shard between the racks (:mod:`.sharded_reduction`)."""
         return self.replicas_per_server if self.optimizer_state.startswith("sharded") else 1
 
     @property

@@ -3,8 +3,11 @@
 A step is: the host streams each replica its input (PCIe, or RoCE to an IPU-M2000), every
 replica runs forward and backward on its micro-batches (through its pipeline stages when
 it spans several IPUs), then the gradients are allreduced, locally over IPU-Links and
-globally over InfiniBand. Each part is simulated seconds on the
-emulated hardware, from the catalogue and the cost model; none is measured on this machine.
+globally between servers or racks (InfiniBand, GW-Links), and the weights updated. With the
+optimiser state sharded over each rack's replicas and several racks, the allreduce is
+PopART's reduce-scatter, cross-rack shard allreduce and all-gather instead
+(:mod:`.sharded_reduction`). Each part is simulated seconds on the emulated hardware, from
+the catalogue and the cost model; none is measured on this machine.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.pipeline.timing import PipelineTime, pipeline_time
 from cluster.training.placement import gradient_group, replica_ipus
+from cluster.training.sharded_reduction import sharded_reduction, shards_across_racks
 from cluster.training.sharding import ColumnSplit, sharded_time
 from cluster.training.workloads import (
     BACKWARD_FLOPS_FACTOR,
@@ -30,7 +34,7 @@ from cluster.training.workloads import (
     forward_seconds,
     update_seconds,
 )
-from gcl import CommGroup, plan, simulate
+from gcl import plan, simulate
 from gcl.phantom import Timing
 
 
@@ -80,13 +84,12 @@ def step_time(config: TrainConfig, topology: Topology) -> StepTime:
                           config.layers_per_ipu)
     pipeline = replica_pipeline_time(config, topology, workload, chains)
     stage_params = [sum(workload.layers[i].parameters for i in layers) for layers in stages]
-    local, global_, host_io, update = _outside_the_replica(config, topology, workload, chains,
-                                                          stage_params)
+    local, global_, gather = gradient_reduction_seconds(config, topology, workload, chains,
+                                                        stage_params)
+    host_io, update = _host_io_and_update(config, topology, workload, chains, stage_params)
     return StepTime(pipeline.compute_seconds, host_io, local, global_,
                     pipeline.bubble_seconds, pipeline.inter_stage_seconds,
-                    pipeline.stage_compute_seconds, update,
-                    weight_gather_seconds=weight_gather_seconds(config, topology, workload,
-                                                                chains, stage_params))
+                    pipeline.stage_compute_seconds, update, weight_gather_seconds=gather)
 
 
 def _sharded_step_time(config: TrainConfig, topology: Topology, workload: Workload,
@@ -95,53 +98,48 @@ def _sharded_step_time(config: TrainConfig, topology: Topology, workload: Worklo
     compute and the split's four collectives per micro-batch (:mod:`.sharding`)."""
     sharded = sharded_time(config, topology)
     ipu_params = list(ColumnSplit.of(config.spec, config.ipus_per_replica).ipu_parameters)
-    local, global_, host_io, update = _outside_the_replica(config, topology, workload, chains,
-                                                          ipu_params)
+    local, global_, gather = gradient_reduction_seconds(config, topology, workload, chains,
+                                                        ipu_params)
+    host_io, update = _host_io_and_update(config, topology, workload, chains, ipu_params)
     return StepTime(sharded.compute_seconds, host_io, local, global_,
                     stage_compute_seconds=sharded.ipu_compute_seconds, update_seconds=update,
-                    shard_exchange_seconds=sharded.exchange_seconds)
+                    shard_exchange_seconds=sharded.exchange_seconds,
+                    weight_gather_seconds=gather)
 
 
-def _outside_the_replica(config: TrainConfig, topology: Topology, workload: Workload,
-                         chains: np.ndarray,
-                         ipu_params: list[int]) -> tuple[float, float, float, float]:
-    """(local allreduce, global allreduce, host I/O, update) seconds: the gradient of each
-    IPU of a replica (``ipu_params[s]`` values) averaged with the same IPU of every other
-    replica, the host's input to each replica's first IPU, the slowest IPU's update."""
+def gradient_reduction_seconds(config: TrainConfig, topology: Topology, workload: Workload,
+                               chains: np.ndarray,
+                               ipu_params: list[int]) -> tuple[float, float, float]:
+    """(local, global, weight gather) simulated seconds of averaging the gradient of each
+    IPU of a replica (``ipu_params[s]`` values, padded to the largest) with the same IPU of
+    every other replica. Usually one allreduce, split by scope (:func:`allreduce_parts`),
+    and no gather. With the optimiser state sharded and the replicas on several racks or
+    servers, what PopART runs instead (:mod:`.sharded_reduction`): a reduce-scatter inside
+    each rack (local), an allreduce of each shard across the racks (global), and an
+    all-gather of the updated weights inside each rack (gather)."""
+    if shards_across_racks(config, chains):
+        parts = sharded_reduction(config, topology, workload, chains, ipu_params)
+        return (parts.reduce_scatter_seconds, parts.cross_rack_allreduce_seconds,
+                parts.all_gather_seconds)
     ipus = chains.ravel()
     schedule = plan("allreduce", topology, max(ipu_params), dtype=workload.gradient_dtype.value,
                     algorithm_name=config.algorithm, group=gradient_group(config), ipus=ipus)
     spans = len(set(topology.router.domain_of_ipu[ipus].tolist())) > 1
     local, global_ = allreduce_parts(simulate(schedule, topology), spans)
+    return local, global_, 0.0
+
+
+def _host_io_and_update(config: TrainConfig, topology: Topology, workload: Workload,
+                        chains: np.ndarray, ipu_params: list[int]) -> tuple[float, float]:
+    """(host I/O, update) simulated seconds: the host's input to each replica's first IPU
+    for the step's micro-batches, and the slowest IPU's weight update of its
+    ``ipu_params[s]`` parameters (its share of them when the optimiser state is
+    sharded)."""
     input_bytes = config.accumulation * config.micro_batch * workload.input_bytes
     host_io = host_io_seconds(topology, chains[:, 0].tolist(), input_bytes)
     update = max(stage_update_seconds(config, topology, workload, int(chains[0, s]), params)
                  for s, params in enumerate(ipu_params))
-    return local, global_, host_io, update
-
-
-def weight_gather_seconds(config: TrainConfig, topology: Topology, workload: Workload,
-                          chains: np.ndarray, ipu_params: list[int]) -> float:
-    """With the optimiser state sharded and the replicas on several servers or racks:
-    each rack's replicas all-gather the weights they updated, shard by shard (the padded
-    largest stage's, in the weight dtype), every rack at once. PopART shards a tensor
-    only over the replicas of one program instance ("CommGroupType.All ... not supported
-    for multiple program instances, since each host instance requires the full tensor";
-    ``CommGroup(Consecutive, num_local_replicas)``: PopART user guide, tensor locations),
-    and the published multi-rack runs ran an instance per rack (``poprun --num-instances
-    2`` on an IPU-POD128). So the gradient is allreduced in full across the racks (the
-    allreduce the step already has) and the weights are gathered again inside each
-    rack: on one server or rack the reduce-scatter and all-gather are the allreduce's
-    own two halves, and this is 0."""
-    if config.optimizer_shards == 1 or len(chains) <= config.replicas_per_server:
-        return 0.0
-    rack = chains[:config.replicas_per_server]
-    group = (CommGroup() if config.ipus_per_replica == 1
-             else CommGroup.parse(f"orthogonal:{config.replicas_per_server}"))
-    shard = -(-max(ipu_params) // config.replicas_per_server)
-    schedule = plan("all-gather", topology, shard, dtype=workload.weight_dtype.value,
-                    algorithm_name=config.algorithm, group=group, ipus=rack.ravel())
-    return simulate(schedule, topology).sim_seconds
+    return host_io, update
 
 
 def stage_update_seconds(config: TrainConfig, topology: Topology, workload: Workload, ipu: int,
