@@ -110,34 +110,62 @@ RECIPES: dict[tuple[str, str], Recipe] = {
 }
 
 
-def _layers_per_ipu(clone: Path, recipe: Recipe) -> list[int]:
-    """A BERT recipe's layers per pipeline stage, from its configuration's
-    ``att_ffn_placement`` (``[stage, [attention layers, feed-forward layers]]``, v1.1) or
-    ``layers_per_ipu`` encoders from ``encoder_start_ipu`` on (v1.0): the
-    emulated bert-large is embeddings, then each encoder's attention and feed-forward
-    halves in order, then heads and loss; stage s takes its halves, stage 0 also the
-    embeddings, the last also the heads and the loss. ResNet: [] (one IPU a replica)."""
+def _stages(clone: Path, recipe: Recipe) -> tuple[list[int], bool]:
+    """A BERT recipe's layers per pipeline stage and whether its last stage runs back on
+    the first IPU (ResNet: ``[]``, one IPU a replica). The emulated bert-large is
+    embeddings, then each encoder's attention and feed-forward halves in order, then heads
+    and loss. Graphcore's ``bert_model.py`` puts the embeddings on IPU 0 as pipeline
+    stage 0 and the heads (masked LM, sharing the embeddings' word table) on IPU 0 as the
+    last stage: v1.1 places the halves by ``att_ffn_placement`` (``[ipu, [attention,
+    feed-forward]]`` per stage from ``encoder_start_pipeline_stage``, the heads joining
+    the last entry's stage when it is on IPU 0); v1.0 by ``layers_per_ipu`` whole
+    encoders per IPU from ``encoder_start_ipu`` (stage = IPU, those on IPU 0 joining the
+    embeddings), the heads a stage of their own after the last encoder's."""
     if recipe.ipus_per_replica == 1:
-        return []
+        return [], False
     config = clone / recipe.source.split(";")[0].strip()
     try:
         settings = json.loads(config.read_text(encoding="utf-8"))
         if "att_ffn_placement" in settings:
-            halves = {int(stage): int(att) + int(ffn)
-                      for stage, (att, ffn) in settings["att_ffn_placement"]}
-            counts = [halves[stage] for stage in sorted(halves)]
-        else:  # v1.0: whole encoders per IPU from encoder_start_ipu on
-            start = int(settings.get("encoder_start_ipu", 0))
-            counts = [0] * start + [2 * int(n) for n in settings["layers_per_ipu"]]
+            counts, ipus = _v11_stages(settings)
+        else:
+            counts, ipus = _v10_stages(settings)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UserError(f"{config}: no att_ffn_placement or layers_per_ipu to place the "
                         f"layers ({error})") from None
-    if len(counts) != recipe.ipus_per_replica:
-        raise UserError(f"{config}: att_ffn_placement has {len(counts)} stages, the recipe "
-                        f"{recipe.ipus_per_replica}")
-    counts[0] += 1  # the embeddings
-    counts[-1] += 2  # the heads and the loss
-    return counts
+    k = recipe.ipus_per_replica
+    if ipus != [*range(k), 0]:
+        raise UserError(f"{config}: its stages run on IPUs {ipus}; the emulator runs stage s "
+                        f"on IPU s of {k} and the last back on IPU 0")
+    return counts, True
+
+
+def _v11_stages(settings: dict[str, Any]) -> tuple[list[int], list[int]]:
+    start = int(settings.get("encoder_start_pipeline_stage", 1))
+    placement = [(int(ipu), int(att) + int(ffn))
+                 for ipu, (att, ffn) in settings["att_ffn_placement"]]
+    counts, ipus = ([1], [0]) if start == 1 else ([], [])
+    counts += [halves for _, halves in placement]
+    ipus += [ipu for ipu, _ in placement]
+    if start != 1:  # the embeddings join the first encoders' stage
+        counts[0] += 1
+    if ipus[-1] == 0:
+        counts[-1] += 2  # the heads and the loss, on the last stage
+    else:
+        counts, ipus = [*counts, 2], [*ipus, 0]
+    return counts, ipus
+
+
+def _v10_stages(settings: dict[str, Any]) -> tuple[list[int], list[int]]:
+    start = int(settings.get("encoder_start_ipu", 0))
+    per_ipu = [2 * int(n) for n in settings["layers_per_ipu"]]
+    if start > 1:
+        raise ValueError("embeddings split over IPUs (encoder_start_ipu above 1)")
+    if start == 0:
+        counts = [1 + per_ipu[0], *per_ipu[1:]]
+    else:
+        counts = [1, *per_ipu]
+    return [*counts, 2], [*range(len(counts)), 0]
 
 
 def _git(folder: Path, *args: str) -> str:
@@ -214,12 +242,13 @@ def _row(round_name: str, system: str, recipe: Recipe, runs: list[RunSteps],
                         f"{recipe.samples_per_sequence} is not the logged global batch "
                         f"{first.global_batch}: fix RECIPES")
     steps = [run.step_seconds for run in runs]
+    stages, wrapped = _stages(clone, recipe)
     return {
         "round": round_name, "system": system, "model": recipe.model, "ipus": ipus,
         "topology": f"pod{ipus}", "hosts": recipe.hosts,
         "ipus_per_replica": recipe.ipus_per_replica, "micro_batch": recipe.micro_batch,
         "gradient_accumulation": accumulation, "optimizer_state": recipe.optimizer_state,
-        "layers_per_ipu": _layers_per_ipu(clone, recipe),
+        "layers_per_ipu": stages, "final_stage_on_first_ipu": wrapped,
         "logged_global_batch": first.global_batch, "global_batch": emulated_batch,
         "step_seconds": round(median_run(runs), 6), "step_seconds_min": round(min(steps), 6),
         "step_seconds_max": round(max(steps), 6), "runs": len(runs),

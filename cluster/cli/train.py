@@ -119,6 +119,10 @@ COMMON_OPTIONS = [
     click.option("--layers-per-ipu", default=None,
                  help="Consecutive layers on each pipeline stage, e.g. 4,4,6,7,7,7,7,9 (a "
                       "recipe's placement; default: balanced on FLOPs)."),
+    click.option("--final-stage-on-first-ipu", is_flag=True,
+                 help="One pipeline stage more, the last, run on the replica's first IPU "
+                      "beside the first stage (Graphcore's BERT recipes: the heads and loss "
+                      "beside the embeddings); --layers-per-ipu then gives one count more."),
     click.option("--efficiency-scale", type=float, default=1.0, show_default=True,
                  help="Every layer kind's compute efficiency times this, for a workload: "
                       "what `ipupod calibrate` derives from a measured step time."),
@@ -140,7 +144,8 @@ def make_config(servers: int, mode: str, check: bool, replicas_per_server: int |
                 optimizer_state: str, batch_size: int, gradient_accumulation: int, steps: int,
                 algorithm: str, seed: int, lr: float, momentum: float,
                 hidden: str | None, efficiency_scale: float = 1.0,
-                layers_per_ipu: str | None = None) -> TrainConfig:
+                layers_per_ipu: str | None = None,
+                final_stage_on_first_ipu: bool = False) -> TrainConfig:
     """The training configuration the options describe."""
     k = int(ipus_per_replica)
     return TrainConfig(servers=servers, ipus_per_replica=k, model=model, split=split,
@@ -152,7 +157,8 @@ def make_config(servers: int, mode: str, check: bool, replicas_per_server: int |
                        algorithm=algorithm, seed=seed, lr=lr, momentum=momentum,
                        hidden=_hidden(hidden), mode=Mode(mode), check=check,
                        efficiency_scale=efficiency_scale,
-                       layers_per_ipu=_counts_option(layers_per_ipu, "--layers-per-ipu"))
+                       layers_per_ipu=_counts_option(layers_per_ipu, "--layers-per-ipu"),
+                       final_stage_on_first_ipu=final_stage_on_first_ipu)
 
 
 def _echo_record(record: dict[str, Any], config: TrainConfig,

@@ -61,6 +61,7 @@ class TrainConfig:
     split: str = "pipeline"  # or "shard": the MLP's widest layer by columns over the IPUs
     efficiency_scale: float = 1.0  # every layer kind's efficiency times this (calibration)
     layers_per_ipu: tuple[int, ...] | None = None  # a recipe's stages; None: balanced
+    final_stage_on_first_ipu: bool = False  # one stage more, back on the replica's IPU 0
 
     def validate(self, topology: Topology | None = None, server_size: int | None = None) -> None:
         """UserError naming the option to change if this run cannot go ahead; a server
@@ -110,12 +111,17 @@ class TrainConfig:
         if self.sharded and (self.recompute or self.pipeline_schedule != DEFAULT):
             raise UserError("--recompute and --pipeline-schedule apply to pipeline stages, not "
                             "to a sharded layer: leave them out with --split shard")
+        if self.final_stage_on_first_ipu and (self.sharded or self.model == MLP
+                                              or self.ipus_per_replica < 2):
+            raise UserError("--final-stage-on-first-ipu runs a workload's last pipeline stage "
+                            "on the replica's first IPU: give --model and --ipus-per-replica "
+                            "2 or more, and leave out --split shard")
         layers = len(self.workload().layers)
         if self.layers_per_ipu is not None:
-            stage_layers([0] * layers, self.ipus_per_replica, self.layers_per_ipu)
-        if layers < self.ipus_per_replica and not self.sharded:
-            raise UserError(f"the model has {layers} layers: {self.ipus_per_replica} pipeline "
-                            f"stages need at least {self.ipus_per_replica} (add hidden layers "
+            stage_layers([0] * layers, self.pipeline_stages, self.layers_per_ipu)
+        if layers < self.pipeline_stages and not self.sharded:
+            raise UserError(f"the model has {layers} layers: {self.pipeline_stages} pipeline "
+                            f"stages need at least {self.pipeline_stages} (add hidden layers "
                             "with --hidden, or use fewer --ipus-per-replica)")
         if self.layers_per_ipu is not None and (self.sharded or self.model == MLP):
             raise UserError("--layers-per-ipu places a workload's layers on pipeline stages: "
@@ -133,6 +139,24 @@ class TrainConfig:
     def gcd(self) -> int:
         """IPUs per replica, as the white paper's Graph Compile Domain."""
         return self.ipus_per_replica
+
+    @property
+    def pipeline_stages(self) -> int:
+        """Pipeline stages of a replica: one per IPU, and one more with
+        ``final_stage_on_first_ipu``."""
+        return self.ipus_per_replica + (1 if self.final_stage_on_first_ipu else 0)
+
+    @property
+    def stage_ipus(self) -> tuple[int, ...]:
+        """Which of the replica's IPUs (0 to ``ipus_per_replica - 1``, along its chain)
+        runs each pipeline stage: stage ``s`` on IPU ``s``, and with
+        ``final_stage_on_first_ipu`` the last stage back on IPU 0, as Graphcore's BERT
+        recipes place the heads and the loss beside the embeddings whose word table the
+        masked-LM decoder shares (PopART: the embeddings are pipeline stage 0 and the
+        masked-LM stage the last, both on virtual graph 0; ``bert_model.py`` of the
+        MLPerf Training v1.0 and v1.1 submissions)."""
+        ipus = tuple(range(self.ipus_per_replica))
+        return ipus + ((0,) if self.final_stage_on_first_ipu else ())
 
     @property
     def replicas(self) -> int:

@@ -47,25 +47,38 @@ class StageMemory:
 
 
 def stage_memory(config: TrainConfig, topology: Topology) -> list[StageMemory]:
-    """Each stage's bytes on its IPU (each IPU's, when a layer is sharded)."""
+    """Each IPU's bytes: its stage's (both of IPU 0's when the last stage goes back to
+    it), or its share of a sharded layer."""
     if config.sharded:
         return _sharded_memory(config, topology)
     workload = config.workload()
     stages = stage_layers([layer.training_flops for layer in workload.layers],
-                          config.ipus_per_replica, config.layers_per_ipu)
+                          config.pipeline_stages, config.layers_per_ipu)
     in_flight = pipeline_schedule(config.pipeline_schedule, len(stages),
                                   config.accumulation).stashed()
-    chain = replica_ipus(config, topology)[:len(stages)].tolist()
-    plan = []
-    for s, layers in enumerate(stages):
+    chain = replica_ipus(config, topology)[:config.ipus_per_replica].tolist()
+    held: dict[int, tuple[int, str, MemoryUse]] = {}  # IPU -> first stage, layers, bytes
+    for s, (ipu, layers) in enumerate(zip(config.stage_ipus, stages)):
         chosen = [workload.layers[i] for i in layers]
         use = memory_use(workload, chosen, config.micro_batch, in_flight[s], config.recomputes,
                          optimizer_offchip=config.optimizer_offchip,
                          optimizer_shards=config.optimizer_shards)
-        plan.append(StageMemory(s, chain[s], topology.ipu_name(chain[s]),
-                                f"{chosen[0].name}..{chosen[-1].name}", use,
-                                int(topology.ipu_processors[chain[s]].in_processor_memory_bytes)))
-    return plan
+        names = f"{chosen[0].name}..{chosen[-1].name}"
+        if ipu in held:  # a second stage on this IPU (the last stage back on the first)
+            first, before, other = held[ipu]
+            use, names, s = _together(other, use), f"{before} + {names}", first
+        held[ipu] = (s, names, use)
+    return [StageMemory(s, chain[ipu], topology.ipu_name(chain[ipu]), names, use,
+                        int(topology.ipu_processors[chain[ipu]].in_processor_memory_bytes))
+            for ipu, (s, names, use) in sorted(held.items())]
+
+
+def _together(a: MemoryUse, b: MemoryUse) -> MemoryUse:
+    """Two stages' bytes on one IPU: both keep their weights, gradients, optimiser state
+    and stashes; only one recomputes at a time."""
+    return MemoryUse(a.weights_bytes + b.weights_bytes, a.gradients_bytes + b.gradients_bytes,
+                     a.optimizer_bytes + b.optimizer_bytes, a.stash_bytes + b.stash_bytes,
+                     max(a.recompute_bytes, b.recompute_bytes))
 
 
 def _sharded_memory(config: TrainConfig, topology: Topology) -> list[StageMemory]:
@@ -109,7 +122,8 @@ def check_fits(config: TrainConfig, topology: Topology,
         parts = ", ".join(f"{name.removesuffix('_bytes')} {_decimal(value)}"
                           for name, value in asdict(stage.use).items() if value)
         raise OutOfMemory(
-            f"{config.model}: stage {stage.stage} of {len(plan)} ({stage.layers}) needs "
+            f"{config.model}: stage {stage.stage} of {config.pipeline_stages} ({stage.layers}) "
+            "needs "
             f"{_decimal(stage.use.total_bytes)} on IPU {stage.ipu_name}, which has "
             f"{_decimal(stage.capacity_bytes)} of In-Processor-Memory ({parts}); "
             f"{_advice(config)}")

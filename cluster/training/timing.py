@@ -80,13 +80,15 @@ def step_time(config: TrainConfig, topology: Topology) -> StepTime:
     workload = config.workload()
     if config.sharded:
         return _sharded_step_time(config, topology, workload, chains)
-    stages = stage_layers(_layer_flops(workload), config.ipus_per_replica,
+    stages = stage_layers(_layer_flops(workload), config.pipeline_stages,
                           config.layers_per_ipu)
     pipeline = replica_pipeline_time(config, topology, workload, chains)
-    stage_params = [sum(workload.layers[i].parameters for i in layers) for layers in stages]
+    ipu_params = [0] * config.ipus_per_replica  # each IPU's stages' parameters
+    for ipu, layers in zip(config.stage_ipus, stages):
+        ipu_params[ipu] += sum(workload.layers[i].parameters for i in layers)
     local, global_, gather = gradient_reduction_seconds(config, topology, workload, chains,
-                                                        stage_params)
-    host_io, update = _host_io_and_update(config, topology, workload, chains, stage_params)
+                                                        ipu_params)
+    host_io, update = _host_io_and_update(config, topology, workload, chains, ipu_params)
     return StepTime(pipeline.compute_seconds, host_io, local, global_,
                     pipeline.bubble_seconds, pipeline.inter_stage_seconds,
                     pipeline.stage_compute_seconds, update, weight_gather_seconds=gather)
@@ -160,19 +162,20 @@ def stage_update_seconds(config: TrainConfig, topology: Topology, workload: Work
 
 def replica_pipeline_time(config: TrainConfig, topology: Topology, workload: Workload,
                           chains: np.ndarray) -> PipelineTime:
-    """The pipeline of every replica at once: stage ``s`` of each on ``chains[:, s]``;
-    each stage's FLOPs over its IPU's peak for the workload's partials dtype, times the
-    efficiency of each layer's kind (:mod:`cluster.training.workloads.compute`), the
-    backward twice the forward (plus the forward again with recomputation); activations
-    and their gradients cross each boundary for all replicas at once, costed by the
-    network cost model."""
-    stages = stage_layers(_layer_flops(workload), config.ipus_per_replica,
+    """The pipeline of every replica at once: stage ``s`` of each on
+    ``chains[:, config.stage_ipus[s]]``; each stage's FLOPs over its IPU's peak for the
+    workload's partials dtype, times the efficiency of each layer's kind
+    (:mod:`cluster.training.workloads.compute`), the backward twice the forward (plus the
+    forward again with recomputation); activations and their gradients cross each
+    boundary for all replicas at once, costed by the network cost model."""
+    stages = stage_layers(_layer_flops(workload), config.pipeline_stages,
                           config.layers_per_ipu)
     schedule = pipeline_schedule(config.pipeline_schedule, len(stages), config.accumulation)
     backward_factor = BACKWARD_FLOPS_FACTOR + (1 if config.recomputes else 0)
+    on = chains[:, list(config.stage_ipus)]  # on[:, s]: every replica's IPU of stage s
     forward, backward = [], []
     for s, layers in enumerate(stages):
-        processor = topology.ipu_processors[int(chains[0, s])]
+        processor = topology.ipu_processors[int(on[0, s])]
         seconds = forward_seconds(workload, processor, config.micro_batch, config.efficiencies,
                                   [workload.layers[i] for i in layers])
         forward.append(seconds)
@@ -181,9 +184,9 @@ def replica_pipeline_time(config: TrainConfig, topology: Topology, workload: Wor
     for b, layers in enumerate(stages[:-1]):
         nbytes = np.full(len(chains), float(config.micro_batch
                                             * workload.layers[layers[-1]].output_bytes))
-        ahead.append(superstep_cost(topology, chains[:, b], chains[:, b + 1], nbytes).seconds)
-        back.append(superstep_cost(topology, chains[:, b + 1], chains[:, b], nbytes).seconds)
-    return pipeline_time(schedule, forward, backward, ahead, back)
+        ahead.append(superstep_cost(topology, on[:, b], on[:, b + 1], nbytes).seconds)
+        back.append(superstep_cost(topology, on[:, b + 1], on[:, b], nbytes).seconds)
+    return pipeline_time(schedule, forward, backward, ahead, back, config.stage_ipus)
 
 
 def _layer_flops(workload: Workload) -> list[int]:

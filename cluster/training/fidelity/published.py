@@ -35,7 +35,7 @@ byte of the gradient over the GW-Link path, where the hierarchical algorithm mov
 1/64 share: that is the cost the larger systems pay (docs/fidelity.md)."""
 
 _KINDS: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "str": str,
-                                              "list[int]": list}
+                                              "list[int]": list, "bool": bool}
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,8 @@ class PublishedStep:
     micro_batch: int
     gradient_accumulation: int
     optimizer_state: str
-    layers_per_ipu: list[int]  # the recipe's placement of layers on stages; [] balanced
+    layers_per_ipu: list[int]  # the recipe's layers on each pipeline stage; [] balanced
+    final_stage_on_first_ipu: bool  # the recipe's last stage back on the first IPU
     logged_global_batch: int
     global_batch: int
     step_seconds: float
@@ -97,7 +98,7 @@ def _entry(row: Any, where: str) -> PublishedStep:
     for field in fields(PublishedStep):
         value = row.get(field.name)
         kind = _KINDS[str(field.type)]
-        if isinstance(value, bool) or not isinstance(value, kind) or (
+        if (isinstance(value, bool) != (kind is bool)) or not isinstance(value, kind) or (
                 isinstance(value, list) and not all(type(n) is int for n in value)):
             raise UserError(f"{where}: {field.name} must be a {field.type}, not "
                             f"{quoted(value, 40)}")
@@ -114,8 +115,9 @@ def _entry(row: Any, where: str) -> PublishedStep:
 
 def train_config(entry: PublishedStep, efficiency_scale: float = 1.0) -> TrainConfig:
     """The emulator's run of ``entry``: its POD preset, one replica per
-    ``ipus_per_replica`` IPUs filling every rack, its micro-batch and accumulation;
-    BERT at sequence 512 with PopART's pipeline (``1f1b``: each stage keeps only the
+    ``ipus_per_replica`` IPUs filling every rack, its micro-batch and accumulation, its
+    stages (the last back on the first IPU where the recipe puts it there); BERT at
+    sequence 512 with PopART's pipeline (``1f1b``: each stage keeps only the
     micro-batches in flight on it) and recomputation, as the submissions ran."""
     per_rack = min(entry.ipus, IPUS_PER_RACK)
     bert = entry.model.startswith("bert")
@@ -126,5 +128,6 @@ def train_config(entry: PublishedStep, efficiency_scale: float = 1.0) -> TrainCo
         accumulation=entry.gradient_accumulation, optimizer_state=entry.optimizer_state,
         sequence_length=BERT_SEQUENCE_LENGTH if bert else None,
         layers_per_ipu=tuple(entry.layers_per_ipu) or None,
+        final_stage_on_first_ipu=entry.final_stage_on_first_ipu,
         pipeline_schedule="1f1b", recompute=True, efficiency_scale=efficiency_scale,
         algorithm=ALGORITHM)

@@ -1,12 +1,14 @@
 """Where a pipelined replica's time goes: each stage's compute, the bubble, and what the
 transfers between stages add.
 
-The schedule fixes each stage's order; an op starts once its stage is free and its input
-has arrived (the op it depends on, plus the transfer across the boundary). The span of
-the pipeline splits exactly into three parts:
+The schedule fixes each stage's order; an op starts once its IPU is free and its input
+has arrived (the op it depends on, plus the transfer across the boundary). Two stages on
+one IPU take it in turns, in the order the ops become possible (:meth:`PipelineSchedule.
+dependency_order`). The span of the pipeline splits exactly into three parts:
 
-- ``compute_seconds``: the busiest stage's compute (every micro-batch, forward and
-  backward, recomputation included);
+- ``compute_seconds``: the busiest IPU's compute (every micro-batch, forward and
+  backward, recomputation included, of each stage it runs: one stage, or two when the
+  last stage goes back to the first IPU);
 - ``bubble_seconds``: what the pipeline adds to that with free transfers: stages waiting
   for each other (``(K - 1) / (M + K - 1)`` of the span for fill-drain with ``K`` equal
   stages, ``M`` micro-batches, and free transfers);
@@ -41,12 +43,17 @@ class PipelineTime:
 
 def pipeline_time(schedule: PipelineSchedule, forward_seconds: Sequence[float],
                   backward_seconds: Sequence[float], forward_transfer_seconds: Sequence[float],
-                  backward_transfer_seconds: Sequence[float]) -> PipelineTime:
+                  backward_transfer_seconds: Sequence[float],
+                  stage_ipus: Sequence[int] | None = None) -> PipelineTime:
     """Cost ``schedule``: ``forward_seconds[s]`` and ``backward_seconds[s]`` are one
     micro-batch's passes on stage ``s`` (backward with any recomputation);
     ``*_transfer_seconds[b]`` one micro-batch's activation (or its gradient) across
-    boundary ``b``, between stages ``b`` and ``b + 1``."""
+    boundary ``b``, between stages ``b`` and ``b + 1``; ``stage_ipus[s]`` the IPU that
+    runs stage ``s`` (default: a stage per IPU)."""
     stages = schedule.stages
+    ipus = list(range(stages)) if stage_ipus is None else list(stage_ipus)
+    if len(ipus) != stages or min(ipus, default=0) < 0:
+        raise ValueError(f"stage_ipus needs {stages} IPU indices of 0 or more")
     for name, values, size in (("forward_seconds", forward_seconds, stages),
                                ("backward_seconds", backward_seconds, stages),
                                ("forward_transfer_seconds", forward_transfer_seconds, stages - 1),
@@ -55,28 +62,59 @@ def pipeline_time(schedule: PipelineSchedule, forward_seconds: Sequence[float],
         if len(values) != size or any(not v >= 0 for v in values):
             raise ValueError(f"{name} needs {size} durations of 0 s or more")
     free = [0.0] * (stages - 1)
-    span = _span(schedule, forward_seconds, backward_seconds, forward_transfer_seconds,
+    span = _span(schedule, ipus, forward_seconds, backward_seconds, forward_transfer_seconds,
                  backward_transfer_seconds)
-    span_free = _span(schedule, forward_seconds, backward_seconds, free, free)
+    span_free = _span(schedule, ipus, forward_seconds, backward_seconds, free, free)
     busy = tuple(schedule.micro_batches * (f + b)
                  for f, b in zip(forward_seconds, backward_seconds))
-    compute = max(busy)
+    per_ipu = [0.0] * (max(ipus) + 1)
+    for ipu, seconds in zip(ipus, busy):
+        per_ipu[ipu] += seconds
+    compute = max(per_ipu)
     return PipelineTime(compute, max(0.0, span_free - compute), max(0.0, span - span_free),
                         busy)
 
 
-def _span(schedule: PipelineSchedule, forward: Sequence[float], backward: Sequence[float],
-          forward_transfer: Sequence[float], backward_transfer: Sequence[float]) -> float:
-    """When the last op ends, each op starting as soon as its stage and its input allow."""
+def _span(schedule: PipelineSchedule, stage_ipus: Sequence[int], forward: Sequence[float],
+          backward: Sequence[float], forward_transfer: Sequence[float],
+          backward_transfer: Sequence[float]) -> float:
+    """When the last op ends. Each stage keeps its order; of the ops that can run next,
+    the one that can start soonest goes first (on its IPU, once the IPU is free and its
+    input has arrived), so two stages on one IPU take it in the order their work
+    arrives."""
     finish: dict[Op, float] = {}
-    stage_free = [0.0] * schedule.stages
-    for op in schedule.dependency_order():
-        ready = stage_free[op.stage]
-        dependency = schedule.dependency(op)
-        if dependency is not None:
-            boundary = min(op.stage, dependency.stage)
-            transfer = (forward_transfer if op.pass_ is Pass.FORWARD else backward_transfer)
-            ready = max(ready, finish[dependency] + transfer[boundary])
-        duration = (forward if op.pass_ is Pass.FORWARD else backward)[op.stage]
-        finish[op] = stage_free[op.stage] = ready + duration
+    ipu_free = [0.0] * (max(stage_ipus) + 1)
+    next_index = [0] * schedule.stages
+    for _ in range(2 * schedule.stages * schedule.micro_batches):
+        best: tuple[float, int] | None = None  # (start, stage)
+        for stage, ops in enumerate(schedule.order):
+            if next_index[stage] == len(ops):
+                continue
+            start = _earliest_start(schedule, ops[next_index[stage]], finish,
+                                    ipu_free[stage_ipus[stage]], forward_transfer,
+                                    backward_transfer)
+            if start is not None and (best is None or start < best[0]):
+                best = (start, stage)
+        if best is None:
+            raise ValueError(f"pipeline schedule {schedule.name!r} deadlocks")
+        start, stage = best
+        op = schedule.order[stage][next_index[stage]]
+        duration = (forward if op.pass_ is Pass.FORWARD else backward)[stage]
+        finish[op] = ipu_free[stage_ipus[stage]] = start + duration
+        next_index[stage] += 1
     return max(finish.values())
+
+
+def _earliest_start(schedule: PipelineSchedule, op: Op, finish: dict[Op, float],
+                    ipu_free: float, forward_transfer: Sequence[float],
+                    backward_transfer: Sequence[float]) -> float | None:
+    """When ``op`` could start: its IPU free and its input arrived (the op it depends
+    on, plus the transfer across the boundary); None while that op has not run."""
+    dependency = schedule.dependency(op)
+    if dependency is None:
+        return ipu_free
+    if dependency not in finish:
+        return None
+    boundary = min(op.stage, dependency.stage)
+    transfer = forward_transfer if op.pass_ is Pass.FORWARD else backward_transfer
+    return max(ipu_free, finish[dependency] + transfer[boundary])
