@@ -35,6 +35,7 @@ from typing import Any
 
 from cluster.errors import UserError
 from cluster.training.fidelity.mllog import (
+    LOGS_PER_EPOCH,
     Event,
     RunSteps,
     median_run,
@@ -130,7 +131,7 @@ def _stages(clone: Path, recipe: Recipe) -> tuple[list[int], bool]:
             counts, ipus = _v11_stages(settings)
         else:
             counts, ipus = _v10_stages(settings)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as error:
         raise UserError(f"{config}: no att_ffn_placement or layers_per_ipu to place the "
                         f"layers ({error})") from None
     k = recipe.ipus_per_replica
@@ -142,6 +143,9 @@ def _stages(clone: Path, recipe: Recipe) -> tuple[list[int], bool]:
 
 def _v11_stages(settings: dict[str, Any]) -> tuple[list[int], list[int]]:
     start = int(settings.get("encoder_start_pipeline_stage", 1))
+    if start not in (0, 1):
+        raise ValueError(f"encoder_start_pipeline_stage {start}: stages before the encoders "
+                         "beyond the embeddings'")
     placement = [(int(ipu), int(att) + int(ffn))
                  for ipu, (att, ffn) in settings["att_ffn_placement"]]
     counts, ipus = ([1], [0]) if start == 1 else ([], [])
@@ -219,9 +223,11 @@ def derive_round(round_name: str, clone: Path,
         packing = None
         if recipe.model.startswith("bert") and not recipe.steps_counted:
             if sequences_per_sample is None:
+                counted = ", ".join(f"{r} {name}" for (r, name), other in RECIPES.items()
+                                    if other.steps_counted)
                 raise UserError(f"{round_name} {system}: its blocks count real sequences; "
-                                "the packing is measured on v1.1's IPU-POD128 run, so give "
-                                "--results v1.1=PATH too")
+                                f"the packing is measured on the step-counted runs "
+                                f"({counted}): give the results that hold their logs too")
             packing = sequences_per_sample
         runs = [run_steps(_read_events(log), str(log), sequences_per_sample=packing)
                 for log in logs]
@@ -262,7 +268,7 @@ def _row(round_name: str, system: str, recipe: Recipe, runs: list[RunSteps],
 
 def _method(method: str, recipe: Recipe) -> str:
     if method == "epochs":
-        return "epochs: steady epochs of 5 session.run calls"
+        return f"epochs: steady epochs of {LOGS_PER_EPOCH} session.run calls"
     return "blocks: " + ("steps counted" if recipe.steps_counted else "real sequences")
 
 

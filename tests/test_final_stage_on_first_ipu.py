@@ -8,6 +8,8 @@ from dataclasses import replace
 from itertools import accumulate, pairwise
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from benchmarks.mlperf_published import _v10_stages, _v11_stages
 from cluster.errors import UserError
@@ -15,7 +17,7 @@ from cluster.model.spec import load_topology
 from cluster.training.config import TrainConfig
 from cluster.training.memory_plan import stage_memory
 from cluster.training.pipeline.schedules import pipeline_schedule
-from cluster.training.pipeline.timing import pipeline_time
+from cluster.training.pipeline.timing import _earliest_start_order, _span, pipeline_time
 from cluster.training.timing import step_time
 from cluster.training.workloads import forward_seconds, memory_use
 from gcl import CommGroup, plan, simulate
@@ -44,6 +46,35 @@ def test_two_stages_on_one_ipu_take_it_in_turns_by_hand():
     with pytest.raises(ValueError, match="stage_ipus"):
         pipeline_time(pipeline_schedule("fill-drain", 3, 1), [1.0] * 3, [2.0] * 3,
                       [0.0] * 2, [0.0] * 2, stage_ipus=(0, 1))
+
+
+def test_the_shared_ipu_takes_the_op_that_can_start_soonest_and_keeps_that_order():
+    # 1f1b, 3 stages (0 and 2 on IPU 0), 2 micro-batches, forward 1 s, backward 2 s. Free
+    # transfers: F0@0 0-1, F1@0 1-2, F0@1 1-2, F1@1 2-3, F0@2 2-3, B0@2 3-5, B0@1 5-7,
+    # F1@2 5-6, B1@2 6-8, B0@0 8-10, B1@1 8-10, B1@0 10-12: IPU 0 never idles (12 s).
+    # Sends of 0.5 s, IPU 0 keeping that order: F0@1 1.5, F1@1 2.5, F0@2 3, B0@2 4,
+    # B0@1 6.5, F1@2 6, B1@2 7, B0@0 9, B1@1 9.5, B1@0 12-14: they add 2 s.
+    time = pipeline_time(pipeline_schedule("1f1b", 3, 2), [1.0] * 3, [2.0] * 3,
+                         [0.5, 0.5], [0.5, 0.5], stage_ipus=(0, 1, 0))
+    assert (time.compute_seconds, time.bubble_seconds, time.inter_stage_seconds) == (12, 0, 2)
+
+
+@settings(deadline=None, max_examples=80)
+@given(stages=st.integers(2, 6), micro=st.integers(1, 8),
+       name=st.sampled_from(["fill-drain", "1f1b"]), data=st.data())
+def test_transfers_never_shorten_a_wrapped_pipeline(stages, micro, name, data):
+    durations = st.lists(st.floats(0.1, 5.0), min_size=stages + 1, max_size=stages + 1)
+    sends = st.lists(st.floats(0.0, 2.0), min_size=stages, max_size=stages)
+    forward, backward = data.draw(durations), data.draw(durations)
+    ahead, back = data.draw(sends), data.draw(sends)
+    schedule = pipeline_schedule(name, stages + 1, micro)
+    ipus = (*range(stages), 0)
+    order = _earliest_start_order(schedule, ipus, forward, backward)
+    with_sends = _span(schedule, order, ipus, forward, backward, ahead, back)
+    free = _span(schedule, order, ipus, forward, backward, [0.0] * stages, [0.0] * stages)
+    assert with_sends >= free - 1e-9
+    time = pipeline_time(schedule, forward, backward, ahead, back, ipus)
+    assert time.span_seconds == pytest.approx(with_sends, rel=1e-12)
 
 
 def test_ipu_zero_computes_the_first_and_last_stages_and_reduces_both_gradients():

@@ -166,7 +166,10 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
     """A training run as text: the set-up, a line per step, throughput and checks."""
     first = record["steps"][0]
     pipelined = config.ipus_per_replica > 1 and not config.sharded
-    shape = (f"{config.ipus_per_replica} IPUs each: {config.pipeline_schedule} pipeline, "
+    wrapped = (f" of {config.pipeline_stages} stages, the last on the first IPU"
+               if config.final_stage_on_first_ipu else "")
+    shape = (f"{config.ipus_per_replica} IPUs each: {config.pipeline_schedule} pipeline"
+             f"{wrapped}, "
              f"{config.accumulation} micro-batches in flight"
              f"{', recomputation' if config.recomputes else ''}" if pipelined else
              f"{config.ipus_per_replica} IPUs each, the widest layer sharded" if config.sharded

@@ -111,6 +111,19 @@ class TrainConfig:
         if self.sharded and (self.recompute or self.pipeline_schedule != DEFAULT):
             raise UserError("--recompute and --pipeline-schedule apply to pipeline stages, not "
                             "to a sharded layer: leave them out with --split shard")
+        self._check_stages()
+        if self.efficiency_scale != 1.0:
+            if self.model == MLP:
+                raise UserError("--efficiency-scale scales a workload's efficiencies: give "
+                                "--model, or leave it out for the MLP (priced at peak)")
+            _ = self.efficiencies  # a UserError if it puts a kind past the peak
+        if self.pipeline_schedule not in schedule_names():
+            raise UserError(f"unknown --pipeline-schedule {self.pipeline_schedule[:40]!r}: "
+                            f"choose {' or '.join(schedule_names())}")
+
+    def _check_stages(self) -> None:
+        """UserError naming the option if the layers cannot go on the pipeline's stages
+        as asked (``--layers-per-ipu``, ``--final-stage-on-first-ipu``)."""
         if self.final_stage_on_first_ipu and (self.sharded or self.model == MLP
                                               or self.ipus_per_replica < 2):
             raise UserError("--final-stage-on-first-ipu runs a workload's last pipeline stage "
@@ -126,14 +139,6 @@ class TrainConfig:
         if self.layers_per_ipu is not None and (self.sharded or self.model == MLP):
             raise UserError("--layers-per-ipu places a workload's layers on pipeline stages: "
                             "give --model, and leave out --split shard")
-        if self.efficiency_scale != 1.0:
-            if self.model == MLP:
-                raise UserError("--efficiency-scale scales a workload's efficiencies: give "
-                                "--model, or leave it out for the MLP (priced at peak)")
-            _ = self.efficiencies  # a UserError if it puts a kind past the peak
-        if self.pipeline_schedule not in schedule_names():
-            raise UserError(f"unknown --pipeline-schedule {self.pipeline_schedule[:40]!r}: "
-                            f"choose {' or '.join(schedule_names())}")
 
     @property
     def gcd(self) -> int:

@@ -1,6 +1,7 @@
 """What each IPU of a replica holds while it trains, and a clear refusal when it cannot.
 
-Per pipeline stage (the whole model when a replica is one IPU): weights, gradient
+Per IPU of a replica, for its pipeline stage (both of IPU 0's when the last stage goes
+back to it, the whole model when a replica is one IPU): weights, gradient
 accumulators, optimiser state (none in In-Processor-Memory when it lives in an IPU-M2000's
 Streaming Memory), and the activations stashed for as many micro-batches as the schedule
 keeps in flight on that stage (:meth:`PipelineSchedule.stashed`), or, with recomputation,
@@ -30,7 +31,8 @@ class OutOfMemory(UserError):
 
 @dataclass(frozen=True)
 class StageMemory:
-    """Bytes one stage keeps on its IPU (replica 0's; every replica's are the same)."""
+    """Bytes one IPU keeps for its stage (replica 0's; every replica's are the same):
+    ``stage`` is its first stage, ``layers`` each stage's first and last layer."""
 
     stage: int
     ipu: int

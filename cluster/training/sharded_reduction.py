@@ -78,8 +78,8 @@ def shards_across_racks(config: TrainConfig, chains: np.ndarray) -> bool:
 def sharded_reduction(config: TrainConfig, topology: Topology, workload: Workload,
                       chains: np.ndarray, ipu_params: list[int]) -> ShardedReduction:
     """The three collectives' simulated seconds, for replicas on ``chains`` (replica ``r``'s
-    stage ``s`` on IPU ``chains[r, s]``, ``replicas_per_server`` replicas per rack, rack
-    after rack) whose stage ``s`` holds ``ipu_params[s]`` parameters."""
+    IPU ``s`` is ``chains[r, s]``, ``replicas_per_server`` replicas per rack, rack after
+    rack) whose IPU ``s`` holds ``ipu_params[s]`` parameters (its stages')."""
     per_rack = config.replicas_per_server
     shard = -(-max(ipu_params) // per_rack)  # elements of one replica's 1/R
     gradient, weight = workload.gradient_dtype.value, workload.weight_dtype.value

@@ -41,7 +41,8 @@ from gcl.phantom import Timing
 @dataclass(frozen=True)
 class StepTime:
     """Simulated seconds of one training step, by part. ``compute_seconds`` is the
-    busiest pipeline stage's (a replica's, on one IPU); ``pipeline_bubble_seconds`` and
+    busiest IPU's (its pipeline stage's, or both of IPU 0's when the last stage goes back
+    to it; a replica's, on one IPU); ``pipeline_bubble_seconds`` and
     ``inter_stage_seconds`` are what pipelining adds (:mod:`.pipeline.timing`);
     ``stage_compute_seconds`` lists each stage's compute."""
 

@@ -102,6 +102,7 @@ def _record(config: TrainConfig, topology_name: str, parts: StepTime,
         "ipus_per_replica": config.ipus_per_replica, "gcd": config.ipus_per_replica,
         "split": config.split if config.ipus_per_replica > 1 else None,
         "pipeline_schedule": config.pipeline_schedule, "recompute": config.recomputes,
+        "stage_ipus": list(config.stage_ipus),  # IPU of the replica each stage runs on
         "gradient_accumulation": config.accumulation, "mode": config.mode,
         "global_batch": config.global_batch, "algorithm": config.algorithm,
         "steps": [{"step": step, "loss": loss, "sim_seconds": parts.sim_seconds,

@@ -26,9 +26,12 @@ say (how the submission's code cuts its intervals) comes from that code, cited b
   ``sequences_per_sample`` real sequences per logged one, measured on the step-counted
   runs by :func:`packing_ratio` (their ``train_samples`` is the real count).
 
-A run's figure is the median over its intervals (the first block with its warm-up, and
-the odd epoch with one call more, fall away), and a configuration's the median over its
-runs. Evaluation runs between the intervals, so it is not counted.
+A run's figure is the median over its steady epochs (the odd epoch with one call more
+falls away), or its blocks' seconds over their steps, the first block (with its warm-up)
+left out: a real-sequence block holds a whole number of steps, one either side of the
+fraction the method gives it, so a median of per-block figures would lean to one side
+and the sum does not. A configuration's figure is the median over its runs. Evaluation
+runs between the intervals, so it is not counted.
 
 A log is read as untrusted text: lines are bounded, a line that is not an event is
 skipped, and a log that does not hold what the method needs is a :class:`UserError`
@@ -38,11 +41,12 @@ saying what is missing.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import accumulate, pairwise
-from typing import Any
+from typing import Any, TypeGuard
 
 from cluster.errors import UserError, quoted
 
@@ -102,7 +106,7 @@ def _event(text: str) -> Event | None:
     time_ms, key = raw.get("time_ms"), raw.get("key")
     metadata = raw.get("metadata")
     if (isinstance(time_ms, bool) or not isinstance(time_ms, (int, float))
-            or not isinstance(key, str)):
+            or not math.isfinite(time_ms) or not isinstance(key, str)):
         return None
     return Event(float(time_ms), key, raw.get("value"),
                  metadata if isinstance(metadata, dict) else {})
@@ -132,8 +136,11 @@ def run_steps(events: list[Event], name: str = "the log", *,
                  else [samples / (global_batch * sequences_per_sample)
                        for samples in _block_samples(events, name)])
         durations = _intervals(events, "block_start", "block_stop", name)
-        per_step = [seconds / count for seconds, count in zip(durations, steps)]
-        method = "blocks"
+        steady = slice(1 if len(durations) > 1 else 0, None)  # the first carries warm-up
+        return RunSteps(sum(durations[steady]) / sum(steps[steady]), global_batch,
+                        accumulation if isinstance(accumulation, int) else None,
+                        len(durations[steady]), "blocks",
+                        platform if isinstance(platform, str) else None)
     return RunSteps(statistics.median(per_step), global_batch,
                     accumulation if isinstance(accumulation, int) else None, len(per_step),
                     method, platform if isinstance(platform, str) else None)
@@ -158,11 +165,16 @@ def _epoch_seconds_per_step(events: list[Event], name: str, steps_per_epoch: int
     if steps < 1:
         raise UserError(f"{name}: an epoch of {steps_per_epoch} steps holds no whole "
                         f"session.run of {logs_per_epoch} logs per epoch")
-    evaluated = {event.metadata.get("epoch_num") for event in _keys(events, "eval_start")}
+    evaluated = {number for event in _keys(events, "eval_start")
+                 if _whole(number := event.metadata.get("epoch_num"))}
     durations = _intervals(events, "epoch_start", "epoch_stop", name)
-    numbers = [event.metadata.get("epoch_num") for event in _keys(events, "epoch_start")]
+    raw = [event.metadata.get("epoch_num") for event in _keys(events, "epoch_start")]
+    numbers = [number for number in raw if _whole(number)]
+    if len(numbers) != len(raw):
+        raise UserError(f"{name}: each epoch_start needs a whole metadata.epoch_num, to tell "
+                        "the epochs that wrote a checkpoint from the others")
     steady = [seconds / steps for seconds, number in zip(durations, numbers)
-              if not (isinstance(number, int) and {number, number - 1} & evaluated)]
+              if not {number, number - 1} & evaluated]
     if not steady:
         raise UserError(f"{name}: every epoch wrote a checkpoint or followed one; no steady "
                         "epoch to take a step time from")
@@ -175,7 +187,7 @@ def _block_samples(events: list[Event], name: str) -> list[float]:
     trained = [event.metadata.get("epoch_num") for event in events
                if event.key == "eval_accuracy"]
     counts = [float(n) for n in trained
-              if isinstance(n, (int, float)) and not isinstance(n, bool)]
+              if isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n)]
     blocks = len(_keys(events, "block_start"))
     if len(counts) < blocks or len(counts) != len(trained):
         raise UserError(f"{name}: each block needs an eval_accuracy event whose "
@@ -189,10 +201,17 @@ def _block_samples(events: list[Event], name: str) -> list[float]:
 
 def _counted_block_steps(events: list[Event], name: str, global_batch: int) -> list[int]:
     """Steps in each block of a step-counted run: block ``k`` ends after
-    ``trigger_k // global_batch + 1`` steps."""
-    ends = [round(trigger) // global_batch + 1
-            for trigger in accumulate(_block_samples(events, name))]
+    ``trigger_k // global_batch + 1`` steps, and at least one step after the previous
+    block (the trigger is checked after each step)."""
+    ends: list[int] = []
+    for trigger in accumulate(_block_samples(events, name)):
+        ends.append(max(round(trigger) // global_batch + 1, ends[-1] + 1 if ends else 1))
     return [after - before for before, after in pairwise([0, *ends])]
+
+
+def _whole(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is a whole number (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _single(value: Any) -> Any:

@@ -34,6 +34,8 @@ properly from SDK 3.0 (GCL release notes 3.0.0). A ring that crosses racks moves
 byte of the gradient over the GW-Link path, where the hierarchical algorithm moves a
 1/64 share: that is the cost the larger systems pay (docs/fidelity.md)."""
 
+OPTIONAL = {"final_stage_on_first_ipu": False}  # fields a table may leave out, as tables
+# written before they existed do
 _KINDS: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "str": str,
                                               "list[int]": list, "bool": bool}
 
@@ -96,7 +98,7 @@ def _entry(row: Any, where: str) -> PublishedStep:
         raise UserError(f"{where} is not an object")
     values: dict[str, Any] = {}
     for field in fields(PublishedStep):
-        value = row.get(field.name)
+        value = row.get(field.name, OPTIONAL.get(field.name))
         kind = _KINDS[str(field.type)]
         if (isinstance(value, bool) != (kind is bool)) or not isinstance(value, kind) or (
                 isinstance(value, list) and not all(type(n) is int for n in value)):

@@ -48,9 +48,15 @@ def _group(entry: PublishedStep) -> tuple[str, str]:
 
 
 def _checked(entry: PublishedStep, scale: float = 1.0) -> TrainConfig:
-    """``entry``'s run, checked as ``ipupod train`` checks its options."""
+    """``entry``'s run, checked as ``ipupod train`` checks its options; a UserError
+    naming the entry if the emulator cannot run it."""
     config = train_config(entry, scale)
-    config.validate(load_topology(entry.topology), min(entry.ipus, IPUS_PER_RACK))
+    try:
+        config.validate(load_topology(entry.topology), min(entry.ipus, IPUS_PER_RACK))
+    except UserError as error:
+        raise UserError(f"published entry {entry.label}: {error} (the table's fields "
+                        "layers_per_ipu, final_stage_on_first_ipu, ... are those options)"
+                        ) from None
     return config
 
 

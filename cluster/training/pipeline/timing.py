@@ -3,8 +3,9 @@ transfers between stages add.
 
 The schedule fixes each stage's order; an op starts once its IPU is free and its input
 has arrived (the op it depends on, plus the transfer across the boundary). Two stages on
-one IPU take it in turns, in the order the ops become possible (:meth:`PipelineSchedule.
-dependency_order`). The span of the pipeline splits exactly into three parts:
+one IPU take it in turns: with free transfers, of the ops that can run next the one that
+can start soonest goes first, and that order on the IPU is kept when the transfers are
+costed. The span of the pipeline splits exactly into three parts:
 
 - ``compute_seconds``: the busiest IPU's compute (every micro-batch, forward and
   backward, recomputation included, of each stage it runs: one stage, or two when the
@@ -13,7 +14,8 @@ dependency_order`). The span of the pipeline splits exactly into three parts:
   for each other (``(K - 1) / (M + K - 1)`` of the span for fill-drain with ``K`` equal
   stages, ``M`` micro-batches, and free transfers);
 - ``inter_stage_seconds``: what the transfers add on top (span with them minus span
-  without: delaying an input never makes a stage finish sooner, so it is never negative).
+  without, every IPU taking its ops in the same order: delaying an input then never
+  makes an op finish sooner, so it is never negative).
 
 All simulated seconds; no clock.
 """
@@ -62,9 +64,10 @@ def pipeline_time(schedule: PipelineSchedule, forward_seconds: Sequence[float],
         if len(values) != size or any(not v >= 0 for v in values):
             raise ValueError(f"{name} needs {size} durations of 0 s or more")
     free = [0.0] * (stages - 1)
-    span = _span(schedule, ipus, forward_seconds, backward_seconds, forward_transfer_seconds,
-                 backward_transfer_seconds)
-    span_free = _span(schedule, ipus, forward_seconds, backward_seconds, free, free)
+    order = _earliest_start_order(schedule, ipus, forward_seconds, backward_seconds)
+    span = _span(schedule, order, ipus, forward_seconds, backward_seconds,
+                 forward_transfer_seconds, backward_transfer_seconds)
+    span_free = _span(schedule, order, ipus, forward_seconds, backward_seconds, free, free)
     busy = tuple(schedule.micro_batches * (f + b)
                  for f, b in zip(forward_seconds, backward_seconds))
     per_ipu = [0.0] * (max(ipus) + 1)
@@ -75,25 +78,29 @@ def pipeline_time(schedule: PipelineSchedule, forward_seconds: Sequence[float],
                         busy)
 
 
-def _span(schedule: PipelineSchedule, stage_ipus: Sequence[int], forward: Sequence[float],
-          backward: Sequence[float], forward_transfer: Sequence[float],
-          backward_transfer: Sequence[float]) -> float:
-    """When the last op ends. Each stage keeps its order; of the ops that can run next,
-    the one that can start soonest goes first (on its IPU, once the IPU is free and its
-    input has arrived), so two stages on one IPU take it in the order their work
-    arrives."""
+def _earliest_start_order(schedule: PipelineSchedule, stage_ipus: Sequence[int],
+                          forward: Sequence[float], backward: Sequence[float]) -> list[Op]:
+    """Every op in the order it starts with free transfers: each stage keeps its order,
+    and of the ops that can run next the one that can start soonest goes first (the
+    lower stage on a tie), so two stages on one IPU take it in the order their work
+    arrives. With a stage per IPU any order that runs dependencies first gives the same
+    times."""
     finish: dict[Op, float] = {}
     ipu_free = [0.0] * (max(stage_ipus) + 1)
     next_index = [0] * schedule.stages
+    order: list[Op] = []
     for _ in range(2 * schedule.stages * schedule.micro_batches):
         best: tuple[float, int] | None = None  # (start, stage)
         for stage, ops in enumerate(schedule.order):
             if next_index[stage] == len(ops):
                 continue
-            start = _earliest_start(schedule, ops[next_index[stage]], finish,
-                                    ipu_free[stage_ipus[stage]], forward_transfer,
-                                    backward_transfer)
-            if start is not None and (best is None or start < best[0]):
+            op = ops[next_index[stage]]
+            dependency = schedule.dependency(op)
+            if dependency is not None and dependency not in finish:
+                continue
+            start = max(ipu_free[stage_ipus[stage]],
+                        finish[dependency] if dependency is not None else 0.0)
+            if best is None or start < best[0]:
                 best = (start, stage)
         if best is None:
             raise ValueError(f"pipeline schedule {schedule.name!r} deadlocks")
@@ -102,19 +109,25 @@ def _span(schedule: PipelineSchedule, stage_ipus: Sequence[int], forward: Sequen
         duration = (forward if op.pass_ is Pass.FORWARD else backward)[stage]
         finish[op] = ipu_free[stage_ipus[stage]] = start + duration
         next_index[stage] += 1
+        order.append(op)
+    return order
+
+
+def _span(schedule: PipelineSchedule, order: Sequence[Op], stage_ipus: Sequence[int],
+          forward: Sequence[float], backward: Sequence[float],
+          forward_transfer: Sequence[float], backward_transfer: Sequence[float]) -> float:
+    """When the last op ends, the ops taken in ``order`` (each after the ops it needs,
+    and each IPU's in the order they run there), each starting once its IPU is free and
+    its input has arrived."""
+    finish: dict[Op, float] = {}
+    ipu_free = [0.0] * (max(stage_ipus) + 1)
+    for op in order:
+        ready = ipu_free[stage_ipus[op.stage]]
+        dependency = schedule.dependency(op)
+        if dependency is not None:
+            boundary = min(op.stage, dependency.stage)
+            transfer = (forward_transfer if op.pass_ is Pass.FORWARD else backward_transfer)
+            ready = max(ready, finish[dependency] + transfer[boundary])
+        duration = (forward if op.pass_ is Pass.FORWARD else backward)[op.stage]
+        finish[op] = ipu_free[stage_ipus[op.stage]] = ready + duration
     return max(finish.values())
-
-
-def _earliest_start(schedule: PipelineSchedule, op: Op, finish: dict[Op, float],
-                    ipu_free: float, forward_transfer: Sequence[float],
-                    backward_transfer: Sequence[float]) -> float | None:
-    """When ``op`` could start: its IPU free and its input arrived (the op it depends
-    on, plus the transfer across the boundary); None while that op has not run."""
-    dependency = schedule.dependency(op)
-    if dependency is None:
-        return ipu_free
-    if dependency not in finish:
-        return None
-    boundary = min(op.stage, dependency.stage)
-    transfer = forward_transfer if op.pass_ is Pass.FORWARD else backward_transfer
-    return max(ipu_free, finish[dependency] + transfer[boundary])
