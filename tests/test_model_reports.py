@@ -76,3 +76,17 @@ def test_the_reports_write_their_readme_and_plots(tmp_path):
     bad = ipupod("scaling-report", "--topologies", "pod16,", "--micro-batch", "x",
                  "--out", str(tmp_path / "x"))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_the_scaling_report_runs_a_recipes_placement_with_the_last_stage_on_ipu_0(tmp_path):
+    run = ipupod("scaling-report", "--model", "bert-large", "--sequence-length", "512",
+                 "--micro-batch", "2", "--ipus-per-replica", "4", "--gradient-accumulation",
+                 "8", "--layers-per-ipu", "1,13,13,13,11", "--final-stage-on-first-ipu",
+                 "--topologies", "pod16,pod64", "--out", str(tmp_path / "scale"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "| pod64 | 64 |" in (tmp_path / "scale" / "README.md").read_text()
+    bad = ipupod("scaling-report", "--model", "bert-large", "--ipus-per-replica", "4",
+                 "--layers-per-ipu", "1,13,13,13", "--final-stage-on-first-ipu",
+                 "--topologies", "pod16", "--out", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "it needs 5 counts" in bad.stderr

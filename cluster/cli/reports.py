@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from cluster.cli.train import _check_writable
+from cluster.cli.train import _check_writable, _counts_option
 from cluster.errors import UserError, quoted
 from cluster.training import model_reports
 from cluster.training.config import IPUS_PER_REPLICA, TrainConfig
@@ -99,13 +99,22 @@ def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batche
 @click.option("--topologies", default="pod16,pod64,pod128,pod256", show_default=True)
 @click.option("--ipus-per-replica", "k", type=int, default=1, show_default=True)
 @click.option("--gradient-accumulation", type=int, default=1, show_default=True)
+@click.option("--layers-per-ipu", default=None,
+              help="Consecutive layers on each pipeline stage (a recipe's placement; "
+                   "default: balanced on FLOPs).")
+@click.option("--final-stage-on-first-ipu", is_flag=True,
+              help="One stage more, the last, on each replica's first IPU (Graphcore's "
+                   "BERT recipes).")
 @model_options
 def scaling_report_command(topologies: str, k: int, gradient_accumulation: int,
+                           layers_per_ipu: str | None, final_stage_on_first_ipu: bool,
                            out_dir: Path, **model: Any) -> None:
     """Scaling: throughput, per-IPU efficiency and the step's parts across topologies."""
     names = _items(topologies, "--topologies")
     _check_writable(out_dir)
-    base = replace(_base(**model), ipus_per_replica=k, accumulation=gradient_accumulation)
+    base = replace(_base(**model), ipus_per_replica=k, accumulation=gradient_accumulation,
+                   layers_per_ipu=_counts_option(layers_per_ipu, "--layers-per-ipu"),
+                   final_stage_on_first_ipu=final_stage_on_first_ipu)
     rows = model_reports.scaling_sweep(base, names)
     if not any(row["fits"] for row in rows):
         raise UserError(f"{model['model']} fits none of these topologies: "
