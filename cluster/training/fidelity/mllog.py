@@ -129,7 +129,7 @@ def run_steps(events: list[Event], name: str = "the log", *,
         samples = _count(_single(facts.get("train_samples")), "train_samples", name)
         per_step = _epoch_seconds_per_step(events, name, samples // global_batch,
                                            logs_per_epoch)
-        method = "epochs"
+        seconds, intervals, method = statistics.median(per_step), len(per_step), "epochs"
     else:
         steps = (_counted_block_steps(events, name, global_batch)
                  if sequences_per_sample is None
@@ -137,12 +137,10 @@ def run_steps(events: list[Event], name: str = "the log", *,
                        for samples in _block_samples(events, name)])
         durations = _intervals(events, "block_start", "block_stop", name)
         steady = slice(1 if len(durations) > 1 else 0, None)  # the first carries warm-up
-        return RunSteps(sum(durations[steady]) / sum(steps[steady]), global_batch,
-                        accumulation if isinstance(accumulation, int) else None,
-                        len(durations[steady]), "blocks",
-                        platform if isinstance(platform, str) else None)
-    return RunSteps(statistics.median(per_step), global_batch,
-                    accumulation if isinstance(accumulation, int) else None, len(per_step),
+        seconds = sum(durations[steady]) / sum(steps[steady])
+        intervals, method = len(durations[steady]), "blocks"
+    return RunSteps(seconds, global_batch,
+                    accumulation if isinstance(accumulation, int) else None, intervals,
                     method, platform if isinstance(platform, str) else None)
 
 
