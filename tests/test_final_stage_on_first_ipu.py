@@ -69,7 +69,7 @@ def test_transfers_never_shorten_a_wrapped_pipeline(stages, micro, name, data):
     ahead, back = data.draw(sends), data.draw(sends)
     schedule = pipeline_schedule(name, stages + 1, micro)
     ipus = (*range(stages), 0)
-    order = _earliest_start_order(schedule, ipus, forward, backward)
+    order, _ = _earliest_start_order(schedule, ipus, forward, backward)
     with_sends = _span(schedule, order, ipus, forward, backward, ahead, back)
     free = _span(schedule, order, ipus, forward, backward, [0.0] * stages, [0.0] * stages)
     assert with_sends >= free - 1e-9

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule
+from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule, describe
 
 
 @dataclass(frozen=True)
@@ -63,11 +63,10 @@ def pipeline_time(schedule: PipelineSchedule, forward_seconds: Sequence[float],
                                 stages - 1)):
         if len(values) != size or any(not v >= 0 for v in values):
             raise ValueError(f"{name} needs {size} durations of 0 s or more")
-    free = [0.0] * (stages - 1)
-    order = _earliest_start_order(schedule, ipus, forward_seconds, backward_seconds)
+    order, span_free = _earliest_start_order(schedule, ipus, forward_seconds,
+                                             backward_seconds)
     span = _span(schedule, order, ipus, forward_seconds, backward_seconds,
                  forward_transfer_seconds, backward_transfer_seconds)
-    span_free = _span(schedule, order, ipus, forward_seconds, backward_seconds, free, free)
     busy = tuple(schedule.micro_batches * (f + b)
                  for f, b in zip(forward_seconds, backward_seconds))
     per_ipu = [0.0] * (max(ipus) + 1)
@@ -79,12 +78,14 @@ def pipeline_time(schedule: PipelineSchedule, forward_seconds: Sequence[float],
 
 
 def _earliest_start_order(schedule: PipelineSchedule, stage_ipus: Sequence[int],
-                          forward: Sequence[float], backward: Sequence[float]) -> list[Op]:
-    """Every op in the order it starts with free transfers: each stage keeps its order,
-    and of the ops that can run next the one that can start soonest goes first (the
-    lower stage on a tie), so two stages on one IPU take it in the order their work
-    arrives. With a stage per IPU any order that runs dependencies first gives the same
-    times."""
+                          forward: Sequence[float],
+                          backward: Sequence[float]) -> tuple[list[Op], float]:
+    """Every op in the order it starts with free transfers, and when the last ends: each
+    stage keeps its order, and of the ops that can run next the one that can start
+    soonest goes first (the lower stage on a tie), so two stages on one IPU take it in
+    the order their work arrives. With a stage per IPU any order that runs dependencies
+    first gives the same times."""
+    free = [0.0] * (schedule.stages - 1)
     finish: dict[Op, float] = {}
     ipu_free = [0.0] * (max(stage_ipus) + 1)
     next_index = [0] * schedule.stages
@@ -94,12 +95,10 @@ def _earliest_start_order(schedule: PipelineSchedule, stage_ipus: Sequence[int],
         for stage, ops in enumerate(schedule.order):
             if next_index[stage] == len(ops):
                 continue
-            op = ops[next_index[stage]]
-            dependency = schedule.dependency(op)
-            if dependency is not None and dependency not in finish:
+            arrived = _input_ready(schedule, ops[next_index[stage]], finish, free, free)
+            if arrived is None:
                 continue
-            start = max(ipu_free[stage_ipus[stage]],
-                        finish[dependency] if dependency is not None else 0.0)
+            start = max(ipu_free[stage_ipus[stage]], arrived)
             if best is None or start < best[0]:
                 best = (start, stage)
         if best is None:
@@ -110,7 +109,7 @@ def _earliest_start_order(schedule: PipelineSchedule, stage_ipus: Sequence[int],
         finish[op] = ipu_free[stage_ipus[stage]] = start + duration
         next_index[stage] += 1
         order.append(op)
-    return order
+    return order, max(finish.values())
 
 
 def _span(schedule: PipelineSchedule, order: Sequence[Op], stage_ipus: Sequence[int],
@@ -122,12 +121,25 @@ def _span(schedule: PipelineSchedule, order: Sequence[Op], stage_ipus: Sequence[
     finish: dict[Op, float] = {}
     ipu_free = [0.0] * (max(stage_ipus) + 1)
     for op in order:
-        ready = ipu_free[stage_ipus[op.stage]]
-        dependency = schedule.dependency(op)
-        if dependency is not None:
-            boundary = min(op.stage, dependency.stage)
-            transfer = (forward_transfer if op.pass_ is Pass.FORWARD else backward_transfer)
-            ready = max(ready, finish[dependency] + transfer[boundary])
+        arrived = _input_ready(schedule, op, finish, forward_transfer, backward_transfer)
+        if arrived is None:
+            raise ValueError(f"{describe(op)} comes before the op it needs")
         duration = (forward if op.pass_ is Pass.FORWARD else backward)[op.stage]
-        finish[op] = ipu_free[stage_ipus[op.stage]] = ready + duration
+        finish[op] = ipu_free[stage_ipus[op.stage]] = (
+            max(ipu_free[stage_ipus[op.stage]], arrived) + duration)
     return max(finish.values())
+
+
+def _input_ready(schedule: PipelineSchedule, op: Op, finish: dict[Op, float],
+                 forward_transfer: Sequence[float],
+                 backward_transfer: Sequence[float]) -> float | None:
+    """When ``op``'s input has arrived: the op it depends on finished, plus the transfer
+    across their boundary (0 for stage 0's forward and the last stage's first backward);
+    None while that op has not run."""
+    dependency = schedule.dependency(op)
+    if dependency is None:
+        return 0.0
+    if dependency not in finish:
+        return None
+    transfer = forward_transfer if op.pass_ is Pass.FORWARD else backward_transfer
+    return finish[dependency] + transfer[min(op.stage, dependency.stage)]
