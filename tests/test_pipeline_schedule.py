@@ -87,7 +87,7 @@ def test_schedule_orders_that_cannot_run_are_refused():
 
 
 def test_unknown_schedules_and_shapes_are_user_errors():
-    assert schedule_names() == ["fill-drain", "1f1b"]
+    assert schedule_names() == ["fill-drain", "1f1b", "popart"]
     with pytest.raises(UserError, match="fill-drain or 1f1b"):
         pipeline_schedule("zigzag", 2, 2)
     with pytest.raises(UserError, match="micro-batch"):

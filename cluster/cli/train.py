@@ -80,8 +80,9 @@ COMMON_OPTIONS = [
                       "MLP's widest layer split by columns (shard)."),
     click.option("--pipeline-schedule", type=click.Choice(schedule_names()),
                  default=DEFAULT_SCHEDULE, show_default=True,
-                 help="Order of the stages' passes: fill-drain (GPipe) or 1f1b (less "
-                      "activation memory)."),
+                 help="Order of the stages' passes: fill-drain (GPipe), 1f1b (less "
+                      "activation memory) or popart (PopART's lock-step cycles, the "
+                      "copies between them)."),
     click.option("--recompute/--no-recompute", default=None,
                  help="Keep only checkpoints between passes and recompute the rest in the "
                       "backward pass (less memory, one more forward's FLOPs). Default: as "

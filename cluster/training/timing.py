@@ -22,6 +22,7 @@ from cluster.model.hardware import pcie_gen4_x16
 from cluster.model.routing import Routes
 from cluster.model.topology import HOST, ROLES, Topology
 from cluster.training.config import TrainConfig
+from cluster.training.pipeline.lock_step import lock_step_time
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.pipeline.timing import PipelineTime, pipeline_time
@@ -181,13 +182,31 @@ def replica_pipeline_time(config: TrainConfig, topology: Topology, workload: Wor
                                   [workload.layers[i] for i in layers])
         forward.append(seconds)
         backward.append(backward_factor * seconds)
-    ahead, back = [], []
-    for b, layers in enumerate(stages[:-1]):
-        nbytes = np.full(len(chains), float(config.micro_batch
-                                            * workload.layers[layers[-1]].output_bytes))
-        ahead.append(superstep_cost(topology, on[:, b], on[:, b + 1], nbytes).seconds)
-        back.append(superstep_cost(topology, on[:, b + 1], on[:, b], nbytes).seconds)
+    nbytes = [np.full(len(chains), float(config.micro_batch
+                                         * workload.layers[layers[-1]].output_bytes))
+              for layers in stages[:-1]]
+    if schedule.cycles is not None:
+        return lock_step_time(schedule, forward, backward, _cycle_copy_seconds(topology, on,
+                                                                               nbytes),
+                              config.stage_ipus)
+    ahead = [superstep_cost(topology, on[:, b], on[:, b + 1], n).seconds
+             for b, n in enumerate(nbytes)]
+    back = [superstep_cost(topology, on[:, b + 1], on[:, b], n).seconds
+            for b, n in enumerate(nbytes)]
     return pipeline_time(schedule, forward, backward, ahead, back, config.stage_ipus)
+
+
+def _cycle_copy_seconds(topology: Topology, on: np.ndarray, nbytes: list[np.ndarray]) -> float:
+    """One lock-step cycle's copies: every boundary's activation forward and gradient
+    back, for every replica, in one exchange (PopART merges them; links they share split
+    their bandwidth). ``on[:, s]``: every replica's IPU of stage ``s``."""
+    if not nbytes:
+        return 0.0
+    sources = [on[:, b + d] for b in range(len(nbytes)) for d in (0, 1)]
+    targets = [on[:, b + 1 - d] for b in range(len(nbytes)) for d in (0, 1)]
+    sizes = [n for n in nbytes for _ in (0, 1)]
+    return superstep_cost(topology, np.concatenate(sources), np.concatenate(targets),
+                          np.concatenate(sizes)).seconds
 
 
 def _layer_flops(workload: Workload) -> list[int]:

@@ -119,8 +119,8 @@ def train_config(entry: PublishedStep, efficiency_scale: float = 1.0) -> TrainCo
     """The emulator's run of ``entry``: its POD preset, one replica per
     ``ipus_per_replica`` IPUs filling every rack, its micro-batch and accumulation, its
     stages (the last back on the first IPU where the recipe puts it there); BERT at
-    sequence 512 with PopART's pipeline (``1f1b``: each stage keeps only the
-    micro-batches in flight on it) and recomputation, as the submissions ran."""
+    sequence 512 with PopART's lock-step pipeline (``popart``) and recomputation, as the
+    submissions ran."""
     per_rack = min(entry.ipus, IPUS_PER_RACK)
     bert = entry.model.startswith("bert")
     return TrainConfig(
@@ -131,5 +131,5 @@ def train_config(entry: PublishedStep, efficiency_scale: float = 1.0) -> TrainCo
         sequence_length=BERT_SEQUENCE_LENGTH if bert else None,
         layers_per_ipu=tuple(entry.layers_per_ipu) or None,
         final_stage_on_first_ipu=entry.final_stage_on_first_ipu,
-        pipeline_schedule="1f1b", recompute=True, efficiency_scale=efficiency_scale,
+        pipeline_schedule="popart", recompute=True, efficiency_scale=efficiency_scale,
         algorithm=ALGORITHM)

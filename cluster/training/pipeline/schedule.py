@@ -10,12 +10,15 @@ micro-batch ``m`` on stage ``s`` needs the activation stage ``s - 1`` computed f
 the backward of ``m`` on stage ``s`` needs the gradient stage ``s + 1`` computed for
 ``m`` (the last stage starts the backward from its own forward's loss). A schedule only
 chooses the order within each stage, which sets the bubble and how many micro-batches'
-activations each stage keeps stashed.
+activations each stage keeps stashed. A lock-step schedule also fixes each op's cycle:
+every IPU runs its ops of a cycle, then all stages' transfers cross at once (PopART's
+pipeline, :mod:`.schedules.popart`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 from cluster.errors import UserError
 from cluster.model.text_enum import TextEnum
@@ -39,12 +42,15 @@ class Op:
 
 @dataclass(frozen=True)
 class PipelineSchedule:
-    """Each stage's ops in the order it runs them (``order[s]`` for stage ``s``)."""
+    """Each stage's ops in the order it runs them (``order[s]`` for stage ``s``) and, for
+    a lock-step schedule, the cycle each runs in (``cycles[s][i]`` for ``order[s][i]``;
+    None: each op starts as soon as its stage is free and its input has arrived)."""
 
     name: str
     stages: int
     micro_batches: int
     order: tuple[tuple[Op, ...], ...]
+    cycles: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         check_schedule(self)
@@ -134,6 +140,29 @@ def check_schedule(schedule: PipelineSchedule) -> None:
             elif op.micro not in seen:
                 raise ValueError(f"{schedule.name!r}: {describe(op)} runs before its forward")
     schedule.dependency_order()
+    if schedule.cycles is not None:
+        _check_cycles(schedule, schedule.cycles)
+
+
+def _check_cycles(schedule: PipelineSchedule, cycles: tuple[tuple[int, ...], ...]) -> None:
+    """ValueError unless each op has a cycle of 0 or more, a stage's cycles never go
+    back, and an op runs in a later cycle than the op of another stage it needs (what
+    that op produced crosses at the end of its cycle)."""
+    if len(cycles) != schedule.stages:
+        raise ValueError(f"{schedule.name!r}: {len(cycles)} stage cycles for "
+                         f"{schedule.stages} stages")
+    cycle_of: dict[Op, int] = {}
+    for ops, stage_cycles in zip(schedule.order, cycles):
+        if len(stage_cycles) != len(ops) or any(c < 0 for c in stage_cycles) or any(
+                b < a for a, b in pairwise(stage_cycles)):
+            raise ValueError(f"{schedule.name!r}: each stage needs a cycle of 0 or more per "
+                             "op, in the order it runs them")
+        cycle_of.update(zip(ops, stage_cycles))
+    for op, cycle in cycle_of.items():
+        dependency = schedule.dependency(op)
+        if dependency is not None and cycle_of[dependency] >= cycle:
+            raise ValueError(f"{schedule.name!r}: {describe(op)} runs in cycle {cycle}, not "
+                             f"after {describe(dependency)} (cycle {cycle_of[dependency]})")
 
 
 def check_shape(stages: int, micro_batches: int) -> None:

@@ -6,13 +6,14 @@ from collections.abc import Callable
 
 from cluster.errors import UserError
 from cluster.training.pipeline.schedule import PipelineSchedule, check_shape
-from cluster.training.pipeline.schedules import fill_drain, one_f_one_b
+from cluster.training.pipeline.schedules import fill_drain, one_f_one_b, popart
 
 Builder = Callable[[int, int], PipelineSchedule]
 
 SCHEDULES: dict[str, Builder] = {
     fill_drain.NAME: fill_drain.fill_drain,
     one_f_one_b.NAME: one_f_one_b.one_f_one_b,
+    popart.NAME: popart.popart,
 }
 DEFAULT = fill_drain.NAME
 
