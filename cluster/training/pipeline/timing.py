@@ -1,5 +1,6 @@
 """Where a pipelined replica's time goes: each stage's compute, the bubble, and what the
-transfers between stages add.
+transfers between stages add, for a schedule whose ops run as soon as they can (a
+lock-step schedule's cycles are costed by :mod:`.lock_step`).
 
 The schedule fixes each stage's order; an op starts once its IPU is free and its input
 has arrived (the op it depends on, plus the transfer across the boundary). Two stages on
