@@ -6,9 +6,9 @@ micro-batch ``m`` in cycle ``m + s`` and its backward in cycle ``m + 2(K - 1) - 
 ``M + 2(K - 1)`` cycles in all, a fill, ``M - 2(K - 1)`` full cycles and a flush.
 An IPU runs its stages of a cycle one after the other, in pipeline-stage order (the
 forward first); then all stages' inter-IPU copies cross at once, every cycle, even in
-the fill and the flush (PopART ``willow/src/popx/popprograms.cpp``, SDK 2.3.0,
-``addPipelineCycle`` and ``getFullProgramFromPipelineFragments``: "Always do all the
-copies"). Stage ``s`` keeps ``2(K - 1 - s) + 1`` micro-batches' activations stashed."""
+the fill and the flush (PopART ``willow/src/popx/popprograms.cpp``, SDK 2.1.0 and
+2.3.0, ``addPipelineCycle`` and ``getFullProgramFromPipelineFragments``: "Always do all
+the copies"). Stage ``s`` keeps ``2(K - 1 - s) + 1`` micro-batches' activations stashed."""
 
 from __future__ import annotations
 
