@@ -71,7 +71,7 @@ def _base(model: str, sequence_length: int | None, micro_batch: int,
 @click.command("pipeline-report")
 @click.option("--topology", default="pod16", show_default=True)
 @click.option("--ipus-per-replica", "ks", default="2,4,8,16", show_default=True)
-@click.option("--schedules", default="fill-drain,1f1b", show_default=True)
+@click.option("--schedules", default="fill-drain,1f1b,popart", show_default=True)
 @click.option("--micro-batches", default="1,2,4,8,16,32", show_default=True,
               help="Gradient accumulation counts: micro-batches in flight.")
 @model_options
