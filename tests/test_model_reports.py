@@ -67,6 +67,9 @@ def test_the_reports_write_their_readme_and_plots(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     readme = (tmp_path / "pipe" / "README.md").read_text()
     assert "| 4 | 1f1b | 4 |" in readme and "simulated" in readme
+    # PopART's 4-stage pipeline needs 7 micro-batches; its 2-stage one runs 4
+    assert "| 4 | popart | 4 | - | too few micro-batches |" in readme
+    assert "| 2 | popart | 4 | 8 |" in readme
     run = ipupod("scaling-report", "--model", "resnet50", "--micro-batch", "8",
                  "--topologies", "pod16,pod64", "--out", str(tmp_path / "scale"))
     assert run.returncode == 0, run.stderr[-2000:]

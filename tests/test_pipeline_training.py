@@ -30,7 +30,7 @@ def server(ray_session):
     (4, "fill-drain", True, 1, 4),
     (4, "1f1b", True, 3, 2),
     (4, "1f1b", False, 4, 4),
-    (4, "popart", True, 5, 2),
+    (4, "popart", True, 7, 2),
 ])
 def test_pipelined_training_equals_single_process_training(server, stages, schedule,
                                                            recompute, micro_batches, replicas):

@@ -11,17 +11,23 @@ from hypothesis import strategies as st
 from cluster.model.presets import build_preset
 from cluster.training.config import TrainConfig
 from cluster.training.pipeline.lock_step import lock_step_time
-from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule
+from cluster.training.pipeline.schedule import (
+    Op,
+    Pass,
+    PipelineSchedule,
+    TooFewMicroBatches,
+    describe,
+)
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.timing import pipeline_time
+from cluster.training.placement import replica_ipus
 from cluster.training.timing import replica_pipeline_time
 from cluster.training.workloads import Layer, LayerKind, Workload
 
 
 def _cycles(schedule: PipelineSchedule) -> dict[str, int]:
     assert schedule.cycles is not None
-    return {f"{'F' if op.pass_ is Pass.FORWARD else 'B'}{op.micro}@{op.stage}": cycle
-            for ops, cycles in zip(schedule.order, schedule.cycles)
+    return {describe(op): cycle for ops, cycles in zip(schedule.order, schedule.cycles)
             for op, cycle in zip(ops, cycles)}
 
 
@@ -39,40 +45,51 @@ def test_each_op_runs_in_the_cycle_popart_gives_it():
 
 def test_stage_s_stashes_twice_the_stages_after_it_plus_one():
     assert pipeline_schedule("popart", 4, 12).stashed() == [7, 5, 3, 1]
-    assert pipeline_schedule("popart", 4, 4).stashed() == [4, 4, 3, 1]
+    assert pipeline_schedule("popart", 4, 7).stashed() == [7, 5, 3, 1]
+
+
+def test_fewer_micro_batches_than_pipeline_stages_are_refused_as_popart_does():
+    # 4 forward stages make 7 pipeline stages; PopART needs as many micro-batches.
+    with pytest.raises(TooFewMicroBatches, match="--gradient-accumulation 7 or more"):
+        pipeline_schedule("popart", 4, 6)
+    with pytest.raises(TooFewMicroBatches, match="got 1"):
+        pipeline_schedule("popart", 2, 1)
 
 
 def test_a_lock_step_pipeline_costs_what_hand_arithmetic_says():
-    # Cycles of two stages, two micro-batches: IPU 0 runs F0, F1, B0, B1 in cycles 0-3
-    # (1, 1, 3, 3 s); IPU 1 runs F0+B0 in cycle 1 and F1+B1 in cycle 2 (6 s each). The
-    # cycles last 1, 6, 6, 3 s: 16 s, of which 12 s IPU 1's compute; then four copies.
-    time = lock_step_time(pipeline_schedule("popart", 2, 2), [1.0, 2.0], [3.0, 4.0], 0.5,
-                          [0, 1])
-    assert (time.compute_seconds, time.bubble_seconds, time.inter_stage_seconds) == (12, 4, 2)
-    assert time.span_seconds == 18
-    assert time.stage_compute_seconds == (8.0, 12.0)
+    # Two stages, three micro-batches, five cycles: IPU 0 runs F0, F1, F2+B0, B1, B2
+    # (1, 1, 1+3, 3, 3 s); IPU 1 runs F+B of one micro-batch in cycles 1-3 (6 s each).
+    # The cycles last 1, 6, 6, 6, 3 s: 22 s, of which 18 s IPU 1's compute; five copies.
+    time = lock_step_time(pipeline_schedule("popart", 2, 3), [1.0, 2.0], [3.0, 4.0], 0.5)
+    assert (time.compute_seconds, time.bubble_seconds, time.inter_stage_seconds) == (
+        18, 4, 2.5)
+    assert time.span_seconds == 24.5
+    assert time.stage_compute_seconds == (12.0, 18.0)
 
 
 def test_two_stages_on_one_ipu_add_up_within_a_cycle():
-    # Stage 2 back on IPU 0: 3 stages, 2 micro-batches, 6 cycles. IPU 0 runs 1, 1, 1+2,
-    # 1+2, 2, 2 s; IPU 1 runs 0, 2, 2, 4, 4, 0 s. The cycles last 1, 2, 3, 4, 4, 2 s.
-    time = lock_step_time(pipeline_schedule("popart", 3, 2), [1.0, 2.0, 1.0],
+    # Stage 2 back on IPU 0: 3 stages, 5 micro-batches, 9 cycles. IPU 0 runs
+    # 1, 1, 1+3, 1+3, 1+2+3, 2+3, 2+3, 2, 2 s (stage 0's forward 1 s and backward 2 s,
+    # stage 2's forward and backward 3 s); IPU 1 runs 0, 2, 2, 2+4, 2+4, 2+4, 4, 4, 0 s.
+    # The cycles last 1, 2, 4, 6, 6, 6, 5, 4, 2 s: 36 s, 30 s of it either IPU's compute.
+    time = lock_step_time(pipeline_schedule("popart", 3, 5), [1.0, 2.0, 1.0],
                           [2.0, 4.0, 2.0], 0.25, [0, 1, 0])
     assert (time.compute_seconds, time.bubble_seconds, time.inter_stage_seconds) == (
-        12, 4, 1.5)
+        30, 6, 2.25)
 
 
 @settings(deadline=None, max_examples=60)
-@given(stages=st.integers(2, 6), micro=st.integers(1, 12),
+@given(stages=st.integers(2, 6), extra=st.integers(0, 8), copy=st.floats(0, 2),
        forward=st.lists(st.floats(0, 4), min_size=6, max_size=6),
        backward=st.lists(st.floats(0, 8), min_size=6, max_size=6))
 def test_lock_step_is_never_faster_than_running_each_op_as_soon_as_it_can(
-        stages, micro, forward, backward):
-    schedule = pipeline_schedule("popart", stages, micro)
-    locked = lock_step_time(schedule, forward[:stages], backward[:stages], 0.0,
-                            list(range(stages)))
-    free = pipeline_time(schedule, forward[:stages], backward[:stages], [0.0] * (stages - 1),
-                         [0.0] * (stages - 1))
+        stages, extra, copy, forward, backward):
+    # The cycles are one way to run the same ops in the same orders, each input having
+    # crossed: the earliest-start run of that order, with the same transfer, is no slower.
+    schedule = pipeline_schedule("popart", stages, 2 * stages - 1 + extra)
+    locked = lock_step_time(schedule, forward[:stages], backward[:stages], copy)
+    free = pipeline_time(schedule, forward[:stages], backward[:stages], [copy] * (stages - 1),
+                         [copy] * (stages - 1))
     assert locked.compute_seconds == pytest.approx(free.compute_seconds)
     assert locked.span_seconds >= free.span_seconds - 1e-9
 
@@ -87,10 +104,18 @@ def test_cycles_that_read_what_another_stage_has_not_copied_yet_are_refused():
         PipelineSchedule("backwards", 2, 1, order, ((2, 0), (1, 1)))
     with pytest.raises(ValueError, match="stage cycles"):
         PipelineSchedule("short", 2, 1, order, ((0, 2),))
+
+
+def test_lock_step_costing_refuses_free_running_schedules_and_bad_durations():
     with pytest.raises(ValueError, match="not lock-step"):
-        lock_step_time(pipeline_schedule("1f1b", 2, 1), [1.0, 1.0], [1.0, 1.0], 0.0, [0, 1])
-    with pytest.raises(ValueError, match="copy_seconds"):
-        lock_step_time(pipeline_schedule("popart", 2, 1), [1.0, 1.0], [1.0, 1.0], -1.0, [0, 1])
+        lock_step_time(pipeline_schedule("1f1b", 2, 3), [1.0, 1.0], [1.0, 1.0], 0.0)
+    popart = pipeline_schedule("popart", 2, 3)
+    with pytest.raises(ValueError, match="copy_seconds must be 0 s or more"):
+        lock_step_time(popart, [1.0, 1.0], [1.0, 1.0], -1.0)
+    with pytest.raises(ValueError, match="backward_seconds needs 2"):
+        lock_step_time(popart, [1.0, 1.0], [1.0], 0.0)
+    with pytest.raises(ValueError, match="stage_ipus"):
+        lock_step_time(popart, [1.0, 1.0], [1.0, 1.0], 0.0, [0])
 
 
 def test_every_cycle_pays_one_exchange_of_all_boundaries_on_a_pod16():
@@ -107,3 +132,22 @@ def test_every_cycle_pays_one_exchange_of_all_boundaries_on_a_pod16():
     free_running = replica_pipeline_time(replace(config, pipeline_schedule="1f1b"), topology,
                                          workload, chains)
     assert time.compute_seconds == free_running.compute_seconds > 0
+
+
+def test_the_wrap_back_to_the_first_ipu_shares_a_link_with_another_boundary_on_a_pod64():
+    # Eight-IPU replicas along a POD64's IPU-Links (0, 1, 3, 2, 4, 5, 7, 6), a ninth stage
+    # back on IPU 0. The wrap's route from IPU 6 to IPU 0 takes three IPU-Links, one of
+    # them the 2 -> 4 link of another boundary, and the gradient back to IPU 6 shares
+    # the 4 -> 2 link: two 2 MiB copies on one link at 32 GB/s, plus 3 x 0.3 us on the
+    # longest route and 0.5 us of sync, in each of the 17 + 2 x 8 cycles.
+    workload = Workload("nine", tuple(Layer(f"b{i}", LayerKind.DENSE, 1000, 10**9, 2**16,
+                                            2**16) for i in range(9)), input_bytes=256)
+    config = TrainConfig(topology="pod64", servers=1, ipus_per_replica=8, accumulation=17,
+                         micro_batch=32, replicas_per_server=8, pipeline_schedule="popart",
+                         final_stage_on_first_ipu=True)
+    topology = build_preset("pod64")
+    chains = replica_ipus(config, topology).reshape(8, 8)
+    assert chains[0].tolist() == [0, 1, 3, 2, 4, 5, 7, 6]
+    time = replica_pipeline_time(config, topology, workload, chains)
+    cycle = 2 * 2**21 / 32e9 + 3 * 0.3e-6 + 0.5e-6
+    assert time.inter_stage_seconds == pytest.approx(33 * cycle)

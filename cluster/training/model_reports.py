@@ -16,6 +16,7 @@ from typing import Any
 
 from cluster.training.config import TrainConfig
 from cluster.training.memory_plan import OutOfMemory
+from cluster.training.pipeline.schedule import TooFewMicroBatches
 from cluster.training.report import SIM_NOTE, pyplot, save_png
 from cluster.training.trainer import train
 
@@ -27,14 +28,17 @@ PARTS = (("compute_seconds", "compute"), ("pipeline_bubble_seconds", "pipeline b
 
 
 def _run(config: TrainConfig) -> Row:
-    """One phantom run as a row, or a row saying why it does not fit the IPUs' memory
-    (any other mistake in the options is the user's to mend: it is raised)."""
+    """One phantom run as a row, or a row saying why it does not fit the IPUs' memory or
+    why its schedule cannot run that many micro-batches (any other mistake in the options
+    is the user's to mend: it is raised)."""
     row: Row = {"topology": config.topology, "ipus_per_replica": config.ipus_per_replica,
                 "schedule": config.pipeline_schedule, "micro_batches": config.accumulation}
     try:
         record = train(replace(config, steps=1))
     except OutOfMemory as error:
-        return {**row, "fits": False, "why": str(error)}
+        return {**row, "fits": False, "verdict": "does not fit", "why": str(error)}
+    except TooFewMicroBatches as error:
+        return {**row, "fits": False, "verdict": "too few micro-batches", "why": str(error)}
     step = record["steps"][0]
     ipus = record["replicas"] * config.ipus_per_replica
     return {**row, "fits": True, "ipus": ipus, "replicas": record["replicas"],
@@ -78,7 +82,7 @@ def pipeline_table(rows: list[Row]) -> str:
     for row in rows:
         if not row["fits"]:
             lines.append(f"| {row['ipus_per_replica']} | {row['schedule']} | "
-                         f"{row['micro_batches']} | - | does not fit | | | | |")
+                         f"{row['micro_batches']} | - | {row['verdict']} | | | | |")
             continue
         lines.append(f"| {row['ipus_per_replica']} | {row['schedule']} | "
                      f"{row['micro_batches']} | {row['replicas']} | {_fmt(row, 'sim_seconds', 1e3)}"
@@ -96,7 +100,7 @@ def scaling_table(rows: list[Row]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for row in rows:
         if not row["fits"]:
-            lines.append(f"| {row['topology']} | does not fit: {row['why'][:120]} |")
+            lines.append(f"| {row['topology']} | {row['verdict']}: {row['why'][:120]} |")
             continue
         cells = [row["topology"], str(row["ipus"]), _fmt(row, "sim_seconds", 1e3),
                  _fmt(row, "throughput", 1, ",.0f"), _fmt(row, "per_ipu_efficiency"),

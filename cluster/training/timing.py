@@ -44,7 +44,8 @@ class StepTime:
     """Simulated seconds of one training step, by part. ``compute_seconds`` is the
     busiest IPU's (its pipeline stage's, or both of IPU 0's when the last stage goes back
     to it; a replica's, on one IPU); ``pipeline_bubble_seconds`` and
-    ``inter_stage_seconds`` are what pipelining adds (:mod:`.pipeline.timing`);
+    ``inter_stage_seconds`` are what pipelining adds (:mod:`.pipeline.timing`, or
+    :mod:`.pipeline.lock_step` for a lock-step schedule's cycles);
     ``stage_compute_seconds`` lists each stage's compute."""
 
     compute_seconds: float
@@ -169,7 +170,9 @@ def replica_pipeline_time(config: TrainConfig, topology: Topology, workload: Wor
     workload's partials dtype, times the efficiency of each layer's kind
     (:mod:`cluster.training.workloads.compute`), the backward twice the forward (plus the
     forward again with recomputation); activations and their gradients cross each
-    boundary for all replicas at once, costed by the network cost model."""
+    boundary for all replicas at once, costed by the network cost model (with a lock-step
+    schedule, every boundary's both ways in one exchange after each cycle:
+    :mod:`.pipeline.lock_step`)."""
     stages = stage_layers(_layer_flops(workload), config.pipeline_stages,
                           config.layers_per_ipu)
     schedule = pipeline_schedule(config.pipeline_schedule, len(stages), config.accumulation)
@@ -186,9 +189,8 @@ def replica_pipeline_time(config: TrainConfig, topology: Topology, workload: Wor
                                          * workload.layers[layers[-1]].output_bytes))
               for layers in stages[:-1]]
     if schedule.cycles is not None:
-        return lock_step_time(schedule, forward, backward, _cycle_copy_seconds(topology, on,
-                                                                               nbytes),
-                              config.stage_ipus)
+        copy = _cycle_copy_seconds(topology, on, nbytes)
+        return lock_step_time(schedule, forward, backward, copy, config.stage_ipus)
     ahead = [superstep_cost(topology, on[:, b], on[:, b + 1], n).seconds
              for b, n in enumerate(nbytes)]
     back = [superstep_cost(topology, on[:, b + 1], on[:, b], n).seconds

@@ -18,33 +18,43 @@ from collections.abc import Sequence
 import numpy as np
 
 from cluster.training.pipeline.schedule import Pass, PipelineSchedule
-from cluster.training.pipeline.timing import PipelineTime
+from cluster.training.pipeline.timing import (
+    PipelineTime,
+    check_durations,
+    checked_stage_ipus,
+    stage_busy_seconds,
+)
 
 
 def lock_step_time(schedule: PipelineSchedule, forward_seconds: Sequence[float],
                    backward_seconds: Sequence[float], copy_seconds: float,
-                   stage_ipus: Sequence[int]) -> PipelineTime:
+                   stage_ipus: Sequence[int] | None = None) -> PipelineTime:
     """Cost lock-step ``schedule``: ``forward_seconds[s]`` and ``backward_seconds[s]`` one
     micro-batch's passes on stage ``s`` (backward with any recomputation),
     ``copy_seconds`` one cycle's copies of every stage boundary, both ways, at once;
-    ``stage_ipus[s]`` the IPU that runs stage ``s``."""
+    ``stage_ipus[s]`` the IPU that runs stage ``s`` (default: a stage per IPU)."""
     if schedule.cycles is None:
         raise ValueError(f"pipeline schedule {schedule.name!r} is not lock-step")
-    if len(stage_ipus) != schedule.stages or min(stage_ipus, default=0) < 0:
-        raise ValueError(f"stage_ipus needs {schedule.stages} IPU indices of 0 or more")
-    for name, values in (("forward_seconds", forward_seconds),
-                         ("backward_seconds", backward_seconds), ("copy_seconds", [copy_seconds])):
-        if len(values) != (1 if name == "copy_seconds" else schedule.stages) or any(
-                not v >= 0 for v in values):
-            raise ValueError(f"{name} needs durations of 0 s or more, one per stage")
-    count = 1 + max(max(c, default=0) for c in schedule.cycles)
-    work = np.zeros((count, max(stage_ipus) + 1))  # work[c, i]: IPU i's seconds in cycle c
-    for stage, (ops, cycles) in enumerate(zip(schedule.order, schedule.cycles)):
-        for op, cycle in zip(ops, cycles):
+    ipus = checked_stage_ipus(schedule.stages, stage_ipus)
+    check_durations(schedule.stages, forward_seconds=forward_seconds,
+                    backward_seconds=backward_seconds)
+    if not copy_seconds >= 0:
+        raise ValueError("copy_seconds must be 0 s or more")
+    work = _cycle_work(schedule, schedule.cycles, forward_seconds, backward_seconds, ipus)
+    compute = float(work.sum(axis=0).max())
+    return PipelineTime(compute, max(0.0, float(work.max(axis=1).sum()) - compute),
+                        len(work) * copy_seconds,
+                        stage_busy_seconds(schedule, forward_seconds, backward_seconds))
+
+
+def _cycle_work(schedule: PipelineSchedule, cycles: tuple[tuple[int, ...], ...],
+                forward_seconds: Sequence[float], backward_seconds: Sequence[float],
+                stage_ipus: Sequence[int]) -> np.ndarray:
+    """``work[c, i]``: the seconds IPU ``i`` computes in cycle ``c``, its stages' ops of
+    that cycle one after the other."""
+    work = np.zeros((1 + max(max(c, default=0) for c in cycles), max(stage_ipus) + 1))
+    for stage, (ops, stage_cycles) in enumerate(zip(schedule.order, cycles)):
+        for op, cycle in zip(ops, stage_cycles):
             work[cycle, stage_ipus[stage]] += (forward_seconds if op.pass_ is Pass.FORWARD
                                                else backward_seconds)[stage]
-    compute = float(work.sum(axis=0).max())
-    busy = tuple(schedule.micro_batches * (f + b)
-                 for f, b in zip(forward_seconds, backward_seconds))
-    return PipelineTime(compute, max(0.0, float(work.max(axis=1).sum()) - compute),
-                        count * copy_seconds, busy)
+    return work

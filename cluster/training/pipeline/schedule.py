@@ -24,6 +24,10 @@ from cluster.errors import UserError
 from cluster.model.text_enum import TextEnum
 
 
+class TooFewMicroBatches(UserError):
+    """A schedule that cannot run this many micro-batches through this many stages."""
+
+
 class Pass(TextEnum):
     """Which way a micro-batch goes through a stage."""
 

@@ -54,28 +54,43 @@ def pipeline_time(schedule: PipelineSchedule, forward_seconds: Sequence[float],
     boundary ``b``, between stages ``b`` and ``b + 1``; ``stage_ipus[s]`` the IPU that
     runs stage ``s`` (default: a stage per IPU)."""
     stages = schedule.stages
-    ipus = list(range(stages)) if stage_ipus is None else list(stage_ipus)
-    if len(ipus) != stages or min(ipus, default=0) < 0:
-        raise ValueError(f"stage_ipus needs {stages} IPU indices of 0 or more")
-    for name, values, size in (("forward_seconds", forward_seconds, stages),
-                               ("backward_seconds", backward_seconds, stages),
-                               ("forward_transfer_seconds", forward_transfer_seconds, stages - 1),
-                               ("backward_transfer_seconds", backward_transfer_seconds,
-                                stages - 1)):
-        if len(values) != size or any(not v >= 0 for v in values):
-            raise ValueError(f"{name} needs {size} durations of 0 s or more")
+    ipus = checked_stage_ipus(stages, stage_ipus)
+    check_durations(stages, forward_seconds=forward_seconds, backward_seconds=backward_seconds)
+    check_durations(stages - 1, forward_transfer_seconds=forward_transfer_seconds,
+                    backward_transfer_seconds=backward_transfer_seconds)
     order, span_free = _earliest_start_order(schedule, ipus, forward_seconds,
                                              backward_seconds)
     span = _span(schedule, order, ipus, forward_seconds, backward_seconds,
                  forward_transfer_seconds, backward_transfer_seconds)
-    busy = tuple(schedule.micro_batches * (f + b)
-                 for f, b in zip(forward_seconds, backward_seconds))
+    busy = stage_busy_seconds(schedule, forward_seconds, backward_seconds)
     per_ipu = [0.0] * (max(ipus) + 1)
     for ipu, seconds in zip(ipus, busy):
         per_ipu[ipu] += seconds
     compute = max(per_ipu)
     return PipelineTime(compute, max(0.0, span_free - compute), max(0.0, span - span_free),
                         busy)
+
+
+def checked_stage_ipus(stages: int, stage_ipus: Sequence[int] | None) -> list[int]:
+    """The IPU of each stage (default: a stage per IPU), or a ValueError."""
+    ipus = list(range(stages)) if stage_ipus is None else list(stage_ipus)
+    if len(ipus) != stages or min(ipus, default=0) < 0:
+        raise ValueError(f"stage_ipus needs {stages} IPU indices of 0 or more")
+    return ipus
+
+
+def check_durations(size: int, **durations: Sequence[float]) -> None:
+    """ValueError unless each named sequence holds ``size`` durations of 0 s or more."""
+    for name, values in durations.items():
+        if len(values) != size or any(not v >= 0 for v in values):
+            raise ValueError(f"{name} needs {size} durations of 0 s or more")
+
+
+def stage_busy_seconds(schedule: PipelineSchedule, forward_seconds: Sequence[float],
+                       backward_seconds: Sequence[float]) -> tuple[float, ...]:
+    """Each stage's compute over the step: every micro-batch's forward and backward."""
+    return tuple(schedule.micro_batches * (f + b)
+                 for f, b in zip(forward_seconds, backward_seconds))
 
 
 def _earliest_start_order(schedule: PipelineSchedule, stage_ipus: Sequence[int],
