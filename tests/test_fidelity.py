@@ -358,6 +358,7 @@ def test_a_table_that_is_not_one_is_refused(tmp_path):
     (0, "final_stage_on_first_ipu", True, "entry v1.0 resnet50 pod16: --final-stage"),
     (2, "final_stage_on_first_ipu", 1, "must be a bool"),
     (2, "final_stage_on_first_ipu", None, "entry v1.0 bert-large pod16: --layers-per-ipu"),
+    (2, "gradient_accumulation", 8, "entry v1.0 bert-large pod16: PopART's pipeline of 5"),
 ])
 def test_an_entry_the_emulator_cannot_run_is_named_before_any_prediction(
         tmp_path, index, field, value, words):

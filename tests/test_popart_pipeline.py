@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster.model.presets import build_preset
-from cluster.training.config import TrainConfig
+from cluster.training.config import Mode, TrainConfig
 from cluster.training.pipeline.lock_step import lock_step_time
 from cluster.training.pipeline.schedule import (
     Op,
@@ -54,6 +54,14 @@ def test_fewer_micro_batches_than_pipeline_stages_are_refused_as_popart_does():
         pipeline_schedule("popart", 4, 6)
     with pytest.raises(TooFewMicroBatches, match="got 1"):
         pipeline_schedule("popart", 2, 1)
+    # a run's options are refused before anything is built or launched
+    with pytest.raises(TooFewMicroBatches, match="--gradient-accumulation 7 or more"):
+        TrainConfig(model="bert-large", topology="pod16", mode=Mode.PHANTOM, servers=1,
+                    replicas_per_server=4, ipus_per_replica=4, accumulation=6,
+                    pipeline_schedule="popart").validate()
+    TrainConfig(model="bert-large", topology="pod16", mode=Mode.PHANTOM, servers=1,
+                replicas_per_server=16, ipus_per_replica=1, accumulation=1,
+                pipeline_schedule="popart").validate()  # one stage is no pipeline
 
 
 def test_a_lock_step_pipeline_costs_what_hand_arithmetic_says():

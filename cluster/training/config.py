@@ -7,7 +7,11 @@ from dataclasses import dataclass, replace
 from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.training.model import MLPSpec
-from cluster.training.pipeline.schedules import DEFAULT, schedule_names
+from cluster.training.pipeline.schedules import (
+    DEFAULT,
+    check_schedule_shape,
+    schedule_names,
+)
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.workloads import (
     DEFAULT_EFFICIENCIES,
@@ -120,6 +124,9 @@ class TrainConfig:
         if self.pipeline_schedule not in schedule_names():
             raise UserError(f"unknown --pipeline-schedule {self.pipeline_schedule[:40]!r}: "
                             f"choose {' or '.join(schedule_names())}")
+        if not self.sharded:
+            check_schedule_shape(self.pipeline_schedule, self.pipeline_stages,
+                                 self.accumulation)
 
     def _check_stages(self) -> None:
         """UserError naming the option if the layers cannot go on the pipeline's stages

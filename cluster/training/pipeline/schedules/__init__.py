@@ -16,6 +16,11 @@ SCHEDULES: dict[str, Builder] = {
     popart.NAME: popart.popart,
 }
 DEFAULT = fill_drain.NAME
+# Limits a schedule puts on its shape beyond one stage and one micro-batch, checked
+# before anything is built.
+SHAPE_CHECKS: dict[str, Callable[[int, int], None]] = {
+    popart.NAME: popart.check_micro_batches,
+}
 
 
 def schedule_names() -> list[str]:
@@ -28,9 +33,17 @@ def pipeline_schedule(name: str, stages: int, micro_batches: int) -> PipelineSch
     UserError naming the schedules there are. One stage is no pipeline: its micro-batches
     run one after another, forward then backward (1f1b's order for one stage), whatever
     the name."""
+    check_schedule_shape(name, stages, micro_batches)
+    builder = SCHEDULES[name]
+    return (one_f_one_b.one_f_one_b if stages == 1 else builder)(stages, micro_batches)
+
+
+def check_schedule_shape(name: str, stages: int, micro_batches: int) -> None:
+    """UserError if there is no schedule ``name`` or it cannot run ``micro_batches``
+    micro-batches through ``stages`` stages (one stage runs any count)."""
     check_shape(stages, micro_batches)
-    builder = SCHEDULES.get(name)
-    if builder is None:
+    if name not in SCHEDULES:
         raise UserError(f"unknown pipeline schedule {name[:40]!r}: choose "
                         f"{' or '.join(SCHEDULES)}")
-    return (one_f_one_b.one_f_one_b if stages == 1 else builder)(stages, micro_batches)
+    if stages > 1 and name in SHAPE_CHECKS:
+        SHAPE_CHECKS[name](stages, micro_batches)

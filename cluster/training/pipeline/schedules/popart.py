@@ -20,15 +20,20 @@ from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule, TooFe
 NAME = "popart"
 
 
-def popart(stages: int, micro_batches: int) -> PipelineSchedule:
-    """PopART's schedule of ``stages`` forward stages and ``micro_batches`` micro-batches;
-    a :class:`TooFewMicroBatches` error below ``2 * stages - 1`` micro-batches."""
+def check_micro_batches(stages: int, micro_batches: int) -> None:
+    """A :class:`TooFewMicroBatches` error below PopART's ``2 * stages - 1``."""
     needed = 2 * stages - 1
     if micro_batches < needed:
         raise TooFewMicroBatches(
             f"PopART's pipeline of {stages} stages runs {needed} pipeline stages and needs "
             f"at least as many micro-batches: --gradient-accumulation {needed} or more "
             f"(got {micro_batches})")
+
+
+def popart(stages: int, micro_batches: int) -> PipelineSchedule:
+    """PopART's schedule of ``stages`` forward stages and ``micro_batches`` micro-batches;
+    a :class:`TooFewMicroBatches` error below ``2 * stages - 1`` micro-batches."""
+    check_micro_batches(stages, micro_batches)
     order: list[tuple[Op, ...]] = []
     cycles: list[tuple[int, ...]] = []
     for s in range(stages):
