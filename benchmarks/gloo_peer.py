@@ -132,26 +132,10 @@ def gloo_allreduce_seconds(world_size: int = 16, nbytes: int = 64 << 20, repeats
                     args=(r, world_size, port, nbytes // 4, repeats, warmup, results))
         for r in range(world_size)]
     deadline = time.monotonic() + RUN_TIMEOUT_SECONDS
-    reports: dict[int, tuple[list[float], bool]] = {}  # by rank: seconds, sum correct
     try:
         for p in procs:
             p.start()
-        while len(reports) < world_size:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"gloo peer timed out after {RUN_TIMEOUT_SECONDS:.0f} s: "
-                                   f"{len(reports)} of {world_size} ranks reported")
-            try:
-                status, rank, payload, correct = results.get(timeout=_POLL_SECONDS)
-            except queue_mod.Empty:
-                dead = [(r, p.exitcode) for r, p in enumerate(procs)
-                        if r not in reports and p.exitcode is not None]
-                if dead:  # exited without a report: crashed (e.g. killed for memory)
-                    raise RuntimeError(f"gloo peer rank {dead[0][0]} exited with code "
-                                       f"{dead[0][1]} before reporting") from None
-                continue
-            if status == "error" or isinstance(payload, str):  # the payload is a traceback
-                raise RuntimeError(f"gloo peer rank {rank} failed:\n{payload}")
-            reports[rank] = (payload, correct)
+        reports = _gather_reports(procs, results, deadline)
         for p in procs:
             p.join(max(1.0, deadline - time.monotonic()))
             if p.is_alive():
@@ -168,6 +152,31 @@ def gloo_allreduce_seconds(world_size: int = 16, nbytes: int = 64 << 20, repeats
         "torch_version": torch.__version__,
         "correct": all(reports[r][1] for r in range(world_size)),
     }
+
+
+def _gather_reports(procs: list[BaseProcess], results: Queue[Report],
+                    deadline: float) -> dict[int, tuple[list[float], bool]]:
+    """Every rank's report (its per-repeat seconds and whether its sum was right), by rank;
+    a RuntimeError if a rank fails, exits without reporting, or ``deadline`` passes."""
+    world_size = len(procs)
+    reports: dict[int, tuple[list[float], bool]] = {}
+    while len(reports) < world_size:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"gloo peer timed out after {RUN_TIMEOUT_SECONDS:.0f} s: "
+                               f"{len(reports)} of {world_size} ranks reported")
+        try:
+            status, rank, payload, correct = results.get(timeout=_POLL_SECONDS)
+        except queue_mod.Empty:
+            dead = [(r, p.exitcode) for r, p in enumerate(procs)
+                    if r not in reports and p.exitcode is not None]
+            if dead:  # exited without a report: crashed (e.g. killed for memory)
+                raise RuntimeError(f"gloo peer rank {dead[0][0]} exited with code "
+                                   f"{dead[0][1]} before reporting") from None
+            continue
+        if status == "error" or isinstance(payload, str):  # the payload is a traceback
+            raise RuntimeError(f"gloo peer rank {rank} failed:\n{payload}")
+        reports[rank] = (payload, correct)
+    return reports
 
 
 def main() -> None:

@@ -93,13 +93,7 @@ class TopologyBuilder:
     def build(self) -> Topology:
         """Check the collected spec and build the topology (with its routes)."""
         names = self._names
-        if len(set(names)) != len(names):
-            seen: set[str] = set()
-            for duplicate in names:  # the first name given a second time
-                if duplicate in seen:
-                    raise SpecError(
-                        f"two nodes are named {duplicate!r}: every node needs its own name")
-                seen.add(duplicate)
+        self._check_unique_names()
         is_ipu = np.array(self._is_ipu, dtype=bool)
         ipu_count = int(is_ipu.sum())
         if ipu_count == 0:
@@ -108,19 +102,7 @@ class TopologyBuilder:
         order = np.concatenate([np.flatnonzero(is_ipu), np.flatnonzero(~is_ipu)])
         new_id = np.empty(len(names), dtype=np.int64)
         new_id[order] = np.arange(len(names))
-        empty = np.zeros(0, dtype=np.int64)
-
-        def cat(parts: list[np.ndarray]) -> np.ndarray:
-            return np.concatenate(parts) if parts else empty
-
-        a, b = cat(self._link_a), cat(self._link_b)
-        if ((a < 0) | (a >= len(names)) | (b < 0) | (b >= len(names))).any():
-            raise SpecError("a link names a node that does not exist")
-        if (a == b).any():
-            bad = names[int(a[a == b][0])]
-            raise SpecError(f"a link joins {bad!r} to itself: links join two different nodes")
-        links = _bundle(new_id[a], new_id[b], cat(self._link_type), cat(self._link_count),
-                        cat(self._link_role), [names[i] for i in order])
+        links = self._checked_links(new_id, [names[i] for i in order])
         ring: np.ndarray | None = None
         if self.ring_order is not None:
             ring = new_id[np.asarray(self.ring_order, dtype=np.int64)]
@@ -146,6 +128,32 @@ class TopologyBuilder:
         )
         topology.router = Router(topology)  # validates reachability
         return topology
+
+    def _check_unique_names(self) -> None:
+        """SpecError naming the first node name given a second time."""
+        seen: set[str] = set()
+        for name in self._names:
+            if name in seen:
+                raise SpecError(f"two nodes are named {name!r}: every node needs its own name")
+            seen.add(name)
+
+    def _checked_links(self, new_id: np.ndarray, ordered_names: list[str]) -> _Links:
+        """The links renumbered by ``new_id`` and bundled; a SpecError if one names a node
+        that does not exist or joins a node to itself."""
+        empty = np.zeros(0, dtype=np.int64)
+
+        def cat(parts: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate(parts) if parts else empty
+
+        names = self._names
+        a, b = cat(self._link_a), cat(self._link_b)
+        if ((a < 0) | (a >= len(names)) | (b < 0) | (b >= len(names))).any():
+            raise SpecError("a link names a node that does not exist")
+        if (a == b).any():
+            bad = names[int(a[a == b][0])]
+            raise SpecError(f"a link joins {bad!r} to itself: links join two different nodes")
+        return _bundle(new_id[a], new_id[b], cat(self._link_type), cat(self._link_count),
+                       cat(self._link_role), ordered_names)
 
 
 _Links = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]

@@ -30,9 +30,8 @@ class PodCollector:
         self.pod, self.partitions = pod, partitions
 
     def collect(self):
-        topo, pod = self.pod.topology, self.pod
         try:
-            stats = pod.stats(deadline_s=10)
+            stats = self.pod.stats(deadline_s=10)
         except Exception:  # noqa: BLE001 - a scrape must not fail: report what is known
             stats = []
         memory, counters = {}, {}
@@ -42,6 +41,21 @@ class PodCollector:
             counters.update(device["counters"])
             link_bytes = (device["link_bytes"] if link_bytes is None
                           else link_bytes + device["link_bytes"])
+        yield from self._ipus(memory, counters)
+        yield from self._links(link_bytes)
+        dropped = CounterMetricFamily(
+            "ipupod_link_dropped_chunks", "Chunks a device dropped: their collective was not "
+            "running within the link's deadline.", labels=["device"])
+        for device in stats:
+            dropped.add_metric([device["name"]], device.get("dropped_chunks", 0))
+        yield dropped
+        yield from self._partitions()
+        yield from self._faults()
+
+    def _ipus(self, memory, counters):
+        """Memory, health, supersteps and busy time of every IPU, from the devices' answers
+        (an IPU whose device did not answer reports 0 and unhealthy)."""
+        topo, pod = self.pod.topology, self.pod
         labels = ["ipu", "unit", "server"]
         used = GaugeMetricFamily("ipupod_ipu_memory_used_bytes",
                                  "In-Processor-Memory in use (bytes).", labels=labels)
@@ -64,22 +78,18 @@ class PodCollector:
             supersteps.add_metric(values, count.get("supersteps", 0))
             busy.add_metric(values, count.get("sim_seconds", 0.0))
         yield from (used, capacity, health, supersteps, busy)
-        yield from self._links(link_bytes)
-        dropped = CounterMetricFamily(
-            "ipupod_link_dropped_chunks", "Chunks a device dropped: their collective was not "
-            "running within the link's deadline.", labels=["device"])
-        for device in stats:
-            dropped.add_metric([device["name"]], device.get("dropped_chunks", 0))
-        yield dropped
+
+    def _partitions(self):
+        """The partitions defined, the POD's IPUs and each partition's size."""
         table = self.partitions.list()
         yield GaugeMetricFamily("ipupod_partitions", "Partitions defined.", value=len(table))
-        yield GaugeMetricFamily("ipupod_ipus", "IPUs of the POD.", value=topo.ipu_count)
+        yield GaugeMetricFamily("ipupod_ipus", "IPUs of the POD.",
+                                value=self.pod.topology.ipu_count)
         sizes = GaugeMetricFamily("ipupod_partition_ipus", "IPUs per partition.",
                                   labels=["partition"])
         for partition in table:
             sizes.add_metric([partition.name], partition.size)
         yield sizes
-        yield from self._faults()
 
     def _faults(self):
         """Restarts per unit and injected faults per kind, as the POD counted them."""

@@ -70,20 +70,32 @@ class TrainConfig:
     def validate(self, topology: Topology | None = None, server_size: int | None = None) -> None:
         """UserError naming the option to change if this run cannot go ahead; a server
         (or rack) of ``server_size`` IPUs bounds the replicas per server."""
+        self._check_placement(server_size or IPUS_PER_SERVER)
+        self._check_counts()
+        self._check_modes()
+        self._check_split()
+        self._check_stages()
+        self._check_efficiency()
+        self._check_schedule()
+
+    def _check_placement(self, server_ipus: int) -> None:
+        """UserError unless whole replicas fit a server of ``server_ipus`` IPUs."""
         if self.servers < 1:
             raise UserError("--servers must be 1 or more")
         if self.ipus_per_replica not in IPUS_PER_REPLICA:
             raise UserError(f"--ipus-per-replica (or --gcd) is one of "
                             f"{', '.join(map(str, IPUS_PER_REPLICA))}, not "
                             f"{self.ipus_per_replica}")
-        size = server_size or IPUS_PER_SERVER
-        per_server = size // self.ipus_per_replica
+        per_server = server_ipus // self.ipus_per_replica
         if per_server < 1:
             raise UserError(f"a replica of {self.ipus_per_replica} IPUs does not fit a server "
-                            f"of {size}: use fewer --ipus-per-replica")
+                            f"of {server_ipus}: use fewer --ipus-per-replica")
         if not 1 <= self.replicas_per_server <= per_server:
             raise UserError(f"--replicas-per-server runs from 1 to {per_server} with "
                             f"--ipus-per-replica {self.ipus_per_replica} on this topology")
+
+    def _check_counts(self) -> None:
+        """UserError unless every count is positive and the optimiser's numbers in range."""
         for name, option in (("micro_batch", "--micro-batch (--batch-size)"),
                              ("accumulation", "--gradient-accumulation"), ("steps", "--steps"),
                              ("input_size", "input-size"), ("classes", "classes"),
@@ -92,6 +104,11 @@ class TrainConfig:
                 raise UserError(f"{option} must be 1 or more")
         if not self.lr > 0 or not 0 <= self.momentum < 1:
             raise UserError("the learning rate must be positive and momentum in [0, 1)")
+
+    def _check_modes(self) -> None:
+        """UserError if the mode, dtype and optimiser state do not go together."""
+        if self.mode not in tuple(Mode):
+            raise UserError("--mode is real or phantom")
         if self.model != MLP and self.mode == Mode.REAL:
             raise UserError(f"--model {self.model[:60]} trains in phantom mode only (a "
                             "workload has counts, not weights): add --mode phantom, or train "
@@ -103,10 +120,11 @@ class TrainConfig:
                             "--mode phantom")
         if self.optimizer_state not in OPTIMIZER_STATE:
             raise UserError(f"--optimizer-state is {' or '.join(OPTIMIZER_STATE)}")
-        if self.mode not in tuple(Mode):
-            raise UserError("--mode is real or phantom")
         if self.check and self.mode != Mode.REAL:
             raise UserError("--check compares real training with the reference: use --mode real")
+
+    def _check_split(self) -> None:
+        """UserError if a sharded layer is asked for what only pipelines do."""
         if self.split not in SPLITS:
             raise UserError(f"--split is {' or '.join(SPLITS)}")
         if self.sharded and self.model != MLP:
@@ -115,12 +133,17 @@ class TrainConfig:
         if self.sharded and (self.recompute or self.pipeline_schedule != DEFAULT):
             raise UserError("--recompute and --pipeline-schedule apply to pipeline stages, not "
                             "to a sharded layer: leave them out with --split shard")
-        self._check_stages()
+
+    def _check_efficiency(self) -> None:
+        """UserError if --efficiency-scale has nothing to scale or scales past the peak."""
         if self.efficiency_scale != 1.0:
             if self.model == MLP:
                 raise UserError("--efficiency-scale scales a workload's efficiencies: give "
                                 "--model, or leave it out for the MLP (priced at peak)")
             _ = self.efficiencies  # a UserError if it puts a kind past the peak
+
+    def _check_schedule(self) -> None:
+        """UserError unless the schedule is known and fits the stages and micro-batches."""
         if self.pipeline_schedule not in schedule_names():
             raise UserError(f"unknown --pipeline-schedule {self.pipeline_schedule[:40]!r}: "
                             f"choose {' or '.join(schedule_names())}")
