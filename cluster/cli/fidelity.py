@@ -36,7 +36,8 @@ PART_TITLES = {  # StepTime part -> column title, in the order a step spends the
               help="The measured system: a preset such as pod16, or a YAML file.")
 @click.option("--measured-step-ms", type=float, required=True,
               help="The measured step time of this configuration, in milliseconds.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the efficiencies found and the step's parts (seconds) as JSON.")
 @common_options
 def calibrate_command(topology_spec: str, measured_step_ms: float, as_json: bool,
                       ray_address: str | None, **options: Any) -> None:
@@ -90,7 +91,9 @@ def _row(prediction: Prediction) -> str:
               default=TABLE, show_default="the shipped table",
               help="A table of published step times (JSON, as benchmarks/"
                    "mlperf_published.py writes it).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON list: each configuration's published and predicted step "
+                   "(seconds), its error and parts.")
 def validate_command(table: Path, as_json: bool) -> None:
     """Published MLPerf step times against the emulator's, POD16-calibrated."""
     predictions = predict(load_published(table))

@@ -214,7 +214,8 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
 @click.option("--check", is_flag=True,
               help="Also train the single-process reference and report the largest relative "
                    "difference of the losses.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the run's report as JSON (the step's parts in seconds).")
 @common_options
 def train_command(servers: int, topology_spec: str | None, mode: str, check: bool,
                   as_json: bool, ray_address: str | None, **options: Any) -> None:
