@@ -62,6 +62,11 @@ def test_fewer_micro_batches_than_pipeline_stages_are_refused_as_popart_does():
     TrainConfig(model="bert-large", topology="pod16", mode=Mode.PHANTOM, servers=1,
                 replicas_per_server=16, ipus_per_replica=1, accumulation=1,
                 pipeline_schedule="popart").validate()  # one stage is no pipeline
+    # with the final stage back on the first IPU, the error says where the 5th stage is
+    with pytest.raises(TooFewMicroBatches, match="9 or more .*the 5 stages are the 4 IPUs'"):
+        TrainConfig(model="bert-large", topology="pod16", mode=Mode.PHANTOM, servers=1,
+                    replicas_per_server=4, ipus_per_replica=4, accumulation=8,
+                    final_stage_on_first_ipu=True, pipeline_schedule="popart").validate()
 
 
 def test_a_lock_step_pipeline_costs_what_hand_arithmetic_says():
@@ -100,6 +105,42 @@ def test_lock_step_is_never_faster_than_running_each_op_as_soon_as_it_can(
                          [copy] * (stages - 1))
     assert locked.compute_seconds == pytest.approx(free.compute_seconds)
     assert locked.span_seconds >= free.span_seconds - 1e-9
+
+
+@settings(deadline=None, max_examples=40)
+@given(stages=st.integers(2, 16), extra=st.integers(0, 20), copy=st.floats(0, 2))
+def test_equal_stages_leave_the_bubble_fill_drain_leaves(stages, extra, copy):
+    # Forward 1 s and backward 2 s everywhere: K - 1 cycles of forwards alone, M - K + 1
+    # full cycles and K - 1 of backwards alone, so the span is (M + K - 1) x 3 s, the
+    # bubble (K - 1) x 3 s, as fill-drain's; every one of the M + 2K - 2 cycles copies.
+    micro = 2 * stages - 1 + extra
+    time = lock_step_time(pipeline_schedule("popart", stages, micro), [1.0] * stages,
+                          [2.0] * stages, copy)
+    assert time.compute_seconds == pytest.approx(micro * 3)
+    assert time.bubble_seconds == pytest.approx((stages - 1) * 3)
+    assert time.inter_stage_seconds == pytest.approx((micro + 2 * stages - 2) * copy)
+
+
+@settings(deadline=None, max_examples=60)
+@given(stages=st.integers(2, 6), extra=st.integers(0, 6), copy=st.floats(0, 2),
+       wrap=st.booleans(), forward=st.lists(st.floats(0, 4), min_size=6, max_size=6),
+       backward=st.lists(st.floats(0, 8), min_size=6, max_size=6))
+def test_each_cycle_lasts_its_busiest_ipus_ops_then_the_copies(
+        stages, extra, copy, wrap, forward, backward):
+    # The oracle, cycle by cycle from PopART's rule: stage s runs F(m) in cycle m + s and
+    # B(m) in m + 2(K-1) - s; a cycle lasts as long as the IPU with the most to do,
+    # stages on one IPU adding up (the last stage back on IPU 0 when wrapped).
+    micro = 2 * stages - 1 + extra
+    ipus = [*range(stages - 1), 0] if wrap else list(range(stages))
+    busy = np.zeros((micro + 2 * stages - 2, stages))
+    for s in range(stages):
+        for m in range(micro):
+            busy[m + s, ipus[s]] += forward[s]
+            busy[m + 2 * (stages - 1) - s, ipus[s]] += backward[s]
+    time = lock_step_time(pipeline_schedule("popart", stages, micro), forward[:stages],
+                          backward[:stages], copy, ipus)
+    assert time.span_seconds == pytest.approx(busy.max(axis=1).sum() + len(busy) * copy)
+    assert time.compute_seconds + time.bubble_seconds == pytest.approx(busy.max(axis=1).sum())
 
 
 def test_cycles_that_read_what_another_stage_has_not_copied_yet_are_refused():

@@ -83,6 +83,8 @@ def test_phantom_throughput_grows_with_servers_and_needs_no_devices():
      "not to a sharded layer"),
     ({"servers": 0}, "--servers"), ({"momentum": 1.0}, "momentum"),
     ({"check": True, "mode": "phantom"}, "--check"),
+    ({"accumulation": 0}, "--gradient-accumulation must be 1 or more"),
+    ({"accumulation": 10**8}, "--gradient-accumulation runs to 65536"),
 ])
 def test_bad_training_options_are_refused(changes, words):
     with pytest.raises(UserError, match=words):

@@ -9,6 +9,7 @@ on each model's IPU-POD16 (:mod:`cluster.training.fidelity.validation`).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,9 @@ def calibrate_command(topology_spec: str, measured_step_ms: float, as_json: bool
                       ray_address: str | None, **options: Any) -> None:
     """Derive the compute efficiency from one measured step time."""
     del ray_address  # phantom: no devices
+    if not (math.isfinite(measured_step_ms) and measured_step_ms > 0):
+        raise UserError(f"--measured-step-ms must be a positive number of milliseconds, not "
+                        f"{measured_step_ms!r}")
     options["efficiency_scale"] = 1.0
     config = replace(make_config(1, "phantom", False, **options), topology=topology_spec)
     topology = topology_for(config)

@@ -83,7 +83,8 @@ COMMON_OPTIONS = [
                  help="Order of the stages' passes: fill-drain (GPipe), 1f1b (less "
                       "activation memory) or popart (PopART's lock-step cycles, the "
                       "copies between them; at least 2K - 1 micro-batches for K "
-                      "stages)."),
+                      "stages: --ipus-per-replica, one more with "
+                      "--final-stage-on-first-ipu)."),
     click.option("--recompute/--no-recompute", default=None,
                  help="Keep only checkpoints between passes and recompute the rest in the "
                       "backward pass (less memory, one more forward's FLOPs). Default: as "

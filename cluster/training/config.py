@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.training.model import MLPSpec
+from cluster.training.pipeline.schedule import TooFewMicroBatches
 from cluster.training.pipeline.schedules import (
     DEFAULT,
     check_schedule_shape,
@@ -26,6 +27,7 @@ from gcl.modes import Mode
 IPUS_PER_SERVER = 16
 IPUS_PER_REPLICA = (1, 2, 4, 8, 16)  # a replica spans an aligned power-of-two block
 DEFAULT_WIDTH = 128  # of each hidden layer, unless --hidden says otherwise
+MAX_ACCUMULATION = 1 << 16  # micro-batches a step: its schedule holds every one's passes
 MLP = "mlp"  # the trainer's own model: the only one real mode trains
 # where the optimiser's values live: on chip, in Streaming Memory, sharded over replicas, both
 OPTIMIZER_STATE = ("in-processor", "streaming", "sharded", "sharded-streaming")
@@ -102,6 +104,10 @@ class TrainConfig:
                              ("samples", "samples")):
             if getattr(self, name) < 1:
                 raise UserError(f"{option} must be 1 or more")
+        if self.accumulation > MAX_ACCUMULATION:
+            raise UserError(f"--gradient-accumulation runs to {MAX_ACCUMULATION} (a step's "
+                            f"schedule holds every micro-batch's passes), not "
+                            f"{self.accumulation}")
         if not self.lr > 0 or not 0 <= self.momentum < 1:
             raise UserError("the learning rate must be positive and momentum in [0, 1)")
 
@@ -147,9 +153,17 @@ class TrainConfig:
         if self.pipeline_schedule not in schedule_names():
             raise UserError(f"unknown --pipeline-schedule {self.pipeline_schedule[:40]!r}: "
                             f"choose {' or '.join(schedule_names())}")
-        if not self.sharded:
+        if self.sharded:
+            return
+        try:
             check_schedule_shape(self.pipeline_schedule, self.pipeline_stages,
                                  self.accumulation)
+        except TooFewMicroBatches as error:
+            if not self.final_stage_on_first_ipu:
+                raise
+            raise TooFewMicroBatches(
+                f"{error}; the {self.pipeline_stages} stages are the {self.ipus_per_replica} "
+                "IPUs' and the final stage back on the first IPU") from None
 
     def _check_stages(self) -> None:
         """UserError naming the option if the layers cannot go on the pipeline's stages

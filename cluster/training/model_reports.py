@@ -128,7 +128,7 @@ def plot_pipeline(rows: list[Row], out: Path) -> list[Path]:
     ax.set_ylabel("throughput (samples per simulated second)")
     ax.set_title("Pipelined training throughput (simulated)")
     ax.grid(True, alpha=0.3)
-    ax.legend()
+    _legend(ax)
     paths = [save_png(fig, out / "throughput.png")]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for k in sorted({row["ipus_per_replica"] for row in fitting}):
@@ -144,7 +144,7 @@ def plot_pipeline(rows: list[Row], out: Path) -> list[Path]:
     ax.set_ylabel("bubble / (compute + bubble), simulated")
     ax.set_title("Pipeline bubble, fill-drain (dashed: (K-1)/(M+K-1))")
     ax.grid(True, alpha=0.3)
-    ax.legend()
+    _legend(ax)
     paths.append(save_png(fig, out / "bubble.png"))
     return paths
 
@@ -172,7 +172,7 @@ def plot_scaling(rows: list[Row], out: Path) -> list[Path]:
     ax.set_ylabel("step time (ms, simulated)")
     ax.set_title("Where a step's simulated time goes")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _legend(ax, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     paths.append(save_png(fig, out / "breakdown.png"))
     return paths
 
@@ -188,3 +188,12 @@ def write(out: Path, title: str, command: str, table: str, images: list[Path]) -
     readme = out / "README.md"
     readme.write_text("\n".join(lines), encoding="utf-8")
     return readme
+
+
+def _legend(ax: Any, **placement: Any) -> None:
+    """The plot's legend, or a note that nothing fitted to plot (no empty legend)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**placement)
+    else:
+        ax.text(0.5, 0.5, "no configuration to plot", transform=ax.transAxes,
+                ha="center", va="center", alpha=0.6)

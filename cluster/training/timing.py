@@ -201,7 +201,8 @@ def replica_pipeline_time(config: TrainConfig, topology: Topology, workload: Wor
 def _cycle_copy_seconds(topology: Topology, on: np.ndarray, nbytes: list[np.ndarray]) -> float:
     """One lock-step cycle's copies: every boundary's activation forward and gradient
     back, for every replica, in one exchange (PopART merges them; links they share split
-    their bandwidth). ``on[:, s]``: every replica's IPU of stage ``s``."""
+    their bandwidth). ``on[:, s]``: every replica's IPU of stage ``s``; ``nbytes[b]``: each
+    replica's bytes across boundary ``b`` (none: nothing crosses)."""
     if not nbytes:
         return 0.0
     sources = [on[:, b + d] for b in range(len(nbytes)) for d in (0, 1)]

@@ -17,6 +17,7 @@ from typing import Any
 
 from cluster.errors import UserError, quoted
 from cluster.training.config import TrainConfig
+from cluster.training.pipeline.schedules import DEFAULT as DEFAULT_SCHEDULE
 from gcl.modes import Mode
 
 TABLE = Path(__file__).with_name("published_steps.json")
@@ -118,9 +119,10 @@ def _entry(row: Any, where: str) -> PublishedStep:
 def train_config(entry: PublishedStep, efficiency_scale: float = 1.0) -> TrainConfig:
     """The emulator's run of ``entry``: its POD preset, one replica per
     ``ipus_per_replica`` IPUs filling every rack, its micro-batch and accumulation, its
-    stages (the last back on the first IPU where the recipe puts it there); BERT at
-    sequence 512 with PopART's lock-step pipeline (``popart``) and recomputation, as the
-    submissions ran."""
+    stages (the last back on the first IPU where the recipe puts it there), with
+    recomputation as both recipes run; BERT at sequence 512 with PopART's lock-step
+    pipeline (``popart``), as its PopART recipe runs. ResNet-50's recipe is TensorFlow's,
+    so a pipelined ResNet entry keeps the default schedule."""
     per_rack = min(entry.ipus, IPUS_PER_RACK)
     bert = entry.model.startswith("bert")
     return TrainConfig(
@@ -131,5 +133,5 @@ def train_config(entry: PublishedStep, efficiency_scale: float = 1.0) -> TrainCo
         sequence_length=BERT_SEQUENCE_LENGTH if bert else None,
         layers_per_ipu=tuple(entry.layers_per_ipu) or None,
         final_stage_on_first_ipu=entry.final_stage_on_first_ipu,
-        pipeline_schedule="popart", recompute=True, efficiency_scale=efficiency_scale,
-        algorithm=ALGORITHM)
+        pipeline_schedule="popart" if bert else DEFAULT_SCHEDULE, recompute=True,
+        efficiency_scale=efficiency_scale, algorithm=ALGORITHM)

@@ -1,26 +1,38 @@
-"""The pipeline schedules by name: one file each, registered here."""
+"""The pipeline schedules by name: one file each, registered here with their limits."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from cluster.errors import UserError
 from cluster.training.pipeline.schedule import PipelineSchedule, check_shape
 from cluster.training.pipeline.schedules import fill_drain, one_f_one_b, popart
 
 Builder = Callable[[int, int], PipelineSchedule]
+ShapeCheck = Callable[[int, int], None]
 
-SCHEDULES: dict[str, Builder] = {
-    fill_drain.NAME: fill_drain.fill_drain,
-    one_f_one_b.NAME: one_f_one_b.one_f_one_b,
-    popart.NAME: popart.popart,
+
+def _no_limit(stages: int, micro_batches: int) -> None:
+    """Any stage and micro-batch counts of one or more."""
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A schedule's builder ``(stages, micro_batches) -> PipelineSchedule`` and the limit
+    it puts on that shape beyond one of each, checked before anything is built (a
+    UserError naming the option to change)."""
+
+    build: Builder
+    check_shape: ShapeCheck = _no_limit
+
+
+SCHEDULES: dict[str, Registered] = {
+    fill_drain.NAME: Registered(fill_drain.fill_drain),
+    one_f_one_b.NAME: Registered(one_f_one_b.one_f_one_b),
+    popart.NAME: Registered(popart.popart, popart.check_micro_batches),
 }
 DEFAULT = fill_drain.NAME
-# Limits a schedule puts on its shape beyond one stage and one micro-batch, checked
-# before anything is built.
-SHAPE_CHECKS: dict[str, Callable[[int, int], None]] = {
-    popart.NAME: popart.check_micro_batches,
-}
 
 
 def schedule_names() -> list[str]:
@@ -34,8 +46,8 @@ def pipeline_schedule(name: str, stages: int, micro_batches: int) -> PipelineSch
     run one after another, forward then backward (1f1b's order for one stage), whatever
     the name."""
     check_schedule_shape(name, stages, micro_batches)
-    builder = SCHEDULES[name]
-    return (one_f_one_b.one_f_one_b if stages == 1 else builder)(stages, micro_batches)
+    build = SCHEDULES[name].build
+    return (one_f_one_b.one_f_one_b if stages == 1 else build)(stages, micro_batches)
 
 
 def check_schedule_shape(name: str, stages: int, micro_batches: int) -> None:
@@ -45,5 +57,5 @@ def check_schedule_shape(name: str, stages: int, micro_batches: int) -> None:
     if name not in SCHEDULES:
         raise UserError(f"unknown pipeline schedule {name[:40]!r}: choose "
                         f"{' or '.join(SCHEDULES)}")
-    if stages > 1 and name in SHAPE_CHECKS:
-        SHAPE_CHECKS[name](stages, micro_batches)
+    if stages > 1:
+        SCHEDULES[name].check_shape(stages, micro_batches)
