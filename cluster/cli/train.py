@@ -109,7 +109,7 @@ COMMON_OPTIONS = [
     click.option("--batch-size", "--micro-batch", "batch_size", type=int, default=32,
                  show_default=True, help="Samples per replica per micro-batch."),
     click.option("--gradient-accumulation", type=int, default=1, show_default=True,
-                 help="Micro-batches per step: in flight in the pipeline."),
+                 help="Micro-batches per step: in flight in the pipeline (1 to 65536)."),
     click.option("--steps", type=int, default=20, show_default=True),
     click.option("--algorithm", default="hierarchical", show_default=True,
                  help="Allreduce algorithm for the gradients (or auto)."),
