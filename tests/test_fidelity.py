@@ -7,6 +7,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from itertools import accumulate, pairwise
+from pathlib import Path
 
 import pytest
 
@@ -298,6 +299,23 @@ def test_validate_prints_published_predicted_and_error_for_every_configuration()
     assert {"published_step_seconds", "error"} - set(records[0]) == {"published_step_seconds"}
     assert all(sum(r["predicted_parts"].values()) == pytest.approx(r["predicted_step_seconds"])
                for r in records)
+
+
+def test_the_docs_validation_table_is_what_validate_predicts():
+    # docs/fidelity.md's table, row by row, against the predictions (to its rounding)
+    docs = (Path(__file__).parents[1] / "docs" / "fidelity.md").read_text(encoding="utf-8")
+    names = {"BERT-Large": "bert-large", "ResNet-50": "resnet50"}
+    rows = {}
+    for line in docs.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == 6 and cells[1] in names:
+            label = f"{cells[0]} {names[cells[1]]} {cells[2].lower()}"
+            rows[label] = (cells[3], cells[4], cells[5].replace(" \\*", ""))
+    expected = {p.published.label: (f"{p.published.step_seconds * 1e3:.2f}",
+                                     f"{p.step.sim_seconds * 1e3:.2f}",
+                                     f"{p.error * 100:+.1f}%".replace("+0.0%", "0.0%"))
+                for p in predict(load_published())}
+    assert rows == expected
 
 
 def test_pod128_to_pod256_at_equal_work_grows_with_the_published_sign_within_1_ms():
