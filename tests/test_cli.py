@@ -92,13 +92,34 @@ def test_bench_runs_from_a_yaml_file():
       "--group", "consecutive:4096"], "smaller replica groups"),
     (["bench", "allreduce", "--topology", "dss8440", "-b", "1G", "-e", "1G"],
      "In-Processor-Memory of s0.card0.ipu0"),
+    (["bench", "allreduce", "--algorithm", "x" * 100_000], "(100,000 characters)"),
+    (["topology", "show", "pod" + "9" * 5000], "(5,003 characters)"),
 ])
 def test_user_mistakes_get_one_clear_line_and_status_2(args, words):
     result = ipupod(*args, check=False)
     assert result.returncode == 2
     assert words in result.stderr
+    assert len(result.stderr) < 2000  # what the user typed is quoted, not repeated whole
     assert "Traceback" not in result.stderr
     assert result.stdout.count("\n") <= 4  # nothing half-printed beyond a preamble
+
+
+def test_a_report_never_overwrites_a_readme_it_did_not_write(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# my project\n")
+    for args in (["pipeline-report", "--model", "resnet50", "--ipus-per-replica", "2",
+                  "--micro-batches", "1", "--schedules", "fill-drain"],
+                 ["scaling-report", "--model", "resnet50", "--topologies", "pod16"]):
+        result = ipupod(*args, "--out", str(tmp_path), check=False)
+        assert result.returncode == 2 and "is not an ipupod report" in result.stderr
+    assert readme.read_text() == "# my project\n" and sorted(tmp_path.iterdir()) == [readme]
+
+
+def test_a_sweep_runs_a_repeated_value_once(tmp_path):
+    result = ipupod("pipeline-report", "--model", "resnet50", "--ipus-per-replica", "2,2,2",
+                    "--micro-batches", "1,1", "--schedules", "fill-drain,fill-drain",
+                    "--out", str(tmp_path))
+    assert result.stdout.count("| 2 | fill-drain | 1 |") == 1
 
 
 def test_topology_show_describes_a_preset_in_text_json_and_dot():

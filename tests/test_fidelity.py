@@ -360,7 +360,8 @@ def test_fidelity_mistakes_are_one_line_errors(args, words, tmp_path):
 
 def test_a_table_that_is_not_one_is_refused(tmp_path):
     path = tmp_path / "t.json"
-    for text in ("[1, 2]", '{"version": 1, "configurations": [{"round": 3}]}', "{"):
+    for text in ("[1, 2]", '{"version": 1, "configurations": [{"round": 3}]}', "{",
+                 "[" * 100_000 + "]" * 100_000):
         path.write_text(text)
         with pytest.raises(UserError):
             load_published(path)
@@ -388,6 +389,11 @@ def test_only_the_bert_entries_run_popart_s_pipeline():
     (2, "final_stage_on_first_ipu", 1, "must be a bool"),
     (2, "final_stage_on_first_ipu", None, "entry v1.0 bert-large pod16: --layers-per-ipu"),
     (2, "gradient_accumulation", 8, "entry v1.0 bert-large pod16: PopART's pipeline of 5"),
+    (1, "ipus_per_replica", 0, "configuration 1: counts and the step times must be positive"),
+    (1, "step_seconds", float("nan"), "must be positive \\(and finite\\)"),
+    (1, "step_seconds_max", float("inf"), "must be positive \\(and finite\\)"),
+    (1, "model", "lstm", "built-in workloads .*not 'lstm'"),
+    (1, "micro_batch", 10**30, "entry v1.0 resnet50 pod64: resnet50: stage 0 of 1 .* needs"),
 ])
 def test_an_entry_the_emulator_cannot_run_is_named_before_any_prediction(
         tmp_path, index, field, value, words):

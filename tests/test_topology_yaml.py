@@ -217,6 +217,33 @@ def test_a_key_given_twice_is_a_spec_error_not_a_silent_overwrite(tmp_path):
     assert "'kind' twice" in load_error(tmp_path, text)
 
 
+def test_an_alias_bomb_is_refused_at_once_not_expanded(tmp_path):
+    levels = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    levels += [f"{b}: &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]"
+               for a, b in zip("abcdefgh", "bcdefghi")]
+    text = "\n".join(levels) + "\napiVersion: ipupod/v1\nkind: Topology\nmetadata: {name: *i}\n"
+    started = time.perf_counter()
+    message = load_error(tmp_path, text)
+    assert "alias" in message and time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize("text, words", [
+    ("spec: " + "[" * 5000 + "]" * 5000, ["nested too deeply"]),
+    ("spec: {sync_ns: {local: 1" + "0" * 5000 + "}}", ["cannot be read", "ordinary size"]),
+])
+def test_hostile_nesting_and_numbers_are_spec_errors(tmp_path, text, words):
+    message = load_error(tmp_path, "apiVersion: ipupod/v1\nkind: Topology\n" + text + "\n")
+    assert all(word in message for word in words), message
+
+
+def test_a_100_mb_topology_file_is_refused_unread(tmp_path):
+    path = tmp_path / "huge.yaml"
+    with open(path, "wb") as handle:
+        handle.truncate(100 * 1024 * 1024)  # sparse: nothing written
+    with pytest.raises(SpecError, match="104,857,600 bytes, over the 4,194,304-byte limit"):
+        load_yaml_topology(path)
+
+
 def mutate(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     """Set (or with ``...`` delete) the field at a dotted path like ``spec.links.0.to``."""
     data = copy.deepcopy(data)
@@ -250,6 +277,12 @@ BAD_GRAPHS = [
     ("spec.linkTypes.0.bandwidth_GBps", "1e9", ["bandwidth_GBps", "1.0e+9"]),
     ("spec.linkTypes.0.bandwidth_GBps", True, ["spec.linkTypes[0].bandwidth_GBps", "number"]),
     ("spec.linkTypes.0.bandwidth_GBps", float("inf"), ["bandwidth_GBps", "finite"]),
+    ("spec.linkTypes.0.bandwidth_GBps", 1e308, ["bandwidth_GBps", "1e-09 to 1e+12"]),
+    ("spec.linkTypes.0.bandwidth_GBps", 1e-320, ["bandwidth_GBps", "1e-09 to 1e+12"]),
+    ("spec.linkTypes.0.bandwidth_GBps", 10**400, ["bandwidth_GBps", "too large", "1e+12"]),
+    ("spec.linkTypes.0.latency_ns", 1e300, ["latency_ns", "0 to 1e+12"]),
+    ("spec.nodes.0.count", 4097, ["spec.nodes[0].count", "4,096"]),
+    ("spec.nodes.1.count", 4096, ["spec.nodes[1].count", "at most 4,096 nodes", "preset"]),
     ("spec.linkTypes.0.latency_ns", -1, ["spec.linkTypes[0].latency_ns", "0 or more"]),
     ("spec.linkTypes.0.latency_ns", float("nan"), ["spec.linkTypes[0].latency_ns"]),
     ("spec.linkTypes.1.name", "ring-link", ["spec.linkTypes[1].name", "twice"]),

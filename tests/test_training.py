@@ -85,6 +85,7 @@ def test_phantom_throughput_grows_with_servers_and_needs_no_devices():
     ({"check": True, "mode": "phantom"}, "--check"),
     ({"accumulation": 0}, "--gradient-accumulation must be 1 or more"),
     ({"accumulation": 10**8}, "--gradient-accumulation runs to 65536"),
+    ({"steps": 10**30}, "--steps runs to 1,000,000"),
 ])
 def test_bad_training_options_are_refused(changes, words):
     with pytest.raises(UserError, match=words):

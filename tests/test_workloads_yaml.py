@@ -12,7 +12,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster.errors import SpecError
+from cluster.errors import SpecError, UserError
+from cluster.training.config import TrainConfig
 from cluster.training.workloads import (
     DType,
     Layer,
@@ -26,6 +27,7 @@ from cluster.training.workloads import (
     workload_names,
 )
 from cluster.training.workloads.workload_yaml import MAX_FILE_BYTES, MAX_LAYERS, MAX_PARAMETERS
+from gcl.modes import Mode
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "workloads"
 
@@ -268,3 +270,13 @@ def test_any_text_is_a_workload_or_a_spec_error(text):
         parse_workload(text)
     except SpecError:
         pass
+
+
+def test_a_workload_without_parameters_is_refused_before_training(tmp_path):
+    path = tmp_path / "empty-weights.yaml"
+    path.write_text("version: 1\nname: relu-only\ninput_bytes: 4\nlayers:\n"
+                    "- {name: relu, kind: elementwise, parameters: 0, forward_flops: 8, "
+                    "output_bytes: 4, stashed_bytes: 4}\n")
+    config = TrainConfig(model=str(path), topology="pod16", mode=Mode.PHANTOM)
+    with pytest.raises(UserError, match="no parameters, so there is nothing to train"):
+        config.validate()

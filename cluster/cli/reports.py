@@ -19,8 +19,9 @@ from gcl.modes import Mode
 
 
 def _items(text: str, option: str) -> list[str]:
-    """Comma-separated items of ``option``, at least one, at most 32."""
-    items = [part.strip() for part in text.split(",") if part.strip()]
+    """Comma-separated items of ``option``, at least one, at most 32; a repeat counts once
+    (a sweep runs each value once)."""
+    items = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     if not items or len(items) > 32:
         raise UserError(f"{option} takes 1 to 32 items separated by commas, not {quoted(text)}")
     return items
@@ -29,7 +30,7 @@ def _items(text: str, option: str) -> list[str]:
 def _counts(text: str, option: str) -> list[int]:
     """Whole numbers of ``option`` (``1,2,4``), each 1 to 4096."""
     try:
-        counts = [int(item) for item in _items(text, option)]
+        counts = list(dict.fromkeys(int(item) for item in _items(text, option)))
     except ValueError:
         raise UserError(f"{option} takes whole numbers separated by commas, not "
                         f"{quoted(text)}") from None

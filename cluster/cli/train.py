@@ -110,7 +110,8 @@ COMMON_OPTIONS = [
                  show_default=True, help="Samples per replica per micro-batch."),
     click.option("--gradient-accumulation", type=int, default=1, show_default=True,
                  help="Micro-batches per step: in flight in the pipeline (1 to 65536)."),
-    click.option("--steps", type=int, default=20, show_default=True),
+    click.option("--steps", type=int, default=20, show_default=True,
+                 help="Training steps to run (1 to 1,000,000)."),
     click.option("--algorithm", default="hierarchical", show_default=True,
                  help="Allreduce algorithm for the gradients (or auto)."),
     click.option("--seed", type=int, default=0, show_default=True),
@@ -276,7 +277,18 @@ def train_report_command(server_list: str, real_up_to: int, out_dir: Path,
 
 
 def _check_writable(folder: Path) -> None:
-    """Make ``folder`` if missing and check a file can be written there, or a UserError."""
+    """Make ``folder`` if missing and check a file can be written there, or a UserError;
+    a folder whose README.md an ipupod report did not write is refused (the report would
+    overwrite it: ``--out ''`` is the working directory)."""
+    readme = folder / "README.md"
+    try:
+        with open(readme, encoding="utf-8", errors="replace") as handle:
+            head = handle.read(4096)
+    except OSError:
+        head = "Made by:"  # no README.md to lose (or one that is not a file: fails below)
+    if "Made by:" not in head:
+        raise UserError(f"{quoted(str(readme))} exists and is not an ipupod report: the "
+                        "report would overwrite it; choose another --out folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):

@@ -9,6 +9,7 @@ failure a :class:`SpecError` naming the file and the field path (``spec.links[3]
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
@@ -17,6 +18,8 @@ import yaml
 from cluster.errors import SpecError
 
 SHOWN_CHARS = 60  # of a value quoted in a message
+MAX_FILE_BYTES = 4 << 20  # of a topology or workload file: a typo should fail, not hang
+SHOWN_PATH_CHARS = 200  # of a file's path in messages
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -53,9 +56,78 @@ UniqueKeyLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 
 
 def show(value: Any) -> str:
-    """``repr(value)`` cut to SHOWN_CHARS characters, for messages."""
-    text = repr(value)
+    """``repr(value)`` cut to SHOWN_CHARS characters, for messages (containers are shown
+    by their first items only: a value's repr is never built whole)."""
+    text = _short_repr(value, SHOWN_CHARS + 1)
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+
+
+def _short_repr(value: Any, budget: int) -> str:
+    """A repr of ``value`` of about ``budget`` characters at most, built piecewise."""
+    if isinstance(value, (list, tuple, dict)):
+        brackets = {list: "[]", tuple: "()", dict: "{}"}[type(value)]
+        items: Any = value.items() if isinstance(value, dict) else value
+        parts: list[str] = []
+        used = 1
+        for item in items:
+            if used > budget:
+                break
+            part = (f"{_short_repr(item[0], budget)}: {_short_repr(item[1], budget)}"
+                    if isinstance(value, dict) else _short_repr(item, budget))
+            parts.append(part)
+            used += len(part) + 2
+        return brackets[0] + ", ".join(parts) + brackets[1]
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * budget:
+        return f"<a {value.bit_length()}-bit integer>"
+    text = repr(value[:budget]) if isinstance(value, str) else repr(value)
+    return text[:budget + 3]
+
+
+def shown_path(file: str) -> str:
+    """``file`` as messages name it: whole, or its start and end if very long."""
+    if len(file) <= SHOWN_PATH_CHARS:
+        return file
+    return f"{file[:SHOWN_PATH_CHARS // 2]}…{file[-SHOWN_PATH_CHARS // 4:]}"
+
+
+def read_text(file: str, what: str, hint: str = "") -> str:
+    """The UTF-8 text of ``file`` (a ``what``: "topology", "workload"), at most
+    MAX_FILE_BYTES (a larger file is refused unread); a SpecError naming the file
+    otherwise, with ``hint`` if it is too large."""
+    name = shown_path(file)
+    try:
+        with open(file, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            raw = handle.read(MAX_FILE_BYTES + 1) if size <= MAX_FILE_BYTES else b""
+    except OSError as err:
+        raise SpecError(f"{name}: cannot read the {what} file ({err.strerror or err}); "
+                        "check the path") from err
+    if size > MAX_FILE_BYTES or len(raw) > MAX_FILE_BYTES:
+        shown = f"{size:,} bytes" if size > MAX_FILE_BYTES else "more bytes than that"
+        raise SpecError(f"{name}: the file is {shown}, over the {MAX_FILE_BYTES:,}-byte limit "
+                        f"of a {what} file{hint}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SpecError(f"{name}: not UTF-8 text (byte {err.start}): save the file as "
+                        "UTF-8") from err
+
+
+def parse_yaml(text: str, file: str, what: str) -> Any:
+    """``text`` parsed strictly (:class:`NoAliasLoader`); a SpecError naming the file and
+    the place for bad syntax, nesting too deep or a number too long to read."""
+    try:
+        return yaml.load(text, Loader=NoAliasLoader)  # a SafeLoader: no Python objects
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise SpecError(f"{file}: not valid YAML{where}: {problem}; fix it there") from err
+    except RecursionError as err:
+        raise SpecError(f"{file}: the YAML is nested too deeply to be a {what}") from err
+    except ValueError as err:  # e.g. an integer of more than 4,300 digits
+        raise SpecError(f"{file}: a value cannot be read ({str(err)[:80]}); "
+                        "write numbers of ordinary size") from err
 
 
 class FieldReader:

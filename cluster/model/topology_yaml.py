@@ -16,18 +16,22 @@ import os
 from typing import Any
 
 import numpy as np
-import yaml
 
 from cluster.errors import SpecError, UserError
 from cluster.model import hardware as hw
 from cluster.model.builder import TopologyBuilder
 from cluster.model.presets import LinkOverride, PresetOptions, build_preset
-from cluster.model.strict_yaml import FieldReader, UniqueKeyLoader, show
+from cluster.model.strict_yaml import FieldReader, parse_yaml, read_text, show, shown_path
 from cluster.model.topology import FABRIC, ROLES, Server, Topology, Unit
 
 API_VERSIONS = ("ipupod/v1",)
 KIND = "Topology"
-MAX_COUNT = 1 << 20  # nodes per group: a typo like 10000000 should fail, not eat the memory
+MAX_GRAPH_NODES = 4096  # of a graph-form file: routing it is quadratic in its nodes
+MAX_COUNT = MAX_GRAPH_NODES  # of one group or one bundle of parallel links
+# Bandwidths (GB/s), latencies and sync costs (ns) outside this range are typos or
+# overflows: 1 B/s to 1 EB/s, up to 1,000 s; inside it every derived time stays finite.
+MIN_POSITIVE = 1e-9
+MAX_NUMBER = 1e12
 _TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec")
 _COMMON = ("figures", "sync_ns", "memory_bandwidth_GBps")
 _PRESET_FIELDS = _COMMON + ("linkOverrides",)
@@ -56,11 +60,18 @@ class _Reader(FieldReader):
             if isinstance(value, str) and value.replace("e", "", 1).replace(".", "", 1).isdigit():
                 hint = " (PyYAML reads 1e9 as text: write 1.0e+9 or 1000000000)"
             self.fail(path, f"expected a number, got {show(value)}{hint}")
-        if math.isnan(value) or (math.isinf(value) and not inf):
+        try:
+            number = float(value)
+        except OverflowError:
+            self.fail(path, f"{show(value)} is too large: numbers here run to {MAX_NUMBER:g}")
+        if math.isnan(number) or (math.isinf(number) and not inf):
             self.fail(path, f"expected a finite number, got {value!r}")
-        if (positive and not value > 0) or value < 0:
+        if (positive and not number > 0) or number < 0:
             self.fail(path, f"must be {'more than 0' if positive else '0 or more'}, got {value!r}")
-        return float(value)
+        if (positive and number < MIN_POSITIVE) or MAX_NUMBER < number < math.inf:
+            low = f"{MIN_POSITIVE:g}" if positive else "0"
+            self.fail(path, f"must be from {low} to {MAX_NUMBER:g} (GB/s or ns), got {value!r}")
+        return number
 
     def count(self, value: Any, path: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -87,19 +98,9 @@ class _Reader(FieldReader):
 def load_yaml_topology(path: str | os.PathLike[str]) -> Topology:
     """Read an ``ipupod/v1`` topology file and build it (routes included)."""
     file = os.fspath(path)
-    try:
-        with open(file, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as err:
-        raise SpecError(f"{file}: cannot read the topology file ({err}); check the path") from err
-    try:
-        data = yaml.load(text, Loader=UniqueKeyLoader)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise SpecError(f"{file}: not valid YAML{where}: {problem}; fix the syntax there") from err
-    r = _Reader(file)
+    name = shown_path(file)
+    data = parse_yaml(read_text(file, "topology"), name, "topology")
+    r = _Reader(name)
     if data is None:
         r.fail("", "the file is empty; see examples/topologies/ for the format")
     if isinstance(data, dict) and data.get("apiVersion") not in API_VERSIONS:
@@ -222,8 +223,12 @@ class _Graph:
             entry = r.fields(entry, path, ("name", "kind"), ("count", "processor"))
             group = r.string(entry["name"], f"{path}.name")
             kind = r.string(entry["kind"], f"{path}.kind")
-            names = ([f"{group}{k}" for k in range(r.count(entry["count"], f"{path}.count"))]
-                     if "count" in entry else [group])
+            count = r.count(entry["count"], f"{path}.count") if "count" in entry else 1
+            if len(self.ids) + count > MAX_GRAPH_NODES:
+                r.fail(f"{path}.count", f"a graph holds at most {MAX_GRAPH_NODES:,} nodes (its "
+                                        "routes are found pair by pair); describe larger "
+                                        "systems with a preset (spec.preset: pod65536, ...)")
+            names = [f"{group}{k}" for k in range(count)] if "count" in entry else [group]
             taken = next((n for n in [group, *names] if n in self.groups or n in self.ids), None)
             if taken is not None:
                 r.fail(f"{path}.name", f"the name {taken!r} is already taken; every node and "

@@ -27,6 +27,7 @@ from gcl.modes import Mode
 IPUS_PER_SERVER = 16
 IPUS_PER_REPLICA = (1, 2, 4, 8, 16)  # a replica spans an aligned power-of-two block
 DEFAULT_WIDTH = 128  # of each hidden layer, unless --hidden says otherwise
+MAX_STEPS = 1_000_000  # a run's steps: each keeps its figures
 MAX_ACCUMULATION = 1 << 16  # micro-batches a step: its schedule holds every one's passes
 MLP = "mlp"  # the trainer's own model: the only one real mode trains
 # where the optimiser's values live: on chip, in Streaming Memory, sharded over replicas, both
@@ -77,6 +78,7 @@ class TrainConfig:
         self._check_modes()
         self._check_split()
         self._check_stages()
+        self._check_workload()
         self._check_efficiency()
         self._check_schedule()
 
@@ -104,6 +106,9 @@ class TrainConfig:
                              ("samples", "samples")):
             if getattr(self, name) < 1:
                 raise UserError(f"{option} must be 1 or more")
+        if self.steps > MAX_STEPS:
+            raise UserError(f"--steps runs to {MAX_STEPS:,} (a run keeps each step's "
+                            f"figures), not {self.steps}")
         if self.accumulation > MAX_ACCUMULATION:
             raise UserError(f"--gradient-accumulation runs to {MAX_ACCUMULATION} (a step's "
                             f"schedule holds every micro-batch's passes), not "
@@ -139,6 +144,12 @@ class TrainConfig:
         if self.sharded and (self.recompute or self.pipeline_schedule != DEFAULT):
             raise UserError("--recompute and --pipeline-schedule apply to pipeline stages, not "
                             "to a sharded layer: leave them out with --split shard")
+
+    def _check_workload(self) -> None:
+        """UserError if the workload has no weights: there is no gradient to reduce."""
+        if self.model != MLP and self.workload().parameter_count == 0:
+            raise UserError(f"--model {self.model[:60]}: the workload has no parameters, so "
+                            "there is nothing to train: give a layer parameters")
 
     def _check_efficiency(self) -> None:
         """UserError if --efficiency-scale has nothing to scale or scales past the peak."""

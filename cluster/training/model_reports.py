@@ -9,6 +9,7 @@ is simulated seconds on the emulated hardware.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -66,7 +67,8 @@ def scaling_sweep(base: TrainConfig, topologies: Iterable[str]) -> list[Row]:
     if fitting:
         base_rate = fitting[0]["throughput"] / fitting[0]["ipus"]
         for row in fitting:
-            row["per_ipu_efficiency"] = row["throughput"] / row["ipus"] / base_rate
+            row["per_ipu_efficiency"] = (row["throughput"] / row["ipus"] / base_rate
+                                         if base_rate > 0 else math.nan)
     return rows
 
 

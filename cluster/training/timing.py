@@ -217,19 +217,26 @@ def _layer_flops(workload: Workload) -> list[int]:
     return [layer.training_flops for layer in workload.layers]
 
 
-def _host_path(topology: Topology, ipu: int) -> list[int]:
+def _host_links(topology: Topology) -> dict[int, int]:
+    """Each node a host link ends at, to that link (the first, by index)."""
+    attached: dict[int, int] = {}
+    for link in np.flatnonzero(topology.link_role == ROLES.index(HOST)).tolist():
+        for node in (int(topology.link_a[link]), int(topology.link_b[link])):
+            attached.setdefault(node, link)
+    return attached
+
+
+def _host_path(topology: Topology, ipu: int, host_links: dict[int, int]) -> list[int]:
     """Directed links from the IPU's host down to the IPU: up the network tree to a host,
-    or to the node a host is attached to (an IPU-M2000's gateway, by its RoCE link)."""
+    or to the node a host is attached to (an IPU-M2000's gateway, by its RoCE link);
+    ``host_links``: :func:`_host_links` of the topology."""
     router, node = topology.router, ipu
     down: list[int] = []
-    host_links = np.flatnonzero(topology.link_role == ROLES.index(HOST))
     while node >= 0:
         if topology.node_kinds[node] == "host":
             return down[::-1]
-        attached = [l for l in host_links.tolist()
-                    if node in (topology.link_a[l], topology.link_b[l])]
-        if attached and node != ipu:
-            link = attached[0]  # host -> this node, the host being link_a or link_b
+        if node in host_links and node != ipu:
+            link = host_links[node]  # host -> this node, the host being link_a or link_b
             into = 2 * link if topology.link_b[link] == node else 2 * link + 1
             return [into] + down[::-1]
         if router.parent[node] < 0:
@@ -246,8 +253,9 @@ def host_io_seconds(topology: Topology, ipus: list[int], nbytes: float) -> float
     over the shared PCIe or RoCE links, plus the path's latency)."""
     flows: list[int] = []
     links: list[int] = []
+    host_links = _host_links(topology)
     for flow, ipu in enumerate(ipus):
-        path = _host_path(topology, ipu)
+        path = _host_path(topology, ipu, host_links)
         flows += [flow] * len(path)
         links += path
     pair_flow, pair_link = np.array(flows, dtype=np.int64), np.array(links, dtype=np.int64)

@@ -55,7 +55,7 @@ def train(config: TrainConfig, pod: EmulatedPod | None = None,
     if config.topology:
         config = replace(config, servers=len(server_ipus(topology)))
     server_size = server_ipus(topology)[0].size
-    if config.replicas_per_server == 0:  # as many as fit
+    if config.replicas_per_server == 0 and config.ipus_per_replica > 0:  # as many as fit
         config = replace(config, replicas_per_server=max(1, server_size
                                                          // config.ipus_per_replica))
     config.validate(topology, server_size)

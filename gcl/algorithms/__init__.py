@@ -13,7 +13,7 @@ from typing import ClassVar, TypeVar
 
 import numpy as np
 
-from cluster.errors import ScheduleError
+from cluster.errors import ScheduleError, quoted
 from cluster.model.plugins import PluginModules
 from cluster.model.topology import Topology
 from gcl.collectives import Collective
@@ -87,7 +87,7 @@ def algorithm(name: str, collective: Collective) -> Algorithm:
     key = _ALIASES.get(name, name)
     if key not in known:
         raise ScheduleError(
-            f"unknown algorithm {name!r}: use auto, {', '.join(sorted(known))} "
+            f"unknown algorithm {quoted(name)}: use auto, {', '.join(sorted(known))} "
             f"(aliases: {', '.join(sorted(_ALIASES))})")
     chosen = known[key]
     if collective.name not in chosen.collectives:

@@ -89,10 +89,14 @@ def is_preset(spec: str) -> bool:
     return any(entry.pattern.match(spec.strip().lower()) for entry in presets())
 
 
+MAX_NAME_CHARS = 40  # of a preset name: none is longer; pod9...9 must not reach int()
+
+
 def build_preset(spec: str, options: PresetOptions = PresetOptions()) -> Topology:
     """Build the preset that ``spec`` names, or raise :class:`SpecError` listing the choices."""
+    name = spec.strip().lower()
     for entry in presets():
-        match = entry.pattern.match(spec.strip().lower())
+        match = entry.pattern.match(name) if len(name) <= MAX_NAME_CHARS else None
         if match:
             topology = entry.build(match, options)
             used = {t.name for t in topology.link_types}

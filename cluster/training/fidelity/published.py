@@ -11,6 +11,7 @@ ran (hosts, IPUs per replica, micro-batch, where the optimiser state lives).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from cluster.errors import UserError, quoted
 from cluster.training.config import TrainConfig
 from cluster.training.pipeline.schedules import DEFAULT as DEFAULT_SCHEDULE
+from cluster.training.workloads import BUILTINS
 from gcl.modes import Mode
 
 TABLE = Path(__file__).with_name("published_steps.json")
@@ -87,6 +89,8 @@ def load_published(path: Path = TABLE) -> list[PublishedStep]:
         raise UserError(f"cannot read {path}: {error.strerror or error}") from None
     except ValueError as error:
         raise UserError(f"{path} is not JSON: {error}") from None
+    except RecursionError:
+        raise UserError(f"{path}: nested too deeply to be a table of published steps") from None
     rows = raw.get("configurations") if isinstance(raw, dict) else None
     if not isinstance(rows, list) or raw.get("version") != 1:
         raise UserError(f"{path}: a table of published steps has version 1 and a list of "
@@ -107,9 +111,14 @@ def _entry(row: Any, where: str) -> PublishedStep:
                             f"{quoted(value, 40)}")
         values[field.name] = value
     entry = PublishedStep(**values)
-    if entry.step_seconds <= 0 or min(entry.ipus, entry.micro_batch, entry.hosts,
-                                      entry.gradient_accumulation, entry.runs) < 1:
-        raise UserError(f"{where}: counts and the step time must be positive")
+    times = (entry.step_seconds, entry.step_seconds_min, entry.step_seconds_max)
+    if not all(math.isfinite(t) and t > 0 for t in times) or min(
+            entry.ipus, entry.ipus_per_replica, entry.micro_batch, entry.hosts,
+            entry.gradient_accumulation, entry.runs) < 1:
+        raise UserError(f"{where}: counts and the step times must be positive (and finite)")
+    if entry.model not in BUILTINS:
+        raise UserError(f"{where}: model is one of the built-in workloads "
+                        f"({', '.join(BUILTINS)}), not {quoted(entry.model, 40)}")
     if entry.topology != f"pod{entry.ipus}" or entry.ipus % entry.ipus_per_replica:
         raise UserError(f"{where}: topology must be pod{entry.ipus} (its ipus), in whole "
                         f"replicas of ipus_per_replica IPUs")

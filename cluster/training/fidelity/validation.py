@@ -18,6 +18,7 @@ from cluster.model.spec import load_topology
 from cluster.training.config import TrainConfig
 from cluster.training.fidelity.calibration import calibrate
 from cluster.training.fidelity.published import IPUS_PER_RACK, PublishedStep, train_config
+from cluster.training.memory_plan import check_fits, stage_memory
 from cluster.training.timing import StepTime, step_time
 
 
@@ -51,8 +52,10 @@ def _checked(entry: PublishedStep, scale: float = 1.0) -> TrainConfig:
     """``entry``'s run, checked as ``ipupod train`` checks its options; a UserError
     naming the entry if the emulator cannot run it."""
     config = train_config(entry, scale)
+    topology = load_topology(entry.topology)
     try:
-        config.validate(load_topology(entry.topology), min(entry.ipus, IPUS_PER_RACK))
+        config.validate(topology, min(entry.ipus, IPUS_PER_RACK))
+        check_fits(config, topology, stage_memory(config, topology))
     except UserError as error:
         raise UserError(f"published entry {entry.label}: {error} (the table's fields "
                         "layers_per_ipu, final_stage_on_first_ipu, ... are those options)"

@@ -34,12 +34,17 @@ from typing import Any
 import yaml
 
 from cluster.errors import SpecError
-from cluster.model.strict_yaml import FieldReader, NoAliasLoader, show
-from cluster.model.units import MiB
+from cluster.model.strict_yaml import (
+    MAX_FILE_BYTES,
+    FieldReader,
+    parse_yaml,
+    read_text,
+    show,
+    shown_path,
+)
 from cluster.training.workloads.layers import DType, Layer, LayerKind, Workload
 
 VERSIONS = (1,)
-MAX_FILE_BYTES = 4 * MiB
 MAX_LAYERS = 10_000  # after repeats: a typo like 100000000 fails instead of eating memory
 MAX_NAME_CHARS = 200
 MAX_DESCRIPTION_CHARS = 10_000
@@ -174,15 +179,7 @@ def parse_workload(text: str, file: str = "<workload>") -> Workload:
     if len(text) > MAX_FILE_BYTES:
         raise SpecError(f"{file}: {len(text):,} characters is over the {MAX_FILE_BYTES:,}-byte "
                         "limit of a workload file; use 'repeat' for repeated layers")
-    try:
-        data = yaml.load(text, Loader=NoAliasLoader)  # a SafeLoader: no Python objects
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise SpecError(f"{file}: not valid YAML{where}: {problem}; fix it there") from err
-    except RecursionError as err:
-        raise SpecError(f"{file}: the YAML is nested too deeply to be a workload") from err
+    data = parse_yaml(text, file, "workload")
     r = _Reader(file)
     if data is None:
         r.fail("", "the file is empty; see examples/workloads/ for the format")
@@ -192,23 +189,8 @@ def parse_workload(text: str, file: str = "<workload>") -> Workload:
 def load_workload(path: str | os.PathLike[str]) -> Workload:
     """Read a workload file (UTF-8 YAML, at most 4 MiB)."""
     file = os.fspath(path)
-    try:
-        with open(file, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size > MAX_FILE_BYTES:
-                raise SpecError(f"{file}: the file is {size:,} bytes, over the "
-                                f"{MAX_FILE_BYTES:,}-byte limit of a workload file; use "
-                                "'repeat' for repeated layers")
-            raw = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as err:
-        raise SpecError(f"{file}: cannot read the workload file ({err.strerror or err}); "
-                        "check the path") from err
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise SpecError(f"{file}: not UTF-8 text (byte {err.start}): save the file as "
-                        "UTF-8") from err
-    return parse_workload(text, file)
+    text = read_text(file, "workload", "; use 'repeat' for repeated layers")
+    return parse_workload(text, shown_path(file))
 
 
 def to_yaml(workload: Workload, comment: str = "") -> str:
