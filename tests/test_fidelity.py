@@ -361,7 +361,7 @@ def test_fidelity_mistakes_are_one_line_errors(args, words, tmp_path):
 def test_a_table_that_is_not_one_is_refused(tmp_path):
     path = tmp_path / "t.json"
     for text in ("[1, 2]", '{"version": 1, "configurations": [{"round": 3}]}', "{",
-                 "[" * 100_000 + "]" * 100_000):
+                 "[" * 100_000 + "]" * 100_000, '{"version": true, "configurations": []}'):
         path.write_text(text)
         with pytest.raises(UserError):
             load_published(path)
@@ -393,6 +393,7 @@ def test_only_the_bert_entries_run_popart_s_pipeline():
     (1, "step_seconds", float("nan"), "must be positive \\(and finite\\)"),
     (1, "step_seconds_max", float("inf"), "must be positive \\(and finite\\)"),
     (1, "model", "lstm", "built-in workloads .*not 'lstm'"),
+    (1, "step_secs", 0.03, "configuration 1: unknown field 'step_secs'; the fields are round"),
     (1, "micro_batch", 10**30, "entry v1.0 resnet50 pod64: resnet50: stage 0 of 1 .* needs"),
 ])
 def test_an_entry_the_emulator_cannot_run_is_named_before_any_prediction(

@@ -92,7 +92,8 @@ def load_published(path: Path = TABLE) -> list[PublishedStep]:
     except RecursionError:
         raise UserError(f"{path}: nested too deeply to be a table of published steps") from None
     rows = raw.get("configurations") if isinstance(raw, dict) else None
-    if not isinstance(rows, list) or raw.get("version") != 1:
+    version = raw.get("version") if isinstance(raw, dict) else None
+    if not isinstance(rows, list) or type(version) is not int or version != 1:
         raise UserError(f"{path}: a table of published steps has version 1 and a list of "
                         "configurations")
     return [_entry(row, f"{path} configuration {i}") for i, row in enumerate(rows)]
@@ -101,6 +102,11 @@ def load_published(path: Path = TABLE) -> list[PublishedStep]:
 def _entry(row: Any, where: str) -> PublishedStep:
     if not isinstance(row, dict):
         raise UserError(f"{where} is not an object")
+    names = [field.name for field in fields(PublishedStep)]
+    unknown = [str(key) for key in row if key not in names]
+    if unknown:
+        raise UserError(f"{where}: unknown field {quoted(unknown[0], 40)}; the fields are "
+                        f"{', '.join(names)}")
     values: dict[str, Any] = {}
     for field in fields(PublishedStep):
         value = row.get(field.name, OPTIONAL.get(field.name))
