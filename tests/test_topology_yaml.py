@@ -267,6 +267,8 @@ BAD_GRAPHS = [
     ("metadata", ..., ["metadata", "required"]),
     ("metadata.name", ..., ["metadata.name", "required"]),
     ("metadata.name", "", ["metadata.name"]),
+    ("metadata.name", "a\nb\x1b[31mred", ["metadata.name", "printable text"]),
+    ("metadata.name", "x" * 201, ["metadata.name", "at most 200 characters"]),
     ("metadata.labels", {"a": 1}, ["metadata.labels", "unknown field", "name, description"]),
     ("spec.linkTypes.0.bandwith_GBps", 5, ["spec.linkTypes[0].bandwith_GBps", "unknown field",
                                            "bandwidth_GBps"]),

@@ -28,6 +28,7 @@ API_VERSIONS = ("ipupod/v1",)
 KIND = "Topology"
 MAX_GRAPH_NODES = 4096  # of a graph-form file: routing it is quadratic in its nodes
 MAX_COUNT = MAX_GRAPH_NODES  # of one group or one bundle of parallel links
+MAX_NAME_CHARS = 200  # of a name in the file (the topology's, a node's, a link type's)
 # Bandwidths (GB/s), latencies and sync costs (ns) outside this range are typos or
 # overflows: 1 B/s to 1 EB/s, up to 1,000 s; inside it every derived time stays finite.
 MIN_POSITIVE = 1e-9
@@ -49,8 +50,12 @@ class _Reader(FieldReader):
         return value or []
 
     def string(self, value: Any, path: str) -> str:
+        """A name: non-empty printable text on one line, at most MAX_NAME_CHARS."""
         if not isinstance(value, str) or not value.strip():
             self.fail(path, f"expected a non-empty text, got {show(value)}")
+        if len(value) > MAX_NAME_CHARS or not value.isprintable():
+            self.fail(path, f"expected printable text of at most {MAX_NAME_CHARS} characters "
+                            f"on one line, got {show(value)}")
         return value
 
     def number(self, value: Any, path: str, positive: bool = False, inf: bool = False) -> float:
