@@ -346,6 +346,9 @@ def test_calibrate_then_train_reproduces_the_measured_step():
 @pytest.mark.parametrize("args, words", [
     (["calibrate", "--model", "resnet50", "--measured-step-ms", "-3"], "positive number"),
     (["calibrate", "--measured-step-ms", "100"], "give --model"),
+    (["calibrate", "--model", "resnet50", "--measured-step-ms", "nan"], "milliseconds"),
+    (["calibrate", "--model", "resnet50", "--measured-step-ms", "100", "--efficiency-scale",
+      "2"], "what calibrate finds"),
     (["validate", "--published", "/nonexistent/table.json"], "No such file"),
     (["train", "--model", "resnet50", "--mode", "phantom", "--efficiency-scale", "50"],
      "past the IPU's peak"),

@@ -47,6 +47,9 @@ def calibrate_command(topology_spec: str, measured_step_ms: float, as_json: bool
     if not (math.isfinite(measured_step_ms) and measured_step_ms > 0):
         raise UserError(f"--measured-step-ms must be a positive number of milliseconds, not "
                         f"{measured_step_ms!r}")
+    if options["efficiency_scale"] != 1.0:
+        raise UserError("--efficiency-scale is what calibrate finds from --measured-step-ms: "
+                        "leave it out")
     options["efficiency_scale"] = 1.0
     config = replace(make_config(1, "phantom", False, **options), topology=topology_spec)
     topology = topology_for(config)
