@@ -115,6 +115,14 @@ def test_a_report_never_overwrites_a_readme_it_did_not_write(tmp_path):
     assert readme.read_text() == "# my project\n" and sorted(tmp_path.iterdir()) == [readme]
 
 
+def test_a_report_that_fails_leaves_no_folder_behind(tmp_path):
+    out = tmp_path / "report"
+    result = ipupod("scaling-report", "--model", "gpt2-xl", "--topologies", "pod16",
+                    "--micro-batch", "64", "--out", str(out), check=False)
+    assert result.returncode == 2 and "fits none of these topologies" in result.stderr
+    assert not out.exists()
+
+
 def test_a_sweep_runs_a_repeated_value_once(tmp_path):
     result = ipupod("pipeline-report", "--model", "resnet50", "--ipus-per-replica", "2,2,2",
                     "--micro-batches", "1,1", "--schedules", "fill-drain,fill-drain",

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from cluster.cli.train import _check_writable, _counts_option
+from cluster.cli.train import _counts_option, report_folder
 from cluster.errors import UserError, quoted
 from cluster.training import model_reports
 from cluster.training.config import IPUS_PER_REPLICA, TrainConfig
@@ -89,8 +89,8 @@ def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batche
         if name not in schedule_names():
             raise UserError(f"--schedules takes {' and '.join(schedule_names())}, not "
                             f"{quoted(name)}")
-    _check_writable(out_dir)
-    rows = model_reports.pipeline_sweep(_base(topology=topology, **model), *sweep)
+    with report_folder(out_dir):
+        rows = model_reports.pipeline_sweep(_base(topology=topology, **model), *sweep)
     _publish(out_dir, f"Pipelining {model['model']} on {topology} (simulated)",
              "pipeline-report", model_reports.pipeline_table(rows),
              model_reports.plot_pipeline(rows, out_dir))
@@ -112,14 +112,14 @@ def scaling_report_command(topologies: str, k: int, gradient_accumulation: int,
                            out_dir: Path, **model: Any) -> None:
     """Scaling: throughput, per-IPU efficiency and the step's parts across topologies."""
     names = _items(topologies, "--topologies")
-    _check_writable(out_dir)
-    base = replace(_base(**model), ipus_per_replica=k, accumulation=gradient_accumulation,
-                   layers_per_ipu=_counts_option(layers_per_ipu, "--layers-per-ipu"),
-                   final_stage_on_first_ipu=final_stage_on_first_ipu)
-    rows = model_reports.scaling_sweep(base, names)
-    if not any(row["fits"] for row in rows):
-        raise UserError(f"{model['model']} fits none of these topologies: "
-                        f"{rows[0]['why']}")
+    with report_folder(out_dir):
+        base = replace(_base(**model), ipus_per_replica=k, accumulation=gradient_accumulation,
+                       layers_per_ipu=_counts_option(layers_per_ipu, "--layers-per-ipu"),
+                       final_stage_on_first_ipu=final_stage_on_first_ipu)
+        rows = model_reports.scaling_sweep(base, names)
+        if not any(row["fits"] for row in rows):
+            raise UserError(f"{model['model']} fits none of these topologies: "
+                            f"{rows[0]['why']}")
     _publish(out_dir, f"Scaling {model['model']} across PODs (simulated)", "scaling-report",
              model_reports.scaling_table(rows), model_reports.plot_scaling(rows, out_dir))
 

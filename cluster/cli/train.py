@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -262,18 +263,32 @@ def train_report_command(server_list: str, real_up_to: int, out_dir: Path,
                          ray_address: str | None, **options: Any) -> None:
     """Scaling report: throughput and efficiency for several server counts, with plots."""
     counts = _server_counts(server_list)
-    _check_writable(out_dir)  # before minutes of training, not after
     runs = []
-    with ray_chatter_to_stderr() as out:
+    with report_folder(out_dir), ray_chatter_to_stderr() as out:  # checked before training
         for servers in counts:
             mode = "real" if servers <= real_up_to else "phantom"
             config = make_config(servers, mode, False, **options)
             with progress(f"{servers} servers ({mode})", total=config.steps) as on_step:
                 runs.append(run(config, ray_address, on_step))
-    command = "ipupod train-report " + " ".join(sys.argv[2:])
-    paths = write_report(runs, out_dir, command)
+        command = "ipupod train-report " + " ".join(sys.argv[2:])
+        paths = write_report(runs, out_dir, command)
     click.echo(format_table(scaling_table(runs)), file=out)
     click.echo(f"# report: {paths['readme']}", file=out)
+
+
+@contextmanager
+def report_folder(folder: Path) -> Iterator[None]:
+    """:func:`_check_writable`, then the report's work; a folder made here is removed
+    again (if still empty) when that work fails, so a mistake leaves nothing behind."""
+    existed = folder.exists()
+    _check_writable(folder)
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            with suppress(OSError):
+                folder.rmdir()  # only an empty folder goes
+        raise
 
 
 def _check_writable(folder: Path) -> None:
