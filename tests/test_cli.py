@@ -115,11 +115,17 @@ def test_a_report_never_overwrites_a_readme_it_did_not_write(tmp_path):
     assert readme.read_text() == "# my project\n" and sorted(tmp_path.iterdir()) == [readme]
 
 
-def test_a_report_that_fails_leaves_no_folder_behind(tmp_path):
+@pytest.mark.parametrize("args, words", [
+    (["scaling-report", "--model", "gpt2-xl", "--topologies", "pod16", "--micro-batch", "64"],
+     "fits none of these topologies"),
+    (["pipeline-report", "--schedules", "popart", "--micro-batches", "1,2",
+      "--ipus-per-replica", "4"], "runs in none of these configurations"),
+])
+def test_a_report_with_nothing_to_show_is_an_error_that_leaves_no_folder(tmp_path, args,
+                                                                         words):
     out = tmp_path / "report"
-    result = ipupod("scaling-report", "--model", "gpt2-xl", "--topologies", "pod16",
-                    "--micro-batch", "64", "--out", str(out), check=False)
-    assert result.returncode == 2 and "fits none of these topologies" in result.stderr
+    result = ipupod(*args, "--out", str(out), check=False)
+    assert result.returncode == 2 and words in result.stderr
     assert not out.exists()
 
 

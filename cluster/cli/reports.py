@@ -91,6 +91,9 @@ def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batche
                             f"{quoted(name)}")
     with report_folder(out_dir):
         rows = model_reports.pipeline_sweep(_base(topology=topology, **model), *sweep)
+        if not any(row["fits"] for row in rows):
+            raise UserError(f"{model['model']} runs in none of these configurations: "
+                            f"{rows[0]['why']}")
     _publish(out_dir, f"Pipelining {model['model']} on {topology} (simulated)",
              "pipeline-report", model_reports.pipeline_table(rows),
              model_reports.plot_pipeline(rows, out_dir))
