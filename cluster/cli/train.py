@@ -296,12 +296,7 @@ def _check_writable(folder: Path) -> None:
     a folder whose README.md an ipupod report did not write is refused (the report would
     overwrite it: ``--out ''`` is the working directory)."""
     readme = folder / "README.md"
-    try:
-        with open(readme, encoding="utf-8", errors="replace") as handle:
-            head = handle.read(4096)
-    except OSError:
-        head = "Made by:"  # no README.md to lose (or one that is not a file: fails below)
-    if "Made by:" not in head:
+    if readme.is_file() and not _written_by_a_report(readme):
         raise UserError(f"{quoted(str(readme))} exists and is not an ipupod report: the "
                         "report would overwrite it; choose another --out folder")
     try:
@@ -311,3 +306,13 @@ def _check_writable(folder: Path) -> None:
     except OSError as error:
         raise UserError(f"cannot write the report to {quoted(str(folder))}: "
                         f"{error.strerror or error}; choose another --out folder") from None
+
+
+def _written_by_a_report(readme: Path) -> bool:
+    """Whether ``readme`` starts as every ipupod report's README.md does ("Made by:" in
+    its first lines)."""
+    try:
+        with open(readme, encoding="utf-8", errors="replace") as handle:
+            return "Made by:" in handle.read(4096)
+    except OSError:
+        return False

@@ -56,31 +56,10 @@ UniqueKeyLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 
 
 def show(value: Any) -> str:
-    """``repr(value)`` cut to SHOWN_CHARS characters, for messages (containers are shown
-    by their first items only: a value's repr is never built whole)."""
-    text = _short_repr(value, SHOWN_CHARS + 1)
+    """``repr(value)`` cut to SHOWN_CHARS characters, for messages (what the loaders
+    return is small: files are at most MAX_FILE_BYTES and aliases are refused)."""
+    text = repr(value)
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
-
-
-def _short_repr(value: Any, budget: int) -> str:
-    """A repr of ``value`` of about ``budget`` characters at most, built piecewise."""
-    if isinstance(value, (list, tuple, dict)):
-        brackets = {list: "[]", tuple: "()", dict: "{}"}[type(value)]
-        items: Any = value.items() if isinstance(value, dict) else value
-        parts: list[str] = []
-        used = 1
-        for item in items:
-            if used > budget:
-                break
-            part = (f"{_short_repr(item[0], budget)}: {_short_repr(item[1], budget)}"
-                    if isinstance(value, dict) else _short_repr(item, budget))
-            parts.append(part)
-            used += len(part) + 2
-        return brackets[0] + ", ".join(parts) + brackets[1]
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * budget:
-        return f"<a {value.bit_length()}-bit integer>"
-    text = repr(value[:budget]) if isinstance(value, str) else repr(value)
-    return text[:budget + 3]
 
 
 def shown_path(file: str) -> str:

@@ -77,8 +77,7 @@ class TrainConfig:
         self._check_counts()
         self._check_modes()
         self._check_split()
-        self._check_stages()
-        self._check_workload()
+        self._check_workload(self._check_stages())
         self._check_efficiency()
         self._check_schedule()
 
@@ -145,9 +144,9 @@ class TrainConfig:
             raise UserError("--recompute and --pipeline-schedule apply to pipeline stages, not "
                             "to a sharded layer: leave them out with --split shard")
 
-    def _check_workload(self) -> None:
-        """UserError if the workload has no weights: there is no gradient to reduce."""
-        if self.model != MLP and self.workload().parameter_count == 0:
+    def _check_workload(self, built: Workload) -> None:
+        """UserError if the workload (``built``) has no weights: no gradient to reduce."""
+        if self.model != MLP and built.parameter_count == 0:
             raise UserError(f"--model {self.model[:60]}: the workload has no parameters, so "
                             "there is nothing to train: give a layer parameters")
 
@@ -176,15 +175,17 @@ class TrainConfig:
                 f"{error}; the {self.pipeline_stages} stages are the {self.ipus_per_replica} "
                 "IPUs' and the final stage back on the first IPU") from None
 
-    def _check_stages(self) -> None:
-        """UserError naming the option if the layers cannot go on the pipeline's stages
-        as asked (``--layers-per-ipu``, ``--final-stage-on-first-ipu``)."""
+    def _check_stages(self) -> Workload:
+        """This run's workload, or a UserError naming the option if its layers cannot go
+        on the pipeline's stages as asked (``--layers-per-ipu``,
+        ``--final-stage-on-first-ipu``)."""
         if self.final_stage_on_first_ipu and (self.sharded or self.model == MLP
                                               or self.ipus_per_replica < 2):
             raise UserError("--final-stage-on-first-ipu runs a workload's last pipeline stage "
                             "on the replica's first IPU: give --model and --ipus-per-replica "
                             "2 or more, and leave out --split shard")
-        layers = len(self.workload().layers)
+        built = self.workload()
+        layers = len(built.layers)
         if self.layers_per_ipu is not None:
             stage_layers([0] * layers, self.pipeline_stages, self.layers_per_ipu)
         if layers < self.pipeline_stages and not self.sharded:
@@ -194,6 +195,7 @@ class TrainConfig:
         if self.layers_per_ipu is not None and (self.sharded or self.model == MLP):
             raise UserError("--layers-per-ipu places a workload's layers on pipeline stages: "
                             "give --model, and leave out --split shard")
+        return built
 
     @property
     def gcd(self) -> int:
