@@ -301,6 +301,17 @@ def test_validate_prints_published_predicted_and_error_for_every_configuration()
                for r in records)
 
 
+def test_validate_counts_the_predictions_within_5_percent_and_points_to_why_not():
+    predicted = [p for p in predict(load_published()) if not p.calibration_point]
+    within = [p.published.label for p in predicted if abs(p.error) <= 0.05]
+    assert within == [p.published.label for p in predicted if p.within_bar]
+    line = (f"# within 5% of the published step: {len(within)} of {len(predicted)} "
+            "predicted configurations")
+    out = _ipupod("validate").stdout
+    assert line in out
+    assert ("docs/fidelity.md says why" in out) == (len(within) < len(predicted))
+
+
 def test_the_docs_validation_table_is_what_validate_predicts():
     # docs/fidelity.md's table, row by row, against the predictions (to its rounding)
     docs = (Path(__file__).parents[1] / "docs" / "fidelity.md").read_text(encoding="utf-8")

@@ -20,7 +20,7 @@ from cluster.cli.train import common_options, make_config
 from cluster.errors import UserError
 from cluster.training.fidelity.calibration import calibrate
 from cluster.training.fidelity.published import TABLE, load_published
-from cluster.training.fidelity.validation import Prediction, growths, predict
+from cluster.training.fidelity.validation import ERROR_BAR, Prediction, growths, predict
 from cluster.training.placement import server_ipus, topology_for
 from cluster.training.timing import step_time
 
@@ -93,6 +93,20 @@ def _row(prediction: Prediction) -> str:
             + "".join(f" {parts[name] * 1e3:>9.2f}" for name in PART_TITLES))
 
 
+def _echo_summary(predicted: list[Prediction]) -> None:
+    """The largest error and how many predictions are within the bar, away from the
+    calibration points."""
+    if not predicted:
+        return
+    worst = max(predicted, key=lambda p: abs(p.error))
+    click.echo(f"# largest error away from the calibration points: {worst.error:+.1%} "
+               f"({worst.published.label})")
+    within = sum(p.within_bar for p in predicted)
+    why = "" if within == len(predicted) else "; docs/fidelity.md says why the others miss"
+    click.echo(f"# within {ERROR_BAR:.0%} of the published step: {within} of "
+               f"{len(predicted)} predicted configurations{why}")
+
+
 @click.command("validate")
 @click.option("--published", "table", type=click.Path(dir_okay=False, path_type=Path),
               default=TABLE, show_default="the shipped table",
@@ -118,11 +132,7 @@ def validate_command(table: Path, as_json: bool) -> None:
                + "".join(f" {title:>9}" for title in PART_TITLES.values()))
     for prediction in predictions:
         click.echo(_row(prediction))
-    worst = max((p for p in predictions if not p.calibration_point),
-                key=lambda p: abs(p.error), default=None)
-    if worst is not None:
-        click.echo(f"# largest error away from the calibration points: {worst.error:+.1%} "
-                   f"({worst.published.label})")
+    _echo_summary([p for p in predictions if not p.calibration_point])
     for growth in growths(predictions):
         click.echo(f"# {growth.label} at equal work per IPU: the step changes by "
                    f"{growth.published_seconds * 1e3:+.2f} ms published, "

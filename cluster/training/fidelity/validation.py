@@ -21,6 +21,10 @@ from cluster.training.fidelity.published import IPUS_PER_RACK, PublishedStep, tr
 from cluster.training.memory_plan import check_fits, stage_memory
 from cluster.training.timing import StepTime, step_time
 
+ERROR_BAR = 0.05
+"""How close a prediction should come to the published step: 5% either way, the bar
+``docs/fidelity.md`` holds every system from IPU-POD64 to IPU-POD256 to."""
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -35,6 +39,11 @@ class Prediction:
     def error(self) -> float:
         """(predicted - published) / published: negative when the emulator is faster."""
         return self.step.sim_seconds / self.published.step_seconds - 1
+
+    @property
+    def within_bar(self) -> bool:
+        """Whether the prediction is within :data:`ERROR_BAR` of the published step."""
+        return abs(self.error) <= ERROR_BAR
 
     def as_record(self) -> dict[str, Any]:
         """For ``--json``: the entry, the prediction by part, the error."""
