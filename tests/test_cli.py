@@ -119,14 +119,14 @@ def test_a_report_never_overwrites_a_readme_it_did_not_write(tmp_path):
     (["scaling-report", "--model", "gpt2-xl", "--topologies", "pod16", "--micro-batch", "64"],
      "fits none of these topologies"),
     (["pipeline-report", "--schedules", "popart", "--micro-batches", "1,2",
-      "--ipus-per-replica", "4"], "runs in none of these configurations"),
+      "--ipus-per-replica", "4"], "needs (at least 7; --micro-batches went up to 2): add 7"),
 ])
 def test_a_report_with_nothing_to_show_is_an_error_that_leaves_no_folder(tmp_path, args,
                                                                          words):
-    out = tmp_path / "report"
+    out = tmp_path / "reports" / "this" / "one"  # parents made for it go too
     result = ipupod(*args, "--out", str(out), check=False)
     assert result.returncode == 2 and words in result.stderr
-    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_sweep_runs_a_repeated_value_once(tmp_path):

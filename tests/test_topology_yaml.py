@@ -269,6 +269,7 @@ BAD_GRAPHS = [
     ("metadata.name", "", ["metadata.name"]),
     ("metadata.name", "a\nb\x1b[31mred", ["metadata.name", "printable text"]),
     ("metadata.name", "x" * 201, ["metadata.name", "at most 200 characters"]),
+    ("spec.nodes.0.name", "i" * 200, ["spec.nodes[0].name", "0 to 3 after it", "shorten"]),
     ("metadata.labels", {"a": 1}, ["metadata.labels", "unknown field", "name, description"]),
     ("spec.linkTypes.0.bandwith_GBps", 5, ["spec.linkTypes[0].bandwith_GBps", "unknown field",
                                            "bandwidth_GBps"]),

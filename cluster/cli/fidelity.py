@@ -82,6 +82,11 @@ def calibrate_command(topology_spec: str, measured_step_ms: float, as_json: bool
                f"--efficiency-scale {found.efficiency_scale:.4f}")
 
 
+for _param in calibrate_command.params:  # it finds the scale: train's option, not its own
+    if isinstance(_param, click.Option) and _param.name == "efficiency_scale":
+        _param.hidden = True
+
+
 def _row(prediction: Prediction) -> str:
     entry = prediction.published
     mark = "*" if prediction.calibration_point else " "

@@ -69,6 +69,19 @@ def _base(model: str, sequence_length: int | None, micro_batch: int,
                        mode=Mode.PHANTOM)
 
 
+def _why_none_runs(rows: list[dict[str, Any]]) -> str:
+    """Why no row of a pipeline sweep ran, in pipeline-report's own options: the first
+    that does not fit the IPUs' memory, else the fewest micro-batches a schedule needs."""
+    unfit = [row for row in rows if "needed_micro_batches" not in row]
+    if unfit:
+        return str(unfit[0]["why"])
+    needed = min(row["needed_micro_batches"] for row in rows)
+    tried = max(row["micro_batches"] for row in rows)
+    return (f"every configuration has fewer micro-batches than its schedule needs (at "
+            f"least {needed}; --micro-batches went up to {tried}): add {needed} or more to "
+            "--micro-batches, or use fewer --ipus-per-replica")
+
+
 @click.command("pipeline-report")
 @click.option("--topology", default="pod16", show_default=True)
 @click.option("--ipus-per-replica", "ks", default="2,4,8,16", show_default=True)
@@ -93,7 +106,7 @@ def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batche
         rows = model_reports.pipeline_sweep(_base(topology=topology, **model), *sweep)
         if not any(row["fits"] for row in rows):
             raise UserError(f"{model['model']} runs in none of these configurations: "
-                            f"{rows[0]['why']}")
+                            f"{_why_none_runs(rows)}")
     _publish(out_dir, f"Pipelining {model['model']} on {topology} (simulated)",
              "pipeline-report", model_reports.pipeline_table(rows),
              model_reports.plot_pipeline(rows, out_dir))

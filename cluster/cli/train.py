@@ -278,16 +278,17 @@ def train_report_command(server_list: str, real_up_to: int, out_dir: Path,
 
 @contextmanager
 def report_folder(folder: Path) -> Iterator[None]:
-    """:func:`_check_writable`, then the report's work; a folder made here is removed
-    again (if still empty) when that work fails, so a mistake leaves nothing behind."""
-    existed = folder.exists()
+    """:func:`_check_writable`, then the report's work; the folders made here (``--out``
+    and any missing parents) are removed again, if still empty, when that work fails, so
+    a mistake leaves nothing behind."""
+    made = [path for path in (folder, *folder.parents) if not path.exists()]
     _check_writable(folder)
     try:
         yield
     except BaseException:
-        if not existed:
+        for path in made:  # innermost first; only an empty folder goes
             with suppress(OSError):
-                folder.rmdir()  # only an empty folder goes
+                path.rmdir()
         raise
 
 

@@ -234,6 +234,10 @@ class _Graph:
                                         "routes are found pair by pair); describe larger "
                                         "systems with a preset (spec.preset: pod65536, ...)")
             names = [f"{group}{k}" for k in range(count)] if "count" in entry else [group]
+            if len(names[-1]) > MAX_NAME_CHARS:
+                r.fail(f"{path}.name", f"its nodes are named {group[:20]!r}... with 0 to "
+                                       f"{count - 1} after it, and a node's name runs to "
+                                       f"{MAX_NAME_CHARS} characters: shorten the name")
             taken = next((n for n in [group, *names] if n in self.groups or n in self.ids), None)
             if taken is not None:
                 r.fail(f"{path}.name", f"the name {taken!r} is already taken; every node and "

@@ -29,6 +29,8 @@ IPUS_PER_REPLICA = (1, 2, 4, 8, 16)  # a replica spans an aligned power-of-two b
 DEFAULT_WIDTH = 128  # of each hidden layer, unless --hidden says otherwise
 MAX_STEPS = 1_000_000  # a run's steps: each keeps its figures
 MAX_ACCUMULATION = 1 << 16  # micro-batches a step: its schedule holds every one's passes
+MAX_MICRO_BATCH = 1 << 20  # samples a micro-batch: far past any IPU's memory, and a bound
+# that keeps the memory arithmetic in floating point
 MLP = "mlp"  # the trainer's own model: the only one real mode trains
 # where the optimiser's values live: on chip, in Streaming Memory, sharded over replicas, both
 OPTIMIZER_STATE = ("in-processor", "streaming", "sharded", "sharded-streaming")
@@ -108,6 +110,9 @@ class TrainConfig:
         if self.steps > MAX_STEPS:
             raise UserError(f"--steps runs to {MAX_STEPS:,} (a run keeps each step's "
                             f"figures), not {self.steps}")
+        if self.micro_batch > MAX_MICRO_BATCH:
+            raise UserError(f"--micro-batch runs to {MAX_MICRO_BATCH:,} samples (a replica's "
+                            "micro-batch), no more")
         if self.accumulation > MAX_ACCUMULATION:
             raise UserError(f"--gradient-accumulation runs to {MAX_ACCUMULATION} (a step's "
                             f"schedule holds every micro-batch's passes), not "
@@ -173,7 +178,7 @@ class TrainConfig:
                 raise
             raise TooFewMicroBatches(
                 f"{error}; the {self.pipeline_stages} stages are the {self.ipus_per_replica} "
-                "IPUs' and the final stage back on the first IPU") from None
+                "IPUs' and the final stage back on the first IPU", error.needed) from None
 
     def _check_stages(self) -> Workload:
         """This run's workload, or a UserError naming the option if its layers cannot go

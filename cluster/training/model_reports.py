@@ -39,7 +39,8 @@ def _run(config: TrainConfig) -> Row:
     except OutOfMemory as error:
         return {**row, "fits": False, "verdict": "does not fit", "why": str(error)}
     except TooFewMicroBatches as error:
-        return {**row, "fits": False, "verdict": "too few micro-batches", "why": str(error)}
+        return {**row, "fits": False, "verdict": "too few micro-batches", "why": str(error),
+                "needed_micro_batches": error.needed}
     step = record["steps"][0]
     ipus = record["replicas"] * config.ipus_per_replica
     return {**row, "fits": True, "ipus": ipus, "replicas": record["replicas"],

@@ -61,9 +61,9 @@ def calibrate(config: TrainConfig, topology: Topology,
             "which the network, host and update take the rest): check that the options "
             "match the measured run (micro-batch, accumulation, IPUs per replica)")
     if simulated_step_seconds(config, topology, LOWEST_SCALE) < measured_step_seconds:
-        raise UserError(f"a step of {measured_step_seconds:.4g} s is slower than this "
+        raise UserError(f"a step of {measured_step_seconds * 1e3:.4g} ms is slower than this "
                         "configuration at a millionth of its default efficiency: check the "
-                        "units (seconds) and the options")
+                        "units (milliseconds) and the options")
     low, high = math.log(LOWEST_SCALE), math.log(highest)
     for _ in range(BISECTIONS):
         middle = (low + high) / 2

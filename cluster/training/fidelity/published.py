@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.errors import UserError, quoted
-from cluster.training.config import TrainConfig
+from cluster.training.config import MLP, TrainConfig
 from cluster.training.pipeline.schedules import DEFAULT as DEFAULT_SCHEDULE
 from cluster.training.workloads import BUILTINS
 from gcl.modes import Mode
@@ -26,6 +26,7 @@ TABLE = Path(__file__).with_name("published_steps.json")
 IPUS_PER_RACK = 64  # an IPU-POD64 (HARDWARE.md, 003)
 BERT_SEQUENCE_LENGTH = 512  # MLPerf's BERT-Large: sequence 512 (the logs' max_sequence_length)
 MAX_TABLE_BYTES = 1 << 20
+MAX_TABLE_NUMBER = 10**9  # no whole number in a table comes near: IPUs, steps, layers
 ALGORITHM = "clockwise_ring"
 """The gradient allreduce of the published runs: one ring through every replica, racks
 chained over their GW-Links. The submissions ran Poplar SDK 2.1 and 2.3 (systems/*.json)
@@ -115,6 +116,10 @@ def _entry(row: Any, where: str) -> PublishedStep:
                 isinstance(value, list) and not all(type(n) is int for n in value)):
             raise UserError(f"{where}: {field.name} must be a {field.type}, not "
                             f"{quoted(value, 40)}")
+        if any(type(n) is int and abs(n) > MAX_TABLE_NUMBER  # past a float, or near it
+               for n in (value if isinstance(value, list) else [value])):
+            raise UserError(f"{where}: {field.name} is out of range (at most "
+                            f"{MAX_TABLE_NUMBER:,})")
         values[field.name] = value
     entry = PublishedStep(**values)
     times = (entry.step_seconds, entry.step_seconds_min, entry.step_seconds_max)
@@ -122,9 +127,10 @@ def _entry(row: Any, where: str) -> PublishedStep:
             entry.ipus, entry.ipus_per_replica, entry.micro_batch, entry.hosts,
             entry.gradient_accumulation, entry.runs) < 1:
         raise UserError(f"{where}: counts and the step times must be positive (and finite)")
-    if entry.model not in BUILTINS:
+    if entry.model not in BUILTINS or entry.model == MLP:
         raise UserError(f"{where}: model is one of the built-in workloads "
-                        f"({', '.join(BUILTINS)}), not {quoted(entry.model, 40)}")
+                        f"({', '.join(m for m in BUILTINS if m != MLP)}), not "
+                        f"{quoted(entry.model, 40)}")
     if entry.topology != f"pod{entry.ipus}" or entry.ipus % entry.ipus_per_replica:
         raise UserError(f"{where}: topology must be pod{entry.ipus} (its ipus), in whole "
                         f"replicas of ipus_per_replica IPUs")

@@ -61,8 +61,8 @@ def _checked(entry: PublishedStep, scale: float = 1.0) -> TrainConfig:
     """``entry``'s run, checked as ``ipupod train`` checks its options; a UserError
     naming the entry if the emulator cannot run it."""
     config = train_config(entry, scale)
-    topology = load_topology(entry.topology)
     try:
+        topology = load_topology(entry.topology)
         config.validate(topology, min(entry.ipus, IPUS_PER_RACK))
         check_fits(config, topology, stage_memory(config, topology))
     except UserError as error:

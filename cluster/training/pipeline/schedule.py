@@ -25,7 +25,12 @@ from cluster.model.text_enum import TextEnum
 
 
 class TooFewMicroBatches(UserError):
-    """A schedule that cannot run this many micro-batches through this many stages."""
+    """A schedule that cannot run this many micro-batches through this many stages;
+    ``needed`` is the fewest it can run."""
+
+    def __init__(self, message: str, needed: int) -> None:
+        super().__init__(message)
+        self.needed = needed
 
 
 class Pass(TextEnum):

@@ -27,7 +27,7 @@ def check_micro_batches(stages: int, micro_batches: int) -> None:
         raise TooFewMicroBatches(
             f"PopART's pipeline of {stages} stages runs {needed} pipeline stages and needs "
             f"at least as many micro-batches: --gradient-accumulation {needed} or more "
-            f"(got {micro_batches})")
+            f"(got {micro_batches})", needed)
 
 
 def popart(stages: int, micro_batches: int) -> PipelineSchedule:
