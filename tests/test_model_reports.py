@@ -9,6 +9,8 @@ import pytest
 
 from cluster.errors import UserError
 from cluster.training.config import TrainConfig
+from cluster.training.fidelity.published import ALGORITHM, load_published
+from cluster.training.fidelity.validation import predict
 from cluster.training.memory_plan import OutOfMemory
 from cluster.training.trainer import train
 
@@ -93,3 +95,46 @@ def test_the_scaling_report_runs_a_recipes_placement_with_the_last_stage_on_ipu_
                  "--topologies", "pod16", "--out", str(tmp_path / "bad"))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "it needs 5 counts" in bad.stderr
+
+
+def _table_rows(readme: str) -> dict[str, dict[str, float]]:
+    """The scaling table's cells by topology and column (numbers, commas dropped)."""
+    lines = [line for line in readme.splitlines() if line.startswith("| ")]
+    head = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = {}
+    for line in lines[1:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        rows[cells[0]] = {name: float(cell.replace(",", ""))
+                          for name, cell in zip(head[1:], cells[1:])}
+    return rows
+
+
+def test_the_scaling_report_predicts_what_validate_does_and_its_parts_add_up(tmp_path):
+    # ResNet-50 as its v1.1 POD128 and POD256 runs, with calibrate's scale and the
+    # published allreduce: the step validate predicts for each, by the same parts
+    found = {p.published.label: p for p in predict(load_published())}
+    scale = found["v1.1 resnet50 pod256"].efficiency_scale
+    run = ipupod("scaling-report", "--model", "resnet50", "--micro-batch", "20",
+                 "--gradient-accumulation", "2", "--optimizer-state", "in-processor",
+                 "--algorithm", ALGORITHM, "--efficiency-scale", repr(scale),
+                 "--topologies", "pod128,pod256", "--out", str(tmp_path / "resnet"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = _table_rows((tmp_path / "resnet" / "README.md").read_text())
+    for name in ("pod128", "pod256"):
+        predicted = found[f"v1.1 resnet50 {name}"].step.sim_seconds * 1e3
+        assert rows[name]["step (ms)"] == pytest.approx(predicted, abs=5e-4)
+        assert rows[name]["global allreduce (ms)"] > 6  # one ring through every replica
+
+
+def test_a_sharded_multi_rack_step_shows_its_weight_gather_and_adds_up(tmp_path):
+    run = ipupod("scaling-report", "--model", "bert-large", "--sequence-length", "512",
+                 "--micro-batch", "2", "--ipus-per-replica", "8", "--gradient-accumulation",
+                 "16", "--optimizer-state", "sharded", "--pipeline-schedule", "popart",
+                 "--topologies", "pod64,pod128", "--out", str(tmp_path / "bert"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = _table_rows((tmp_path / "bert" / "README.md").read_text())
+    assert rows["pod64"]["weight gather (ms)"] == 0 < rows["pod128"]["weight gather (ms)"]
+    for row in rows.values():
+        parts = [value for name, value in row.items() if name.endswith("(ms)")
+                 and name != "step (ms)"]
+        assert sum(parts) == pytest.approx(row["step (ms)"], abs=0.01)

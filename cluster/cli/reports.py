@@ -10,7 +10,13 @@ from typing import Any
 
 import click
 
-from cluster.cli.train import _counts_option, report_folder
+from cluster.cli.train import (
+    ALGORITHM_OPTION,
+    EFFICIENCY_SCALE_OPTION,
+    PIPELINE_SCHEDULE_OPTION,
+    _counts_option,
+    report_folder,
+)
 from cluster.errors import UserError, quoted
 from cluster.training import model_reports
 from cluster.training.config import IPUS_PER_REPLICA, TrainConfig
@@ -122,16 +128,23 @@ def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batche
 @click.option("--final-stage-on-first-ipu", is_flag=True,
               help="One stage more, the last, on each replica's first IPU (Graphcore's "
                    "BERT recipes).")
+@PIPELINE_SCHEDULE_OPTION
+@ALGORITHM_OPTION
+@EFFICIENCY_SCALE_OPTION
 @model_options
 def scaling_report_command(topologies: str, k: int, gradient_accumulation: int,
                            layers_per_ipu: str | None, final_stage_on_first_ipu: bool,
+                           pipeline_schedule: str, algorithm: str, efficiency_scale: float,
                            out_dir: Path, **model: Any) -> None:
-    """Scaling: throughput, per-IPU efficiency and the step's parts across topologies."""
+    """Scaling: throughput, per-IPU efficiency and the step's parts across topologies
+    (with `ipupod calibrate`'s --efficiency-scale and a recipe's settings: a prediction)."""
     names = _items(topologies, "--topologies")
     with report_folder(out_dir):
         base = replace(_base(**model), ipus_per_replica=k, accumulation=gradient_accumulation,
                        layers_per_ipu=_counts_option(layers_per_ipu, "--layers-per-ipu"),
-                       final_stage_on_first_ipu=final_stage_on_first_ipu)
+                       final_stage_on_first_ipu=final_stage_on_first_ipu,
+                       pipeline_schedule=pipeline_schedule, algorithm=algorithm,
+                       efficiency_scale=efficiency_scale)
         rows = model_reports.scaling_sweep(base, names)
         if not any(row["fits"] for row in rows):
             raise UserError(f"{model['model']} fits none of these topologies: "

@@ -66,6 +66,21 @@ def run(config: TrainConfig, ray_address: str | None, on_step: Progress) -> dict
         pod.shutdown()
 
 
+PIPELINE_SCHEDULE_OPTION = click.option(
+    "--pipeline-schedule", type=click.Choice(schedule_names()), default=DEFAULT_SCHEDULE,
+    show_default=True,
+    help="Order of the stages' passes: fill-drain (GPipe), 1f1b (less activation memory) or "
+         "popart (PopART's lock-step cycles, the copies between them; at least 2K - 1 "
+         "micro-batches for K stages: --ipus-per-replica, one more with "
+         "--final-stage-on-first-ipu).")
+ALGORITHM_OPTION = click.option("--algorithm", default="hierarchical", show_default=True,
+                                help="Allreduce algorithm for the gradients (or auto).")
+EFFICIENCY_SCALE_OPTION = click.option(
+    "--efficiency-scale", type=float, default=1.0, show_default=True,
+    help="Every layer kind's compute efficiency times this, for a workload: what `ipupod "
+         "calibrate` derives from a measured step time.")
+"""Options ``scaling-report`` takes too, to report a calibrated prediction."""
+
 COMMON_OPTIONS = [
     click.option("--replicas-per-server", type=int, default=None,
                  help="Replicas per server (default: as many as fit, 16 IPUs / "
@@ -79,13 +94,7 @@ COMMON_OPTIONS = [
                  show_default=True,
                  help="How a replica's layers spread over its IPUs: pipeline stages, or the "
                       "MLP's widest layer split by columns (shard)."),
-    click.option("--pipeline-schedule", type=click.Choice(schedule_names()),
-                 default=DEFAULT_SCHEDULE, show_default=True,
-                 help="Order of the stages' passes: fill-drain (GPipe), 1f1b (less "
-                      "activation memory) or popart (PopART's lock-step cycles, the "
-                      "copies between them; at least 2K - 1 micro-batches for K "
-                      "stages: --ipus-per-replica, one more with "
-                      "--final-stage-on-first-ipu)."),
+    PIPELINE_SCHEDULE_OPTION,
     click.option("--recompute/--no-recompute", default=None,
                  help="Keep only checkpoints between passes and recompute the rest in the "
                       "backward pass (less memory, one more forward's FLOPs). Default: as "
@@ -113,8 +122,7 @@ COMMON_OPTIONS = [
                  help="Micro-batches per step: in flight in the pipeline (1 to 65536)."),
     click.option("--steps", type=int, default=20, show_default=True,
                  help="Training steps to run (1 to 1,000,000)."),
-    click.option("--algorithm", default="hierarchical", show_default=True,
-                 help="Allreduce algorithm for the gradients (or auto)."),
+    ALGORITHM_OPTION,
     click.option("--seed", type=int, default=0, show_default=True),
     click.option("--lr", type=float, default=0.05, show_default=True),
     click.option("--momentum", type=float, default=0.9, show_default=True),
@@ -128,9 +136,7 @@ COMMON_OPTIONS = [
                  help="One pipeline stage more, the last, run on the replica's first IPU "
                       "beside the first stage (Graphcore's BERT recipes: the heads and loss "
                       "beside the embeddings); --layers-per-ipu then gives one count more."),
-    click.option("--efficiency-scale", type=float, default=1.0, show_default=True,
-                 help="Every layer kind's compute efficiency times this, for a workload: "
-                      "what `ipupod calibrate` derives from a measured step time."),
+    EFFICIENCY_SCALE_OPTION,
     click.option("--ray-address", default=None, help="An existing Ray cluster."),
 ]
 

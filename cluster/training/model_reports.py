@@ -26,6 +26,17 @@ PARTS = (("compute_seconds", "compute"), ("pipeline_bubble_seconds", "pipeline b
          ("inter_stage_seconds", "between stages"), ("host_io_seconds", "host I/O"),
          ("local_allreduce_seconds", "local allreduce"),
          ("global_allreduce_seconds", "global allreduce"), ("update_seconds", "update"))
+SHARDED_PARTS = (("shard_exchange_seconds", "shard exchange"),
+                 ("weight_gather_seconds", "weight gather"))
+"""Parts only runs with sharded optimiser state or columns have: shown when a row has them."""
+
+
+def parts_shown(rows: list[Row]) -> tuple[tuple[str, str], ...]:
+    """:data:`PARTS`, and each of :data:`SHARDED_PARTS` that some fitting row spends time
+    in: together they add up to every row's step."""
+    fitting = [row for row in rows if row["fits"]]
+    return PARTS + tuple(part for part in SHARDED_PARTS
+                         if any(row[part[0]] > 0 for row in fitting))
 
 
 def _run(config: TrainConfig) -> Row:
@@ -50,7 +61,7 @@ def _run(config: TrainConfig) -> Row:
             "span_bubble_fraction": step["pipeline_bubble_seconds"] / (
                 step["pipeline_bubble_seconds"] + step["compute_seconds"]),
             "peak_memory_bytes": max(s["total_bytes"] for s in record["memory_per_ipu"]),
-            **{key: step[key] for key, _ in PARTS}}
+            **{key: step[key] for key, _ in PARTS + SHARDED_PARTS}}
 
 
 def pipeline_sweep(base: TrainConfig, ipus_per_replica: Iterable[int],
@@ -98,8 +109,9 @@ def pipeline_table(rows: list[Row]) -> str:
 
 def scaling_table(rows: list[Row]) -> str:
     """Markdown: one line per topology of :func:`scaling_sweep`, the step broken down."""
+    parts = parts_shown(rows)
     head = ["topology", "IPUs", "step (ms)", "samples/s", "per-IPU efficiency",
-            *[f"{label} (ms)" for _, label in PARTS]]
+            *[f"{label} (ms)" for _, label in parts]]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for row in rows:
         if not row["fits"]:
@@ -107,7 +119,7 @@ def scaling_table(rows: list[Row]) -> str:
             continue
         cells = [row["topology"], str(row["ipus"]), _fmt(row, "sim_seconds", 1e3),
                  _fmt(row, "throughput", 1, ",.0f"), _fmt(row, "per_ipu_efficiency"),
-                 *[_fmt(row, key, 1e3) for key, _ in PARTS]]
+                 *[_fmt(row, key, 1e3) for key, _ in parts]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -168,7 +180,7 @@ def plot_scaling(rows: list[Row], out: Path) -> list[Path]:
     paths = [save_png(fig, out / "throughput.png")]
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
     bottom = [0.0] * len(fitting)
-    for key, label in PARTS:
+    for key, label in parts_shown(rows):
         heights = [row[key] * 1e3 for row in fitting]
         ax.bar(names, heights, bottom=bottom, label=label, width=0.6)
         bottom = [b + h for b, h in zip(bottom, heights)]
