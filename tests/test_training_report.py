@@ -48,6 +48,20 @@ def test_efficiency_and_throughput_match_hand_computed_values():
     assert rows[1]["efficiency"] == pytest.approx(0.8, rel=1e-12)
 
 
+def test_a_pipelined_runs_bubble_copies_and_update_get_columns_that_add_up_to_the_step():
+    plain, piped = run(1, (1e-3, 1e-4, 2e-4, 0)), run(2, (1e-3, 1e-4, 2e-4, 3e-4))
+    for step in piped["steps"]:  # 0.5 ms of bubble, 0.25 of copies, 0.125 of update more
+        step.update(pipeline_bubble_seconds=5e-4, inter_stage_seconds=2.5e-4,
+                    update_seconds=1.25e-4, sim_seconds=step["sim_seconds"] + 8.75e-4)
+    header, *lines = format_table(scaling_table([plain, piped])).splitlines()
+    assert header.split()[-3:] == ["bubble(ms)", "stages-io(ms)", "update(ms)"]
+    assert "shard-io(ms)" not in header and "gather(ms)" not in header  # none spent there
+    cells = [float(cell) for cell in lines[1].split()[7:]]  # compute .. update, ms
+    assert cells == [1.0, 0.1, 0.2, 0.3, 0.5, 0.25, 0.125]
+    assert sum(cells) == pytest.approx(float(lines[1].split()[4]))  # the step, 2.475 ms
+    assert format_table(scaling_table([plain])).splitlines()[0].split()[-1] == "global-AR(ms)"
+
+
 def test_step_time_and_parts_are_means_over_steps():
     record = run(2, (1e-3, 0, 0, 0))
     record["steps"][1].update(sim_seconds=4e-3, compute_seconds=2e-3, host_io_seconds=2e-3)

@@ -27,6 +27,15 @@ TIME_PARTS: tuple[tuple[str, str], ...] = (
     ("local_allreduce_seconds", "local allreduce"),
     ("global_allreduce_seconds", "global allreduce"),
 )
+# (step key, label, table header) of the parts only some runs spend time in (pipelines,
+# sharded columns, the update): shown when a run has them, so the parts add up to the step.
+OPTIONAL_PARTS: tuple[tuple[str, str, str], ...] = (
+    ("pipeline_bubble_seconds", "pipeline bubble", "bubble(ms)"),
+    ("inter_stage_seconds", "between stages", "stages-io(ms)"),
+    ("shard_exchange_seconds", "shard exchange", "shard-io(ms)"),
+    ("update_seconds", "update", "update(ms)"),
+    ("weight_gather_seconds", "weight gather", "gather(ms)"),
+)
 
 # (header, row key, format) of the table columns; "_ms" keys are seconds shown as ms.
 _COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -43,6 +52,22 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("global-AR(ms)", "global_allreduce_seconds_ms", ".3f"),
 )
 
+
+
+def parts_shown(rows: list[Record]) -> list[tuple[str, str]]:
+    """(key, label) of the parts a table or plot of ``rows`` shows: :data:`TIME_PARTS`,
+    and each of :data:`OPTIONAL_PARTS` some row spends time in."""
+    return [*TIME_PARTS, *((key, label) for key, label, _ in OPTIONAL_PARTS
+                           if any(row.get(key, 0.0) > 0 for row in rows))]
+
+
+def _columns(rows: list[Record]) -> list[tuple[str, str, str]]:
+    """:data:`_COLUMNS` and a column for each optional part ``rows`` show."""
+    shown = {key for key, _ in parts_shown(rows)}
+    return [*_COLUMNS, *((header, f"{key}_ms", ".3f") for key, _, header in OPTIONAL_PARTS
+                         if key in shown)]
+
+
 SIM_NOTE = ("All times are simulated seconds on the emulated IPU-POD hardware (shown in ms), "
             "not wall-clock time on the machine that ran the emulator; throughput is samples "
             "per simulated second.")
@@ -53,8 +78,8 @@ def scaling_table(runs: list[Record]) -> list[Record]:
 
     Each row holds ``servers``, ``replicas``, ``mode``, ``global_batch``, ``step_seconds``
     (mean simulated seconds per step over all steps), ``throughput_samples_per_sim_second``
-    (``global_batch / step_seconds``), the mean of each part in ``TIME_PARTS`` (simulated
-    seconds) and ``efficiency``: throughput over ideal linear scaling from the smallest
+    (``global_batch / step_seconds``), the mean of each part in ``TIME_PARTS`` and
+    ``OPTIONAL_PARTS`` (simulated seconds) and ``efficiency``: throughput over ideal linear scaling from the smallest
     server count, ``throughput / (servers / base_servers * base_throughput)``, so 1.0 means
     perfect scaling. Real and phantom runs share one base: both take their simulated time
     from the same cost model, so they time alike by construction. Raises ValueError for a
@@ -79,6 +104,8 @@ def scaling_table(runs: list[Record]) -> list[Record]:
         }
         for key, _ in TIME_PARTS:
             row[key] = fmean(step[key] for step in steps)
+        for key, _, _ in OPTIONAL_PARTS:
+            row[key] = fmean(step.get(key, 0.0) for step in steps)
         rows.append(row)
     rows.sort(key=lambda row: (row["servers"], row["mode"]))
     first = rows[0]  # sorted: the smallest server count
@@ -89,10 +116,10 @@ def scaling_table(runs: list[Record]) -> list[Record]:
     return rows
 
 
-def _cells(row: Record) -> list[str]:
+def _cells(row: Record, columns: list[tuple[str, str, str]]) -> list[str]:
     """The table cells of one row, seconds converted to milliseconds."""
     cells: list[str] = []
-    for _, key, fmt in _COLUMNS:
+    for _, key, fmt in columns:
         value = row[key[:-3]] * 1e3 if key.endswith("_ms") else row[key]
         cells.append(format(value, fmt))
     return cells
@@ -100,10 +127,11 @@ def _cells(row: Record) -> list[str]:
 
 def format_table(rows: list[Record]) -> str:
     """Plain-text table of ``scaling_table`` rows, aligned columns, units in headers."""
-    headers = [header for header, _, _ in _COLUMNS]
-    body = [_cells(row) for row in rows]
+    columns = _columns(rows)
+    headers = [header for header, _, _ in columns]
+    body = [_cells(row, columns) for row in rows]
     widths = [max(len(cell) for cell in column) for column in zip(headers, *body)]
-    left = [fmt == "s" for _, _, fmt in _COLUMNS]
+    left = [fmt == "s" for _, _, fmt in columns]
     lines = ["  ".join(cell.ljust(width) if is_left else cell.rjust(width)
                        for cell, width, is_left in zip(line, widths, left)).rstrip()
              for line in [headers, *body]]
@@ -112,9 +140,10 @@ def format_table(rows: list[Record]) -> str:
 
 def markdown_table(rows: list[Record]) -> str:
     """Markdown table of ``scaling_table`` rows, same columns as ``format_table``."""
-    headers = [header for header, _, _ in _COLUMNS]
-    align = ["---" if fmt == "s" else "---:" for _, _, fmt in _COLUMNS]
-    lines = [headers, align, *(_cells(row) for row in rows)]
+    columns = _columns(rows)
+    headers = [header for header, _, _ in columns]
+    align = ["---" if fmt == "s" else "---:" for _, _, fmt in columns]
+    lines = [headers, align, *(_cells(row, columns) for row in rows)]
     return "\n".join("| " + " | ".join(line) + " |" for line in lines)
 
 
@@ -219,7 +248,7 @@ def plot_breakdown(rows: list[Record], path: Path | str) -> Path:
     labels = [f"{row['servers']}" + (f"\n{row['mode']}" if repeated else "") for row in rows]
     positions = list(range(len(rows)))
     bottom = [0.0] * len(rows)
-    for key, label in TIME_PARTS:
+    for key, label in parts_shown(rows):
         heights = [row[key] * 1e3 for row in rows]
         ax.bar(positions, heights, bottom=bottom, label=label, width=0.6)
         bottom = [b + h for b, h in zip(bottom, heights)]
