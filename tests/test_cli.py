@@ -129,6 +129,14 @@ def test_a_report_with_nothing_to_show_is_an_error_that_leaves_no_folder(tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_out_folder_that_cannot_be_made_leaves_no_parent_behind(tmp_path):
+    out = tmp_path / "made" / ("y" * 300)  # a name longer than the file system takes
+    result = ipupod("scaling-report", "--model", "resnet50", "--topologies", "pod16",
+                    "--out", str(out), check=False)
+    assert result.returncode == 2 and "cannot write the report" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_sweep_runs_a_repeated_value_once(tmp_path):
     result = ipupod("pipeline-report", "--model", "resnet50", "--ipus-per-replica", "2,2,2",
                     "--micro-batches", "1,1", "--schedules", "fill-drain,fill-drain",

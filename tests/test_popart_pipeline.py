@@ -1,6 +1,7 @@
 """PopART's pipeline runs in lock-step cycles: each op in the cycle PopART gives it, a cycle
 as long as its busiest IPU, and every stage boundary's copies after each cycle."""
 
+import pickle
 from dataclasses import replace
 
 import numpy as np
@@ -67,6 +68,11 @@ def test_fewer_micro_batches_than_pipeline_stages_are_refused_as_popart_does():
         TrainConfig(model="bert-large", topology="pod16", mode=Mode.PHANTOM, servers=1,
                     replicas_per_server=4, ipus_per_replica=4, accumulation=8,
                     final_stage_on_first_ipu=True, pipeline_schedule="popart").validate()
+
+
+def test_too_few_micro_batches_keeps_its_count_across_processes():
+    error = pickle.loads(pickle.dumps(TooFewMicroBatches("needs 7", 7)))
+    assert (str(error), error.needed) == ("needs 7", 7)
 
 
 def test_a_lock_step_pipeline_costs_what_hand_arithmetic_says():

@@ -288,8 +288,8 @@ def report_folder(folder: Path) -> Iterator[None]:
     and any missing parents) are removed again, if still empty, when that work fails, so
     a mistake leaves nothing behind."""
     made = [path for path in (folder, *folder.parents) if not path.exists()]
-    _check_writable(folder)
     try:
+        _check_writable(folder)
         yield
     except BaseException:
         for path in made:  # innermost first; only an empty folder goes

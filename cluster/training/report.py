@@ -53,7 +53,6 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-
 def parts_shown(rows: list[Record]) -> list[tuple[str, str]]:
     """(key, label) of the parts a table or plot of ``rows`` shows: :data:`TIME_PARTS`,
     and each of :data:`OPTIONAL_PARTS` some row spends time in."""
@@ -79,11 +78,11 @@ def scaling_table(runs: list[Record]) -> list[Record]:
     Each row holds ``servers``, ``replicas``, ``mode``, ``global_batch``, ``step_seconds``
     (mean simulated seconds per step over all steps), ``throughput_samples_per_sim_second``
     (``global_batch / step_seconds``), the mean of each part in ``TIME_PARTS`` and
-    ``OPTIONAL_PARTS`` (simulated seconds) and ``efficiency``: throughput over ideal linear scaling from the smallest
-    server count, ``throughput / (servers / base_servers * base_throughput)``, so 1.0 means
-    perfect scaling. Real and phantom runs share one base: both take their simulated time
-    from the same cost model, so they time alike by construction. Raises ValueError for a
-    run without steps.
+    ``OPTIONAL_PARTS`` (simulated seconds) and ``efficiency``: throughput over ideal
+    linear scaling from the smallest server count, ``throughput / (servers / base_servers
+    * base_throughput)``, so 1.0 means perfect scaling. Real and phantom runs share one
+    base: both take their simulated time from the same cost model, so they time alike by
+    construction. Raises ValueError for a run without steps.
     """
     rows: list[Record] = []
     for run in runs:

@@ -32,6 +32,9 @@ class TooFewMicroBatches(UserError):
         super().__init__(message)
         self.needed = needed
 
+    def __reduce__(self) -> tuple[type[TooFewMicroBatches], tuple[str, int]]:
+        return type(self), (str(self), self.needed)  # across processes (Ray) whole
+
 
 class Pass(TextEnum):
     """Which way a micro-batch goes through a stage."""
