@@ -18,7 +18,7 @@ from typing import Any
 from cluster.training.config import TrainConfig
 from cluster.training.memory_plan import OutOfMemory
 from cluster.training.pipeline.schedule import TooFewMicroBatches
-from cluster.training.report import SIM_NOTE, pyplot, save_png
+from cluster.training.report import SIM_NOTE, parts_spent, pyplot, save_png
 from cluster.training.trainer import train
 
 Row = dict[str, Any]
@@ -31,12 +31,10 @@ SHARDED_PARTS = (("shard_exchange_seconds", "shard exchange"),
 """Parts only runs with sharded optimiser state or columns have: shown when a row has them."""
 
 
-def parts_shown(rows: list[Row]) -> tuple[tuple[str, str], ...]:
-    """:data:`PARTS`, and each of :data:`SHARDED_PARTS` that some fitting row spends time
-    in: together they add up to every row's step."""
-    fitting = [row for row in rows if row["fits"]]
-    return PARTS + tuple(part for part in SHARDED_PARTS
-                         if any(row[part[0]] > 0 for row in fitting))
+def parts_shown(rows: list[Row]) -> list[tuple[str, str]]:
+    """:func:`~cluster.training.report.parts_spent` of :data:`PARTS` and
+    :data:`SHARDED_PARTS` over the rows that ran."""
+    return parts_spent([row for row in rows if row["fits"]], PARTS, SHARDED_PARTS)
 
 
 def _run(config: TrainConfig) -> Row:

@@ -9,6 +9,7 @@ matplotlib is imported inside the plotting functions so importing this module st
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from statistics import fmean
 from types import ModuleType
@@ -53,11 +54,17 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def parts_spent(rows: list[Record], always: Iterable[tuple[str, str]],
+                optional: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(key, label) of the parts a table or plot of ``rows`` shows: ``always``, and each
+    ``optional`` part some row spends time in (so the parts add up to every step)."""
+    return [*always, *((key, label) for key, label in optional
+                       if any(row.get(key, 0.0) > 0 for row in rows))]
+
+
 def parts_shown(rows: list[Record]) -> list[tuple[str, str]]:
-    """(key, label) of the parts a table or plot of ``rows`` shows: :data:`TIME_PARTS`,
-    and each of :data:`OPTIONAL_PARTS` some row spends time in."""
-    return [*TIME_PARTS, *((key, label) for key, label, _ in OPTIONAL_PARTS
-                           if any(row.get(key, 0.0) > 0 for row in rows))]
+    """:func:`parts_spent` of :data:`TIME_PARTS` and :data:`OPTIONAL_PARTS`."""
+    return parts_spent(rows, TIME_PARTS, ((key, label) for key, label, _ in OPTIONAL_PARTS))
 
 
 def _columns(rows: list[Record]) -> list[tuple[str, str, str]]:
