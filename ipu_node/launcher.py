@@ -1,9 +1,9 @@
 """Place a POD's device actors on Ray and wire their links.
 
-Local embedded Ray by default (nothing to set up), or an existing Ray cluster by address
-(``ray_address=`` or ``RAY_ADDRESS``). Every actor asks for the custom resource ``IPU``
-(one per IPU it emulates) and is gang-placed: one placement group per server or rack,
-packed onto one node where the cluster allows.
+A private local Ray by default (nothing to set up), or an existing Ray cluster by address
+(``ray_address=`` or ``RAY_ADDRESS``): :mod:`ipu_node.ray_session`. Every actor asks for
+the custom resource ``IPU`` (one per IPU it emulates) and is gang-placed: one placement
+group per server or rack, packed onto one node where the cluster allows.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,8 +30,8 @@ from ipu_node.links.auth import new_secret
 from ipu_node.links.tls import LinkTLS
 from ipu_node.memory import available_ram_bytes
 from ipu_node.ownership import Ownership, ownership
+from ipu_node.ray_session import ensure_ray, uses_local_ray
 
-LOCAL_IPU_SLOTS = 256  # the IPU resource an embedded local Ray offers (or the POD's size)
 LAUNCH_DEADLINE_S = 120.0
 DEVICE_RSS_BYTES = 160 << 20  # a device actor's resident memory, measured: ~130 MiB
 # Collectives at once per device: one per IPU is enough (partitions never share an IPU),
@@ -51,52 +50,6 @@ class Placed:
     infos: list[dict]
     ownership: Ownership
     started_ray: bool
-
-
-def uses_local_ray(ray_address: str | None) -> bool:
-    """Whether launching would start an embedded local Ray."""
-    return not (ray_address or os.environ.get("RAY_ADDRESS") or ray.is_initialized())
-
-
-def ensure_ray(ray_address: str | None, ipus_needed: int) -> bool:
-    """Connect to Ray (an address, ``RAY_ADDRESS``, or a new local instance); return whether
-    this call started a local one."""
-    if ray.is_initialized():
-        return False
-    address = ray_address or os.environ.get("RAY_ADDRESS")
-    common: dict[str, Any] = dict(namespace="ipupod", include_dashboard=False, log_to_driver=False,
-                  configure_logging=False)
-    if address:
-        _token_auth_if_a_token_is_there()
-        try:
-            ray.init(address=address, **common)
-        except Exception as error:  # noqa: BLE001 - Ray raises several types for a bad address
-            raise UserError(f"cannot join the Ray cluster at {address!r}: {error}") from None
-        return False
-    ray.init(resources={"IPU": max(LOCAL_IPU_SLOTS, ipus_needed)}, **common)
-    return True
-
-
-def _token_auth_if_a_token_is_there() -> None:
-    """Join a cluster the way ``ray start`` joins one: with ``RAY_AUTH_MODE`` unset and a
-    token at hand (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``),
-    use token authentication. Ray 2.60 turns it on by default for a head started with
-    ``ray start --head``, but a driver joining by address does not look for the token, and
-    the head refuses it (InvalidAuthToken). Ray's own rule is asked to decide (it also
-    refreshes Ray's cached configuration); the token itself is never read here."""
-    if "RAY_AUTH_MODE" in os.environ:
-        return  # the user chose
-    try:  # Ray's rule for `ray start`, in the Ray this project pins (2.60)
-        from ray._private.authentication.authentication_token_setup import (
-            maybe_enable_token_auth_if_token_available,
-        )
-    except ImportError:  # another Ray: fall back to the environment it reads at start
-        token_file = Path.home() / ".ray" / "auth_token"
-        if (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
-                or token_file.is_file()):
-            os.environ["RAY_AUTH_MODE"] = "token"
-        return
-    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 def check_room(topology: Topology, specs: list[DeviceSpec], ray_address: str | None) -> None:

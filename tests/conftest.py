@@ -7,7 +7,7 @@ import pytest
 def ray_session():
     import ray
 
-    from ipu_node.launcher import ensure_ray
+    from ipu_node.ray_session import ensure_ray
 
     ensure_ray(None, 256)
     yield ray

@@ -19,7 +19,7 @@ DRIVER = """
 import json, sys, time
 import numpy as np
 import ray
-from ipu_node.launcher import ensure_ray
+from ipu_node.ray_session import ensure_ray
 from ipu_node.pod import EmulatedPod
 ensure_ray(sys.argv[1], 32)
 deadline = time.monotonic() + 90

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from cluster.cli.output import errors_as_lines
+from cluster.cli.output import errors_as_lines, results_only_on_stdout
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,7 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turning user errors into one clear line and status 2."""
+    results_only_on_stdout()
     with errors_as_lines():
         cli.main(args=argv, prog_name="ipupod", standalone_mode=False)
 

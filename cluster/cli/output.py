@@ -6,8 +6,10 @@ never a traceback; a device or link failure exits with status 1; Ctrl-C with 130
 
 from __future__ import annotations
 
+import io
 import json
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stdout
 from typing import Any, TextIO
@@ -85,6 +87,63 @@ def ray_chatter_to_stderr() -> Iterator[TextIO]:
     real = sys.stdout
     with redirect_stdout(sys.stderr):
         yield real
+
+
+class MainThreadStdout(io.TextIOBase):
+    """Standard output that only the command itself reaches: what Ray prints (its listener
+    thread relays raylet warnings such as "... PYTHON worker processes have been started
+    ...", and ``ray.shutdown`` flushes them again from the main thread) and what any thread
+    but the main one prints go to standard error, so ``--json`` output stays one document
+    however busy the machine is."""
+
+    def __init__(self, results: TextIO, chatter: TextIO) -> None:
+        super().__init__()
+        self.results = results
+        self.chatter = chatter
+
+    def _target(self) -> TextIO:
+        if threading.current_thread() is not threading.main_thread():
+            return self.chatter
+        writer = sys._getframe(2).f_globals.get("__name__", "")  # who called print/write
+        return self.chatter if writer.split(".")[0] == "ray" else self.results
+
+    def write(self, text: str) -> int:
+        """Write ``text`` where the calling thread's output belongs."""
+        return self._target().write(text)
+
+    def flush(self) -> None:
+        """Flush both streams."""
+        self.results.flush()
+        self.chatter.flush()
+
+    def writable(self) -> bool:
+        """Always: this is an output stream."""
+        return True
+
+    def isatty(self) -> bool:
+        """Whether the results go to a terminal."""
+        return self.results.isatty()
+
+    def fileno(self) -> int:
+        """The results' file descriptor."""
+        return self.results.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        """The results' encoding (click checks it before writing)."""
+        return self.results.encoding
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        """The results' error handler."""
+        return self.results.errors
+
+
+def results_only_on_stdout() -> None:
+    """From now on, for this process, standard output reaches only what the main thread
+    prints. Never undone: Ray's threads live until the interpreter exits, after ``main``."""
+    if sys.stdout is not None and not isinstance(sys.stdout, MainThreadStdout):
+        sys.stdout = MainThreadStdout(sys.stdout, sys.stderr)
 
 
 def _ignore(done: int, total: int) -> None:
