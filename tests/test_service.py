@@ -587,3 +587,59 @@ def test_the_service_fuzz_leaves_no_partition_behind(service):
     assert not [p for p in stub.ListPartitions(control_pb2.ListPartitionsRequest(),
                                                metadata=auth).partitions
                 if p.name.startswith("fz")]
+
+
+def json_commands() -> set[str]:
+    """Every command (space-separated path) that has a --json option, found in the CLI."""
+    import click
+
+    from cluster.cli.main import cli as root
+
+    ctx = click.Context(root)
+    found: set[str] = set()
+
+    def walk(command, path):
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                walk(command.get_command(ctx, name), [*path, name])
+        elif any("--json" in p.opts for p in command.params if isinstance(p, click.Option)):
+            found.add(" ".join(path))
+
+    walk(root, [])
+    return found
+
+
+def test_every_json_command_prints_one_json_document(service):
+    """Each command with --json, run for real (against the service where it needs one):
+    its standard output parses as one JSON document. A new --json command must be added."""
+    first = json.loads(cli(service, "links", "--json").stdout)["links"][0]
+    link = f"{first['source']}--{first['target']}"
+    runs = {
+        "bench": ["bench", "allreduce", "-b", "1K", "-e", "2K"],
+        "calibrate": ["calibrate", "--model", "resnet50", "--micro-batch", "16",
+                      "--measured-step-ms", "100"],
+        "validate": ["validate"],
+        "train": ["train", "--mode", "phantom", "--model", "resnet50", "--topology", "pod16",
+                  "--micro-batch", "16"],
+        "status": ["status"], "devices": ["devices"], "links": ["links"],
+        "partition create": ["partition", "create", "js-a", "--size", "2"],
+        "create partition": ["create", "partition", "js-b", "--size", "2"],
+        "partition list": ["partition", "list"], "list partitions": ["list", "partitions"],
+        "partition show": ["partition", "show", "js-a"],
+        "show partition": ["show", "partition", "js-b"],
+        "partition remove": ["partition", "remove", "js-a"],
+        "remove partition": ["remove", "partition", "js-b"],
+        "fault degrade": ["fault", "degrade", link, "--bandwidth-factor", "0.5"],
+        "fault cut": ["fault", "cut", link],
+        "fault heal": ["fault", "heal", link],
+        "fault list": ["fault", "list"],
+        "fault kill": ["fault", "kill", service["pod"].specs[0].name],
+    }
+    assert json_commands() == set(runs)
+    for name, args in runs.items():  # in this order: partitions made before shown, ...
+        run = cli(service, *args, "--json")
+        assert run.returncode == 0, f"{name}: {run.stderr[-1500:]}"
+        try:
+            json.loads(run.stdout)
+        except json.JSONDecodeError as error:
+            raise AssertionError(f"{name} --json printed {run.stdout[:300]!r}") from error
