@@ -138,3 +138,39 @@ def test_a_sharded_multi_rack_step_shows_its_weight_gather_and_adds_up(tmp_path)
         parts = [value for name, value in row.items() if name.endswith("(ms)")
                  and name != "step (ms)"]
         assert sum(parts) == pytest.approx(row["step (ms)"], abs=0.01)
+
+
+def test_the_pipeline_tables_bubble_is_the_one_bubble_png_plots_and_both_say_which(
+        tmp_path, monkeypatch):
+    from cluster.training import model_reports
+    from cluster.training.config import Mode
+
+    drawn = {}
+
+    def keep_axes(fig, path):
+        ax = fig.axes[0]
+        drawn[path.name] = (ax.get_ylabel(), [line.get_xydata().tolist() for line in ax.lines],
+                            [line.get_label() for line in ax.lines])
+        return path
+
+    monkeypatch.setattr(model_reports, "save_png", keep_axes)
+    rows = model_reports.pipeline_sweep(
+        TrainConfig(model="bert-base", topology="pod16", micro_batch=2, mode=Mode.PHANTOM),
+        [2, 4], ["fill-drain"], [1, 4])
+    table = model_reports.pipeline_table(rows)
+    model_reports.plot_pipeline(rows, tmp_path)
+    lines = [line for line in table.splitlines() if line.startswith("| ")]
+    head = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    assert "bubble, % of step" in head and "bubble, % of compute + bubble" in head
+    cells = {(row[0], row[2]): dict(zip(head, row)) for row in
+             ([cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:])}
+    ylabel, plotted, labels = drawn["bubble.png"]
+    assert ylabel.startswith("bubble, % of compute + bubble")
+    measured = dict(zip(labels, plotted))  # the dashed formula lines have no K = label
+    for k in (2, 4):
+        for m, share in measured[f"K = {k}"]:
+            row = cells[(str(k), str(int(m)))]
+            assert row["bubble, % of compute + bubble"] == f"{share:.1%}"
+            # the share of the step is the smaller: the step holds more than compute
+            assert float(row["bubble, % of step"].rstrip("%")) < 100 * share
+    assert "*bubble, % of step*: pipeline bubble / step time" in table

@@ -1,5 +1,5 @@
-"""Tests of ``cluster.model.topology_show``: summaries, text/JSON/DOT renderings,
-bisection bandwidth.
+"""Tests of ``cluster.model.topology_show``: summaries, text/JSON renderings, bisection
+bandwidth (the DOT drawing: test_rack_drawing.py).
 
 Expected numbers are worked out by hand from shared/HARDWARE.md and the preset docstrings
 (cluster/presets/dss8440.py, cluster/presets/ipu_pod.py); the derivations are in comments.
@@ -13,14 +13,12 @@ import time
 
 import pytest
 
-from cluster.errors import UserError
 from cluster.model import hardware as hw
 from cluster.model.builder import TopologyBuilder
 from cluster.model.presets import build_preset
 from cluster.model.topology import Topology
 from cluster.model.topology_show import (
     bisection_bandwidth_Bps,
-    render_dot,
     render_json,
     render_text,
     summarize,
@@ -205,68 +203,3 @@ def test_text_shows_the_facts_and_an_aligned_links_table(dss8440: Topology) -> N
 def test_json_parses_back_to_the_summary() -> None:
     s = summarize(build_preset("dss8440x2"))
     assert json.loads(render_json(s)) == s
-
-
-# -- DOT -----------------------------------------------------------------------------------
-
-def test_dot_is_an_undirected_graph_with_balanced_braces(dss8440: Topology) -> None:
-    dot = render_dot(dss8440)
-    assert dot.startswith('graph "dss8440" {\n')
-    assert dot.rstrip().endswith("}")
-    assert "->" not in _strip_quoted(dot)
-    depth = 0
-    for char in _strip_quoted(dot):
-        depth += {"{": 1, "}": -1}.get(char, 0)
-        assert depth >= 0
-    assert depth == 0
-
-
-def test_dot_has_one_boxed_node_per_ipu_and_one_cluster_per_card(dss8440: Topology) -> None:
-    dot = render_dot(dss8440)
-    for ipu in range(16):
-        name = dss8440.ipu_name(ipu)
-        assert f'"{name}" [label="{name}", shape=box];' in dot
-    assert '"s0.pcie" [label="s0.pcie", shape=diamond];' in dot
-    assert '"s0.host" [label="s0.host", shape=ellipse];' in dot
-    assert dot.count('subgraph "cluster_') == 8
-    card3 = dot.split('subgraph "cluster_s0.card3" {', 1)[1].split("}", 1)[0]
-    assert '"s0.card3.ipu0"' in card3 and '"s0.card3.ipu1"' in card3
-    assert '"s0.card4.ipu0"' not in card3
-
-
-def test_dot_has_one_quoted_edge_line_per_physical_link(dss8440: Topology) -> None:
-    # 8 rungs + 14 rails + 25 PCIe bundles = 47 edge lines; the 4 uplinks are one "x4" edge.
-    edges = [line.strip() for line in render_dot(dss8440).splitlines() if " -- " in line]
-    assert len(edges) == dss8440.link_count_physical == 47
-    edge = re.compile(r'^"[^"]+" -- "[^"]+" \[label="[^"]+"(, style=dashed)?\];$')
-    assert all(edge.match(line) for line in edges)
-    assert '"s0.card0.ipu0" -- "s0.card0.ipu1" [label="ipu-link-rung 96 GB/s"];' in edges
-    assert '"s0.pcie" -- "s0.host" [label="pcie-gen3-x16 15.7538 GB/s x4"];' in edges
-
-
-def test_dot_labels_infiniband_bundles_and_dashes_host_links() -> None:
-    x2 = render_dot(build_preset("dss8440x2"))
-    assert '"s0.host" -- "ib-switch" [label="infiniband-100g 12.5 GB/s x2"];' in x2
-    pod16 = render_dot(build_preset("pod16"))
-    dashed = [line for line in pod16.splitlines() if "style=dashed" in line]
-    assert len(dashed) == 4 and all("host-roce-100g" in line for line in dashed)
-
-
-def test_dot_escapes_quotes_in_names() -> None:
-    b = TopologyBuilder('odd "name"')
-    b.add_ipus(['ipu "0"'], hw.gc200())
-    dot = render_dot(b.build())
-    assert dot.startswith('graph "odd \\"name\\"" {')
-    assert '"ipu \\"0\\"" [label="ipu \\"0\\"", shape=box];' in dot
-
-
-def test_dot_refuses_huge_topologies() -> None:
-    with pytest.raises(UserError, match="unreadable.*--format json"):
-        render_dot(build_preset("pod65536"))
-
-
-def test_dot_labels_are_free_of_numpy_reprs() -> None:
-    # Node ids and counts come from NumPy arrays: labels must read "x2", not "np.int64(2)".
-    dot = render_dot(build_preset("pod128"))
-    assert "np." not in dot and "int64" not in dot
-    assert '"r0.m0.gw" -- "gw-fabric" [label="gw-link-100g 12.5 GB/s x2"];' in dot

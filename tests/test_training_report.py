@@ -135,3 +135,38 @@ def test_real_and_phantom_runs_share_one_efficiency_base():
 
     rows = scaling_table([run(1, "real", 1.0), run(8, "phantom", 2.0)])
     assert [round(r["efficiency"], 12) for r in rows] == [1.0, 0.5]
+
+
+def _axes_drawn(monkeypatch):
+    """Each figure's first axes, keyed by file name, instead of a PNG written."""
+    from cluster.training import report
+
+    drawn = {}
+
+    def keep(fig, path):
+        drawn[path.name] = fig.axes[0]
+        return path
+
+    monkeypatch.setattr(report, "save_png", keep)
+    return drawn
+
+
+def test_the_loss_plot_ticks_whole_steps_only(monkeypatch, tmp_path):
+    drawn = _axes_drawn(monkeypatch)
+    plot_loss([run(1, (1e-3, 0, 0, 0))], tmp_path / "loss.png")  # steps 0, 1, 2
+    ax = drawn["loss.png"]
+    low, high = ax.get_xlim()
+    ticks = [tick for tick in ax.get_xticks() if low <= tick <= high]
+    assert ticks and all(tick == int(tick) for tick in ticks), ticks
+
+
+def test_throughput_points_are_named_simulated_by_mode_never_measured(monkeypatch, tmp_path):
+    from cluster.training.report import plot_throughput
+
+    drawn = _axes_drawn(monkeypatch)
+    rows = scaling_table([run(1, (1e-3, 0, 0, 0)), run(2, (1e-3, 0, 0, 0), mode="phantom")])
+    plot_throughput(rows, tmp_path / "throughput.png")
+    labels = [line.get_label() for line in drawn["throughput.png"].lines]
+    assert "simulated (phantom mode)" in labels
+    assert any(label.startswith("simulated (real mode") for label in labels)
+    assert not any("measured" in label for label in labels)

@@ -8,8 +8,9 @@ import subprocess
 
 import pytest
 
+from cluster.model.rack_drawing import unit_of_nodes
 from cluster.model.spec import load_topology
-from cluster.model.unit_drawing import render_unit_dot, unit_of_nodes
+from cluster.model.unit_drawing import render_unit_dot
 
 
 def test_a_pod64_is_sixteen_machines_around_its_host():

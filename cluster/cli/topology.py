@@ -6,8 +6,9 @@ from __future__ import annotations
 import click
 
 from cluster.model.presets import presets
+from cluster.model.rack_drawing import render_dot
 from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
-from cluster.model.topology_show import render_dot, render_json, render_text, summarize
+from cluster.model.topology_show import render_json, render_text, summarize
 from cluster.model.unit_drawing import render_unit_dot
 
 

@@ -1,11 +1,12 @@
-"""Show a topology: a JSON-ready summary, a plain-text rendering, and a Graphviz DOT drawing.
+"""Show a topology: a JSON-ready summary and a plain-text rendering.
 
 :func:`summarize` condenses a :class:`~cluster.model.topology.Topology` into a dict of plain
 numbers and strings (what ``topology show`` prints): IPUs, processors, cards/machines,
 servers, IPU-Link domains, nodes, links per type, sync costs and a bisection bandwidth.
 Bandwidths are decimal GB/s (1e9 bytes/s) per direction, latencies and syncs nanoseconds.
 Everything is vectorised over links and IPUs, so a 65,536-IPU POD summarises in well under
-a second; only :func:`render_dot` walks nodes one by one, and it refuses huge topologies.
+a second. The DOT drawings are :mod:`cluster.model.rack_drawing` (one node per IPU) and
+:mod:`cluster.model.unit_drawing` (one per card or machine).
 """
 
 from __future__ import annotations
@@ -16,13 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from cluster.errors import UserError
 from cluster.model.costmodel import max_min_rates
 from cluster.model.routing import Router
-from cluster.model.topology import HOST, ROLES, Topology
+from cluster.model.topology import ROLES, Topology
 from cluster.model.units import GB, NANOSECOND
-
-DOT_MAX_NODES = 4096  # beyond this a drawing is an unreadable hairball
 
 
 def _clean(value: float) -> float:
@@ -162,60 +160,3 @@ def render_text(summary: dict[str, Any]) -> str:
 def render_json(summary: dict[str, Any]) -> str:
     """The summary as indented JSON."""
     return json.dumps(summary, indent=2)
-
-
-def dot_quote(text: str) -> str:
-    """A DOT double-quoted ID: names hold dots (``s0.card0.ipu0``), so always quote."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
-
-
-def _shape(kind: str) -> str:
-    """IPUs are boxes, any kind of switch (``switch``, ``pcie-switch``, ...) a diamond."""
-    if kind == "ipu":
-        return "box"
-    return "diamond" if kind.endswith("switch") else "ellipse"
-
-
-def render_dot(topology: Topology) -> str:
-    """A Graphviz DOT drawing (undirected ``graph``): one node per topology node, one edge
-    per physical link or bundle, labelled ``type GB/s`` per direction (``xN`` for a bundle
-    of N; host-only links dashed); each card's/machine's IPUs in a ``cluster_`` subgraph.
-
-    Raises :class:`UserError` above ``DOT_MAX_NODES`` nodes: such a drawing is unreadable.
-    """
-    if topology.node_count > DOT_MAX_NODES:
-        raise UserError(
-            f"topology {topology.name!r} has {topology.node_count:,} nodes: a DOT drawing of "
-            f"more than {DOT_MAX_NODES:,} would be unreadable; use --format json (or text) "
-            "or a smaller topology"
-        )
-    names, kinds = topology.node_names, topology.node_kinds
-
-    def node(i: int) -> str:
-        return f"{dot_quote(names[i])} [label={dot_quote(names[i])}, shape={_shape(kinds[i])}];"
-
-    lines = [f"graph {dot_quote(topology.name)} {{",
-             f"  graph [label={dot_quote(topology.name)}, labelloc=t];"]
-    grouped: set[int] = set()
-    for unit in topology.units:
-        lines.append(f"  subgraph {dot_quote('cluster_' + unit.name)} {{")
-        lines.append(f"    label={dot_quote(f'{unit.name} ({unit.kind})')};")
-        lines += [f"    {node(i)}" for i in unit.ipus]
-        lines.append("  }")
-        grouped.update(unit.ipus)
-    lines += [f"  {node(i)}" for i in range(topology.node_count) if i not in grouped]
-    host_role = ROLES.index(HOST)
-    for a, b, t, count, role in zip(topology.link_a.tolist(), topology.link_b.tolist(),
-                                    topology.link_type.tolist(),
-                                    topology.link_count.tolist(),
-                                    topology.link_role.tolist()):
-        link_type = topology.link_types[t]
-        label = f"{link_type.name} {_clean(link_type.bandwidth_Bps / GB):g} GB/s"
-        if count > 1:
-            label += f" x{count}"
-        style = ", style=dashed" if role == host_role else ""
-        lines.append(f"  {dot_quote(names[a])} -- {dot_quote(names[b])} "
-                     f"[label={dot_quote(label)}{style}];")
-    lines.append("}")
-    return "\n".join(lines)

@@ -9,24 +9,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from cluster.model.rack_drawing import dot_quote, unit_of_nodes
 from cluster.model.topology import HOST, ROLES, Topology
-from cluster.model.topology_show import dot_quote
 from cluster.model.units import GB
-
-
-def unit_of_nodes(topology: Topology) -> list[str]:
-    """For every node, the name of what it is drawn as: its unit if it is one of the
-    unit's IPUs or is named under it (``r0.m3.gw`` under ``r0.m3``), else itself."""
-    group = list(topology.node_names)
-    for unit in topology.units:
-        for ipu in unit.ipus:
-            group[ipu] = unit.name
-    prefixes = {unit.name + "." for unit in topology.units}
-    for node, name in enumerate(topology.node_names):
-        owner = name.rsplit(".", 1)[0] + "."
-        if node >= topology.ipu_count and (owner in prefixes or name + "." in prefixes):
-            group[node] = owner[:-1] if owner in prefixes else name
-    return group
 
 
 def render_unit_dot(topology: Topology) -> str:

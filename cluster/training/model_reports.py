@@ -29,6 +29,15 @@ PARTS = (("compute_seconds", "compute"), ("pipeline_bubble_seconds", "pipeline b
 SHARDED_PARTS = (("shard_exchange_seconds", "shard exchange"),
                  ("weight_gather_seconds", "weight gather"))
 """Parts only runs with sharded optimiser state or columns have: shown when a row has them."""
+BUBBLE_OF_STEP = "bubble, % of step"
+"""The bubble's share of the whole step: what pipelining's idle time costs a step."""
+BUBBLE_OF_SPAN = "bubble, % of compute + bubble"
+"""The bubble's share of the pipeline's span, compute + bubble: the share
+``(K - 1) / (M + K - 1)`` predicts for equal stages, and the one bubble.png plots."""
+BUBBLE_NOTE = (f"*{BUBBLE_OF_STEP}*: pipeline bubble / step time. *{BUBBLE_OF_SPAN}*: "
+               "pipeline bubble / (compute + pipeline bubble), the share "
+               "(K - 1) / (M + K - 1) predicts for K equal stages and M micro-batches, "
+               "and the one bubble.png plots (fill-drain).")
 
 
 def parts_shown(rows: list[Row]) -> list[tuple[str, str]]:
@@ -87,22 +96,25 @@ def _fmt(row: Row, key: str, scale: float = 1.0, spec: str = ".3f") -> str:
 
 
 def pipeline_table(rows: list[Row]) -> str:
-    """Markdown: one line per run of :func:`pipeline_sweep`."""
+    """Markdown: one line per run of :func:`pipeline_sweep`, then what the two bubble
+    columns are (:data:`BUBBLE_NOTE`)."""
     lines = ["| IPUs/replica | schedule | micro-batches | replicas | step (ms) | samples/s | "
-             "bubble | between stages (ms) | peak memory/IPU (MB) |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"{BUBBLE_OF_STEP} | {BUBBLE_OF_SPAN} | between stages (ms) | "
+             "peak memory/IPU (MB) |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         if not row["fits"]:
             lines.append(f"| {row['ipus_per_replica']} | {row['schedule']} | "
-                         f"{row['micro_batches']} | - | {row['verdict']} | | | | |")
+                         f"{row['micro_batches']} | - | {row['verdict']} | | | | | |")
             continue
         lines.append(f"| {row['ipus_per_replica']} | {row['schedule']} | "
                      f"{row['micro_batches']} | {row['replicas']} | {_fmt(row, 'sim_seconds', 1e3)}"
                      f" | {_fmt(row, 'throughput', 1, ',.0f')} | "
                      f"{_fmt(row, 'bubble_fraction', 1, '.1%')} | "
+                     f"{_fmt(row, 'span_bubble_fraction', 1, '.1%')} | "
                      f"{_fmt(row, 'inter_stage_seconds', 1e3)} | "
                      f"{_fmt(row, 'peak_memory_bytes', 1e-6, ',.0f')} |")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", BUBBLE_NOTE])
 
 
 def scaling_table(rows: list[Row]) -> str:
@@ -122,12 +134,28 @@ def scaling_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def bubble_points(rows: list[Row]) -> dict[int, list[tuple[int, float]]]:
+    """What bubble.png plots: per K (IPUs per replica), the fill-drain runs that fit as
+    (micro-batches, :data:`BUBBLE_OF_SPAN` as a fraction), by micro-batches; the same
+    figure as the table's column of that name."""
+    points: dict[int, list[tuple[int, float]]] = {}
+    for row in rows:
+        if row["fits"] and row["schedule"] == "fill-drain":
+            points.setdefault(row["ipus_per_replica"], []).append(
+                (row["micro_batches"], row["span_bubble_fraction"]))
+    return {k: sorted(points[k]) for k in sorted(points)}
+
+
 def plot_pipeline(rows: list[Row], out: Path) -> list[Path]:
     """throughput.png (samples/s against IPUs per replica, per schedule, at the most
-    micro-batches) and bubble.png (the bubble's share of the pipeline's compute span
+    micro-batches) and bubble.png (:func:`bubble_points`: :data:`BUBBLE_OF_SPAN`
     against micro-batches, per K, with the formula for equal stages, (K - 1) / (M + K - 1),
     dashed: the workload's stages are not quite equal)."""
     plt = pyplot()
+    from matplotlib.ticker import FuncFormatter, PercentFormatter
+
+    whole = FuncFormatter(lambda value, _: f"{value:g}")  # 1, 2, 4 ... rather than 2^k
+
     fitting = [row for row in rows if row["fits"]]
     most = max((row["micro_batches"] for row in fitting), default=1)
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -137,6 +165,7 @@ def plot_pipeline(rows: list[Row], out: Path) -> list[Path]:
         if mine:
             ax.plot(*zip(*mine), marker="o", label=f"{schedule}, {most} micro-batches")
     ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(whole)
     ax.set_xlabel("IPUs per replica (pipeline stages)")
     ax.set_ylabel("throughput (samples per simulated second)")
     ax.set_title("Pipelined training throughput (simulated)")
@@ -144,17 +173,16 @@ def plot_pipeline(rows: list[Row], out: Path) -> list[Path]:
     _legend(ax)
     paths = [save_png(fig, out / "throughput.png")]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for k in sorted({row["ipus_per_replica"] for row in fitting}):
-        mine = sorted((row["micro_batches"], row["span_bubble_fraction"]) for row in fitting
-                      if row["ipus_per_replica"] == k and row["schedule"] == "fill-drain")
-        if mine:
-            line = ax.plot(*zip(*mine), marker="o", label=f"K = {k}")[0]
-            ms = [m for m, _ in mine]
-            ax.plot(ms, [(k - 1) / (m + k - 1) for m in ms], linestyle="--",
-                    color=line.get_color(), alpha=0.6)
+    for k, mine in bubble_points(rows).items():
+        line = ax.plot(*zip(*mine), marker="o", label=f"K = {k}")[0]
+        ms = [m for m, _ in mine]
+        ax.plot(ms, [(k - 1) / (m + k - 1) for m in ms], linestyle="--",
+                color=line.get_color(), alpha=0.6)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("micro-batches per step (gradient accumulation)")
-    ax.set_ylabel("bubble / (compute + bubble), simulated")
+    ax.xaxis.set_major_formatter(whole)
+    ax.set_xlabel("micro-batches per step, M (gradient accumulation)")
+    ax.set_ylabel(f"{BUBBLE_OF_SPAN} (simulated)")
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_title("Pipeline bubble, fill-drain (dashed: (K-1)/(M+K-1))")
     ax.grid(True, alpha=0.3)
     _legend(ax)

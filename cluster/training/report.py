@@ -199,6 +199,9 @@ def plot_loss(runs: list[Record], path: Path | str) -> Path:
     else:
         ax.text(0.5, 0.5, "no losses: phantom runs carry no data", transform=ax.transAxes,
                 ha="center", va="center")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no tick at 2.5
     ax.set_xlabel("training step (optimizer updates)")
     ax.set_ylabel("training loss (mean per sample, unitless)")
     ax.set_title("Training loss per step (data-parallel, simulated IPU-POD)")
@@ -206,8 +209,17 @@ def plot_loss(runs: list[Record], path: Path | str) -> Path:
     return save_png(fig, path)
 
 
+THROUGHPUT_LABELS = {
+    "phantom": "simulated (phantom mode)",
+    "real": "simulated (real mode: data moved, time from the cost model)",
+}
+"""What throughput.png calls a run's points, by mode: in both modes the time is the cost
+model's simulated step, never wall-clock time, so neither is "measured"."""
+
+
 def plot_throughput(rows: list[Record], path: Path | str) -> Path:
-    """Throughput (samples per simulated second) against servers, with ideal linear scaling.
+    """Throughput (samples per simulated second) against servers, with ideal linear scaling;
+    each mode's points are named by :data:`THROUGHPUT_LABELS`.
 
     The ideal line grows from the smallest run in proportion to the server count; the x axis
     is log2 with a tick at each server count measured.
@@ -226,7 +238,7 @@ def plot_throughput(rows: list[Record], path: Path | str) -> Path:
         mine = [row for row in rows if row["mode"] == mode]
         xs = [row["servers"] for row in mine]
         ys = [row["throughput_samples_per_sim_second"] for row in mine]
-        ax.plot(xs, ys, marker="o", label=f"measured ({mode} mode)")
+        ax.plot(xs, ys, marker="o", label=THROUGHPUT_LABELS.get(mode, f"simulated ({mode} mode)"))
         for row in mine:
             ax.annotate(f"{row['efficiency']:.0%}", (row["servers"],
                         row["throughput_samples_per_sim_second"]),
