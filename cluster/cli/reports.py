@@ -14,6 +14,7 @@ from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.train import (
     ALGORITHM_OPTION,
     EFFICIENCY_SCALE_OPTION,
+    GRADIENT_DTYPE_OPTION,
     MICRO_BATCH_OPTION,
     OPTIMIZER_STATE_OPTION,
     PIPELINE_SCHEDULE_OPTION,
@@ -58,6 +59,7 @@ MODEL_OPTIONS = [
                       "or a workload YAML file."),
     click.option("--sequence-length", type=int, default=None,
                  help="Tokens per sample for the BERTs and GPT-2."),
+    GRADIENT_DTYPE_OPTION,
     MICRO_BATCH_OPTION,
     OPTIMIZER_STATE_OPTION,
     click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
@@ -74,8 +76,9 @@ def model_options(command: Any) -> Any:
     return command
 
 
-def _base(model: str, sequence_length: int | None, micro_batch: int | None,
-          optimizer_state: str, topology: str, **fields: Any) -> TrainConfig:
+def _base(model: str, sequence_length: int | None, gradient_dtype: str | None,
+          micro_batch: int | None, optimizer_state: str, topology: str,
+          **fields: Any) -> TrainConfig:
     """The phantom run the report sweeps from, placed on ``topology``, with the
     micro-batch (and ``fields``' IPUs per replica when None) the first that fits
     (:func:`cluster.training.fit.resolve`)."""
@@ -84,6 +87,7 @@ def _base(model: str, sequence_length: int | None, micro_batch: int | None,
         free.add("ipus_per_replica")
         fields["ipus_per_replica"] = DEFAULTS.ipus_per_replica[0]
     return resolve(TrainConfig(model=model, sequence_length=sequence_length,
+                               gradient_dtype=gradient_dtype,
                                micro_batch=micro_batch or DEFAULTS.micro_batches[0],
                                optimizer_state=optimizer_state, topology=topology,
                                mode=Mode.PHANTOM, replicas_per_server=0, **fields),

@@ -90,6 +90,9 @@ OPTIMIZER_STATE_OPTION = click.option(
          "place a DSS 8440 has), an IPU-M2000's Streaming Memory (streamed in for each "
          "update), or sharded over the replicas of a server or rack (PopART's replicated "
          "tensor sharding: each updates its share), or both.")
+GRADIENT_DTYPE_OPTION = click.option(
+    "--gradient-dtype", type=click.Choice(["float16", "float32"]), default=None,
+    help="Number format of the gradients allreduced (default: the model's).")
 MICRO_BATCH_OPTION = click.option(
     "--micro-batch", "--batch-size", "micro_batch", type=int, default=None,
     help="Samples per replica per micro-batch (default: the largest of "
@@ -120,8 +123,7 @@ COMMON_OPTIONS = [
                       "a workload YAML file (docs/workloads.md)."),
     click.option("--sequence-length", type=int, default=None,
                  help="Tokens per sample for bert-base, bert-large and gpt2-xl."),
-    click.option("--gradient-dtype", type=click.Choice(["float16", "float32"]), default=None,
-                 help="Number format of the gradients allreduced (default: the model's)."),
+    GRADIENT_DTYPE_OPTION,
     OPTIMIZER_STATE_OPTION,
     MICRO_BATCH_OPTION,
     click.option("--gradient-accumulation", type=int, default=DEFAULTS.accumulation,

@@ -102,7 +102,8 @@ def hint(config: TrainConfig, topology: Topology) -> str:
                     f"--ipus-per-replica {pod.ipus_per_replica} --micro-batch "
                     f"{pod.micro_batch}")
     return ("nothing tried fits (up to 16 IPUs per replica, micro-batch 1, recomputation, "
-            "every --optimizer-state): this model needs IPUs with more memory")
+            "every --optimizer-state): make the model smaller (a shorter --sequence-length, "
+            "a workload file) or use IPUs with more memory")
 
 
 def _fitting_changes(config: TrainConfig, topology: Topology) -> list[dict[str, Any]]:
