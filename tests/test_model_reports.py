@@ -41,15 +41,21 @@ def test_resnet50_on_a_pod64_reports_every_part_of_its_step():
 
 def test_a_model_too_big_for_its_ipus_is_refused_naming_the_stage_and_what_would_help():
     config = TrainConfig(model="gpt2-xl", topology="pod16", mode="phantom", micro_batch=1,
-                         ipus_per_replica=2, steps=1, replicas_per_server=0)
+                         ipus_per_replica=2, steps=1, replicas_per_server=0,
+                         sequence_length=512)
     with pytest.raises(OutOfMemory, match=r"stage 0 of 2 .* on IPU r0\.m0\.ipu0.*"
-                                          r"--ipus-per-replica 4"):
+                                          r"try --ipus-per-replica 16 --optimizer-state "
+                                          r"streaming \(each checked: it fits\)"):
         train(config)
     fits = train(TrainConfig(model="gpt2-xl", topology="pod16", mode="phantom", micro_batch=1,
                              ipus_per_replica=16, accumulation=16, steps=1,
                              replicas_per_server=0, optimizer_state="streaming",
                              sequence_length=512))
     assert fits["replicas"] == 1 and len(fits["steps"][0]["stage_compute_seconds"]) == 16
+    whole = TrainConfig(model="gpt2-xl", topology="pod16", mode="phantom", micro_batch=1,
+                        ipus_per_replica=16, steps=1, replicas_per_server=0)
+    with pytest.raises(OutOfMemory, match="nothing tried fits"):  # and no hint that fails
+        train(whole)
 
 
 @pytest.mark.parametrize("changes, words", [
@@ -87,6 +93,7 @@ def test_the_scaling_report_runs_a_recipes_placement_with_the_last_stage_on_ipu_
     run = ipupod("scaling-report", "--model", "bert-large", "--sequence-length", "512",
                  "--micro-batch", "2", "--ipus-per-replica", "4", "--gradient-accumulation",
                  "8", "--layers-per-ipu", "1,13,13,13,11", "--final-stage-on-first-ipu",
+                 "--optimizer-state", "sharded-streaming",  # as the recipe
                  "--topologies", "pod16,pod64", "--out", str(tmp_path / "scale"))
     assert run.returncode == 0, run.stderr[-2000:]
     assert "| pod64 | 64 |" in (tmp_path / "scale" / "README.md").read_text()
@@ -99,7 +106,9 @@ def test_the_scaling_report_runs_a_recipes_placement_with_the_last_stage_on_ipu_
 
 def _table_rows(readme: str) -> dict[str, dict[str, float]]:
     """The scaling table's cells by topology and column (numbers, commas dropped)."""
-    lines = [line for line in readme.splitlines() if line.startswith("| ")]
+    table = readme.split("\n| ", 1)[1].split("\n\n", 1)[0]  # the first table, not settings
+    lines = ["| " + line if i == 0 else line for i, line in enumerate(table.splitlines())]
+    lines = [line for line in lines if line.startswith("| ")]
     head = [cell.strip() for cell in lines[0].strip("|").split("|")]
     rows = {}
     for line in lines[1:]:

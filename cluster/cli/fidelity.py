@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.train import common_options, make_config
 from cluster.errors import UserError
 from cluster.training.fidelity.calibration import calibrate
@@ -51,12 +52,10 @@ def calibrate_command(topology_spec: str, measured_step_ms: float, as_json: bool
         raise UserError("--efficiency-scale is what calibrate finds from --measured-step-ms: "
                         "leave it out")
     options["efficiency_scale"] = 1.0
-    config = replace(make_config(1, "phantom", False, **options), topology=topology_spec)
+    config = make_config(None, "phantom", False, topology=topology_spec, **options)
     topology = topology_for(config)
-    per = server_ipus(topology)[0].size // config.ipus_per_replica
-    config = replace(config, servers=len(server_ipus(topology)),
-                     replicas_per_server=options["replicas_per_server"] or per)
     config.validate(topology, server_ipus(topology)[0].size)
+    assumed = settings_record(command_settings(config))
     found = calibrate(config, topology, measured_step_ms / 1e3)
     parts = step_time(replace(config, efficiency_scale=found.efficiency_scale),
                       topology).parts()
@@ -66,7 +65,7 @@ def calibrate_command(topology_spec: str, measured_step_ms: float, as_json: bool
                                "efficiency_scale": found.efficiency_scale,
                                "efficiencies": vars(found.efficiencies),
                                "predicted_step_seconds": found.predicted_step_seconds,
-                               "predicted_parts": parts}, indent=2))
+                               "predicted_parts": parts, **assumed}, indent=2))
         return
     kinds = ", ".join(f"{kind} {value:.4f}" for kind, value in vars(found.efficiencies).items())
     click.echo(f"# {config.model} on {topology.name}: {config.replicas} replicas of "
@@ -78,6 +77,7 @@ def calibrate_command(topology_spec: str, measured_step_ms: float, as_json: bool
                + ", ".join(f"{PART_TITLES.get(name, name.removesuffix('_seconds'))} "
                            f"{value * 1e3:.3f}" for name, value in parts.items()
                            if value >= 5e-7))
+    click.echo(f"# every setting: {assumed['made_by']}")
     click.echo(f"# predict other systems with: ipupod train --mode phantom ... "
                f"--efficiency-scale {found.efficiency_scale:.4f}")
 

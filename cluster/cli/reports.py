@@ -3,16 +3,20 @@ workload, written as README.md and PNG plots (:mod:`cluster.training.model_repor
 
 from __future__ import annotations
 
-import sys
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
+from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.train import (
     ALGORITHM_OPTION,
     EFFICIENCY_SCALE_OPTION,
+    GRADIENT_DTYPE_OPTION,
+    MICRO_BATCH_OPTION,
+    OPTIMIZER_STATE_OPTION,
     PIPELINE_SCHEDULE_OPTION,
     _counts_option,
     report_folder,
@@ -20,7 +24,11 @@ from cluster.cli.train import (
 from cluster.errors import UserError, quoted
 from cluster.training import model_reports
 from cluster.training.config import IPUS_PER_REPLICA, TrainConfig
+from cluster.training.defaults import DEFAULTS
+from cluster.training.fit import resolve, sweep_micro_batch
 from cluster.training.pipeline.schedules import schedule_names
+from cluster.training.settings import Setting
+from cluster.training.settings import markdown as settings_markdown
 from gcl.modes import Mode
 
 
@@ -46,19 +54,19 @@ def _counts(text: str, option: str) -> list[int]:
 
 
 MODEL_OPTIONS = [
-    click.option("--model", default="bert-large", show_default=True,
+    click.option("--model", default=DEFAULTS.report_model, show_default=True,
                  help="A built-in workload (resnet50, bert-base, bert-large, gpt2-xl, mlp) "
                       "or a workload YAML file."),
     click.option("--sequence-length", type=int, default=None,
                  help="Tokens per sample for the BERTs and GPT-2."),
-    click.option("--micro-batch", type=int, default=1, show_default=True,
-                 help="Samples per replica per micro-batch."),
-    click.option("--optimizer-state",
-                 type=click.Choice(["in-processor", "streaming", "sharded",
-                                   "sharded-streaming"]),
-                 default="streaming", show_default=True),
+    GRADIENT_DTYPE_OPTION,
+    MICRO_BATCH_OPTION,
+    OPTIMIZER_STATE_OPTION,
     click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
                  required=True, help="Folder for README.md and the plots; made if missing."),
+    click.option("--json", "as_json", is_flag=True,
+                 help="Print the settings and the rows (seconds) as JSON instead of the "
+                      "table."),
 ]
 
 
@@ -68,11 +76,27 @@ def model_options(command: Any) -> Any:
     return command
 
 
-def _base(model: str, sequence_length: int | None, micro_batch: int,
-          optimizer_state: str, topology: str | None = None) -> TrainConfig:
-    return TrainConfig(model=model, sequence_length=sequence_length, micro_batch=micro_batch,
-                       optimizer_state=optimizer_state, topology=topology,
-                       mode=Mode.PHANTOM)
+def _base(model: str, sequence_length: int | None, gradient_dtype: str | None,
+          micro_batch: int | None, optimizer_state: str, topology: str,
+          **fields: Any) -> TrainConfig:
+    """The phantom run the report sweeps from, placed on ``topology``, with the
+    micro-batch (and ``fields``' IPUs per replica when None) the first that fits
+    (:func:`cluster.training.fit.resolve`)."""
+    free = {"micro_batch"} if micro_batch is None else set()
+    if fields.get("ipus_per_replica", 1) is None:
+        free.add("ipus_per_replica")
+        fields["ipus_per_replica"] = DEFAULTS.ipus_per_replica[0]
+    return resolve(TrainConfig(model=model, sequence_length=sequence_length,
+                               gradient_dtype=gradient_dtype,
+                               micro_batch=micro_batch or DEFAULTS.micro_batches[0],
+                               optimizer_state=optimizer_state, topology=topology,
+                               mode=Mode.PHANTOM, replicas_per_server=0, **fields),
+                   frozenset(free))
+
+
+SWEEP_RULES = {"--micro-batch": "the largest of "
+                               f"{', '.join(map(str, DEFAULTS.micro_batches))} at which the "
+                               "most of the sweep fits In-Processor-Memory"}
 
 
 def _why_none_runs(rows: list[dict[str, Any]]) -> str:
@@ -96,7 +120,7 @@ def _why_none_runs(rows: list[dict[str, Any]]) -> str:
               help="Gradient accumulation counts: micro-batches in flight.")
 @model_options
 def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batches: str,
-                            out_dir: Path, **model: Any) -> None:
+                            out_dir: Path, as_json: bool, **model: Any) -> None:
     """Pipelining: throughput and bubble against stages, schedule and micro-batches."""
     sweep = (_counts(ks, "--ipus-per-replica"), _items(schedules, "--schedules"),
              _counts(micro_batches, "--micro-batches"))
@@ -109,19 +133,27 @@ def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batche
             raise UserError(f"--schedules takes {' and '.join(schedule_names())}, not "
                             f"{quoted(name)}")
     with report_folder(out_dir):
-        rows = model_reports.pipeline_sweep(_base(topology=topology, **model), *sweep)
+        base = _base(topology=topology, **{**model, "micro_batch": model["micro_batch"] or 1})
+        if model["micro_batch"] is None:  # the one at which the most of the sweep fits
+            base = replace(base, micro_batch=sweep_micro_batch(
+                model_reports.pipeline_configs(base, *sweep)))
+        rows = model_reports.pipeline_sweep(base, *sweep)
         if not any(row["fits"] for row in rows):
             raise UserError(f"{model['model']} runs in none of these configurations: "
                             f"{_why_none_runs(rows)}")
     _publish(out_dir, f"Pipelining {model['model']} on {topology} (simulated)",
-             "pipeline-report", model_reports.pipeline_table(rows),
-             model_reports.plot_pipeline(rows, out_dir))
+             command_settings(base, swept=("--ipus-per-replica",), rules=SWEEP_RULES), rows,
+             as_json,
+             model_reports.pipeline_table(rows), model_reports.plot_pipeline(rows, out_dir))
 
 
 @click.command("scaling-report")
 @click.option("--topologies", default="pod16,pod64,pod128,pod256", show_default=True)
-@click.option("--ipus-per-replica", "k", type=int, default=1, show_default=True)
-@click.option("--gradient-accumulation", type=int, default=1, show_default=True)
+@click.option("--ipus-per-replica", "k", type=click.Choice([str(k) for k in IPUS_PER_REPLICA]),
+              default=None, help="IPUs per replica (default: the fewest that fit "
+                                 "In-Processor-Memory on the first topology).")
+@click.option("--gradient-accumulation", type=int, default=DEFAULTS.accumulation,
+              show_default=True)
 @click.option("--layers-per-ipu", default=None,
               help="Consecutive layers on each pipeline stage (a recipe's placement; "
                    "default: balanced on FLOPs).")
@@ -132,30 +164,38 @@ def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batche
 @ALGORITHM_OPTION
 @EFFICIENCY_SCALE_OPTION
 @model_options
-def scaling_report_command(topologies: str, k: int, gradient_accumulation: int,
+def scaling_report_command(topologies: str, k: str | None, gradient_accumulation: int,
                            layers_per_ipu: str | None, final_stage_on_first_ipu: bool,
                            pipeline_schedule: str, algorithm: str, efficiency_scale: float,
-                           out_dir: Path, **model: Any) -> None:
+                           out_dir: Path, as_json: bool, **model: Any) -> None:
     """Scaling: throughput, per-IPU efficiency and the step's parts across topologies
     (with `ipupod calibrate`'s --efficiency-scale and a recipe's settings: a prediction)."""
     names = _items(topologies, "--topologies")
     with report_folder(out_dir):
-        base = replace(_base(**model), ipus_per_replica=k, accumulation=gradient_accumulation,
-                       layers_per_ipu=_counts_option(layers_per_ipu, "--layers-per-ipu"),
-                       final_stage_on_first_ipu=final_stage_on_first_ipu,
-                       pipeline_schedule=pipeline_schedule, algorithm=algorithm,
-                       efficiency_scale=efficiency_scale)
+        base = _base(topology=names[0], ipus_per_replica=None if k is None else int(k),
+                     accumulation=gradient_accumulation,
+                     layers_per_ipu=_counts_option(layers_per_ipu, "--layers-per-ipu"),
+                     final_stage_on_first_ipu=final_stage_on_first_ipu,
+                     pipeline_schedule=pipeline_schedule, algorithm=algorithm,
+                     efficiency_scale=efficiency_scale, **model)
         rows = model_reports.scaling_sweep(base, names)
         if not any(row["fits"] for row in rows):
             raise UserError(f"{model['model']} fits none of these topologies: "
                             f"{rows[0]['why']}")
-    _publish(out_dir, f"Scaling {model['model']} across PODs (simulated)", "scaling-report",
-             model_reports.scaling_table(rows), model_reports.plot_scaling(rows, out_dir))
+    _publish(out_dir, f"Scaling {model['model']} across PODs (simulated)",
+             command_settings(base), rows, as_json, model_reports.scaling_table(rows),
+             model_reports.plot_scaling(rows, out_dir))
 
 
-def _publish(out_dir: Path, title: str, command: str, table: str, images: list[Path]) -> None:
-    """Write the report's README beside its plots, print its table and where it is."""
-    readme = model_reports.write(out_dir, title, f"ipupod {command} " + " ".join(sys.argv[2:]),
-                                 table, images)
+def _publish(out_dir: Path, title: str, assumed: list[Setting], rows: list[dict[str, Any]],
+             as_json: bool, table: str, images: list[Path]) -> None:
+    """Write the report's README beside its plots; print its table and where it is, or
+    with ``as_json`` its settings and rows."""
+    record = settings_record(assumed)
+    readme = model_reports.write(out_dir, title, record["made_by"], table, images,
+                                 settings_markdown(assumed))
+    if as_json:
+        click.echo(json.dumps({**record, "rows": rows, "readme": str(readme)}, indent=2))
+        return
     click.echo(table)
     click.echo(f"# report: {readme}")

@@ -3,25 +3,27 @@
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
+from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
 from cluster.errors import UserError, quoted
-from cluster.training.config import IPUS_PER_REPLICA, IPUS_PER_SERVER, TrainConfig
-from cluster.training.memory_plan import check_fits, stage_memory
-from cluster.training.pipeline.schedules import DEFAULT as DEFAULT_SCHEDULE
+from cluster.training.config import IPUS_PER_REPLICA, MLP, OPTIMIZER_STATE, SPLITS, TrainConfig
+from cluster.training.defaults import DEFAULTS
+from cluster.training.fit import check_fits, default_topology, resolve
+from cluster.training.memory_plan import stage_memory
 from cluster.training.pipeline.schedules import schedule_names
 from cluster.training.placement import server_ipus, topology_for
 from cluster.training.report import format_table, scaling_table, write_report
+from cluster.training.settings import made_by
+from cluster.training.settings import markdown as settings_markdown
 from cluster.training.trainer import train
 from gcl.modes import Mode
 
@@ -67,30 +69,45 @@ def run(config: TrainConfig, ray_address: str | None, on_step: Progress) -> dict
 
 
 PIPELINE_SCHEDULE_OPTION = click.option(
-    "--pipeline-schedule", type=click.Choice(schedule_names()), default=DEFAULT_SCHEDULE,
+    "--pipeline-schedule", type=click.Choice(schedule_names()),
+    default=DEFAULTS.pipeline_schedule,
     show_default=True,
     help="Order of the stages' passes: fill-drain (GPipe), 1f1b (less activation memory) or "
          "popart (PopART's lock-step cycles, the copies between them; at least 2K - 1 "
          "micro-batches for K stages: --ipus-per-replica, one more with "
          "--final-stage-on-first-ipu).")
-ALGORITHM_OPTION = click.option("--algorithm", default="hierarchical", show_default=True,
+ALGORITHM_OPTION = click.option("--algorithm", default=DEFAULTS.algorithm, show_default=True,
                                 help="Allreduce algorithm for the gradients (or auto).")
 EFFICIENCY_SCALE_OPTION = click.option(
-    "--efficiency-scale", type=float, default=1.0, show_default=True,
+    "--efficiency-scale", type=float, default=DEFAULTS.efficiency_scale, show_default=True,
     help="Every layer kind's compute efficiency times this, for a workload: what `ipupod "
          "calibrate` derives from a measured step time.")
 """Options ``scaling-report`` takes too, to report a calibrated prediction."""
+OPTIMIZER_STATE_OPTION = click.option(
+    "--optimizer-state", type=click.Choice(list(OPTIMIZER_STATE)),
+    default=DEFAULTS.optimizer_state, show_default=True,
+    help="Where the optimiser's values live: In-Processor-Memory (Poplar's default, the only "
+         "place a DSS 8440 has), an IPU-M2000's Streaming Memory (streamed in for each "
+         "update), or sharded over the replicas of a server or rack (PopART's replicated "
+         "tensor sharding: each updates its share), or both.")
+GRADIENT_DTYPE_OPTION = click.option(
+    "--gradient-dtype", type=click.Choice(["float16", "float32"]), default=None,
+    help="Number format of the gradients allreduced (default: the model's).")
+MICRO_BATCH_OPTION = click.option(
+    "--micro-batch", "--batch-size", "micro_batch", type=int, default=None,
+    help="Samples per replica per micro-batch (default: the largest of "
+         f"{', '.join(map(str, DEFAULTS.micro_batches))} that fits In-Processor-Memory).")
 
 COMMON_OPTIONS = [
     click.option("--replicas-per-server", type=int, default=None,
                  help="Replicas per server (default: as many as fit, 16 IPUs / "
                       "--ipus-per-replica)."),
     click.option("--ipus-per-replica", "--gcd", "ipus_per_replica",
-                 type=click.Choice([str(k) for k in IPUS_PER_REPLICA]), default="1",
-                 show_default=True,
+                 type=click.Choice([str(k) for k in IPUS_PER_REPLICA]), default=None,
                  help="IPUs per replica (its Graph Compile Domain; --gcd is the same): a "
-                      "pipeline of as many stages on successive IPUs."),
-    click.option("--split", type=click.Choice(["pipeline", "shard"]), default="pipeline",
+                      "pipeline of as many stages on successive IPUs (default: the fewest "
+                      "that fit In-Processor-Memory)."),
+    click.option("--split", type=click.Choice(list(SPLITS)), default=DEFAULTS.split,
                  show_default=True,
                  help="How a replica's layers spread over its IPUs: pipeline stages, or the "
                       "MLP's widest layer split by columns (shard)."),
@@ -100,32 +117,24 @@ COMMON_OPTIONS = [
                       "backward pass (less memory, one more forward's FLOPs). Default: as "
                       "the model's published IPU recipe (on for the built-in workloads, off "
                       "for the MLP)."),
-    click.option("--model", default="mlp", show_default=True,
+    click.option("--model", default=DEFAULTS.model, show_default=True,
                  help="What to train: mlp (the NumPy MLP, real or phantom), or a workload "
                       "priced in phantom mode: resnet50, bert-base, bert-large, gpt2-xl, or "
                       "a workload YAML file (docs/workloads.md)."),
     click.option("--sequence-length", type=int, default=None,
                  help="Tokens per sample for bert-base, bert-large and gpt2-xl."),
-    click.option("--gradient-dtype", type=click.Choice(["float16", "float32"]), default=None,
-                 help="Number format of the gradients allreduced (default: the model's)."),
-    click.option("--optimizer-state",
-                 type=click.Choice(["in-processor", "streaming", "sharded",
-                                   "sharded-streaming"]),
-                 default="in-processor", show_default=True,
-                 help="Where the optimiser's values live: In-Processor-Memory, an "
-                      "IPU-M2000's Streaming Memory (streamed in for each update), or "
-                      "sharded over the replicas of a server or rack (PopART's replicated "
-                      "tensor sharding: each updates its share), or both."),
-    click.option("--batch-size", "--micro-batch", "batch_size", type=int, default=32,
-                 show_default=True, help="Samples per replica per micro-batch."),
-    click.option("--gradient-accumulation", type=int, default=1, show_default=True,
+    GRADIENT_DTYPE_OPTION,
+    OPTIMIZER_STATE_OPTION,
+    MICRO_BATCH_OPTION,
+    click.option("--gradient-accumulation", type=int, default=DEFAULTS.accumulation,
+                 show_default=True,
                  help="Micro-batches per step: in flight in the pipeline (1 to 65536)."),
-    click.option("--steps", type=int, default=20, show_default=True,
+    click.option("--steps", type=int, default=DEFAULTS.steps, show_default=True,
                  help="Training steps to run (1 to 1,000,000)."),
     ALGORITHM_OPTION,
-    click.option("--seed", type=int, default=0, show_default=True),
-    click.option("--lr", type=float, default=0.05, show_default=True),
-    click.option("--momentum", type=float, default=0.9, show_default=True),
+    click.option("--seed", type=int, default=DEFAULTS.seed, show_default=True),
+    click.option("--lr", type=float, default=DEFAULTS.lr, show_default=True),
+    click.option("--momentum", type=float, default=DEFAULTS.momentum, show_default=True),
     click.option("--hidden", default=None,
                  help="Hidden layer widths, e.g. 128,64 (default: 128, once per stage "
                       "boundary, at least once)."),
@@ -148,28 +157,37 @@ def common_options(command: Command) -> Command:
     return command
 
 
-def make_config(servers: int, mode: str, check: bool, replicas_per_server: int | None,
-                ipus_per_replica: str, split: str, pipeline_schedule: str, recompute: bool,
-                model: str,
+def make_config(servers: int | None, mode: str | None, check: bool,
+                replicas_per_server: int | None, ipus_per_replica: str | None, split: str,
+                pipeline_schedule: str, recompute: bool | None, model: str,
                 sequence_length: int | None, gradient_dtype: str | None,
-                optimizer_state: str, batch_size: int, gradient_accumulation: int, steps: int,
-                algorithm: str, seed: int, lr: float, momentum: float,
-                hidden: str | None, efficiency_scale: float = 1.0,
-                layers_per_ipu: str | None = None,
-                final_stage_on_first_ipu: bool = False) -> TrainConfig:
-    """The training configuration the options describe."""
-    k = int(ipus_per_replica)
-    return TrainConfig(servers=servers, ipus_per_replica=k, model=model, split=split,
-                       sequence_length=sequence_length, gradient_dtype=gradient_dtype,
-                       optimizer_state=optimizer_state,
-                       replicas_per_server=replicas_per_server or IPUS_PER_SERVER // k,
-                       pipeline_schedule=pipeline_schedule, recompute=recompute,
-                       micro_batch=batch_size, accumulation=gradient_accumulation, steps=steps,
-                       algorithm=algorithm, seed=seed, lr=lr, momentum=momentum,
-                       hidden=_hidden(hidden), mode=Mode(mode), check=check,
-                       efficiency_scale=efficiency_scale,
-                       layers_per_ipu=_counts_option(layers_per_ipu, "--layers-per-ipu"),
-                       final_stage_on_first_ipu=final_stage_on_first_ipu)
+                optimizer_state: str, micro_batch: int | None, gradient_accumulation: int,
+                steps: int, algorithm: str, seed: int, lr: float, momentum: float,
+                hidden: str | None, efficiency_scale: float = DEFAULTS.efficiency_scale,
+                layers_per_ipu: str | None = None, final_stage_on_first_ipu: bool = False,
+                topology: str | None = None) -> TrainConfig:
+    """The training configuration the options describe, each default left out resolved
+    (:func:`cluster.training.fit.resolve`): the topology and mode by the model, the
+    micro-batch and IPUs per replica the first that fit."""
+    free = frozenset(name for name, value in (("micro_batch", micro_batch),
+                                              ("ipus_per_replica", ipus_per_replica))
+                     if value is None)
+    if topology is None:
+        topology, servers = default_topology(model, servers)
+    config = TrainConfig(
+        servers=servers or 1, topology=topology, model=model, split=split,
+        ipus_per_replica=int(ipus_per_replica or DEFAULTS.ipus_per_replica[0]),
+        sequence_length=sequence_length, gradient_dtype=gradient_dtype,
+        optimizer_state=optimizer_state, replicas_per_server=replicas_per_server or 0,
+        pipeline_schedule=pipeline_schedule, recompute=recompute,
+        micro_batch=micro_batch or DEFAULTS.micro_batches[0],
+        accumulation=gradient_accumulation, steps=steps, algorithm=algorithm, seed=seed,
+        lr=lr, momentum=momentum, hidden=_hidden(hidden), check=check,
+        mode=Mode(mode or (Mode.REAL if model == MLP else Mode.PHANTOM)),
+        efficiency_scale=efficiency_scale,
+        layers_per_ipu=_counts_option(layers_per_ipu, "--layers-per-ipu"),
+        final_stage_on_first_ipu=final_stage_on_first_ipu)
+    return resolve(config, free)
 
 
 def _echo_record(record: dict[str, Any], config: TrainConfig,
@@ -185,7 +203,7 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
              f"{', recomputation' if config.recomputes else ''}" if pipelined else
              f"{config.ipus_per_replica} IPUs each, the widest layer sharded" if config.sharded
              else "1 IPU each")
-    echo(f"# {config.model} on {record['topology']}: {config.servers} server(s), "
+    echo(f"# {config.model} on {record['topology']} ({record['machines']}): "
          f"{config.replicas} replicas "
          f"({shape}), global batch {config.global_batch}, {config.mode} mode; times simulated")
     columns = [("compute", "compute_seconds"), ("host-io", "host_io_seconds"),
@@ -214,35 +232,34 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
 
 
 @click.command("train")
-@click.option("--servers", type=int, default=2, show_default=True, help="DSS 8440 servers.")
+@click.option("--servers", type=int, default=None,
+              help=f"DSS 8440 servers (default: {DEFAULTS.servers} for the MLP; a workload "
+                   f"runs on --topology {DEFAULTS.workload_topology} unless given this).")
 @click.option("--topology", "topology_spec", default=None,
               help="Train on this topology instead (a preset such as pod64, or a YAML file); "
                    "replicas fill each server or rack.")
-@click.option("--mode", type=click.Choice([Mode.REAL.value, Mode.PHANTOM.value]), default="real",
-              show_default=True)
+@click.option("--mode", type=click.Choice([Mode.REAL.value, Mode.PHANTOM.value]), default=None,
+              help="real (bytes on the emulated devices) or phantom (timing only); default: "
+                   "real for the MLP, phantom for a workload.")
 @click.option("--check", is_flag=True,
               help="Also train the single-process reference and report the largest relative "
                    "difference of the losses.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the run's report as JSON (the step's parts in seconds).")
 @common_options
-def train_command(servers: int, topology_spec: str | None, mode: str, check: bool,
-                  as_json: bool, ray_address: str | None, **options: Any) -> None:
+def train_command(servers: int | None, topology_spec: str | None, mode: str | None,
+                  check: bool, as_json: bool, ray_address: str | None, **options: Any) -> None:
     """Train an MLP data-parallel across emulated DSS 8440 servers (or a POD)."""
-    config = make_config(servers, mode, check, **options)
-    if topology_spec:
-        config = replace(config, topology=topology_spec)
-        topology = topology_for(config)
-        per = server_ipus(topology)[0].size // config.ipus_per_replica
-        config = replace(config, servers=len(server_ipus(topology)),
-                         replicas_per_server=options["replicas_per_server"] or per)
+    config = make_config(servers, mode, check, topology=topology_spec, **options)
+    assumed = settings_record(command_settings(config))
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
-        record = run(config, ray_address, on_step)
+        record = {**run(config, ray_address, on_step), **assumed}
     echo = partial(click.echo, file=out)
     if as_json:
         echo(json.dumps(record, indent=2))
     else:
         _echo_record(record, config, echo)
+        echo(f"# every setting: {record['made_by']}")
 
 
 def _server_counts(text: str) -> list[int]:
@@ -264,20 +281,29 @@ def _server_counts(text: str) -> list[int]:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("train-report"), show_default=True,
               help="Folder for the report (README.md and plots); made if missing.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the settings and the table's rows (seconds) as JSON instead.")
 @common_options
-def train_report_command(server_list: str, real_up_to: int, out_dir: Path,
+def train_report_command(server_list: str, real_up_to: int, out_dir: Path, as_json: bool,
                          ray_address: str | None, **options: Any) -> None:
     """Scaling report: throughput and efficiency for several server counts, with plots."""
     counts = _server_counts(server_list)
     runs = []
     with report_folder(out_dir), ray_chatter_to_stderr() as out:  # checked before training
         for servers in counts:
-            mode = "real" if servers <= real_up_to else "phantom"
-            config = make_config(servers, mode, False, **options)
-            with progress(f"{servers} servers ({mode})", total=config.steps) as on_step:
+            real = servers <= real_up_to and options["model"] == MLP
+            config = make_config(servers, "real" if real else "phantom", False, **options)
+            with progress(f"{servers} servers ({config.mode})",
+                          total=config.steps) as on_step:
                 runs.append(run(config, ray_address, on_step))
-        command = "ipupod train-report " + " ".join(sys.argv[2:])
-        paths = write_report(runs, out_dir, command)
+            if len(runs) == 1:
+                assumed = command_settings(config, swept=("--servers",))
+        paths = write_report(runs, out_dir, made_by("train-report", assumed),
+                             settings_markdown(assumed))
+    if as_json:
+        click.echo(json.dumps({**settings_record(assumed),
+                               "rows": scaling_table(runs)}, indent=2), file=out)
+        return
     click.echo(format_table(scaling_table(runs)), file=out)
     click.echo(f"# report: {paths['readme']}", file=out)
 

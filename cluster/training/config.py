@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 from cluster.errors import UserError
 from cluster.model.topology import Topology
+from cluster.training.defaults import DEFAULTS
 from cluster.training.model import MLPSpec
 from cluster.training.pipeline.schedule import TooFewMicroBatches
 from cluster.training.pipeline.schedules import (
@@ -39,21 +40,22 @@ SPLITS = ("pipeline", "shard")  # how a replica's layers spread over its IPUs
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """A training run. ``micro_batch`` is samples per replica per micro-batch; a step takes
+    """A training run; every default is :data:`~cluster.training.defaults.DEFAULTS`'s.
+    ``micro_batch`` is samples per replica per micro-batch; a step takes
     ``replicas x accumulation x micro_batch`` samples. A replica spans
     ``ipus_per_replica`` IPUs (its Graph Compile Domain): one stage of its pipeline on
     each, with ``accumulation`` micro-batches in flight."""
 
-    servers: int = 2
+    servers: int = DEFAULTS.servers
     replicas_per_server: int = 16  # 0: as many as the server's (or rack's) IPUs hold
-    ipus_per_replica: int = 1
-    micro_batch: int = 32
-    accumulation: int = 1
-    steps: int = 20
-    lr: float = 0.05
-    momentum: float = 0.9
-    seed: int = 0
-    algorithm: str = "hierarchical"
+    ipus_per_replica: int = DEFAULTS.ipus_per_replica[0]
+    micro_batch: int = DEFAULTS.micro_batches[0]
+    accumulation: int = DEFAULTS.accumulation
+    steps: int = DEFAULTS.steps
+    lr: float = DEFAULTS.lr
+    momentum: float = DEFAULTS.momentum
+    seed: int = DEFAULTS.seed
+    algorithm: str = DEFAULTS.algorithm
     input_size: int = 64
     hidden: tuple[int, ...] | None = None  # default: DEFAULT_WIDTH, once per stage boundary
     classes: int = 10
@@ -61,14 +63,14 @@ class TrainConfig:
     mode: Mode = Mode.REAL  # a plain "real" or "phantom" is taken too
     check: bool = False
     topology: str | None = None  # a preset or YAML file; default: dss8440 x servers
-    pipeline_schedule: str = DEFAULT
+    pipeline_schedule: str = DEFAULTS.pipeline_schedule
     recompute: bool | None = None  # None: as the model's published recipe (see recomputes)
-    model: str = MLP  # a built-in workload or a workload YAML file (phantom mode)
+    model: str = DEFAULTS.model  # a built-in workload or a workload YAML file (phantom mode)
     sequence_length: int | None = None  # BERT and GPT-2: tokens per sample
     gradient_dtype: str | None = None  # default: the workload's
-    optimizer_state: str = "in-processor"  # or "streaming": IPU-M2000 Streaming Memory
-    split: str = "pipeline"  # or "shard": the MLP's widest layer by columns over the IPUs
-    efficiency_scale: float = 1.0  # every layer kind's efficiency times this (calibration)
+    optimizer_state: str = DEFAULTS.optimizer_state  # or "streaming" (an IPU-M2000's), ...
+    split: str = DEFAULTS.split  # or "shard": the MLP's widest layer by columns over the IPUs
+    efficiency_scale: float = DEFAULTS.efficiency_scale  # each kind's efficiency times this
     layers_per_ipu: tuple[int, ...] | None = None  # a recipe's stages; None: balanced
     final_stage_on_first_ipu: bool = False  # one stage more, back on the replica's IPU 0
 

@@ -108,48 +108,34 @@ def _sharded_memory(config: TrainConfig, topology: Topology) -> list[StageMemory
     return plan
 
 
-def check_fits(config: TrainConfig, topology: Topology,
-               plan: list[StageMemory]) -> None:
-    """OutOfMemory naming the first stage that does not fit, its IPU, what fills it and
-    what would help."""
+def unfit_stage(config: TrainConfig, topology: Topology,
+                plan: list[StageMemory]) -> StageMemory | None:
+    """The first stage of ``plan`` that does not fit its IPU's In-Processor-Memory, or
+    None; a UserError if the optimiser's values are to live in Streaming Memory the
+    topology's IPUs do not have."""
     machines = [set(u.ipus) for u in topology.units if u.kind == "IPU-M2000"]
     if config.optimizer_offchip and not all(
             any(stage.ipu in ipus for ipus in machines) for stage in plan):
         raise UserError(f"the IPUs of {topology.name} have no Streaming Memory (an "
                         "IPU-M2000's): keep --optimizer-state in-processor, or train on a "
                         "POD preset")
-    for stage in plan:
-        if stage.use.total_bytes <= stage.capacity_bytes:
-            continue
-        parts = ", ".join(f"{name.removesuffix('_bytes')} {_decimal(value)}"
-                          for name, value in asdict(stage.use).items() if value)
-        raise OutOfMemory(
-            f"{config.model}: stage {stage.stage} of {config.pipeline_stages} ({stage.layers}) "
-            "needs "
-            f"{_decimal(stage.use.total_bytes)} on IPU {stage.ipu_name}, which has "
-            f"{_decimal(stage.capacity_bytes)} of In-Processor-Memory ({parts}); "
-            f"{_advice(config)}")
+    return next((stage for stage in plan if stage.use.total_bytes > stage.capacity_bytes),
+                None)
 
 
-def _decimal(nbytes: int) -> str:
+def out_of_memory(config: TrainConfig, stage: StageMemory, advice: str) -> OutOfMemory:
+    """The refusal for ``stage``: its IPU, what fills it, and ``advice``."""
+    parts = ", ".join(f"{name.removesuffix('_bytes')} {decimal(value)}"
+                      for name, value in asdict(stage.use).items() if value)
+    return OutOfMemory(
+        f"{config.model}: stage {stage.stage} of {config.pipeline_stages} ({stage.layers}) "
+        f"needs {decimal(stage.use.total_bytes)} on IPU {stage.ipu_name}, which has "
+        f"{decimal(stage.capacity_bytes)} of In-Processor-Memory ({parts}); {advice}")
+
+
+def decimal(nbytes: int) -> str:
     """Bytes in decimal units, as the catalogue quotes memory (900 MB, 3.1 GB)."""
     for unit, factor in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if nbytes >= factor:
             return f"{nbytes / factor:.3g} {unit}"
     return f"{nbytes} B"
-
-
-def _advice(config: TrainConfig) -> str:
-    """What would make a stage fit, given what the run already does."""
-    helps = []
-    if config.ipus_per_replica < 16:
-        helps.append(f"more stages (--ipus-per-replica {2 * config.ipus_per_replica})")
-    if not config.recomputes:
-        helps.append("--recompute")
-    if config.micro_batch > 1:
-        helps.append(f"a smaller --micro-batch (now {config.micro_batch})")
-    if not config.optimizer_offchip:
-        helps.append("--optimizer-state streaming on an IPU-M2000 POD")
-    if config.optimizer_state == "in-processor" and config.replicas_per_server > 1:
-        helps.append("--optimizer-state sharded (over the replicas of a server or rack)")
-    return "try " + ", or ".join(helps) if helps else "this model does not fit these IPUs"

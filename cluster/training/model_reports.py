@@ -28,7 +28,10 @@ PARTS = (("compute_seconds", "compute"), ("pipeline_bubble_seconds", "pipeline b
          ("global_allreduce_seconds", "global allreduce"), ("update_seconds", "update"))
 SHARDED_PARTS = (("shard_exchange_seconds", "shard exchange"),
                  ("weight_gather_seconds", "weight gather"))
-"""Parts only runs with sharded optimiser state or columns have: shown when a row has them."""
+"""Parts only runs with sharded optimiser state or columns have."""
+ALWAYS = ("compute_seconds", "host_io_seconds", "local_allreduce_seconds",
+          "global_allreduce_seconds")
+"""The parts every table shows; any other only when a row that ran spends time in it."""
 BUBBLE_OF_STEP = "bubble, % of step"
 """The bubble's share of the whole step: what pipelining's idle time costs a step."""
 BUBBLE_OF_SPAN = "bubble, % of compute + bubble"
@@ -41,9 +44,13 @@ BUBBLE_NOTE = (f"*{BUBBLE_OF_STEP}*: pipeline bubble / step time. *{BUBBLE_OF_SP
 
 
 def parts_shown(rows: list[Row]) -> list[tuple[str, str]]:
-    """:func:`~cluster.training.report.parts_spent` of :data:`PARTS` and
-    :data:`SHARDED_PARTS` over the rows that ran."""
-    return parts_spent([row for row in rows if row["fits"]], PARTS, SHARDED_PARTS)
+    """The parts of :data:`PARTS` and :data:`SHARDED_PARTS`, in that order, that are in
+    :data:`ALWAYS` or that some row that ran spends time in
+    (:func:`~cluster.training.report.parts_spent`): no empty column."""
+    spent = {key for key, _ in parts_spent([row for row in rows if row["fits"]], (),
+                                           PARTS + SHARDED_PARTS)}
+    return [(key, label) for key, label in PARTS + SHARDED_PARTS
+            if key in ALWAYS or key in spent]
 
 
 def _run(config: TrainConfig) -> Row:
@@ -71,12 +78,19 @@ def _run(config: TrainConfig) -> Row:
             **{key: step[key] for key, _ in PARTS + SHARDED_PARTS}}
 
 
+def pipeline_configs(base: TrainConfig, ipus_per_replica: Iterable[int],
+                     schedules: Iterable[str], micro_batches: Iterable[int]) -> list[TrainConfig]:
+    """Every combination of the sweep, as many replicas as fit."""
+    return [replace(base, ipus_per_replica=k, pipeline_schedule=schedule, accumulation=m,
+                    replicas_per_server=0)
+            for k in ipus_per_replica for schedule in schedules for m in micro_batches]
+
+
 def pipeline_sweep(base: TrainConfig, ipus_per_replica: Iterable[int],
                    schedules: Iterable[str], micro_batches: Iterable[int]) -> list[Row]:
     """Every combination, in phantom mode."""
-    return [_run(replace(base, ipus_per_replica=k, pipeline_schedule=schedule,
-                         accumulation=m, replicas_per_server=0))
-            for k in ipus_per_replica for schedule in schedules for m in micro_batches]
+    return [_run(config) for config in pipeline_configs(base, ipus_per_replica, schedules,
+                                                       micro_batches)]
 
 
 def scaling_sweep(base: TrainConfig, topologies: Iterable[str]) -> list[Row]:
@@ -218,12 +232,13 @@ def plot_scaling(rows: list[Row], out: Path) -> list[Path]:
     return paths
 
 
-def write(out: Path, title: str, command: str, table: str, images: list[Path]) -> Path:
-    """README.md in ``out``: the title, the command, the simulated-time note, the table,
-    the plots."""
+def write(out: Path, title: str, command: str, table: str, images: list[Path],
+          settings: str = "") -> Path:
+    """README.md in ``out``: the title, the command (every setting spelt out), the
+    simulated-time note, the table, the ``settings`` table (Markdown), the plots."""
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"# {title}", "", "Made by:", "", "```sh", command, "```", "", SIM_NOTE, "",
-             table, ""]
+             table, "", *(["## Settings", "", settings, ""] if settings else [])]
     for image in images:
         lines += [f"![{image.stem}]({image.name})", ""]
     readme = out / "README.md"

@@ -48,3 +48,22 @@ def gradient_group(config: TrainConfig) -> CommGroup:
     if config.ipus_per_replica == 1:
         return CommGroup()
     return CommGroup.parse(f"orthogonal:{config.replicas}")
+
+
+def machines(topology: Topology) -> str:
+    """What the topology is built of, as its users count it: "4 IPU-M2000s in 1 IPU-POD16
+    rack", "2 DSS 8440 servers of 8 C2 cards each", or its units when it has no
+    servers."""
+    kinds = sorted({unit.kind for unit in topology.units})
+    units = " and ".join(f"{sum(u.kind == kind for u in topology.units)} {kind}"
+                         f"{'' if sum(u.kind == kind for u in topology.units) == 1 else 's'}"
+                         for kind in kinds)
+    if not topology.servers:
+        return units
+    groups = sorted({server.kind for server in topology.servers})
+    count = len(topology.servers)
+    if "IPU-M2000" in kinds:  # a POD: racks of IPU-M2000s
+        return f"{units} in {count} {'/'.join(groups)} rack{'' if count == 1 else 's'}"
+    per = len(topology.servers[0].units)
+    return (f"{count} {', '.join(groups)} server{'' if count == 1 else 's'} of {per} "
+            f"{' and '.join(kinds)} card{'' if per == 1 else 's'}{' each' if count > 1 else ''}")

@@ -279,11 +279,13 @@ def plot_breakdown(rows: list[Record], path: Path | str) -> Path:
     return save_png(fig, path)
 
 
-def write_report(runs: list[Record], out_dir: Path, command: str) -> dict[str, Path]:
+def write_report(runs: list[Record], out_dir: Path, command: str,
+                 settings: str = "") -> dict[str, Path]:
     """Write loss.png, throughput.png, breakdown.png and README.md into ``out_dir``.
 
-    The README gives the command that produced the runs, says the times are simulated,
-    holds the scaling table in Markdown and embeds the three images. Creates ``out_dir``;
+    The README gives the command that produced the runs (every setting spelt out), says
+    the times are simulated, holds the scaling table in Markdown, the ``settings`` table
+    (Markdown: each setting and why) and the three images. Creates ``out_dir``;
     returns the written paths keyed "loss", "throughput", "breakdown", "readme".
     """
     out_dir = Path(out_dir)
@@ -308,6 +310,7 @@ def write_report(runs: list[Record], out_dir: Path, command: str) -> dict[str, P
         "",
         markdown_table(rows),
         "",
+        *(["## Settings", "", settings, ""] if settings else []),
         "## Throughput (simulated)",
         "",
         "![Throughput against servers, simulated](throughput.png)",

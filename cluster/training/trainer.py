@@ -23,10 +23,17 @@ import numpy as np
 from cluster.errors import UserError
 from cluster.training.config import IPUS_PER_SERVER, TrainConfig
 from cluster.training.data import make_dataset, replica_slice, step_batch, train_reference
-from cluster.training.memory_plan import check_fits, stage_memory
+from cluster.training.fit import check_fits
+from cluster.training.memory_plan import stage_memory
 from cluster.training.model import init_params
 from cluster.training.pipeline.real import train_pipelined
-from cluster.training.placement import gradient_group, replica_ipus, server_ipus, topology_for
+from cluster.training.placement import (
+    gradient_group,
+    machines,
+    replica_ipus,
+    server_ipus,
+    topology_for,
+)
 from cluster.training.replica import (
     GRAD,
     GRAD_MEAN,
@@ -39,6 +46,7 @@ from cluster.training.timing import StepTime, step_time
 from gcl.modes import Mode
 
 if TYPE_CHECKING:
+    from cluster.model.topology import Topology
     from ipu_node.pod import EmulatedPod
 
 __all__ = ["IPUS_PER_SERVER", "StepTime", "TrainConfig", "server_ipus", "step_time",
@@ -76,7 +84,7 @@ def train(config: TrainConfig, pod: EmulatedPod | None = None,
         for step in range(config.steps):
             if on_step:
                 on_step(step + 1, config.steps)
-    record = _record(config, topology.name, parts, losses, identical)
+    record = _record(config, topology, parts, losses, identical)
     record["memory_per_ipu"] = [stage.as_record() for stage in memory]
     if config.check:  # real mode only (validate): compare its losses with the reference
         x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)
@@ -91,13 +99,14 @@ def train(config: TrainConfig, pod: EmulatedPod | None = None,
     return record
 
 
-def _record(config: TrainConfig, topology_name: str, parts: StepTime,
+def _record(config: TrainConfig, topology: Topology, parts: StepTime,
             losses: Sequence[float | None], identical: bool | None) -> dict[str, Any]:
     """What ``ipupod train --json`` prints: the set-up, every step, the throughput."""
     step_parts = asdict(parts)
     step_parts["stage_compute_seconds"] = list(parts.stage_compute_seconds)
     return {
-        "topology": topology_name, "model": config.model, "servers": config.servers,
+        "topology": topology.name, "machines": machines(topology), "model": config.model,
+        "servers": config.servers, "optimizer_state": config.optimizer_state,
         "replicas": config.replicas, "micro_batch": config.micro_batch,
         "ipus_per_replica": config.ipus_per_replica, "gcd": config.ipus_per_replica,
         "split": config.split if config.ipus_per_replica > 1 else None,

@@ -18,7 +18,8 @@ from cluster.model.spec import load_topology
 from cluster.training.config import TrainConfig
 from cluster.training.fidelity.calibration import calibrate
 from cluster.training.fidelity.published import IPUS_PER_RACK, PublishedStep, train_config
-from cluster.training.memory_plan import check_fits, stage_memory
+from cluster.training.fit import check_fits
+from cluster.training.memory_plan import stage_memory
 from cluster.training.timing import StepTime, step_time
 
 ERROR_BAR = 0.05

@@ -1,0 +1,176 @@
+"""Whether a run fits its IPUs, the defaults that make it fit, and a hint that was tried.
+
+:func:`resolve` fills the defaults that depend on the run (the micro-batch and the IPUs
+per replica, :data:`~cluster.training.defaults.DEFAULTS`) with the first that fits the
+IPUs' In-Processor-Memory. :func:`check_fits` refuses a run that does not fit with a hint
+naming only configurations it has checked fit (:func:`fits`), so following the hint
+runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import product
+from typing import Any
+
+from cluster.errors import UserError
+from cluster.model.topology import Topology
+from cluster.training.config import IPUS_PER_REPLICA, MLP, OPTIMIZER_STATE, TrainConfig
+from cluster.training.defaults import DEFAULTS
+from cluster.training.memory_plan import (
+    StageMemory,
+    decimal,
+    out_of_memory,
+    stage_memory,
+    unfit_stage,
+)
+from cluster.training.placement import server_ipus, topology_for
+
+FREE = frozenset({"micro_batch", "ipus_per_replica"})
+"""The defaults :func:`resolve` chooses to fit: each tried in the order DEFAULTS gives."""
+_OPTIONS = {"ipus_per_replica": "--ipus-per-replica", "micro_batch": "--micro-batch",
+            "recomputes": "--recompute", "optimizer_state": "--optimizer-state"}
+HINTS = 3  # alternatives a hint names at most
+
+
+def default_topology(model: str, servers: int | None) -> tuple[str | None, int]:
+    """(topology, servers) when neither ``--topology`` nor (for a workload) ``--servers``
+    is given: DSS 8440 servers for the MLP, an IPU-POD16 for a workload (the system of the
+    published recipes its efficiencies come from)."""
+    if servers is None and model != MLP:
+        return DEFAULTS.workload_topology, 1
+    return None, DEFAULTS.servers if servers is None else servers
+
+
+def fits(config: TrainConfig, topology: Topology) -> bool:
+    """Whether ``config`` runs on ``topology``: valid, and every stage fits its IPU."""
+    try:
+        config.validate(topology, server_ipus(topology)[0].size)
+        return unfit_stage(config, topology, stage_memory(config, topology)) is None
+    except UserError:
+        return False
+
+
+def placed(config: TrainConfig, topology: Topology) -> TrainConfig:
+    """``config`` with the topology's servers (or racks), and as many replicas on each as
+    its IPUs hold when ``replicas_per_server`` is 0."""
+    servers = server_ipus(topology)
+    per = config.replicas_per_server or max(1, servers[0].size // config.ipus_per_replica)
+    return replace(config, servers=len(servers) if config.topology else config.servers,
+                   replicas_per_server=per)
+
+
+def resolve(config: TrainConfig, free: frozenset[str] = frozenset()) -> TrainConfig:
+    """``config`` placed on its topology, with each default in ``free`` (of :data:`FREE`)
+    the first of DEFAULTS' that fits: the fewest IPUs per replica, then the largest
+    micro-batch. If none fits, the first, so the run refuses with :func:`check_fits`'s
+    hint."""
+    topology = topology_for(config)
+    size = server_ipus(topology)[0].size
+    ks = ([k for k in DEFAULTS.ipus_per_replica if k <= size]
+          if "ipus_per_replica" in free else [config.ipus_per_replica])
+    batches = DEFAULTS.micro_batches if "micro_batch" in free else (config.micro_batch,)
+    candidates = [placed(replace(config, ipus_per_replica=k, micro_batch=m), topology)
+                  for k in ks for m in batches]
+    return next((c for c in candidates if fits(c, topology)), candidates[0])
+
+
+def check_fits(config: TrainConfig, topology: Topology, plan: list[StageMemory]) -> None:
+    """OutOfMemory naming the first stage that does not fit, its IPU, what fills it and
+    configurations that would fit (each checked)."""
+    stage = unfit_stage(config, topology, plan)
+    if stage is not None:
+        raise out_of_memory(config, stage, hint(config, topology))
+
+
+def hint(config: TrainConfig, topology: Topology) -> str:
+    """Up to :data:`HINTS` changes that make ``config`` fit, fewest options changed first
+    (each checked with :func:`fits`); else an IPU-POD16's if this is no POD; else why
+    nothing will."""
+    found = _fitting_changes(config, topology)
+    if found:
+        return "try " + ", or ".join(_as_options(changes) for changes in found) + \
+            " (each checked: it fits)"
+    if not any(unit.kind == "IPU-M2000" for unit in topology.units):
+        pod = resolve(replace(config, topology=DEFAULTS.workload_topology,
+                              replicas_per_server=0), FREE)
+        pod_topology = topology_for(pod)
+        if fits(pod, pod_topology):
+            memory = decimal(int(pod_topology.ipu_processors[0].in_processor_memory_bytes))
+            return (f"nothing tried fits these IPUs; on an IPU-POD16 ({memory} each) it "
+                    f"fits with --topology {DEFAULTS.workload_topology} "
+                    f"--ipus-per-replica {pod.ipus_per_replica} --micro-batch "
+                    f"{pod.micro_batch}")
+    return ("nothing tried fits (up to 16 IPUs per replica, micro-batch 1, recomputation, "
+            "every --optimizer-state): make the model smaller (a shorter --sequence-length, "
+            "a workload file) or use IPUs with more memory")
+
+
+def _fitting_changes(config: TrainConfig, topology: Topology) -> list[dict[str, Any]]:
+    """The fitting changes of the fewest options, best first (fewer IPUs per replica, a
+    larger micro-batch, the optimiser state nearer the chip), one for each set of
+    options."""
+    choices = _choices(config, topology)
+    lean = dict(zip(choices, (options[-1] for options in choices.values())))
+    if not _could_fit(_changed(config, topology, lean), topology):
+        return []  # not even with every option at its leanest
+    combos = sorted(product(*choices.values()), key=lambda combo: (
+        sum(value != options[0] for value, options in zip(combo, choices.values())),
+        combo[0], -combo[1], OPTIMIZER_STATE.index(combo[3]), combo[2]))
+    found: list[dict[str, Any]] = []
+    for combo in combos:
+        changes = {name: value for (name, options), value in zip(choices.items(), combo)
+                   if value != options[0]}
+        if found and len(changes) > len(found[0]):
+            break
+        if (changes and len(found) < HINTS and set(changes) not in [set(f) for f in found]
+                and fits(_changed(config, topology, changes), topology)):
+            found.append(changes)
+    return found
+
+
+def _could_fit(config: TrainConfig, topology: Topology) -> bool:
+    """Whether ``config``'s stages fit their IPUs, or it cannot tell (its stages cannot
+    be laid out as asked)."""
+    try:
+        return unfit_stage(config, topology, stage_memory(config, topology)) is None
+    except UserError:
+        return True
+
+
+def _choices(config: TrainConfig, topology: Topology) -> dict[str, list[Any]]:
+    """Each option a hint may change: the run's value first, then the others to try."""
+    size = server_ipus(topology)[0].size
+    streams = all(unit.kind == "IPU-M2000" for unit in topology.units)
+    halves = [config.micro_batch >> i for i in range(config.micro_batch.bit_length())]
+    states = [state for state in OPTIMIZER_STATE if state != config.optimizer_state
+              and (streams or not state.endswith("streaming"))]
+    return {"ipus_per_replica": [config.ipus_per_replica] + [
+                k for k in IPUS_PER_REPLICA if config.ipus_per_replica < k <= size],
+            "micro_batch": halves,
+            "recomputes": [config.recomputes] + ([] if config.recomputes else [True]),
+            "optimizer_state": [config.optimizer_state, *states]}
+
+
+def _changed(config: TrainConfig, topology: Topology, changes: dict[str, Any]) -> TrainConfig:
+    """``config`` with ``changes`` (replicas per server no more than now, nor than fit)."""
+    fields = {("recompute" if name == "recomputes" else name): value
+              for name, value in changes.items()}
+    new = replace(config, **fields)
+    per = server_ipus(topology)[0].size // new.ipus_per_replica
+    return replace(new, replicas_per_server=max(1, min(config.replicas_per_server, per)))
+
+
+def _as_options(changes: dict[str, Any]) -> str:
+    """The command-line options of ``changes``: ``--micro-batch 16 --recompute``."""
+    return " ".join(_OPTIONS[name] if value is True else f"{_OPTIONS[name]} {value}"
+                    for name, value in changes.items())
+
+
+def sweep_micro_batch(runs: list[TrainConfig]) -> int:
+    """The micro-batch of DEFAULTS' at which the most of a sweep's ``runs`` (one topology)
+    fit, the largest of those."""
+    topology = topology_for(runs[0])
+    fitting = {m: sum(fits(placed(replace(run, micro_batch=m), topology), topology)
+                      for run in runs) for m in DEFAULTS.micro_batches}
+    return max(DEFAULTS.micro_batches, key=lambda m: (fitting[m], m))
