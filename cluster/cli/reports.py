@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from cluster.cli.paths import CheckedPath
 from cluster.cli.train import (
     ALGORITHM_OPTION,
     EFFICIENCY_SCALE_OPTION,
@@ -57,7 +58,7 @@ MODEL_OPTIONS = [
                  type=click.Choice(["in-processor", "streaming", "sharded",
                                    "sharded-streaming"]),
                  default="streaming", show_default=True),
-    click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+    click.option("--out", "out_dir", type=CheckedPath(file_okay=False, path_type=Path),
                  required=True, help="Folder for README.md and the plots; made if missing."),
 ]
 

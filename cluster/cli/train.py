@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
+from cluster.cli.paths import CheckedPath
 from cluster.errors import UserError, quoted
 from cluster.training.config import IPUS_PER_REPLICA, IPUS_PER_SERVER, TrainConfig
 from cluster.training.memory_plan import check_fits, stage_memory
@@ -261,7 +262,7 @@ def _server_counts(text: str) -> list[int]:
               help="Server counts to compare, e.g. 1,2,4,8.")
 @click.option("--real-up-to", type=int, default=4, show_default=True,
               help="Run real mode up to this many servers, phantom mode beyond.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out_dir", type=CheckedPath(file_okay=False, path_type=Path),
               default=Path("train-report"), show_default=True,
               help="Folder for the report (README.md and plots); made if missing.")
 @common_options
