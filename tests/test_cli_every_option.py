@@ -50,7 +50,7 @@ BASE: dict[str, list[str]] = {  # what keeps each command fast, off Ray and off 
                         "--model=mlp", "--out={out}"],
     "scaling-report": ["--topologies=pod16", "--model=mlp", "--out={out}"],
     "serve": ["--port=0", "--metrics-port=-1"],
-    "monitor": ["--count=1", "--interval=0.1"],
+    "monitor": [*SERVICE, "--count=1", "--interval=0.1"],
 }
 ARGUMENTS = {"collective": "allreduce", "name": "p", "card": "s0.card0", "link": "s0.card0.ipu0",
              "spec": "pod16"}
@@ -256,3 +256,30 @@ def test_any_value_of_any_option_ends_in_a_result_or_one_error_line(
 
 def _longest(option: click.Parameter) -> str:
     return max(option.opts, key=len)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["topology", "show", "{directory}"], "is a directory"),
+    (["bench", "allreduce", "--topology={directory.yaml}"], "is a directory"),
+    (["train", "--mode=phantom", "--topology={directory}"], "is a directory"),
+    (["serve", "--port=0", "--metrics-port=-1", "--topology={directory}"], "is a directory"),
+    (["train", "--mode=phantom", "--model={directory}"], "is a directory"),
+    (["status", "--token-file={directory}"], "is a directory"),
+    (["topology", "show", "{fifo}"], "not a regular file"),
+    (["train", "--mode=phantom", "--model={fifo}"], "not a regular file"),
+    (["status", "--token-file={fifo}"], "not a regular file"),
+    (["validate", "--published={fifo}"], "not a regular file"),
+    (["status", "--token-file={binary}"], "holds no token"),
+    (["devices", "--token-file={empty}"], "holds no token"),
+    (["topology", "show", "{under-a-file}"], "no topology file"),
+    (["scaling-report", "--out=a\x00b"], "nul byte"),
+    (["validate", "--published=" + "9" * 4301], "file name too long"),
+    (["serve", "--port=0", "--metrics-port=-1", "--host=x\ny"], "cannot listen on host 'x\\ny'"),
+    (["status", "--host=x\x1b[2Jy"], "is not a host name"),
+])
+def test_a_path_or_host_that_cannot_be_used_is_named_in_one_line(places, argv, says):
+    for name, path in places.items():
+        argv = [word.replace(f"{{{name}}}", path) for word in argv]
+    status, out, err = run(argv)
+    check_ending(argv, status, out, err)
+    assert status == 2 and says in err.lower(), (argv, status, err)
