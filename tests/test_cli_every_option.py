@@ -139,8 +139,11 @@ def leaf_commands() -> dict[str, click.Command]:
 
 
 COMMANDS = leaf_commands()
+
+
 def _is_flag(param: click.Parameter) -> bool:
-    return isinstance(param, click.Option) and (param.is_flag or param.count)
+    """Whether ``param`` is switched on or off rather than given a value."""
+    return isinstance(param, click.Option) and bool(param.is_flag or param.count)
 
 
 def _targets() -> list[tuple[str, str | None]]:
@@ -180,6 +183,7 @@ def _base(words: str, places: dict[str, str]) -> dict[str, str]:
 
 
 def _is_client(words: str) -> bool:
+    """Whether the command calls a running service (it takes the client's options)."""
     return "token_file" in {p.name for p in COMMANDS[words].params} and words not in (
         "serve", "bench")
 
@@ -255,6 +259,7 @@ def test_any_value_of_any_option_ends_in_a_result_or_one_error_line(
 
 
 def _longest(option: click.Parameter) -> str:
+    """The option's longest name (``--minbytes`` rather than ``-b``)."""
     return max(option.opts, key=len)
 
 
