@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from cluster.cli.made_by import command_settings, settings_record
+from cluster.cli.paths import CheckedPath
 from cluster.cli.train import common_options, make_config
 from cluster.errors import UserError
 from cluster.training.fidelity.calibration import calibrate
@@ -113,7 +114,7 @@ def _echo_summary(predicted: list[Prediction]) -> None:
 
 
 @click.command("validate")
-@click.option("--published", "table", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--published", "table", type=CheckedPath(dir_okay=False, path_type=Path),
               default=TABLE, show_default="the shipped table",
               help="A table of published step times (JSON, as benchmarks/"
                    "mlperf_published.py writes it).")

@@ -36,10 +36,10 @@ def errors_as_lines() -> Iterator[None]:
         _show(error)
         sys.exit(error.exit_code)
     except UserError as error:
-        click.echo(f"error: {error}", err=True)
+        click.echo(f"error: {one_line(str(error))}", err=True)
         sys.exit(2)
     except DeviceError as error:  # a device or link failed: say which
-        click.echo(f"error: {error}", err=True)
+        click.echo(f"error: {one_line(str(error))}", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
@@ -53,7 +53,14 @@ def _show(error: click.ClickException) -> None:
     if ctx is not None:
         hint = f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.\n"
         click.echo(f"{ctx.get_usage()}\n{hint}", err=True)
-    click.echo(f"Error: {_short(error.format_message())}", err=True)
+    click.echo(f"Error: {one_line(_short(error.format_message()))}", err=True)
+
+
+def one_line(message: str) -> str:
+    """``message`` with its control characters (newlines, escapes) written as Python
+    writes them in a string (``\\n``): an error is one line, and a value quoted from the
+    command line cannot move the cursor or clear the screen."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
 def _short(message: str, limit: int = 300) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from cluster.cli.made_by import command_settings, settings_record
+from cluster.cli.paths import CheckedPath
 from cluster.cli.train import (
     ALGORITHM_OPTION,
     EFFICIENCY_SCALE_OPTION,
@@ -62,7 +63,7 @@ MODEL_OPTIONS = [
     GRADIENT_DTYPE_OPTION,
     MICRO_BATCH_OPTION,
     OPTIMIZER_STATE_OPTION,
-    click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+    click.option("--out", "out_dir", type=CheckedPath(file_okay=False, path_type=Path),
                  required=True, help="Folder for README.md and the plots; made if missing."),
     click.option("--json", "as_json", is_flag=True,
                  help="Print the settings and the rows (seconds) as JSON instead of the "

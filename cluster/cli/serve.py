@@ -12,6 +12,7 @@ from typing import Any, TextIO
 import click
 
 from cluster.cli.output import ray_chatter_to_stderr
+from cluster.cli.paths import CheckedPath
 from cluster.service.auth import default_token_file, new_token, save_token
 from cluster.service.client import DEFAULT_PORT
 from cluster.service.ports import check_port_free
@@ -27,11 +28,11 @@ from ipu_node.pod import EmulatedPod
               help="Address to listen on (loopback unless you say otherwise).")
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
               help="Port to listen on (0: any free port, printed).")
-@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--token-file", type=CheckedPath(dir_okay=False, path_type=Path), default=None,
               help="Where to write the access token (default ~/.ipupod/token-PORT).")
 @click.option("--metrics-port", type=click.IntRange(-1, 65535), default=9464, show_default=True,
               help="Prometheus endpoint port (on --host); -1 to switch it off.")
-@click.option("--link-tls", "link_tls_dir", type=click.Path(path_type=Path), default=None,
+@click.option("--link-tls", "link_tls_dir", type=CheckedPath(path_type=Path), default=None,
               help="TLS on every device link: a folder with cert.pem, key.pem and ca.pem "
                    "(readable wherever the devices run; docs/links.md).")
 def serve_command(topology_spec: str, ray_address: str | None, host: str, port: int,

@@ -14,6 +14,7 @@ import click
 
 from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
+from cluster.cli.paths import CheckedPath
 from cluster.errors import UserError, quoted
 from cluster.training.config import IPUS_PER_REPLICA, MLP, OPTIMIZER_STATE, SPLITS, TrainConfig
 from cluster.training.defaults import DEFAULTS
@@ -278,7 +279,7 @@ def _server_counts(text: str) -> list[int]:
               help="Server counts to compare, e.g. 1,2,4,8.")
 @click.option("--real-up-to", type=int, default=4, show_default=True,
               help="Run real mode up to this many servers, phantom mode beyond.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out_dir", type=CheckedPath(file_okay=False, path_type=Path),
               default=Path("train-report"), show_default=True,
               help="Folder for the report (README.md and plots); made if missing.")
 @click.option("--json", "as_json", is_flag=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from cluster.errors import SpecError, quoted
@@ -15,18 +16,20 @@ DEFAULT_TOPOLOGY = "dss8440x2"
 
 def load_topology(spec: str, figures: str = "seed") -> Topology:
     """Build the topology ``spec`` names; ``figures`` picks seed or public disputed figures
-    for presets (a YAML file says its own). A preset name wins over a file of that name."""
-    if spec.endswith((".yaml", ".yml")) or (_is_file(spec) and not is_preset(spec)):
-        if not _is_file(spec):
+    for presets (a YAML file says its own). A preset name wins over a file of that name;
+    a name with a folder in it, or of anything on disk, is a file's."""
+    path_like = spec.endswith((".yaml", ".yml")) or os.sep in spec or _exists(spec)
+    if path_like and not is_preset(spec):
+        if not _exists(spec):
             raise SpecError(f"no topology file at {quoted(spec)}: check the path")
-        return load_yaml_topology(spec)
+        return load_yaml_topology(spec)  # a directory or a FIFO: read_text says so
     return build_preset(spec, PresetOptions(figures=FigureChoice.all_from(figures)))
 
 
-def _is_file(spec: str) -> bool:
-    """Whether ``spec`` names a readable file (a name too long for the file system, or
-    with a NUL byte, names none)."""
+def _exists(spec: str) -> bool:
+    """Whether ``spec`` names something on disk, a file or not (a name too long for the
+    file system, or with a NUL byte, names nothing)."""
     try:
-        return Path(spec).is_file()
+        return Path(spec).exists()
     except (OSError, ValueError):
         return False

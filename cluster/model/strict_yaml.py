@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 import yaml
 
 from cluster.errors import SpecError
+from cluster.model.files import open_regular
 
 SHOWN_CHARS = 60  # of a value quoted in a message
 MAX_FILE_BYTES = 4 << 20  # of a topology or workload file: a typo should fail, not hang
@@ -75,9 +76,11 @@ def read_text(file: str, what: str, hint: str = "") -> str:
     otherwise, with ``hint`` if it is too large."""
     name = shown_path(file)
     try:
-        with open(file, "rb") as handle:
+        with open_regular(file) as handle:
             size = os.fstat(handle.fileno()).st_size
             raw = handle.read(MAX_FILE_BYTES + 1) if size <= MAX_FILE_BYTES else b""
+    except IsADirectoryError as err:
+        raise SpecError(f"{name} is a directory: give the path of a {what} file") from err
     except OSError as err:
         raise SpecError(f"{name}: cannot read the {what} file ({err.strerror or err}); "
                         "check the path") from err

@@ -22,10 +22,12 @@ from typing import Any
 
 import grpc
 
-from cluster.errors import UserError
+from cluster.errors import UserError, quoted
+from cluster.model.files import open_regular
 
 TOKEN_FILE_VARIABLE = "IPUPOD_TOKEN_FILE"
 STATE_DIR_VARIABLE = "IPUPOD_STATE_DIR"
+MAX_TOKEN_BYTES = 4096  # a token is 43 characters; a file larger than this is not one
 
 
 def state_dir() -> Path:
@@ -88,12 +90,23 @@ def write_token(path: Path) -> str:
 
 
 def read_token(path: Path) -> str:
-    """The token in ``path``; a user error naming the file if there is none."""
+    """The token in ``path``; a user error naming the file if there is none, or if it is
+    not a file (a directory, a FIFO), or holds something other than a token."""
     try:
-        return path.read_text().strip()
-    except OSError:
-        raise UserError(f"no token file at {path}: start `ipupod serve` first, or pass "
-                        "--token-file") from None
+        with open_regular(path) as handle:
+            raw = handle.read(MAX_TOKEN_BYTES + 1)
+    except FileNotFoundError:
+        raise UserError(f"no token file at {quoted(str(path))}: start `ipupod serve` first, "
+                        "or pass --token-file") from None
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        reason = error.strerror if isinstance(error, OSError) else error
+        raise UserError(f"cannot read the token file {quoted(str(path))} ({reason}): pass "
+                        "the file `ipupod serve` wrote with --token-file") from None
+    token = raw.strip()
+    if not token or len(raw) > MAX_TOKEN_BYTES or not all(0x21 <= b < 0x7f for b in token):
+        raise UserError(f"{quoted(str(path))} holds no token (one word of printable ASCII): "
+                        "pass the file `ipupod serve` wrote with --token-file")
+    return token.decode("ascii")
 
 
 def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from cluster.errors import UserError
+from cluster.errors import UserError, quoted
 from cluster.service.auth import bearer_metadata, default_token_file, read_token
 from ipupod_proto import control_pb2_grpc
 
@@ -31,6 +31,9 @@ class ServiceError(UserError):
 def service_address(host: str | None, port: int | None) -> tuple[str, int]:
     """The host and port given, else from the environment, else 127.0.0.1:8090."""
     host = host or os.environ.get(HOST_VARIABLE, "127.0.0.1")
+    if not host.isprintable() or any(c.isspace() for c in host):
+        raise UserError(f"the service host {quoted(host)} is not a host name or address: "
+                        f"give one with --host or {HOST_VARIABLE}")
     try:
         port = port or int(os.environ.get(PORT_VARIABLE, DEFAULT_PORT))
     except ValueError:

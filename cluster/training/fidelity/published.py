@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.errors import UserError, quoted
+from cluster.model.files import open_regular
 from cluster.training.config import MLP, TrainConfig
 from cluster.training.pipeline.schedules import DEFAULT as DEFAULT_SCHEDULE
 from cluster.training.workloads import BUILTINS
@@ -82,10 +83,12 @@ def load_published(path: Path = TABLE) -> list[PublishedStep]:
     """The table at ``path`` (default: the one shipped); a UserError naming the entry
     and field if it is not a table of published steps."""
     try:
-        if path.stat().st_size > MAX_TABLE_BYTES:
+        with open_regular(path) as handle:  # a FIFO is refused, not waited on
+            text = handle.read(MAX_TABLE_BYTES + 1)
+        if len(text) > MAX_TABLE_BYTES:
             raise UserError(f"{path}: over {MAX_TABLE_BYTES >> 10} KiB, not a table of "
                             "published steps")
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(text.decode("utf-8"))
     except OSError as error:
         raise UserError(f"cannot read {path}: {error.strerror or error}") from None
     except ValueError as error:

@@ -1,0 +1,31 @@
+"""The path type of every option that names a file or folder: click's, which also refuses,
+as a usage error, a path no file can have (a NUL byte, a name too long for the file
+system). Without it click lets such a path through, or fails with a traceback, and the
+command's first look at the disk would."""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+import click
+
+from cluster.errors import quoted
+
+
+class CheckedPath(click.Path):
+    """:class:`click.Path`, refusing a path the operating system cannot even look up."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        """The path, as click converts it; click's usage error for an impossible one."""
+        if isinstance(value, (str, bytes)):
+            try:
+                os.stat(value)
+            except ValueError:  # a NUL byte
+                self.fail(f"{quoted(value)} cannot be a path (it holds a NUL byte)", param, ctx)
+            except OSError as error:
+                if error.errno == errno.ENAMETOOLONG:
+                    self.fail(f"{quoted(value)}: {error.strerror}", param, ctx)
+        return super().convert(value, param, ctx)

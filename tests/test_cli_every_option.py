@@ -1,0 +1,290 @@
+"""Every command and every option of ``ipupod``, fed hostile values: huge, negative and
+4,300-digit numbers, NaN and infinities, unicode and control characters, empty and very long
+strings, and where a path may go an empty file, a binary file, a directory, a missing path,
+a FIFO with no writer and a path under a file.
+
+Whatever the input, the command ends with exit status 0, 1 or 2, prints no traceback, says
+what went wrong in one ``error:`` (or click's ``Error:``) line, and does not hang. The
+commands and options are found by walking the click commands, so a new one is covered
+without editing this file.
+
+The commands run in this process. Those that talk to a service get an address where nothing
+listens; Ray is never started: ``ray.init`` is replaced by a stand-in that stops the command
+where it would start Ray, and an input that gets that far is one the command accepted
+(``serve`` and real mode check everything they can before it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from collections.abc import Iterator
+from unittest import mock
+
+import click
+import pytest
+from click.testing import CliRunner
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from cluster.cli.main import cli, main
+
+DEADLINE_S = 60  # an example still running after this long has hung
+
+EXPECTED_COMMANDS = {
+    "bench", "calibrate", "create partition", "devices", "fault cut", "fault degrade",
+    "fault heal", "fault kill", "fault list", "links", "list partitions", "monitor",
+    "partition create", "partition list", "partition remove", "partition show",
+    "pipeline-report", "remove partition", "scaling-report", "serve", "show partition",
+    "status", "topology list", "topology show", "train", "train-report", "validate",
+}
+SERVICE = ["--host=127.0.0.1", "--port={refused}", "--token-file={token}"]
+BASE: dict[str, list[str]] = {  # what keeps each command fast, off Ray and off real services
+    "bench": ["--minbytes=1K", "--maxbytes=1K"],
+    "calibrate": ["--measured-step-ms=10", "--model=resnet50", "--micro-batch=1",
+                  "--steps=1"],
+    "train": ["--mode=phantom", "--steps=1"],
+    "train-report": ["--servers=1", "--real-up-to=0", "--steps=1", "--out={out}"],
+    "pipeline-report": ["--ipus-per-replica=2", "--schedules=1f1b", "--micro-batches=4",
+                        "--model=mlp", "--out={out}"],
+    "scaling-report": ["--topologies=pod16", "--model=mlp", "--out={out}"],
+    "serve": ["--port=0", "--metrics-port=-1"],
+    "monitor": [*SERVICE, "--count=1", "--interval=0.1"],
+}
+ARGUMENTS = {"collective": "allreduce", "name": "p", "card": "s0.card0", "link": "s0.card0.ipu0",
+             "spec": "pod16"}
+
+NUMBERS = st.sampled_from([
+    "0", "-0", "-1", "1.5", str(2**31), str(2**63), str(10**30), f"-{10**30}", "9" * 4301,
+    "-" + "9" * 4301, "1e308", "1e309", "-1e309", "1e-320", "nan", "-nan", "inf", "-inf",
+    "٣", "²", "0x10", "1_000", " 1 ", "１",
+])
+STRINGS = st.one_of(
+    st.text(max_size=16).filter(lambda s: not s.startswith(("/", "~")) and ".." not in s),
+    st.sampled_from(["", " ", "\x00", "a\x00b", "\x1b[2J", "\n", "\u202e", "x" * 5000,
+                     "é" * 400, "1,,2", ",", "-", "--", "all", "consecutive:0", "auto"]),
+)
+PLACES = ["empty", "binary", "directory", "directory.yaml", "missing", "missing.yaml", "fifo",
+          "under-a-file"]
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Hostile paths, a token file, a port where nothing listens; the commands run in a
+    scratch folder (a report's ``--out ''`` is the working directory) with the service's
+    address pointing at that port, and ``ray.init`` refusing."""
+    root = tmp_path_factory.mktemp("hostile")
+    (root / "empty").write_bytes(b"")
+    (root / "binary").write_bytes(bytes(range(256)) * 8)
+    (root / "directory").mkdir()
+    (root / "directory.yaml").mkdir()
+    os.mkfifo(root / "fifo")  # no writer: opening it to read blocks
+    (root / "token").write_text("a-token\n")
+    with socket.socket() as probe:  # bound, then closed: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        refused = probe.getsockname()[1]
+    state = root / "state"
+    state.mkdir()
+    (state / f"token-{refused}").write_text("a-token\n")
+    named = {name: str(root / name) for name in PLACES}
+    named["under-a-file"] = str(root / "empty" / "x.yaml")
+    named.update(token=str(root / "token"), refused=str(refused), out=str(root / "report"))
+    work = root / "work"
+    work.mkdir()
+    with pytest.MonkeyPatch.context() as patch, \
+            mock.patch("ray.init", side_effect=WouldStartRay), \
+            mock.patch("ray.is_initialized", return_value=False):
+        patch.chdir(work)
+        patch.setenv("IPUOF_VIPU_API_HOST", "127.0.0.1")
+        patch.setenv("IPUOF_VIPU_API_PORT", str(refused))
+        patch.setenv("IPUPOD_STATE_DIR", str(state))
+        patch.delenv("IPUPOD_TOKEN_FILE", raising=False)
+        patch.delenv("RAY_ADDRESS", raising=False)
+        previous = signal.signal(signal.SIGALRM, _hung)
+        try:
+            yield named
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+
+
+class WouldStartRay(BaseException):
+    """Raised where the command would start Ray: the input got past every check."""
+
+
+class Hung(BaseException):
+    """Raised when an example runs past ``DEADLINE_S``."""
+
+
+def _hung(*_: object) -> None:
+    raise Hung
+
+
+def leaf_commands() -> dict[str, click.Command]:
+    """Every command that runs (not a group), by its words: ``"partition create"``."""
+    found: dict[str, click.Command] = {}
+
+    def walk(command: click.Command, words: list[str]) -> None:
+        if isinstance(command, click.Group):
+            context = click.Context(command)
+            for name in command.list_commands(context):
+                sub = command.get_command(context, name)
+                assert sub is not None, (words, name)
+                walk(sub, [*words, name])
+        else:
+            found[" ".join(words)] = command
+
+    walk(cli, [])
+    return found
+
+
+COMMANDS = leaf_commands()
+
+
+def _is_flag(param: click.Parameter) -> bool:
+    """Whether ``param`` is switched on or off rather than given a value."""
+    return isinstance(param, click.Option) and bool(param.is_flag or param.count)
+
+
+def _targets() -> list[tuple[str, str | None]]:
+    """(command, parameter) for every parameter that takes a value; (command, None) for a
+    command that takes none, so it still runs once."""
+    targets: list[tuple[str, str | None]] = []
+    for words, command in sorted(COMMANDS.items()):
+        valued = [p.name for p in command.params if not _is_flag(p) and p.name]
+        targets += [(words, name) for name in valued] or [(words, None)]
+    return targets
+
+
+def _value(param: click.Parameter, places: dict[str, str]) -> st.SearchStrategy[str]:
+    """Hostile values for ``param``: numbers, strings and paths for any, and for a choice
+    its valid values too (so one hostile value meets many valid neighbours)."""
+    hostile = st.one_of(NUMBERS, STRINGS, st.sampled_from(PLACES).map(places.__getitem__))
+    if isinstance(param.type, click.Choice):
+        return st.one_of(hostile, st.sampled_from([str(c) for c in param.type.choices]))
+    return hostile
+
+
+def _argv(words: str, options: dict[str, str], arguments: dict[str, str],
+          flags: list[str]) -> list[str]:
+    """``ipupod WORDS --option=value ... FLAGS -- ARGUMENTS``: values as one word each (a
+    value that starts with a dash stays a value), the arguments after ``--``."""
+    params = {p.name: p for p in COMMANDS[words].params}
+    given = [f"{_longest(params[name])}={value}" for name, value in options.items()]
+    return [*words.split(), *given, *flags, "--", *arguments.values()]
+
+
+def _base(words: str, places: dict[str, str]) -> dict[str, str]:
+    """The command's safe options, by parameter name, placeholders filled."""
+    by_option = {opt: p.name for p in COMMANDS[words].params for opt in p.opts if p.name}
+    given = BASE.get(words, SERVICE if _is_client(words) else [])
+    pairs = (item.format(**places).split("=", 1) for item in given)
+    return {by_option[option]: value for option, value in pairs}
+
+
+def _is_client(words: str) -> bool:
+    """Whether the command calls a running service (it takes the client's options)."""
+    return "token_file" in {p.name for p in COMMANDS[words].params} and words not in (
+        "serve", "bench")
+
+
+def run(argv: list[str]) -> tuple[int | str, str, str]:
+    """Run ``ipupod argv`` here: its exit status (or ``"ray"`` where it would start Ray),
+    standard output and standard error. An exception other than an exit fails the test
+    with its traceback, as it would print one."""
+    runner = CliRunner()
+    status: int | str
+    with runner.isolation() as (out, err, _):
+        signal.alarm(DEADLINE_S)
+        try:
+            main(argv)
+            status = 0
+        except SystemExit as end:
+            status = end.code if isinstance(end.code, int) else 1
+        except WouldStartRay:
+            status = "ray"
+        except Hung:
+            status = "hung"
+        finally:
+            signal.alarm(0)
+    return (status, out.getvalue().decode(errors="replace"),
+            err.getvalue().decode(errors="replace"))
+
+
+def check_ending(argv: list[str], status: int | str, out: str, err: str) -> None:
+    """The property: exit 0, 1 or 2 (or stopped where Ray would start), no traceback, and a
+    failure ends in exactly one ``error:`` / ``Error:`` line."""
+    shown = f"{[a[:80] for a in argv]} -> {status}\n{err[-2000:]}"
+    assert status != "hung", f"still running after {DEADLINE_S} s: {shown}"
+    assert status in (0, 1, 2, "ray"), shown
+    assert "Traceback (most recent call last)" not in out + err, shown
+    if status in (1, 2):
+        lines = err.rstrip("\n").split("\n")
+        errors = [line for line in lines if line.startswith(("error:", "Error:"))]
+        assert len(errors) == 1 and lines[-1] == errors[0], shown
+
+
+def test_the_walk_finds_every_command() -> None:
+    assert set(COMMANDS) >= EXPECTED_COMMANDS
+    assert sum(len(c.params) for c in COMMANDS.values()) > 200
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@pytest.mark.parametrize("words, target", _targets())
+@given(data=st.data())
+def test_any_value_of_any_option_ends_in_a_result_or_one_error_line(
+        places: dict[str, str], words: str, target: str | None, data: st.DataObject) -> None:
+    command = COMMANDS[words]
+    params = {p.name: p for p in command.params}
+    base = _base(words, places)
+    arguments = {p.name: ARGUMENTS.get(p.name or "", "x") for p in command.params
+                 if isinstance(p, click.Argument) and p.name}
+    chosen = [target] if target else []
+    others = [n for n in params if n and n != target and not _is_flag(params[n])]
+    if others:
+        chosen += data.draw(st.lists(st.sampled_from(others), max_size=2, unique=True))
+    for name in chosen:
+        param = params[name]
+        value = data.draw(_value(param, places), label=name)
+        if isinstance(param, click.Argument):
+            arguments[name] = value
+        else:
+            base[name] = value
+    flags = [f for p in command.params if _is_flag(p)
+             if data.draw(st.booleans(), label=p.name) for f in p.opts[:1]]
+    argv = _argv(words, base, arguments, flags)
+    status, out, err = run(argv)
+    event(f"status {status}")
+    check_ending(argv, status, out, err)
+
+
+def _longest(option: click.Parameter) -> str:
+    """The option's longest name (``--minbytes`` rather than ``-b``)."""
+    return max(option.opts, key=len)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["topology", "show", "{directory}"], "is a directory"),
+    (["bench", "allreduce", "--topology={directory.yaml}"], "is a directory"),
+    (["train", "--mode=phantom", "--topology={directory}"], "is a directory"),
+    (["serve", "--port=0", "--metrics-port=-1", "--topology={directory}"], "is a directory"),
+    (["train", "--mode=phantom", "--model={directory}"], "is a directory"),
+    (["status", "--token-file={directory}"], "is a directory"),
+    (["topology", "show", "{fifo}"], "not a regular file"),
+    (["train", "--mode=phantom", "--model={fifo}"], "not a regular file"),
+    (["status", "--token-file={fifo}"], "not a regular file"),
+    (["validate", "--published={fifo}"], "not a regular file"),
+    (["status", "--token-file={binary}"], "holds no token"),
+    (["devices", "--token-file={empty}"], "holds no token"),
+    (["topology", "show", "{under-a-file}"], "no topology file"),
+    (["scaling-report", "--out=a\x00b"], "nul byte"),
+    (["validate", "--published=" + "9" * 4301], "file name too long"),
+    (["serve", "--port=0", "--metrics-port=-1", "--host=x\ny"], "cannot listen on host 'x\\ny'"),
+    (["status", "--host=x\x1b[2Jy"], "is not a host name"),
+])
+def test_a_path_or_host_that_cannot_be_used_is_named_in_one_line(places, argv, says):
+    for name, path in places.items():
+        argv = [word.replace(f"{{{name}}}", path) for word in argv]
+    status, out, err = run(argv)
+    check_ending(argv, status, out, err)
+    assert status == 2 and says in err.lower(), (argv, status, err)
