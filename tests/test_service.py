@@ -609,7 +609,7 @@ def json_commands() -> set[str]:
     return found
 
 
-def test_every_json_command_prints_one_json_document(service):
+def test_every_json_command_prints_one_json_document(service, tmp_path):
     """Each command with --json, run for real (against the service where it needs one):
     its standard output parses as one JSON document. A new --json command must be added."""
     first = json.loads(cli(service, "links", "--json").stdout)["links"][0]
@@ -619,6 +619,13 @@ def test_every_json_command_prints_one_json_document(service):
         "calibrate": ["calibrate", "--model", "resnet50", "--micro-batch", "16",
                       "--measured-step-ms", "100"],
         "validate": ["validate"],
+        "train-report": ["train-report", "--servers", "1,2", "--real-up-to", "0", "--steps",
+                         "2", "--out", str(tmp_path / "train")],
+        "scaling-report": ["scaling-report", "--model", "resnet50", "--topologies", "pod16",
+                           "--out", str(tmp_path / "scaling")],
+        "pipeline-report": ["pipeline-report", "--model", "bert-large", "--topology", "pod16",
+                            "--ipus-per-replica", "16", "--micro-batches", "4",
+                            "--out", str(tmp_path / "pipeline")],
         "train": ["train", "--mode", "phantom", "--model", "resnet50", "--topology", "pod16",
                   "--micro-batch", "16"],
         "status": ["status"], "devices": ["devices"], "links": ["links"],
