@@ -112,6 +112,62 @@ def sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
     return out
 
 
+def size_notes(coll: Collective, requested: Sequence[int], n: int, dtype: str) -> list[str]:
+    """A ``note:`` line when a size of the sweep does not run as asked: a collective moves
+    whole elements (per block, on ``n`` ranks, for reduce-scatter, all-gather and
+    all-to-all), so a size rounds down to whole elements as nccl-tests rounds it, but to
+    at least one (nccl-tests would run none); sizes that round alike run once."""
+    itemsize = dtype_itemsize(dtype)
+    ran = [coll.bytes_for_count(coll.count_for_bytes(size, n, itemsize), n, itemsize)
+           for size in requested]
+    changed = [(size, got) for size, got in zip(requested, ran) if got != size]
+    if not changed:
+        return []
+    shown = ", ".join(f"{_option(size, requested)}{' ran' if not k else ''} as {got:,} "
+                      f"bytes ({_elements(coll, got, n, itemsize, dtype)})"
+                      for k, (size, got) in enumerate(changed[:3]))
+    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+    unit = (f"{n} blocks of whole {itemsize}-byte elements" if coll.blocks_per_size
+            else f"whole {itemsize}-byte elements")
+    merged = len(set(ran)) < len(ran)
+    rows = (f" ({plural(len(set(ran)), 'row')} for {len(ran)} sizes: sizes that round alike "
+            "run once)" if merged else "")
+    return [f"note: {shown}{more}: {coll.name} moves {unit}, so a size rounds down to whole "
+            f"elements as in nccl-tests, but to at least one; the size column shows what ran"
+            f"{rows}"]
+
+
+def _option(size: int, requested: Sequence[int]) -> str:
+    """``-b 3`` for the sweep's first size, else ``3``."""
+    return f"-b {size:,}" if size == requested[0] else f"{size:,}"
+
+
+def _elements(coll: Collective, nbytes: int, n: int, itemsize: int, dtype: str) -> str:
+    """``1 float32 element`` (per block on ``n`` ranks for a blocked collective)."""
+    count = nbytes // itemsize // (n if coll.blocks_per_size else 1)
+    words = plural(count, f"{dtype} element")
+    return f"{n} blocks of {words}" if coll.blocks_per_size else words
+
+
+REAL_ONLY_WHY = {  # a real-mode option phantom mode has no use for, and why
+    "-n": "simulated time is exact, nothing to repeat",
+    "-w": "simulated time is exact, nothing to warm up",
+    "-c": "no data moves, nothing to check",
+    "--ray-address": "no devices are launched",
+}
+
+
+def phantom_note(given: Sequence[str]) -> list[str]:
+    """A ``note:`` line naming the real-mode options given (of :data:`REAL_ONLY_WHY`) that
+    phantom mode does not use, and why."""
+    if not given:
+        return []
+    why = "; ".join(f"{option}: {REAL_ONLY_WHY[option]}" for option in given)
+    verb = "applies" if len(given) == 1 else "apply"
+    return [f"note: {' and '.join(given)} {verb} only in real mode (--mode real), not in "
+            f"phantom mode ({why})"]
+
+
 def check_runs(iterations: int, warmup: int) -> None:
     """Refuse timed (``-n``) or warm-up (``-w``) run counts out of range, saying the range."""
     if not 1 <= iterations <= MAX_RUNS:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ipu_node.errors import OutOfMemory
 
@@ -45,7 +46,14 @@ class IpuMemory:
 
 
 def available_ram_bytes() -> int:
-    """This machine's free memory (bytes), to refuse real-mode work that cannot fit."""
+    """This machine's free memory (bytes), to refuse real-mode work that cannot fit: the
+    kernel's ``MemAvailable`` (free pages and the cache it can drop), else free pages."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):

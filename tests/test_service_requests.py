@@ -14,6 +14,7 @@ from cluster.service.auth import write_token
 from cluster.service.server import start_server
 from ipu_node.pod import EmulatedPod
 from ipupod_proto import control_pb2, control_pb2_grpc
+from tests.test_bench_refusals import too_big_for_this_machine
 
 MiB = 1 << 20
 
@@ -87,19 +88,45 @@ def test_undecodable_requests_are_invalid_arguments(service):
 
 def test_a_real_bench_too_big_for_the_ipus_is_refused_before_anything_is_built(service):
     stub, auth = service["stub"], service["auth"]
-    one = stub.CreatePartition(control_pb2.CreatePartitionRequest(name="one", size=1),
-                               metadata=auth)
-    devices = stub.ListDevices(control_pb2.ListDevicesRequest(), metadata=auth).devices
-    free = devices[one.ipus[0]].memory_free_bytes  # In-Processor and Streaming Memory
+    stub.CreatePartition(control_pb2.CreatePartitionRequest(name="one", size=1), metadata=auth)
     try:
         before = rss_bytes()
         code, details = refusal(stub.RunBenchmark, control_pb2.BenchmarkRequest(
-            partition="one", min_bytes=free // 4 * 4, mode="real"), auth)
-        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
-        assert "choose a smaller --maxbytes" in details, details
+            partition="one", min_bytes=1 << 30, mode="real"), auth)
+        # phantom mode's refusal of a buffer larger than In-Processor-Memory, word for word
+        phantom, words = refusal(stub.RunBenchmark, control_pb2.BenchmarkRequest(
+            partition="one", min_bytes=1 << 30, mode="phantom"), auth)
+        assert code == phantom == grpc.StatusCode.INVALID_ARGUMENT, details
+        assert "In-Processor-Memory" in details and details == words
         assert rss_bytes() - before < 64 * MiB  # the inputs were never built
+        assert stub.RunBenchmark(control_pb2.BenchmarkRequest(  # the devices are fine
+            partition="one", min_bytes=MiB, mode="real"), metadata=auth,
+            timeout=120).rows[0].wrong == 0
     finally:
         stub.RemovePartition(control_pb2.PartitionRef(name="one"), metadata=auth)
+
+
+def test_a_real_bench_too_big_for_this_machine_is_refused_and_the_devices_stay_up(service):
+    spec, size = too_big_for_this_machine()
+    if spec != "pod16":
+        pytest.skip("this machine has room for a pod16 bench as large as its IPUs take")
+    stub, auth = service["stub"], service["auth"]
+    stub.CreatePartition(control_pb2.CreatePartitionRequest(name="whole", size=16),
+                         metadata=auth)
+    try:
+        before = rss_bytes()
+        code, details = refusal(stub.RunBenchmark, control_pb2.BenchmarkRequest(
+            partition="whole", min_bytes=size, mode="real"), auth)
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
+        assert "of this machine's memory" in details and "choose -e " in details
+        assert rss_bytes() - before < 64 * MiB
+        assert all(d.health == "healthy" for d in stub.ListDevices(
+            control_pb2.ListDevicesRequest(), metadata=auth).devices)
+        assert stub.RunBenchmark(control_pb2.BenchmarkRequest(
+            partition="whole", min_bytes=MiB, mode="real"), metadata=auth,
+            timeout=120).rows[0].wrong == 0
+    finally:
+        stub.RemovePartition(control_pb2.PartitionRef(name="whole"), metadata=auth)
 
 
 def memory_used(service, ipus):
@@ -274,3 +301,13 @@ def test_the_bench_table_through_the_service_is_the_table_here(service):
     assert [line.split()[1:] for line in ranks] == [
         ["Rank", str(i % 4), "Group", str(i // 4), "on", "IPU", str(ipu),
          f"r0.m{ipu // 4}.ipu{ipu % 4}"] for i, ipu in enumerate(made.ipus)]
+
+
+def test_a_bench_on_a_partition_notes_what_its_options_did_not_do(service, partition):
+    served = cli(service, "bench", "all-gather", "--partition", "req", "-b", "3", "-e", "3",
+                 "-n", "2", "--json")
+    assert served.returncode == 0, served.stderr
+    assert [row["bytes"] for row in json.loads(served.stdout)] == [16]  # 4 ranks x 1 element
+    notes = [line for line in served.stderr.splitlines() if line.startswith("note:")]
+    assert notes[0].startswith("note: -n applies only in real mode")
+    assert notes[1].startswith("note: -b 3 ran as 16 bytes (4 blocks of 1 float32 element)")

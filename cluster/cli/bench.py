@@ -5,6 +5,7 @@ on a partition of a running service (``--partition``); one table either way
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -26,10 +27,12 @@ from gcl.bench import (
     format_row,
     groups_words,
     heading,
+    phantom_note,
     preamble,
     rank_lines,
     rows_to_json,
     run_phantom,
+    size_notes,
     sizes,
     summary_line,
 )
@@ -37,6 +40,8 @@ from gcl.collectives import DTYPES, Collective, CollectiveName, ReduceOp
 from gcl.collectives import collective as lookup
 from gcl.groups import CommGroup
 from gcl.modes import Mode
+from gcl.planner import replica_groups
+from ipu_node.bench_fit import RealSweep, check_here
 
 COLLECTIVE_NAMES = [name.value for name in CollectiveName]
 PROGRESS_MIN_PHASES = 200  # a progress bar for sizes with at least this many phases
@@ -73,6 +78,26 @@ class Sweep:
     iterations: int = 1
     warmup: int = 0
     check: bool = True
+    real_only_given: tuple[str, ...] = ()  # real-mode options given on the command line
+
+    def notes(self, coll: Collective, group_size: int) -> list[str]:
+        """The ``note:`` lines for stderr: options phantom mode does not use, sizes that
+        do not run as asked."""
+        unused = phantom_note(self.real_only_given) if self.mode != "real" else []
+        return unused + size_notes(coll, sizes(self.min_bytes, self.max_bytes, self.factor),
+                                   group_size, self.dtype)
+
+    def real(self, coll: Collective, byte_sizes: list[int], group: CommGroup) -> RealSweep:
+        """The sweep as :mod:`ipu_node.bench_fit` checks it."""
+        return RealSweep(coll, byte_sizes, dtype=self.dtype, algorithm_name=self.algorithm,
+                         group=group, root=self.root, runs=self.iterations + self.warmup,
+                         check=self.check)
+
+
+def _notes(lines: list[str]) -> None:
+    """``note:`` lines, on stderr (stdout stays the table, or one JSON document)."""
+    for line in lines:
+        click.echo(line, err=True)
 
 
 def _echo_table(rows: Iterator[BenchRow], heading: Callable[[], str], out: TextIO) -> None:
@@ -117,6 +142,10 @@ def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str 
     group = CommGroup.parse(sweep.group)
     byte_sizes = sizes(sweep.min_bytes, sweep.max_bytes, sweep.factor)
     topology = load_topology(topology_spec, figures)
+    if sweep.mode == "real":  # before Ray is imported: a refusal starts nothing
+        check_here(sweep.real(coll, byte_sizes, group), topology,
+                   devices_here=not (ray_address or os.environ.get("RAY_ADDRESS")))
+    _notes(sweep.notes(coll, len(replica_groups(topology, group)[0])))
     with ExitStack() as stack:
         out = stack.enter_context(ray_chatter_to_stderr()) if sweep.mode == "real" else sys.stdout
         rows = _rows_here(sweep, coll, topology, group, byte_sizes, stack, ray_address)
@@ -125,6 +154,11 @@ def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str 
         else:
             _echo_table(rows, lambda: preamble(coll, topology, group, sweep.mode, sweep.root),
                         out)
+
+
+def _group_size(result: Any) -> int:
+    """Ranks per replica group of a service's result (its ranks, group by group)."""
+    return sum(1 for placed in result.ranks if placed.group == 0) or 1
 
 
 def _service_row(row: Any) -> BenchRow:
@@ -167,6 +201,8 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
     done: list[BenchRow] = []
     try:
         for result in results:
+            if not done:
+                _notes(sweep.notes(lookup(result.collective), _group_size(result)))
             if not done and not as_json:
                 click.echo(_service_heading(result, sweep))
             for row in result.rows:
@@ -178,6 +214,13 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
             click.echo(rows_to_json(done))
         elif done:
             click.echo(summary_line(done))
+
+
+def _given(*options: tuple[str, str]) -> tuple[str, ...]:
+    """The flags of ``options`` (parameter name, flag) given on the command line."""
+    ctx = click.get_current_context()
+    return tuple(flag for name, flag in options
+                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT)
 
 
 @click.command("bench")
@@ -234,7 +277,9 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
     """Sweep sizes of a COLLECTIVE and print simulated time and bandwidth per size."""
     sweep = Sweep(collective=collective, mode=mode, min_bytes=min_bytes, max_bytes=max_bytes,
                   factor=factor, algorithm=algorithm, dtype=dtype, op=op, group=group_text,
-                  root=root, iterations=iterations, warmup=warmup, check=bool(check))
+                  root=root, iterations=iterations, warmup=warmup, check=bool(check),
+                  real_only_given=_given(("iterations", "-n"), ("warmup", "-w"),
+                                         ("check", "-c"), ("ray_address", "--ray-address")))
     if partition:
         given = click.get_current_context().get_parameter_source("topology_spec")
         if given is not click.core.ParameterSource.DEFAULT or ray_address or figures != "seed":

@@ -3,9 +3,10 @@ streamed row by row, and leaving nothing behind.
 
 - :func:`read_request` turns a ``BenchmarkRequest`` into what to run, or a user error
   (INVALID_ARGUMENT) saying which field is wrong and what it may be.
-- :func:`check_fits` refuses (RESOURCE_EXHAUSTED) a real-mode sweep whose inputs and outputs
-  would not fit the partition's IPUs (In-Processor-Memory free now) or the service's RAM
-  (half of what the kernel reports available): before any input is built.
+- :func:`check_fits` refuses a real-mode sweep that would not fit, before any input is
+  built: phantom mode's check of the largest size (INVALID_ARGUMENT), then the partition's
+  IPUs (their memory free now) and this machine's free memory for the devices that run on
+  it and the results checked here (RESOURCE_EXHAUSTED; :mod:`ipu_node.bench_fit`).
 - :func:`free_bench_tensors` drops the bench tensors from the IPUs: when a bench ends,
   success or failure, and when a partition is removed.
 - :func:`rank_messages` and :func:`row_message`: the ranks' IPUs and the rows, as the API
@@ -17,14 +18,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
+import ray
 
 from cluster.errors import UserError
 from cluster.model.topology import Topology
-from cluster.model.units import format_size
 from cluster.service.partitions import RESOURCE_EXHAUSTED, Partition, PartitionError
 from gcl.bench import BenchRow, check_runs, sizes
 from gcl.collectives import Collective, collective, dtype_itemsize
@@ -32,10 +31,16 @@ from gcl.groups import CommGroup
 from gcl.modes import Mode
 from gcl.planner import replica_groups
 from ipu_node.bench import BENCH_TENSORS, free_tensors
+from ipu_node.bench_fit import (
+    DoesNotFit,
+    RealSweep,
+    check_devices,
+    check_host,
+    device_capacity,
+)
+from ipu_node.memory import available_ram_bytes
 from ipu_node.pod import EmulatedPod
 from ipupod_proto import control_pb2
-
-RAM_SHARE = 0.5  # a bench may use this share of the RAM available to the service
 
 
 @dataclass(frozen=True)
@@ -97,59 +102,41 @@ def row_message(row: BenchRow) -> control_pb2.BenchmarkRow:
         json=json.dumps(asdict(row)))
 
 
-def available_ram_bytes() -> int | None:
-    """``MemAvailable`` of /proc/meminfo (bytes), or None where there is none."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def largest_buffers(coll: Collective, byte_sizes: Sequence[int], dtype: str, n: int) -> tuple[
-        int, int]:
-    """Bytes of the largest input and output one IPU holds over the sweep (as
-    :func:`ipu_node.bench.run_real` builds them)."""
-    itemsize = dtype_itemsize(dtype)
-    count = max(coll.count_for_bytes(size, n, itemsize) for size in byte_sizes)
-    per_replica = count * (n if coll.blocks_per_size and coll.name != "all-gather" else 1)
-    in_bytes = per_replica * itemsize
-    return in_bytes, max(in_bytes, coll.bytes_for_count(count, n, itemsize))
-
-
-def check_fits(pod: EmulatedPod, coll: Collective, byte_sizes: Sequence[int], dtype: str,
-               ipus: Sequence[int], group: CommGroup) -> None:
-    """Refuse (RESOURCE_EXHAUSTED) a real-mode sweep that cannot fit, before building it
-    (out of place is the larger: the in-place runs start after ``bench.out`` is freed)."""
-    n = len(replica_groups(pod.topology, group, np.asarray(ipus, np.int64))[0])
-    in_bytes, out_bytes = largest_buffers(coll, byte_sizes, dtype, n)
-    per_ipu = in_bytes + out_bytes
+def check_fits(pod: EmulatedPod, bench: BenchPlan) -> None:
+    """Refuse a real-mode sweep that cannot fit, before any input is built: phantom mode's
+    planning of its largest size (INVALID_ARGUMENT, as in phantom mode), then the IPUs'
+    free memory and this machine's (RESOURCE_EXHAUSTED; :mod:`ipu_node.bench_fit`)."""
+    ipus = list(bench.options["ipus"])
+    sweep = RealSweep(bench.coll, bench.byte_sizes, dtype=bench.options["dtype"],
+                      algorithm_name=bench.options["algorithm_name"], group=bench.group,
+                      root=bench.options["root"], ipus=ipus,
+                      runs=bench.runs["iterations"] + bench.runs["warmup"],
+                      check=bench.runs["check"])
     free = _free_memory(pod, ipus)
-    if per_ipu > free:
-        raise PartitionError(RESOURCE_EXHAUSTED, (
-            f"{coll.name} of {format_size(max(byte_sizes))} needs "
-            f"{format_size(per_ipu)} per IPU (input and output) but an IPU of the partition "
-            f"has {format_size(free)} free: choose a smaller --maxbytes"))
-    ram, host_bytes = available_ram_bytes(), len(ipus) * per_ipu
-    if ram is not None and host_bytes > RAM_SHARE * ram:
-        raise PartitionError(RESOURCE_EXHAUSTED, (
-            f"{coll.name} of {format_size(max(byte_sizes))} on {len(ipus)} IPUs needs "
-            f"{format_size(host_bytes)} of the service's RAM to place and check, more than "
-            f"half the {format_size(ram)} available: choose a smaller --maxbytes or a "
-            "smaller partition"))
+    try:
+        check_devices(sweep, pod.topology, free)
+        check_host(sweep, len(ipus), _ipus_here(pod, ipus), available_ram_bytes(),
+                   "use phantom mode (sizes only), or a smaller partition")
+    except DoesNotFit as error:
+        raise PartitionError(RESOURCE_EXHAUSTED, str(error)) from None
 
 
-def _free_memory(pod: EmulatedPod, ipus: Sequence[int]) -> int:
-    """The least In-Processor-Memory free (bytes) on any of ``ipus``, as their devices
-    report it (the capacity when a device does not answer)."""
+def _ipus_here(pod: EmulatedPod, ipus: Sequence[int]) -> int:
+    """How many of ``ipus`` have their device on this machine (Ray's node of this
+    process)."""
+    here = ray.get_runtime_context().get_node_id()
+    return sum(1 for ipu in ipus if pod.infos[pod.owner[ipu]].get("node_id") == here)
+
+
+def _free_memory(pod: EmulatedPod, ipus: Sequence[int]) -> dict[int, int]:
+    """Per IPU of ``ipus``, the memory free (bytes) as its device reports it (In-Processor
+    and Streaming Memory; the capacity when a device does not answer)."""
     devices = sorted({pod.owner[ipu] for ipu in ipus})
     memory: dict[int, dict[str, int]] = {}
     for stats in pod.stats(deadline_s=30, devices=devices):
         memory.update(stats["memory"])
-    capacity = pod.topology.ipu_memory_bytes
-    return min(int(memory[i]["free_bytes"]) if i in memory else int(capacity[i]) for i in ipus)
+    capacity = device_capacity(pod.topology)
+    return {i: int(memory[i]["free_bytes"]) if i in memory else capacity[i] for i in ipus}
 
 
 def free_bench_tensors(pod: EmulatedPod, ipus: Sequence[int]) -> None:

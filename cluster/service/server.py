@@ -237,8 +237,7 @@ class ControlService(control_pb2_grpc.ControlServicer):
         if bench.mode is not Mode.REAL:
             return partition, bench, run_phantom(bench.coll, self.pod.topology,
                                                  bench.byte_sizes, **bench.options)
-        check_fits(self.pod, bench.coll, bench.byte_sizes, bench.options["dtype"],
-                   partition.ipus, bench.group)
+        check_fits(self.pod, bench)
         return partition, bench, self._real_rows(bench)
 
     def _real_rows(self, bench: BenchPlan) -> Iterator[BenchRow]:
