@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from cluster.model.spec import load_topology
+from cluster.model.units import parse_size
 from gcl.collectives import collective
 from ipu_node.bench_fit import (
     HOST_BYTES_PER_BYTE,
@@ -163,3 +164,31 @@ def test_sizes_that_round_alike_say_they_ran_once():
     [note] = notes(result)
     assert note.startswith("note: 96 ran as 64 bytes (16 blocks of 1 float32 element)")
     assert "1 row for 2 sizes" in note
+
+
+def test_a_real_bench_without_e_runs_the_largest_sweep_that_fits_and_says_so():
+    """The default must run: -e not given lowers 128M to what this machine holds. pod64's
+    64 IPUs at 128M need about 100 GiB here; the lowered sweep passes every check (the
+    command gets as far as starting devices) and a note names the size chosen."""
+    free = available_ram_bytes()
+    topology = load_topology("pod64")
+    full = RealSweep(collective("allreduce"), [128 * MiB])
+    if host_bytes(full, 64, 64) <= free:
+        pytest.skip("this machine holds pod64's 128M sweep: nothing to lower")
+    started = without_ray("bench", "allreduce", "--topology", "pod64", "--mode", "real")
+    assert "RAY-BLOCKED" in started.stderr, started.stderr  # every check passed
+    notes = [line for line in started.stderr.splitlines() if "-e not given" in line]
+    assert len(notes) == 1, started.stderr
+    chosen = parse_size(notes[0].split("-e not given: ")[1].split()[0])
+    assert host_bytes(RealSweep(collective("allreduce"), [chosen]), 64, 64) <= free
+    assert host_bytes(RealSweep(collective("allreduce"), [2 * chosen]), 64, 64) > free
+    assert check_devices(RealSweep(collective("allreduce"), [chosen]), topology,
+                         device_capacity(topology)) is None
+
+
+def test_a_given_e_is_never_lowered():
+    if host_bytes(RealSweep(collective("allreduce"), [128 * MiB]), 64, 64) <= available_ram_bytes():
+        pytest.skip("this machine holds pod64's 128M sweep: nothing to refuse")
+    line = refused(without_ray("bench", "allreduce", "--topology", "pod64", "--mode", "real",
+                               "-e", "128M"))
+    assert "needs about" in line and "choose -e" in line

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from typing import Any, TextIO
 
@@ -19,7 +19,7 @@ from cluster.cli.output import progress, ray_chatter_to_stderr
 from cluster.errors import UserError
 from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
 from cluster.model.topology import Topology
-from cluster.model.units import parse_size, plural
+from cluster.model.units import format_size, parse_size, plural
 from gcl.algorithms import algorithm as check_algorithm
 from gcl.bench import (
     MAX_RUNS,
@@ -41,9 +41,10 @@ from gcl.collectives import collective as lookup
 from gcl.groups import CommGroup
 from gcl.modes import Mode
 from gcl.planner import replica_groups
-from ipu_node.bench_fit import RealSweep, check_here
+from ipu_node.bench_fit import DoesNotFit, RealSweep, check_here
 
 COLLECTIVE_NAMES = [name.value for name in CollectiveName]
+DEFAULT_MAX_BYTES = 128 << 20  # -e, as nccl-tests' examples sweep up to
 PROGRESS_MIN_PHASES = 200  # a progress bar for sizes with at least this many phases
 
 
@@ -79,6 +80,7 @@ class Sweep:
     warmup: int = 0
     check: bool = True
     real_only_given: tuple[str, ...] = ()  # real-mode options given on the command line
+    max_bytes_given: bool = True  # else real mode here lowers it to what fits
 
     def notes(self, coll: Collective, group_size: int) -> list[str]:
         """The ``note:`` lines for stderr: options phantom mode does not use, sizes that
@@ -140,11 +142,14 @@ def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str 
     if sweep.algorithm != "auto":
         check_algorithm(sweep.algorithm, coll)
     group = CommGroup.parse(sweep.group)
-    byte_sizes = sizes(sweep.min_bytes, sweep.max_bytes, sweep.factor)
     topology = load_topology(topology_spec, figures)
+    devices_here = not (ray_address or os.environ.get("RAY_ADDRESS"))
+    if not sweep.max_bytes_given and sweep.mode == "real":
+        sweep = replace(sweep, max_bytes=_default_max_bytes(sweep, coll, group, topology,
+                                                             devices_here))
+    byte_sizes = sizes(sweep.min_bytes, sweep.max_bytes, sweep.factor)
     if sweep.mode == "real":  # before Ray is imported: a refusal starts nothing
-        check_here(sweep.real(coll, byte_sizes, group), topology,
-                   devices_here=not (ray_address or os.environ.get("RAY_ADDRESS")))
+        check_here(sweep.real(coll, byte_sizes, group), topology, devices_here=devices_here)
     _notes(sweep.notes(coll, len(replica_groups(topology, group)[0])))
     with ExitStack() as stack:
         out = stack.enter_context(ray_chatter_to_stderr()) if sweep.mode == "real" else sys.stdout
@@ -154,6 +159,27 @@ def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str 
         else:
             _echo_table(rows, lambda: preamble(coll, topology, group, sweep.mode, sweep.root),
                         out)
+
+
+def _default_max_bytes(sweep: Sweep, coll: Collective, group: CommGroup,
+                       topology: Topology, devices_here: bool) -> int:
+    """``-e`` not given, in real mode: the largest power of two up to
+    :data:`DEFAULT_MAX_BYTES` (and not below ``-b``) that the IPUs and this machine hold,
+    with a note saying so; a default must run. If even ``-b`` does not fit, the check that
+    follows says why."""
+    size = DEFAULT_MAX_BYTES
+    while size > sweep.min_bytes:
+        try:
+            check_here(sweep.real(coll, [size], group), topology, devices_here=devices_here)
+            break
+        except DoesNotFit:
+            size //= 2
+    size = max(size, sweep.min_bytes)
+    if size < DEFAULT_MAX_BYTES:
+        _notes([f"note: -e not given: {format_size(size)} in real mode, the largest size up "
+                f"to {format_size(DEFAULT_MAX_BYTES)} whose sweep this machine's memory "
+                "holds (give -e to choose; phantom mode prices any size)"])
+    return size
 
 
 def _group_size(result: Any) -> int:
@@ -186,7 +212,8 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
                        port: int | None, token_file: str | None) -> None:
     """``ipupod bench --partition NAME``: the service runs it on that partition's IPUs and
     streams the rows; each is printed as it comes, under the same heading as a bench here.
-    A failure prints the rows done, then the error."""
+    A failure prints the rows done, then the error. (``-e`` not given: 128M; the service
+    refuses, naming a size that fits, what its machine cannot hold.)"""
     # gRPC: only for --partition
     from cluster.service.client import Client
     from ipupod_proto import control_pb2
@@ -235,8 +262,9 @@ def _given(*options: tuple[str, str]) -> tuple[str, ...]:
               help="Real mode: an existing Ray cluster (default: RAY_ADDRESS, else local Ray).")
 @click.option("-b", "--minbytes", "min_bytes", type=SizeType(), default="1M", show_default=True,
               help="Smallest size, bytes (K/M/G = powers of 1024).")
-@click.option("-e", "--maxbytes", "max_bytes", type=SizeType(), default="128M",
-              show_default=True, help="Largest size, bytes.")
+@click.option("-e", "--maxbytes", "max_bytes", type=SizeType(), default=None,
+              help="Largest size, bytes. Default: 128M; in real mode on a local Ray, the "
+                   "largest power of two up to 128M that this machine's memory holds.")
 @click.option("-f", "--stepfactor", "factor", type=float, default=2.0, show_default=True,
               help="Multiply the size by this from one row to the next.")
 @click.option("--algorithm", default="auto", show_default=True,
@@ -269,13 +297,15 @@ def _given(*options: tuple[str, str]) -> tuple[str, ...]:
               help="With --partition: the service's port.")
 @click.option("--token-file", default=None, help="With --partition: the token file.")
 def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int,
-                  max_bytes: int, factor: float, algorithm: str, dtype: str, op: str,
+                  max_bytes: int | None, factor: float, algorithm: str, dtype: str, op: str,
                   group_text: str, root: int, iterations: int, warmup: int, check: int,
                   figures: str, as_json: bool,
                   ray_address: str | None, partition: str | None, host: str | None,
                   port: int | None, token_file: str | None) -> None:
     """Sweep sizes of a COLLECTIVE and print simulated time and bandwidth per size."""
-    sweep = Sweep(collective=collective, mode=mode, min_bytes=min_bytes, max_bytes=max_bytes,
+    sweep = Sweep(collective=collective, mode=mode, min_bytes=min_bytes,
+                  max_bytes=DEFAULT_MAX_BYTES if max_bytes is None else max_bytes,
+                  max_bytes_given=max_bytes is not None,
                   factor=factor, algorithm=algorithm, dtype=dtype, op=op, group=group_text,
                   root=root, iterations=iterations, warmup=warmup, check=bool(check),
                   real_only_given=_given(("iterations", "-n"), ("warmup", "-w"),
