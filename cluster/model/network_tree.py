@@ -102,6 +102,31 @@ def build_network_tree(topology: Topology, tree_links: np.ndarray) -> NetworkTre
     return NetworkTree(parent, depth, up_link, down_link, root)
 
 
+def check_reachable(topology: Topology, domain_count: int, domain_of_ipu: np.ndarray,
+                     tree: NetworkTree) -> None:
+    """A SpecError naming two IPUs that cannot reach each other, if there are such: IPUs of
+    different IPU-Link domains (``domain_of_ipu``) reach each other only through the tree."""
+    if domain_count == 1:
+        return
+    ipus = np.arange(topology.ipu_count)
+    outside = ipus[tree.root[ipus] < 0]
+    if len(outside):
+        ipu = int(outside[0])
+        other = int(ipus[domain_of_ipu != domain_of_ipu[ipu]][0])
+        raise SpecError(
+            f"topology {topology.name!r}: IPU {topology.ipu_name(ipu)!r} cannot reach IPU "
+            f"{topology.ipu_name(other)!r}: it has no IPU-Link path to it and no link to the "
+            "host/switch network; connect it (e.g. to its card, host or a switch)"
+        )
+    roots = tree.root[ipus]
+    if (roots != roots[0]).any():
+        ipu = int(ipus[roots != roots[0]][0])
+        raise SpecError(
+            f"topology {topology.name!r}: IPU {topology.ipu_name(ipu)!r} cannot reach IPU "
+            f"{topology.ipu_name(0)!r}: their networks are not joined; add a link between them"
+        )
+
+
 def _roots(component: np.ndarray, in_tree: np.ndarray, kinds: tuple[str, ...]) -> list[int]:
     """One root per tree component (a switch if any, else a host, else any node but an IPU,
     else its first node).

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cluster.errors import SpecError
 from cluster.model.graph import (
     all_pairs_predecessors,
     bfs_distances,
@@ -42,7 +41,7 @@ from cluster.model.graph import (
 )
 from cluster.model.ipu_link_domains import IpuLinkDomains, index_domains
 from cluster.model.link_faults import LinkDown, describe_links, link_name
-from cluster.model.network_tree import NetworkTree, build_network_tree
+from cluster.model.network_tree import NetworkTree, build_network_tree, check_reachable
 from cluster.model.topology import FABRIC, ROLES, Topology
 
 _ALL_PAIRS_LIMIT = 2048  # domains up to this many IPUs get an all-pairs table
@@ -74,6 +73,29 @@ class _Cuts:
     names: dict[int, str]
 
 
+@dataclass(frozen=True, eq=False)
+class _Latency:
+    """Seconds per crossing of a link, as ``Topology.directed_latency_s`` gives them (its
+    type's latency, plus its fault's ``added_latency_s``), looked up per route: a router
+    built with its topology does not make that array for a topology that never routes."""
+
+    per_type: np.ndarray  # by index into the topology's link_types
+    link_type: np.ndarray  # the topology's, per physical link
+    fault_links: np.ndarray  # physical links with a fault, sorted
+    added_s: np.ndarray  # their faults' added latency
+
+    def of(self, directed: np.ndarray) -> np.ndarray:
+        """Latency of each directed link in ``directed``, seconds."""
+        physical = directed // 2
+        latency = self.per_type[self.link_type[physical]]
+        if len(self.fault_links):
+            pos = np.minimum(np.searchsorted(self.fault_links, physical),
+                             len(self.fault_links) - 1)
+            hit = self.fault_links[pos] == physical
+            latency[hit] += self.added_s[pos[hit]]
+        return latency
+
+
 class _Memo:
     """Tables a router builds on first use and keeps (an IPU x IPU direct-link table on
     small topologies; per domain shape, all-pairs predecessors and landmark distances).
@@ -100,9 +122,8 @@ class Router:
     domain_of_ipu: np.ndarray
     tree: NetworkTree
     _names: tuple[str, ...]
-    _directed_src: np.ndarray
-    _directed_dst: np.ndarray
-    _latency_s: np.ndarray
+    _link_ends: tuple[np.ndarray, np.ndarray]  # the topology's link_a, link_b
+    _latency: _Latency
     _ipu_keys: np.ndarray  # directed IPU-Links, keyed src * ipu_count + dst, sorted
     _ipu_links: np.ndarray  # their directed link ids
     _domains: IpuLinkDomains
@@ -173,7 +194,7 @@ class Router:
         pair_link = np.concatenate(parts_link) if parts_link else np.zeros(0, np.int64)
         if self._cuts is not None:
             self._refuse_cut(self._cuts, src, dst, pair_flow, pair_link)
-        latency = np.bincount(pair_flow, weights=self._latency_s[pair_link],
+        latency = np.bincount(pair_flow, weights=self._latency.of(pair_link),
                               minlength=len(src))
         return Routes(pair_flow, pair_link, latency, ~local)
 
@@ -207,13 +228,14 @@ class Router:
         """The directed links from IPU ``src`` to IPU ``dst``, in the order crossed."""
         routes = self.route(np.array([src]), np.array([dst]))
         links = routes.pair_link.tolist()
+        a, b = self._link_ends  # directed link 2l runs a[l] -> b[l], 2l+1 back
         node = src
         ordered: list[int] = []
         while links:
-            hop = next(l for l in links if self._directed_src[l] == node)
+            hop = next(l for l in links if (a, b)[l % 2][l // 2] == node)
             links.remove(hop)
             ordered.append(hop)
-            node = int(self._directed_dst[hop])
+            node = int((b, a)[hop % 2][hop // 2])
         return ordered
 
     def _direct(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -336,12 +358,15 @@ def build_router(topology: Topology) -> Router:
         cuts = _Cuts(np.repeat(cut, 2), describe_links(topology, topology.cut_links),
                      {l: link_name(topology, l) for l in sorted(topology.cut_links)})
     else:  # checked once here; with cuts, route() refuses the flows that have no path
-        _check_reachable(topology, domain_count, domain_of_ipu, tree)
+        check_reachable(topology, domain_count, domain_of_ipu, tree)
     for array in (domain_of_ipu, ipu_keys, ipu_links):
         array.flags.writeable = False
-    return Router(n_ipu, domain_count, domain_of_ipu, tree, topology.node_names,
-                  topology.directed_src, topology.directed_dst, topology.directed_latency_s,
-                  ipu_keys, ipu_links, domains, cuts)
+    faults = sorted(topology.faults.items())
+    latency = _Latency(np.array([t.latency_s for t in topology.link_types]), topology.link_type,
+                       np.array([link for link, _ in faults], dtype=np.int64),
+                       np.array([fault.added_latency_s for _, fault in faults], dtype=float))
+    return Router(n_ipu, domain_count, domain_of_ipu, tree, topology.node_names, (a, b),
+                  latency, ipu_keys, ipu_links, domains, cuts)
 
 
 _ROUTERS: weakref.WeakKeyDictionary[Topology, Router] = weakref.WeakKeyDictionary()
@@ -358,27 +383,3 @@ def router_of(topology: Topology) -> Router:
         with _ROUTERS_LOCK:
             router = _ROUTERS.setdefault(topology, built)
     return router
-
-
-def _check_reachable(topology: Topology, domain_count: int, domain_of_ipu: np.ndarray,
-                     tree: NetworkTree) -> None:
-    """A SpecError naming two IPUs that cannot reach each other, if there are such."""
-    if domain_count == 1:
-        return
-    ipus = np.arange(topology.ipu_count)
-    outside = ipus[tree.root[ipus] < 0]
-    if len(outside):
-        ipu = int(outside[0])
-        other = int(ipus[domain_of_ipu != domain_of_ipu[ipu]][0])
-        raise SpecError(
-            f"topology {topology.name!r}: IPU {topology.ipu_name(ipu)!r} cannot reach IPU "
-            f"{topology.ipu_name(other)!r}: it has no IPU-Link path to it and no link to the "
-            "host/switch network; connect it (e.g. to its card, host or a switch)"
-        )
-    roots = tree.root[ipus]
-    if (roots != roots[0]).any():
-        ipu = int(ipus[roots != roots[0]][0])
-        raise SpecError(
-            f"topology {topology.name!r}: IPU {topology.ipu_name(ipu)!r} cannot reach IPU "
-            f"{topology.ipu_name(0)!r}: their networks are not joined; add a link between them"
-        )
