@@ -120,8 +120,8 @@ def run_collective(pod: Pod, collective: str, inputs: list[np.ndarray] | str, *,
                    deadline_s: float = DEFAULT_DEADLINE_S) -> CollectiveResult:
     """Run ``collective`` on the devices of ``pod``, replica r on ``ipus[r]`` (IPU r by
     default). ``inputs`` are arrays (one per replica) or the name of a tensor the IPUs hold
-    (:meth:`ipu_node.pod.EmulatedPod.put`); with ``output`` the results stay on the IPUs under that name
-    and ``results`` is empty."""
+    (:meth:`ipu_node.pod.EmulatedPod.put`); with ``output`` the results stay on the IPUs
+    under that name and ``results`` is empty."""
     started = time.perf_counter()
     coll = lookup(collective)
     check_op(op)
