@@ -19,11 +19,12 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from cluster.errors import UserError
+from cluster.model.topology import Topology
 from gcl.collectives import BROADCAST, DTYPES, check_op
 from gcl.collectives import collective as lookup
 from gcl.groups import CommGroup
@@ -32,18 +33,40 @@ from gcl.phantom import Timing
 from gcl.planner import AUTO, plan_timed, replica_groups
 from gcl.schedule import Schedule
 from ipu_node.calls import ABORT_GRACE_S, died_during, gather
-from ipu_node.device_spec import describe
+from ipu_node.device_spec import DeviceSpec, describe
 from ipu_node.errors import DeviceDied, DeviceError, OutOfMemory
-from ipu_node.health import HEALTH_DEADLINE_S
+from ipu_node.health import HEALTH_DEADLINE_S, DeviceHealth
 from ipu_node.memory import available_ram_bytes
-
-if TYPE_CHECKING:
-    from ipu_node.pod import EmulatedPod
 
 DEFAULT_DEADLINE_S = 10.0  # a failed collective is named within this (split_deadline)
 DEADLINE_SHARE = 0.2  # of a deadline, at most, for each of the abort grace and the probe
 _RAM_FACTOR = 4  # inputs, device buffers, results in flight, results returned
 _ids = itertools.count()
+
+
+class Pod(Protocol):
+    """What :func:`run_collective` uses of the POD that calls it
+    (:class:`ipu_node.pod.EmulatedPod`, which imports this module: naming the class here
+    would make the two modules import each other)."""
+
+    @property
+    def topology(self) -> Topology: ...
+    @property
+    def specs(self) -> list[DeviceSpec]: ...
+    @property
+    def owner(self) -> dict[int, int]: ...  # IPU -> index into the devices
+    @property
+    def pod_id(self) -> str: ...
+    @property
+    def actors(self) -> list: ...
+    @property
+    def restarts(self) -> list[int]: ...
+
+    def stats(self, deadline_s: float = ..., devices: list[int] | None = ...) -> list[dict]: ...
+    def health(self, deadline_s: float = ...) -> list[DeviceHealth]: ...
+    def note_down(self, index: int, why: str) -> None: ...
+    def tensor_info(self, name: str, deadline_s: float = ..., ipus: list[int] | None = ...
+                    ) -> dict[int, tuple[tuple[int, ...], str]]: ...
 
 
 @dataclass(frozen=True)
@@ -90,15 +113,15 @@ def check_replicas(shapes: list[tuple[int, ...]], dtypes: list[str], replicas: i
     return names[dtypes[0]], size // group_size if collective in BLOCKED else size
 
 
-def run_collective(pod: EmulatedPod, collective: str, inputs: list[np.ndarray] | str, *,
+def run_collective(pod: Pod, collective: str, inputs: list[np.ndarray] | str, *,
                    output: str | None = None, algorithm: str = AUTO,
                    group: CommGroup | str = CommGroup(), op: str = "sum", root: int = 0,
                    ipus: list[int] | None = None,
                    deadline_s: float = DEFAULT_DEADLINE_S) -> CollectiveResult:
     """Run ``collective`` on the devices of ``pod``, replica r on ``ipus[r]`` (IPU r by
     default). ``inputs`` are arrays (one per replica) or the name of a tensor the IPUs hold
-    (:meth:`EmulatedPod.put`); with ``output`` the results stay on the IPUs under that name
-    and ``results`` is empty."""
+    (:meth:`ipu_node.pod.EmulatedPod.put`); with ``output`` the results stay on the IPUs
+    under that name and ``results`` is empty."""
     started = time.perf_counter()
     coll = lookup(collective)
     check_op(op)
@@ -132,7 +155,7 @@ def run_collective(pod: EmulatedPod, collective: str, inputs: list[np.ndarray] |
                             time.perf_counter() - started, measured)
 
 
-def _shapes_and_dtypes(pod: EmulatedPod, inputs: list[np.ndarray] | str, replica_ipus: list[int],
+def _shapes_and_dtypes(pod: Pod, inputs: list[np.ndarray] | str, replica_ipus: list[int],
                        deadline_s: float) -> tuple[list[tuple[int, ...]], list[str]]:
     """Each replica's input shape and dtype: of the arrays, or of the tensor the IPUs hold."""
     if not isinstance(inputs, str):
@@ -144,7 +167,7 @@ def _shapes_and_dtypes(pod: EmulatedPod, inputs: list[np.ndarray] | str, replica
     return [held[i][0] for i in replica_ipus], [held[i][1] for i in replica_ipus]
 
 
-def _run_on_devices(pod: EmulatedPod, schedule: Schedule, timing: Timing,
+def _run_on_devices(pod: Pod, schedule: Schedule, timing: Timing,
                     inputs: list[np.ndarray] | str, replica_of_ipu: dict[int, int],
                     output: str | None, op: str, deadline_s: float) -> list:
     """Each device's share of ``schedule`` at once; its answers, device by device. A
@@ -187,7 +210,7 @@ def split_deadline(deadline_s: float) -> tuple[float, float, float]:
     return deadline_s - grace_s - probe_s, grace_s, probe_s
 
 
-def _host_link_bytes(pod: EmulatedPod, hosts: list[int], deadline_s: float) -> np.ndarray:
+def _host_link_bytes(pod: Pod, hosts: list[int], deadline_s: float) -> np.ndarray:
     """Bytes the relaying hosts have counted on their links so far."""
     total = np.zeros(2 * pod.topology.link_count_physical)
     if hosts:
@@ -196,7 +219,7 @@ def _host_link_bytes(pod: EmulatedPod, hosts: list[int], deadline_s: float) -> n
     return total
 
 
-def _check_memory(pod: EmulatedPod, schedule: Schedule, deadline_s: float) -> None:
+def _check_memory(pod: Pod, schedule: Schedule, deadline_s: float) -> None:
     """Each IPU must have room for the collective's buffers (input, and output if any)."""
     copies = 2 if schedule.collective == "all-to-all" else 1
     buffers = schedule.buffer_elements * schedule.itemsize * copies
@@ -211,7 +234,7 @@ def _check_memory(pod: EmulatedPod, schedule: Schedule, deadline_s: float) -> No
                     f"but only {free[ipu]:,} bytes are free: use a smaller size or more IPUs")
 
 
-def _blame_the_dead(pod: EmulatedPod, devices: list[int], restarts_before: list[int],
+def _blame_the_dead(pod: Pod, devices: list[int], restarts_before: list[int],
                     what: str, probe_s: float) -> DeviceError | None:
     """After a failure that named no dead device (a peer saw a link drop, or waited in
     vain): if one of the collective's devices died meanwhile (it is restarting, or came
@@ -232,7 +255,7 @@ def _blame_the_dead(pod: EmulatedPod, devices: list[int], restarts_before: list[
     return None
 
 
-def _abort(pod: EmulatedPod, devices: list[int], collective_id: str, reason: str) -> None:
+def _abort(pod: Pod, devices: list[int], collective_id: str, reason: str) -> None:
     """Tell every device of the collective to stop waiting for it."""
     for index in devices:
         pod.actors[index].abort.remote(collective_id, reason)

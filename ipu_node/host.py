@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from cluster.model.link_faults import LinkDown
+from cluster.model.routing import router_of
 from cluster.model.topology import Topology
 from ipu_node.control import DeviceControl, directed_links, keep_freed_memory
 from ipu_node.counters import Counters
@@ -56,7 +57,7 @@ class HostRelay(DeviceControl):
         with self._lock:  # the link server delivers on many threads
             if key not in self._owned_links:
                 try:
-                    links = self.topology.router.route(np.array([src_ipu]),
+                    links = router_of(self.topology).route(np.array([src_ipu]),
                                                        np.array([dst_ipu])).pair_link
                 except LinkDown:  # cut since the collective was planned: count nothing
                     links = np.zeros(0, dtype=np.int64)

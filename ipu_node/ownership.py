@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cluster.model.routing import router_of
 from cluster.model.topology import Topology
 
 
@@ -49,17 +50,14 @@ class Ownership:
 def ownership(topology: Topology, owner_of_ipu: np.ndarray,
               host_devices: dict[int, int]) -> Ownership:
     """Work out ownership. ``host_devices`` maps host node ids to their device index."""
-    router, n_nodes = topology.router, topology.node_count
+    n_nodes = topology.node_count
+    tree_nodes, tree_parents = router_of(topology).tree.parents_first()
     node_owner = np.full(n_nodes, -1, dtype=np.int64)
     node_owner[:topology.ipu_count] = owner_of_ipu
     # Nodes up the tree, children first (deepest first): owned by the single device below.
     below: dict[int, set[int]] = {ipu: {int(owner_of_ipu[ipu])}
                                   for ipu in range(topology.ipu_count)}
-    order = np.argsort(-router.depth)
-    for node in order.tolist():
-        if router.depth[node] < 0:
-            continue
-        parent = int(router.parent[node])
+    for node, parent in zip(tree_nodes[::-1].tolist(), tree_parents[::-1].tolist()):
         if node in below and parent >= 0:
             below.setdefault(parent, set()).update(below[node])
     for node, devices in below.items():
@@ -70,8 +68,7 @@ def ownership(topology: Topology, owner_of_ipu: np.ndarray,
     for host, device in host_devices.items():
         node_owner[host] = device
         host_of_node[host] = device
-    for node in order[::-1].tolist():  # parents first
-        parent = int(router.parent[node]) if router.depth[node] > 0 else -1
+    for node, parent in zip(tree_nodes.tolist(), tree_parents.tolist()):  # parents first
         if parent >= 0 and host_of_node[node] < 0 and host_of_node[parent] >= 0:
             host_of_node[node] = host_of_node[parent]
     # A node under a host with no single owner below it belongs to the host.
@@ -90,12 +87,8 @@ def ownership(topology: Topology, owner_of_ipu: np.ndarray,
 def relaying_hosts(topology: Topology) -> list[int]:
     """Host nodes on the fabric above some IPU, in topologies of several IPU-Link domains
     (only then does traffic cross them): the servers of a DSS 8440 cluster."""
-    router = topology.router
+    router = router_of(topology)
     if router.domain_count < 2:
         return []
-    above: set[int] = set()
-    frontier = {int(router.parent[i]) for i in range(topology.ipu_count) if router.parent[i] >= 0}
-    while frontier:
-        above |= frontier
-        frontier = {int(router.parent[n]) for n in frontier if router.parent[n] >= 0} - above
+    above = router.tree.nodes_above(range(topology.ipu_count))
     return sorted(n for n in above if topology.node_kinds[n] == "host")

@@ -9,6 +9,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 
+from cluster.model.routing import router_of
 from cluster.model.topology import Topology
 from gcl.collectives import DTYPES
 from gcl.local_executor import extract, land, layout
@@ -235,7 +236,7 @@ class ScheduleRunner:
         assert self.ownership is not None
         if not len(outgoing):
             return np.zeros_like(self.counters.link_bytes)
-        routes = topology.router.route(phase.src[outgoing], phase.dst[outgoing])
+        routes = router_of(topology).route(phase.src[outgoing], phase.dst[outgoing])
         sent = (phase.count[outgoing] * itemsize * phase.steps)[routes.pair_flow]
         dst = phase.dst[outgoing]
         relayed = np.array([self.ownership.next_device(self.index, int(d))

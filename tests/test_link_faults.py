@@ -12,6 +12,7 @@ from cluster.errors import ScheduleError, SpecError, UserError
 from cluster.model.costmodel import send_seconds
 from cluster.model.faulted import with_faults
 from cluster.model.link_faults import LinkDown, LinkFault, find_link, link_name
+from cluster.model.routing import router_of
 from cluster.model.spec import load_topology
 from gcl.planner import plan_timed
 
@@ -45,7 +46,7 @@ def faulted(topology, link_text, **fault):
 
 
 def labels(topology, src, dst):
-    return [topology.link_label(link) for link in topology.router.path(src, dst)]
+    return [topology.link_label(link) for link in router_of(topology).path(src, dst)]
 
 
 # -- degraded links ---------------------------------------------------------------------
@@ -127,9 +128,9 @@ def test_a_cut_rail_reroutes_inside_its_server_and_leaves_the_other_server_alone
     assert send_seconds(cut, 0, 2, 1e6) == pytest.approx(3 * IPU_LINK_S + 1e6 / 64e9,
                                                          rel=1e-12)
     # Server 0's domain has lost an edge, so it no longer shares server 1's routing table.
-    shapes = cut.router._shape_of_domain
-    assert cut.router.domain_count == 2 and shapes[0] != shapes[1]
-    assert len(set(base.router._shape_of_domain.tolist())) == 1
+    shapes = router_of(cut)._domains.shape_of_domain
+    assert router_of(cut).domain_count == 2 and shapes[0] != shapes[1]
+    assert len(set(router_of(base)._domains.shape_of_domain.tolist())) == 1
     for src, dst in [(16, 18), (16, 31), (20, 27)]:
         assert labels(cut, src, dst) == labels(base, src, dst)
 
@@ -139,7 +140,7 @@ def test_cutting_both_rails_between_two_cards_splits_the_server_into_two_domains
     links = [find_link(dss8440, "s0.card3.ipu0--s0.card4.ipu0"),
              find_link(dss8440, "s0.card3.ipu1--s0.card4.ipu1")]
     split = with_faults(dss8440, {link: LinkFault(cut=True) for link in links})
-    assert split.router.domain_count == 2
+    assert router_of(split).domain_count == 2
     # IPU 6 (card 3) to IPU 8 (card 4) now goes over PCIe: up to the switch fabric and down.
     assert labels(split, 6, 8) == ["s0.card3.ipu0 -> s0.card3 (pcie-gen3-x16)",
                                    "s0.card3 -> s0.pcie (pcie-gen3-x16)",
@@ -153,7 +154,7 @@ def test_cuts_that_leave_two_ipus_no_path_raise_link_down_and_the_rest_still_rou
     # ring8 has no network outside its IPU-Links: two cuts make two separate chains.
     split = with_faults(ring8, {find_link(ring8, "ipu0--ipu1"): LinkFault(cut=True),
                                 find_link(ring8, "ipu4--ipu5"): LinkFault(cut=True)})
-    assert split.router.domain_count == 2
+    assert router_of(split).domain_count == 2
     with pytest.raises(LinkDown, match=r"IPU ipu0 -> IPU ipu2 has no path left.*ipu0--ipu1"):
         send_seconds(split, 0, 2, 1e6)
     assert send_seconds(split, 0, 5, 1e6) == pytest.approx(3 * A + 1e6 / B, rel=1e-12)
@@ -183,7 +184,7 @@ def test_link_down_is_a_schedule_error_and_faulted_topologies_build_without_spec
     assert issubclass(LinkDown, ScheduleError) and issubclass(LinkDown, UserError)
     assert not issubclass(LinkDown, SpecError)
     every = with_faults(ring8, {link: LinkFault(cut=True) for link in range(N)})
-    assert every.router.domain_count == N
+    assert router_of(every).domain_count == N
 
 
 def test_a_cut_link_no_route_uses_changes_no_time():
@@ -202,7 +203,7 @@ def test_healing_gives_the_healthy_times_and_the_base_is_never_changed(dss8440x2
     base = dss8440x2
     bandwidth = base.directed_bandwidth_Bps.copy()
     latency = base.directed_latency_s.copy()
-    router = base.router
+    router = router_of(base)
     healthy = allreduce_seconds(base, 4 * MiB, "auto")
     rail = find_link(base, "s0.card2.ipu1--s0.card3.ipu1")
     ib = find_link(base, "s1.host--ib-switch")
@@ -215,7 +216,7 @@ def test_healing_gives_the_healthy_times_and_the_base_is_never_changed(dss8440x2
     assert allreduce_seconds(healed, 4 * MiB, "auto") == healthy
     assert np.array_equal(healed.directed_bandwidth_Bps, bandwidth)
     # The base: same router, same figures, no faults.
-    assert base.router is router and not base.faults and not base.cut_links
+    assert router_of(base) is router and not base.faults and not base.cut_links
     assert np.array_equal(base.directed_bandwidth_Bps, bandwidth)
     assert np.array_equal(base.directed_latency_s, latency)
     assert allreduce_seconds(base, 4 * MiB, "auto") == healthy

@@ -10,6 +10,7 @@ import pytest
 
 from cluster.errors import UserError
 from cluster.model.presets import build_preset
+from cluster.model.routing import router_of
 from cluster.service.partitions import Partition, PartitionError, PartitionTable, block_order
 
 
@@ -127,7 +128,7 @@ def test_small_partitions_fill_one_server_before_touching_the_other(topologies):
 def check_invariants(parts, topology):
     """No IPU in two partitions; every placement an aligned block of one domain's block
     order, or whole domains; its ring in the topology's ring order."""
-    domain_of = topology.router.domain_of_ipu
+    domain_of = router_of(topology).domain_of_ipu
     members = {int(domain_of[int(m[0])]): m.tolist() for m in block_order(topology)}
     position = {ipu: k for k, ipu in enumerate(ring(topology))}
     seen = set()
@@ -320,7 +321,7 @@ def ipu_link_pairs(topology):
 @pytest.mark.parametrize("spec", ["dss8440", "dss8440x2", "pod16", "pod64"])
 def test_every_hop_of_a_partitions_ring_inside_a_domain_is_one_ipu_link(topologies, spec):
     topology = topologies[spec]
-    linked, domain_of = ipu_link_pairs(topology), topology.router.domain_of_ipu
+    linked, domain_of = ipu_link_pairs(topology), router_of(topology).domain_of_ipu
     for size in (2, 4, 8, 16, 32):
         if size > topology.ipu_count:
             continue

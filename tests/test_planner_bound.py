@@ -8,6 +8,7 @@ import pytest
 from cluster.model.costmodel import superstep_cost, superstep_lower_bound
 from cluster.model.faulted import with_faults
 from cluster.model.link_faults import LinkFault
+from cluster.model.routing import router_of
 from cluster.model.spec import load_topology
 from gcl.algorithms import for_collective
 from gcl.collectives import COLLECTIVES
@@ -91,6 +92,6 @@ def test_on_a_long_ring_the_bound_rules_out_halving_doubling_before_routing_it()
 
 def test_min_hops_is_exact_on_a_ring_between_a_landmark_and_any_ipu():
     ring = load_topology("examples/topologies/ring8.yaml")
-    hops = ring.router.min_hops(np.zeros(7, dtype=np.int64), np.arange(1, 8))
-    routed = [len(ring.router.path(0, d)) for d in range(1, 8)]
+    hops = router_of(ring).min_hops(np.zeros(7, dtype=np.int64), np.arange(1, 8))
+    routed = [len(router_of(ring).path(0, d)) for d in range(1, 8)]
     assert hops.tolist() == routed == [1, 2, 3, 4, 3, 2, 1]

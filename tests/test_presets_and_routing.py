@@ -8,10 +8,11 @@ from cluster.errors import SpecError
 from cluster.model.builder import TopologyBuilder
 from cluster.model.hardware import FigureChoice, LinkType, gc2, gc200
 from cluster.model.presets import LinkOverride, PresetOptions, build_preset
+from cluster.model.routing import router_of
 
 
 def route_labels(topology, src, dst):
-    return [topology.link_label(link) for link in topology.router.path(src, dst)]
+    return [topology.link_label(link) for link in router_of(topology).path(src, dst)]
 
 
 def test_dss8440_is_eight_c2_cards_of_two_gc2_ipus_on_a_ladder():
@@ -22,7 +23,7 @@ def test_dss8440_is_eight_c2_cards_of_two_gc2_ipus_on_a_ladder():
     types = {t.name: t for t in topology.link_types}
     assert types["ipu-link-rung"].bandwidth_Bps == 96e9  # 192 GB/s bidirectional
     assert types["ipu-link-rail"].bandwidth_Bps == 64e9  # 256 GB/s per card pair, 2 rails
-    assert topology.router.domain_count == 1
+    assert router_of(topology).domain_count == 1
     assert topology.ring_order.tolist() == [0, 2, 4, 6, 8, 10, 12, 14, 15, 13, 11, 9, 7, 5, 3, 1]
 
 
@@ -37,7 +38,7 @@ def test_public_figures_halve_the_card_to_card_bandwidth():
 def test_ring_hops_on_the_ladder_are_single_ipu_links():
     topology = build_preset("dss8440")
     ring = topology.ring_order
-    routes = topology.router.route(ring, np.roll(ring, -1))
+    routes = router_of(topology).route(ring, np.roll(ring, -1))
     assert len(routes.pair_link) == 16
 
 
@@ -69,21 +70,21 @@ def test_pod_racks_are_joined_through_gw_links():
     labels = route_labels(topology, 0, 64)
     assert [label.split("(")[1] for label in labels] == [
         "pcie-gen4-x16)", "gw-link-100g)", "gw-link-100g)", "pcie-gen4-x16)"]
-    assert topology.router.domain_count == 2
+    assert router_of(topology).domain_count == 2
     assert len(topology.units) == 32 and topology.units[0].kind == "IPU-M2000"
 
 
 def test_pod64_is_one_ipu_link_domain_of_sixteen_m2000s():
     topology = build_preset("pod64")
     assert topology.ipu_count == 64 and len(topology.units) == 16
-    assert topology.router.domain_count == 1
+    assert router_of(topology).domain_count == 1
     assert {p.name for p in topology.ipu_processors} == {"GC200"}
 
 
 def test_largest_pod_builds():
     topology = build_preset("pod65536")
     assert topology.ipu_count == 65536
-    assert topology.router.domain_count == 1024
+    assert router_of(topology).domain_count == 1024
 
 
 @pytest.mark.parametrize("spec, words", [

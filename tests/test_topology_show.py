@@ -16,6 +16,7 @@ import pytest
 from cluster.model import hardware as hw
 from cluster.model.builder import TopologyBuilder
 from cluster.model.presets import build_preset
+from cluster.model.routing import router_of
 from cluster.model.topology import Topology
 from cluster.model.topology_show import (
     bisection_bandwidth_Bps,
@@ -127,7 +128,7 @@ def test_dss8440_bisection_is_128_GBps_limited_by_the_middle_rails(dss8440: Topo
     # column 1, so each middle rail direction carries 4 flows: 64 / 4 = 16 GB/s each.
     # Rungs (cards 4..7, two flows each, 48 GB/s shares) do not bind: 8 x 16 = 128 GB/s.
     ring = dss8440.ring_order
-    routes = dss8440.router.route(ring[:8], ring[8:])
+    routes = router_of(dss8440).route(ring[:8], ring[8:])
     labels = [dss8440.link_label(int(l)) for l in routes.pair_link]
     assert labels.count("s0.card3.ipu0 -> s0.card4.ipu0 (ipu-link-rail)") == 4
     assert labels.count("s0.card4.ipu1 -> s0.card3.ipu1 (ipu-link-rail)") == 4

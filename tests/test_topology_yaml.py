@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from cluster.errors import SpecError
+from cluster.model.routing import router_of
 from cluster.model.topology_yaml import load_yaml_topology
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "topologies"
@@ -85,7 +86,7 @@ def test_ring1024_file_is_small_and_loads_quickly():
     assert time.perf_counter() - start < 5.0
     assert topo.ipu_count == 1024 and topo.link_count_physical == 1024
     assert topo.node_names[1023] == "ipu1023"
-    routes = topo.router.route(np.array([1023]), np.array([0]))  # the wrap-around link
+    routes = router_of(topo).route(np.array([1023]), np.array([0]))  # the wrap-around link
     assert len(routes.pair_link) == 1
 
 
@@ -94,7 +95,7 @@ def test_switch16_routes_every_transfer_up_and_down_through_the_switch():
     assert topo.ipu_count == 16 and topo.node_count == 17
     assert [t.name for t in topo.link_types] == ["switch-link"]
     assert topo.link_types[0].bandwidth_Bps == 12.5 * GB
-    routes = topo.router.route(np.array([0]), np.array([1]))
+    routes = router_of(topo).route(np.array([0]), np.array([1]))
     assert len(routes.pair_link) == 2
     assert routes.latency_s[0] == pytest.approx(2000e-9)
 
@@ -107,11 +108,11 @@ def test_two_level_has_server_rings_and_one_private_switch_link_per_ipu():
     switch = topo.node_names.index("sw")
     to_switch = (topo.link_a == switch) | (topo.link_b == switch)
     assert to_switch.sum() == 16 and (topo.link_count[to_switch] == 1).all()
-    assert topo.router.domain_count == 4
+    assert router_of(topo).domain_count == 4
     assert topo.ring_order.tolist() == list(range(16))
-    inside = topo.router.route(np.array([0]), np.array([1]))
+    inside = router_of(topo).route(np.array([0]), np.array([1]))
     assert len(inside.pair_link) == 1 and not inside.crosses_domains[0]
-    across = topo.router.route(np.array([0]), np.array([4]))
+    across = router_of(topo).route(np.array([0]), np.array([4]))
     assert [topo.link_label(l) for l in across.pair_link] == [
         "s0.ipu0 -> sw (network-link)", "sw -> s1.ipu0 (network-link)"]
     assert [u.ipus for u in topo.units] == [(0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11),
@@ -145,7 +146,7 @@ def test_a_ring_routes_a_flow_between_neighbours_over_exactly_one_link(tmp_path,
     data["spec"]["generators"] = [{"ring": "ipu", "type": "ring-link"}]
     data["spec"]["nodes"] = data["spec"]["nodes"][:1]
     topo = load_yaml_topology(write(tmp_path, data))
-    routes = topo.router.route(np.array([0]), np.array([1]))
+    routes = router_of(topo).route(np.array([0]), np.array([1]))
     assert len(routes.pair_link) == 1
     assert routes.latency_s[0] == pytest.approx(1000e-9)
 
@@ -163,7 +164,7 @@ def test_a_chain_does_not_wrap_around(tmp_path):
     data = ring_spec(4)
     data["spec"]["generators"][0] = {"chain": "ipu", "type": "ring-link"}
     topo = load_yaml_topology(write(tmp_path, data))
-    routes = topo.router.route(np.array([0]), np.array([3]))
+    routes = router_of(topo).route(np.array([0]), np.array([3]))
     assert len(routes.pair_link) == 3
 
 

@@ -1,9 +1,10 @@
 """Build a :class:`~cluster.model.topology.Topology`: collect nodes and links, check them,
-renumber (IPUs first), bundle parallel links, and give the result its routes.
+renumber (IPUs first), bundle parallel links, and route the result once to check it.
 
 Presets (:mod:`cluster.model.presets`) and YAML files (:mod:`cluster.model.topology_yaml`)
 both build through :class:`TopologyBuilder`, so every topology is checked the same way and
-its :class:`~cluster.model.routing.Router` exists from the moment it is built.
+its :class:`~cluster.model.routing.Router` (:func:`~cluster.model.routing.router_of`) is
+built, and kept, with it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 
 from cluster.errors import SpecError
 from cluster.model.hardware import GLOBAL_SYNC_S, LOCAL_SYNC_S, LinkType, Processor
-from cluster.model.routing import Router
+from cluster.model.routing import router_of
 from cluster.model.topology import FABRIC, ROLES, Server, Topology, Unit
 
 
@@ -91,7 +92,7 @@ class TopologyBuilder:
         self._link_role.append(np.full(a_ids.shape, ROLES.index(role), dtype=np.int64))
 
     def build(self) -> Topology:
-        """Check the collected spec and build the topology (with its routes)."""
+        """Check the collected spec and build the topology (its routes checked)."""
         names = self._names
         self._check_unique_names()
         is_ipu = np.array(self._is_ipu, dtype=bool)
@@ -126,7 +127,7 @@ class TopologyBuilder:
             sync_global_s=self.sync_global_s,
             memory_bandwidth_override_Bps=self.memory_bandwidth_override_Bps,
         )
-        topology.router = Router(topology)  # validates reachability
+        router_of(topology)  # validates reachability (and keeps the router for later)
         return topology
 
     def _check_unique_names(self) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cluster.model.routing import Routes
+from cluster.model.routing import Routes, router_of
 from cluster.model.topology import Topology
 
 REDUCE_MEMORY_PASSES = 3
@@ -131,7 +131,7 @@ def superstep_cost(topology: Topology, src: np.ndarray, dst: np.ndarray, nbytes:
         return StepCost(0.0, 0.0, 0.0, 0.0, {})
     if (src == dst).any():
         raise ValueError("a transfer from an IPU to itself is not a network transfer")
-    routes = topology.router.route(src, dst)
+    routes = router_of(topology).route(src, dst)
     exchange = float((transmission_seconds(routes, nbytes, topology) + routes.latency_s).max())
     sync = topology.sync_global_s if routes.crosses_domains.any() else topology.sync_local_s
     reduce_s = _reduce_seconds(topology, dst, nbytes, reduce)
@@ -173,7 +173,7 @@ def superstep_lower_bound(topology: Topology, src: np.ndarray, dst: np.ndarray,
     with np.errstate(divide="ignore", invalid="ignore"):
         single = nbytes[moving] / fastest[src[moving]] + nearest[src[moving]]
         shared = np.where(out_bytes > 0, out_bytes / total, 0.0)
-    hops = topology.router.min_hops(src[moving], np.asarray(dst, dtype=np.int64)[moving])
+    hops = router_of(topology).min_hops(src[moving], np.asarray(dst, dtype=np.int64)[moving])
     volume = float(nbytes[moving] @ hops) / float(topology.directed_bandwidth_Bps.sum())
     exchange = float(max(single.max(), shared.max(), volume))
     sync = min(topology.sync_local_s, topology.sync_global_s)

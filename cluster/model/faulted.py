@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from cluster.errors import UserError
 from cluster.model.link_faults import LinkFault, check_link_index
-from cluster.model.routing import Router
+from cluster.model.routing import router_of
 from cluster.model.topology import Topology
 
 
@@ -25,8 +25,8 @@ def with_faults(topology: Topology, faults: Mapping[int, LinkFault]) -> Topology
             raise UserError(f"a link fault is a LinkFault, not {type(fault).__name__}")
         merged[check_link_index(topology, link)] = fault
     kept = {link: fault for link, fault in sorted(merged.items()) if fault != LinkFault()}
-    # ``kept`` is a plain dict: picklable. The copy starts with ``topology``'s router, which
-    # is replaced at once by its own (routes round the faulted topology's cut links).
+    # ``kept`` is a plain dict: picklable. The copy is another object, so it gets its own
+    # router (routes round its cut links), built here as a built topology's is.
     faulted = dataclasses.replace(topology, faults=kept)
-    faulted.router = Router(faulted)
+    router_of(faulted)
     return faulted

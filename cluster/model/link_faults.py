@@ -14,23 +14,23 @@ A fault applies to both directions of one physical link ``l`` (directed links ``
 
 :func:`cluster.model.faulted.with_faults` returns a new
 :class:`~cluster.model.topology.Topology` carrying the faults (``Topology.faults``, by
-physical link); the cost model, phantom simulation and planner take it unchanged. Links are
-named ``"A--B"`` by their nodes (:func:`find_link`, :func:`link_name`).
+physical link); the cost model, phantom simulation and planner take it unchanged.
+:class:`LinkFault` is defined beside the topology that carries it
+(:mod:`cluster.model.topology`) and named here too. Links are named ``"A--B"`` by their
+nodes (:func:`find_link`, :func:`link_name`).
 """
 
 from __future__ import annotations
 
 import difflib
-import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from cluster.errors import ScheduleError, UserError
+from cluster.model.topology import LinkFault, Topology
 
-if TYPE_CHECKING:
-    from cluster.model.topology import Topology
+__all__ = ["SEPARATOR", "LinkDown", "LinkFault", "check_link_index", "describe_links",
+           "find_link", "link_name"]
 
 SEPARATOR = "--"
 _LIST_HINT = "list the links with `ipupod links` or `ipupod topology show SPEC`"
@@ -39,39 +39,6 @@ _LISTED = 8  # links named in a message before "and N more"
 
 class LinkDown(ScheduleError):
     """A transfer needs a cut link, or cut links leave two IPUs with no path between them."""
-
-
-@dataclass(frozen=True)
-class LinkFault:
-    """A fault on one physical link (bundle), the same in both directions.
-
-    ``bandwidth_factor`` (0 < f <= 1) multiplies its bandwidth, bytes/s; ``added_latency_s``
-    (seconds, >= 0) is added to each crossing; ``cut`` takes the link away altogether.
-    ``LinkFault()`` is a healthy link.
-    """
-
-    bandwidth_factor: float = 1.0
-    added_latency_s: float = 0.0
-    cut: bool = False
-
-    def __post_init__(self) -> None:
-        factor, latency = self.bandwidth_factor, self.added_latency_s
-        if not _is_number(factor) or not 0 < factor <= 1:
-            hint = " (a link with no bandwidth is cut: give cut=True)" if factor == 0 else ""
-            raise UserError(
-                f"bandwidth_factor must be a number more than 0 and at most 1, the share of "
-                f"the link's bandwidth left, not {factor!r}{hint}: e.g. 0.5 halves it")
-        if not _is_number(latency) or not math.isfinite(latency) or latency < 0:
-            raise UserError(
-                f"added_latency_s must be a finite number of seconds, 0 or more, not "
-                f"{latency!r}: e.g. 2e-6 adds 2 us to every crossing of the link")
-        if not isinstance(self.cut, (bool, np.bool_)):
-            raise UserError(f"cut must be True or False, not {self.cut!r}")
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, (bool, np.bool_))
 
 
 def link_name(topology: Topology, link: int) -> str:

@@ -2,10 +2,10 @@
 
 A :class:`Topology` is built once (by a preset in :mod:`cluster.model.presets` or from a YAML
 file by :mod:`cluster.model.topology_yaml`) through a
-:class:`~cluster.model.builder.TopologyBuilder`, which also gives it its routes
-(``Topology.router``), then used read-only. IPUs are numbered ``0 .. ipu_count-1`` and are
-also nodes ``0 .. ipu_count-1``; other nodes (cards' PCIe endpoints, hosts, switches,
-IPU-Gateways) follow them.
+:class:`~cluster.model.builder.TopologyBuilder`, then used read-only. It holds no routes:
+:func:`cluster.model.routing.router_of` gives its router, a value derived from it. IPUs are
+numbered ``0 .. ipu_count-1`` and are also nodes ``0 .. ipu_count-1``; other nodes (cards'
+PCIe endpoints, hosts, switches, IPU-Gateways) follow them.
 
 Links are physical and full duplex: physical link ``l`` joining nodes ``a`` and ``b`` is the
 two *directed links* ``2l`` (a to b) and ``2l+1`` (b to a), each with the link's bandwidth
@@ -15,26 +15,24 @@ one *bundle* whose bandwidth is their sum: traffic is striped over them.
 Every link has a role: ``fabric`` links carry IPU-to-IPU traffic; ``host`` links only join a
 host to the system (an IPU-M2000's RoCE NIC) and carry no collective traffic.
 
-A topology may carry link faults (:mod:`cluster.model.link_faults`), by physical link: they
-scale the link's bandwidth, add to its latency, or cut it.
+A topology may carry link faults (:class:`LinkFault`, by physical link; what they mean:
+:mod:`cluster.model.link_faults`): they scale the link's bandwidth, add to its latency, or
+cut it.
 :func:`cluster.model.faulted.with_faults` makes such a topology from a healthy one; the
 properties below already include the faults.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from cluster.errors import UserError
 from cluster.model.hardware import LinkType, Processor
-
-if TYPE_CHECKING:
-    from cluster.model.link_faults import LinkFault
-    from cluster.model.routing import Router
 
 FABRIC = "fabric"
 HOST = "host"
@@ -60,6 +58,39 @@ class Server:
     units: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class LinkFault:
+    """A fault on one physical link (bundle), the same in both directions.
+
+    ``bandwidth_factor`` (0 < f <= 1) multiplies its bandwidth, bytes/s; ``added_latency_s``
+    (seconds, >= 0) is added to each crossing; ``cut`` takes the link away altogether.
+    ``LinkFault()`` is a healthy link.
+    """
+
+    bandwidth_factor: float = 1.0
+    added_latency_s: float = 0.0
+    cut: bool = False
+
+    def __post_init__(self) -> None:
+        factor, latency = self.bandwidth_factor, self.added_latency_s
+        if not _is_number(factor) or not 0 < factor <= 1:
+            hint = " (a link with no bandwidth is cut: give cut=True)" if factor == 0 else ""
+            raise UserError(
+                f"bandwidth_factor must be a number more than 0 and at most 1, the share of "
+                f"the link's bandwidth left, not {factor!r}{hint}: e.g. 0.5 halves it")
+        if not _is_number(latency) or not math.isfinite(latency) or latency < 0:
+            raise UserError(
+                f"added_latency_s must be a finite number of seconds, 0 or more, not "
+                f"{latency!r}: e.g. 2e-6 adds 2 us to every crossing of the link")
+        if not isinstance(self.cut, (bool, np.bool_)):
+            raise UserError(f"cut must be True or False, not {self.cut!r}")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_))
+
+
 @dataclass(eq=False)
 class Topology:
     """A built, read-only topology. See the module docstring for numbering conventions."""
@@ -81,7 +112,6 @@ class Topology:
     sync_local_s: float
     sync_global_s: float
     memory_bandwidth_override_Bps: float | None = None
-    router: Router = None  # type: ignore[assignment]  # set by TopologyBuilder.build
     faults: Mapping[int, LinkFault] = field(default_factory=dict)  # by physical link
 
     @property

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from cluster.model.costmodel import max_min_rates
-from cluster.model.routing import Router
+from cluster.model.routing import Router, router_of
 from cluster.model.topology import ROLES, Topology
 from cluster.model.units import GB, NANOSECOND
 
@@ -29,8 +29,8 @@ def _clean(value: float) -> float:
 
 
 def _router(topology: Topology) -> Router:
-    """The topology's router (the builder sets it)."""
-    return topology.router
+    """The topology's router (built with it)."""
+    return router_of(topology)
 
 
 def bisection_bandwidth_Bps(topology: Topology) -> float:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cluster.model.link_faults import LinkDown, LinkFault, link_name
+from cluster.model.routing import router_of
 from cluster.model.topology import Topology
 
 HEALTHY, DEGRADED, UNHEALTHY = "healthy", "degraded", "unhealthy"
@@ -59,7 +60,7 @@ def partition_health(topology: Topology, ipus: Sequence[int],
     src = np.concatenate([np.full(len(rest), first), rest, members])
     dst = np.concatenate([rest, np.full(len(rest), first), np.roll(members, -1)])
     try:
-        routes = topology.router.route(src, dst)
+        routes = router_of(topology).route(src, dst)
     except LinkDown as error:
         return Health(UNHEALTHY, str(error))
     inside = np.isin(topology.link_a, members) & np.isin(topology.link_b, members)

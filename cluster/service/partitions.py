@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cluster.errors import UserError
+from cluster.model.routing import router_of
 from cluster.model.topology import Topology
 
 INVALID_ARGUMENT = "INVALID_ARGUMENT"
@@ -115,7 +116,7 @@ def _integer(what: str, value: object, rule: str) -> int:
 def block_order(topology: Topology) -> list[np.ndarray]:
     """Each IPU-Link domain's IPUs in block order: its units in order, each unit's IPUs in
     order (IPUs in no unit after them, by number); domains in order of their first unit."""
-    domain_of = topology.router.domain_of_ipu
+    domain_of = router_of(topology).domain_of_ipu
     members: dict[int, list[int]] = {}
     seen: set[int] = set()
     for unit in topology.units:
@@ -218,7 +219,7 @@ class PartitionTable:
         """The partition on ``block``: its ring, units and IPUs per IPU-Link domain."""
         ring = tuple(sorted(block, key=lambda ipu: int(self._ring_position[ipu])))
         units = tuple(dict.fromkeys(self._unit_of[i] for i in block if i in self._unit_of))
-        domains = len({int(self.topology.router.domain_of_ipu[i]) for i in block})
+        domains = len({int(router_of(self.topology).domain_of_ipu[i]) for i in block})
         return Partition(name, ring, gcds, block, units, len(block) // domains)
 
     def _place(self, size: int) -> tuple[int, ...] | None:

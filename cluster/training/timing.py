@@ -19,7 +19,7 @@ import numpy as np
 from cluster.errors import UserError
 from cluster.model.costmodel import superstep_cost, transmission_seconds
 from cluster.model.hardware import pcie_gen4_x16
-from cluster.model.routing import Routes
+from cluster.model.routing import Routes, router_of
 from cluster.model.topology import HOST, ROLES, Topology
 from cluster.training.config import TrainConfig
 from cluster.training.pipeline.lock_step import lock_step_time
@@ -129,7 +129,7 @@ def gradient_reduction_seconds(config: TrainConfig, topology: Topology, workload
     ipus = chains.ravel()
     schedule = plan("allreduce", topology, max(ipu_params), dtype=workload.gradient_dtype.value,
                     algorithm_name=config.algorithm, group=gradient_group(config), ipus=ipus)
-    spans = len(set(topology.router.domain_of_ipu[ipus].tolist())) > 1
+    spans = len(set(router_of(topology).domain_of_ipu[ipus].tolist())) > 1
     local, global_ = allreduce_parts(simulate(schedule, topology), spans)
     return local, global_, 0.0
 
@@ -230,19 +230,15 @@ def _host_path(topology: Topology, ipu: int, host_links: dict[int, int]) -> list
     """Directed links from the IPU's host down to the IPU: up the network tree to a host,
     or to the node a host is attached to (an IPU-M2000's gateway, by its RoCE link);
     ``host_links``: :func:`_host_links` of the topology."""
-    router, node = topology.router, ipu
     down: list[int] = []
-    while node >= 0:
+    for node, link_down in router_of(topology).tree.ancestors(ipu):
+        down.append(link_down)
         if topology.node_kinds[node] == "host":
             return down[::-1]
-        if node in host_links and node != ipu:
+        if node in host_links:
             link = host_links[node]  # host -> this node, the host being link_a or link_b
             into = 2 * link if topology.link_b[link] == node else 2 * link + 1
             return [into] + down[::-1]
-        if router.parent[node] < 0:
-            break
-        down.append(int(router.down_link[node]))
-        node = int(router.parent[node])
     raise UserError(f"IPU {topology.ipu_name(ipu)} of {topology.name} has no host to stream its "
                     "training input from: train on a topology whose IPUs reach a host (the "
                     "dss8440 and pod presets, or a YAML file with host nodes)")

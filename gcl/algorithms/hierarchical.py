@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from cluster.errors import ScheduleError
+from cluster.model.routing import router_of
 from gcl.algorithms import Algorithm, GroupContext, register
 from gcl.rings import Ring, ring_phase
 from gcl.schedule import GLOBAL, LOCAL, Phase
@@ -20,7 +21,7 @@ from gcl.schedule import GLOBAL, LOCAL, Phase
 def domain_grid(ctx: GroupContext) -> np.ndarray:
     """Ranks as a grid ``[domain, local index]``: domains ordered by their lowest rank,
     IPUs inside a domain in ring order."""
-    domain = ctx.topology.router.domain_of_ipu[ctx.ipus]
+    domain = router_of(ctx.topology).domain_of_ipu[ctx.ipus]
     domains, first_rank, sizes = np.unique(domain, return_index=True, return_counts=True)
     by_first_rank = np.argsort(first_rank)  # domains in the order of their lowest rank
     if len(set(sizes.tolist())) != 1:

@@ -15,6 +15,7 @@ from itertools import accumulate, pairwise
 import numpy as np
 
 from cluster.errors import UserError
+from cluster.model.routing import router_of
 from cluster.model.topology import Topology
 
 
@@ -67,7 +68,7 @@ def stage_chain(topology: Topology, block: Sequence[int]) -> list[int]:
     chain, left = [int(block[0])], sorted(int(i) for i in block[1:])
     while left:
         src = np.full(len(left), chain[-1], dtype=np.int64)
-        routes = topology.router.route(src, np.array(left, dtype=np.int64))
+        routes = router_of(topology).route(src, np.array(left, dtype=np.int64))
         hops = np.bincount(routes.pair_flow, minlength=len(left))
         chain.append(left.pop(int(np.argmin(hops))))
     return chain
