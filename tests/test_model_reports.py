@@ -151,8 +151,8 @@ def test_a_sharded_multi_rack_step_shows_its_weight_gather_and_adds_up(tmp_path)
 
 def test_the_pipeline_tables_bubble_is_the_one_bubble_png_plots_and_both_say_which(
         tmp_path, monkeypatch):
-    from cluster.training import model_reports
     from cluster.training.config import Mode
+    from cluster.training.reports import sweeps
 
     drawn = {}
 
@@ -162,12 +162,12 @@ def test_the_pipeline_tables_bubble_is_the_one_bubble_png_plots_and_both_say_whi
                             [line.get_label() for line in ax.lines])
         return path
 
-    monkeypatch.setattr(model_reports, "save_png", keep_axes)
-    rows = model_reports.pipeline_sweep(
+    monkeypatch.setattr(sweeps, "save_png", keep_axes)
+    rows = sweeps.pipeline_sweep(
         TrainConfig(model="bert-base", topology="pod16", micro_batch=2, mode=Mode.PHANTOM),
         [2, 4], ["fill-drain"], [1, 4])
-    table = model_reports.pipeline_table(rows)
-    model_reports.plot_pipeline(rows, tmp_path)
+    table = sweeps.pipeline_table(rows)
+    sweeps.plot_pipeline(rows, tmp_path)
     lines = [line for line in table.splitlines() if line.startswith("| ")]
     head = [cell.strip() for cell in lines[0].strip("|").split("|")]
     assert "bubble, % of step" in head and "bubble, % of compute + bubble" in head

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from cluster.errors import UserError
 from cluster.model.presets import build_preset
 from cluster.training.config import TrainConfig
-from cluster.training.model import MLPSpec, init_params, loss_and_grad
+from cluster.training.numpy_mlp import MLPSpec, init_params, loss_and_grad
 from cluster.training.pipeline import stage_math
 from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule
 from cluster.training.pipeline.schedules import pipeline_schedule, schedule_names

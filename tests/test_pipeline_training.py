@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from cluster.training.config import TrainConfig
-from cluster.training.model import MLPSpec
+from cluster.training.numpy_mlp import MLPSpec
 from cluster.training.pipeline.stage_math import stage_offsets
 from cluster.training.pipeline.stages import split_layers
 from cluster.training.trainer import train

@@ -14,7 +14,7 @@ from cluster.model.hardware import IPU_LINK_LATENCY_S, LOCAL_SYNC_S, c2_rung, gc
 from cluster.model.presets import build_preset
 from cluster.training.config import TrainConfig
 from cluster.training.data import make_dataset, train_reference
-from cluster.training.model import MLPSpec, init_params, loss_and_grad
+from cluster.training.numpy_mlp import MLPSpec, init_params, loss_and_grad
 from cluster.training.sharding import (
     ColumnSplit,
     shard_columns,

@@ -9,7 +9,7 @@ import pytest
 
 from cluster.errors import UserError
 from cluster.model.hardware import pcie_gen3_x16
-from cluster.training.model import training_flops
+from cluster.training.numpy_mlp import training_flops
 from cluster.training.trainer import TrainConfig, step_time, topology_for, train
 from ipu_node.pod import EmulatedPod
 

@@ -11,7 +11,7 @@ from cluster.training.data import (
     step_batch,
     train_reference,
 )
-from cluster.training.model import (
+from cluster.training.numpy_mlp import (
     MLPSpec,
     accuracy,
     forward_flops,

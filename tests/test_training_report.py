@@ -2,7 +2,7 @@
 
 import pytest
 
-from cluster.training.report import (
+from cluster.training.reports.servers import (
     format_table,
     plot_loss,
     scaling_table,
@@ -124,7 +124,7 @@ def test_run_without_steps_is_an_error():
 
 
 def test_real_and_phantom_runs_share_one_efficiency_base():
-    from cluster.training.report import scaling_table
+    from cluster.training.reports.servers import scaling_table
 
     def run(servers, mode, seconds):
         step = {"step": 0, "loss": None, "sim_seconds": seconds, "compute_seconds": seconds,
@@ -139,7 +139,7 @@ def test_real_and_phantom_runs_share_one_efficiency_base():
 
 def _axes_drawn(monkeypatch):
     """Each figure's first axes, keyed by file name, instead of a PNG written."""
-    from cluster.training import report
+    from cluster.training.reports import servers as report
 
     drawn = {}
 
@@ -161,7 +161,7 @@ def test_the_loss_plot_ticks_whole_steps_only(monkeypatch, tmp_path):
 
 
 def test_throughput_points_are_named_simulated_by_mode_never_measured(monkeypatch, tmp_path):
-    from cluster.training.report import plot_throughput
+    from cluster.training.reports.servers import plot_throughput
 
     drawn = _axes_drawn(monkeypatch)
     rows = scaling_table([run(1, (1e-3, 0, 0, 0)), run(2, (1e-3, 0, 0, 0), mode="phantom")])

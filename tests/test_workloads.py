@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from cluster.errors import SpecError, UserError
 from cluster.model.hardware import gc2, gc200
-from cluster.training.model import MLPSpec, training_flops
+from cluster.training.numpy_mlp import MLPSpec, training_flops
 from cluster.training.workloads import (
     DEFAULT_EFFICIENCIES,
     DType,

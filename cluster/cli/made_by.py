@@ -1,6 +1,6 @@
 """What a training command or report assumed, read off its click context and its run.
 
-Each of the command's options becomes a :class:`~cluster.training.settings.Setting`: a
+Each of the command's options becomes a :class:`~cluster.training.reports.settings.Setting`: a
 training option with the value the (resolved) run used, any other (``--topologies``,
 ``--out``) with the value click parsed; given or default as click saw it. Reports print
 them as their "Made by" line and settings table, and ``--json`` carries them.
@@ -16,7 +16,7 @@ import click
 from click.core import ParameterSource
 
 from cluster.training.config import TrainConfig
-from cluster.training.settings import VALUES, Setting, config_value, made_by, setting
+from cluster.training.reports.settings import VALUES, Setting, config_value, made_by, setting
 
 _LEFT_OUT = {"as_json", "ray_address"}  # how to print and where Ray is: not the run's
 

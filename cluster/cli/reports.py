@@ -1,5 +1,5 @@
 """``ipupod pipeline-report`` and ``ipupod scaling-report``: phantom-mode reports on a
-workload, written as README.md and PNG plots (:mod:`cluster.training.model_reports`)."""
+workload, written as README.md and PNG plots (:mod:`cluster.training.reports.sweeps`)."""
 
 from __future__ import annotations
 
@@ -23,13 +23,13 @@ from cluster.cli.train import (
     report_folder,
 )
 from cluster.errors import UserError, quoted
-from cluster.training import model_reports
 from cluster.training.config import IPUS_PER_REPLICA, TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.fit import resolve, sweep_micro_batch
 from cluster.training.pipeline.schedules import schedule_names
-from cluster.training.settings import Setting
-from cluster.training.settings import markdown as settings_markdown
+from cluster.training.reports import sweeps
+from cluster.training.reports.settings import Setting
+from cluster.training.reports.settings import markdown as settings_markdown
 from gcl.modes import Mode
 
 
@@ -137,15 +137,15 @@ def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batche
         base = _base(topology=topology, **{**model, "micro_batch": model["micro_batch"] or 1})
         if model["micro_batch"] is None:  # the one at which the most of the sweep fits
             base = replace(base, micro_batch=sweep_micro_batch(
-                model_reports.pipeline_configs(base, *sweep)))
-        rows = model_reports.pipeline_sweep(base, *sweep)
+                sweeps.pipeline_configs(base, *sweep)))
+        rows = sweeps.pipeline_sweep(base, *sweep)
         if not any(row["fits"] for row in rows):
             raise UserError(f"{model['model']} runs in none of these configurations: "
                             f"{_why_none_runs(rows)}")
     _publish(out_dir, f"Pipelining {model['model']} on {topology} (simulated)",
              command_settings(base, swept=("--ipus-per-replica",), rules=SWEEP_RULES), rows,
              as_json,
-             model_reports.pipeline_table(rows), model_reports.plot_pipeline(rows, out_dir))
+             sweeps.pipeline_table(rows), sweeps.plot_pipeline(rows, out_dir))
 
 
 @click.command("scaling-report")
@@ -179,13 +179,13 @@ def scaling_report_command(topologies: str, k: str | None, gradient_accumulation
                      final_stage_on_first_ipu=final_stage_on_first_ipu,
                      pipeline_schedule=pipeline_schedule, algorithm=algorithm,
                      efficiency_scale=efficiency_scale, **model)
-        rows = model_reports.scaling_sweep(base, names)
+        rows = sweeps.scaling_sweep(base, names)
         if not any(row["fits"] for row in rows):
             raise UserError(f"{model['model']} fits none of these topologies: "
                             f"{rows[0]['why']}")
     _publish(out_dir, f"Scaling {model['model']} across PODs (simulated)",
-             command_settings(base), rows, as_json, model_reports.scaling_table(rows),
-             model_reports.plot_scaling(rows, out_dir))
+             command_settings(base), rows, as_json, sweeps.scaling_table(rows),
+             sweeps.plot_scaling(rows, out_dir))
 
 
 def _publish(out_dir: Path, title: str, assumed: list[Setting], rows: list[dict[str, Any]],
@@ -193,7 +193,7 @@ def _publish(out_dir: Path, title: str, assumed: list[Setting], rows: list[dict[
     """Write the report's README beside its plots; print its table and where it is, or
     with ``as_json`` its settings and rows."""
     record = settings_record(assumed)
-    readme = model_reports.write(out_dir, title, record["made_by"], table, images,
+    readme = sweeps.write(out_dir, title, record["made_by"], table, images,
                                  settings_markdown(assumed))
     if as_json:
         click.echo(json.dumps({**record, "rows": rows, "readme": str(readme)}, indent=2))

@@ -22,9 +22,9 @@ from cluster.training.fit import check_fits, default_topology, resolve
 from cluster.training.memory_plan import stage_memory
 from cluster.training.pipeline.schedules import schedule_names
 from cluster.training.placement import server_ipus, topology_for
-from cluster.training.report import format_table, scaling_table, write_report
-from cluster.training.settings import made_by
-from cluster.training.settings import markdown as settings_markdown
+from cluster.training.reports.servers import format_table, scaling_table, write_report
+from cluster.training.reports.settings import made_by
+from cluster.training.reports.settings import markdown as settings_markdown
 from cluster.training.trainer import train
 from gcl.modes import Mode
 

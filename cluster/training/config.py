@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.training.defaults import DEFAULTS
-from cluster.training.model import MLPSpec
+from cluster.training.numpy_mlp import MLPSpec
 from cluster.training.pipeline.schedule import TooFewMicroBatches
 from cluster.training.pipeline.schedules import (
     DEFAULT,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cluster.training.model import DTYPE, MLPSpec, init_params, loss_and_grad, sgd_momentum
+from cluster.training.numpy_mlp import DTYPE, MLPSpec, init_params, loss_and_grad, sgd_momentum
 
 CENTRES_PER_CLASS = 2
 """Each class is a mixture of this many blobs, so that it is not linearly separable."""

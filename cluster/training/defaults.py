@@ -6,7 +6,7 @@
 between two commands again. Two defaults depend on the run and are resolved by
 :func:`cluster.training.fit.resolve`: the micro-batch and the IPUs per replica, the
 largest and the fewest that fit the IPUs' In-Processor-Memory. Every report shows each
-value it assumed, and why (:mod:`cluster.training.settings`).
+value it assumed, and why (:mod:`cluster.training.reports.settings`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import hashlib
 
 import numpy as np
 
-from cluster.training.model import MLPSpec, loss_and_grad, sgd_momentum
+from cluster.training.numpy_mlp import MLPSpec, loss_and_grad, sgd_momentum
 from ipu_node.store import TensorStore
 
 PARAMS, VELOCITY = "model.params", "model.velocity"

@@ -25,7 +25,7 @@ from cluster.training.config import IPUS_PER_SERVER, TrainConfig
 from cluster.training.data import make_dataset, replica_slice, step_batch, train_reference
 from cluster.training.fit import check_fits
 from cluster.training.memory_plan import stage_memory
-from cluster.training.model import init_params
+from cluster.training.numpy_mlp import init_params
 from cluster.training.pipeline.real import train_pipelined
 from cluster.training.placement import (
     gradient_group,

@@ -20,7 +20,7 @@ import numpy as np
 
 from cluster.training.config import TrainConfig
 from cluster.training.data import make_dataset, replica_slice, step_batch
-from cluster.training.model import init_params
+from cluster.training.numpy_mlp import init_params
 from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stage_math import stage_offsets

@@ -1,6 +1,6 @@
 """One pipeline stage of the MLP: its forward and backward passes on a micro-batch.
 
-The same arithmetic as :func:`cluster.training.model.loss_and_grad`, operation for
+The same arithmetic as :func:`cluster.training.numpy_mlp.loss_and_grad`, operation for
 operation, cut at stage boundaries: a stage's layers are a contiguous run of the MLP's,
 its parameters a contiguous slice of the flat vector (same layout). What crosses a
 boundary forward is the activation after the ReLU; backward, the loss's gradient with
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cluster.training.model import DTYPE, MLPSpec
+from cluster.training.numpy_mlp import DTYPE, MLPSpec
 
 Layers = list[tuple[np.ndarray, np.ndarray]]
 

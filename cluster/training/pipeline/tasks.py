@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cluster.training.model import DTYPE, MLPSpec, sgd_momentum
+from cluster.training.numpy_mlp import DTYPE, MLPSpec, sgd_momentum
 from cluster.training.pipeline import stage_math
 from cluster.training.pipeline.schedule import Pass
 from ipu_node.store import TensorStore

@@ -18,7 +18,7 @@ first IPU. One micro-batch:
   to ``a``, which the first IPU takes through the head's backward.
 
 Head and tail are :mod:`cluster.training.pipeline.stage_math`, operation for operation
-:func:`cluster.training.model.loss_and_grad`; so is each shard's arithmetic, restricted to
+:func:`cluster.training.numpy_mlp.loss_and_grad`; so is each shard's arithmetic, restricted to
 its columns. Only the sum of the partials adds in another order than the whole matrix
 product does: the sharded gradient equals ``loss_and_grad``'s to float32 rounding
 (relative 1e-6), not bit for bit.
@@ -39,7 +39,7 @@ from typing import cast
 import numpy as np
 
 from cluster.errors import UserError
-from cluster.training.model import DTYPE, MLPSpec
+from cluster.training.numpy_mlp import DTYPE, MLPSpec
 from cluster.training.pipeline import stage_math
 
 Layers = stage_math.Layers
@@ -229,7 +229,7 @@ def head_backward(split: ColumnSplit, rest: np.ndarray, inputs: list[np.ndarray]
 
 def sharded_loss_and_grad(spec: MLPSpec, ipus: int, params: np.ndarray, x: np.ndarray,
                           y: np.ndarray) -> tuple[float, np.ndarray]:
-    """:func:`cluster.training.model.loss_and_grad` computed as a replica of ``ipus`` IPUs
+    """:func:`cluster.training.numpy_mlp.loss_and_grad` computed as a replica of ``ipus`` IPUs
     computes it, in one process: the exchanges are :meth:`ColumnSplit.pack`,
     :meth:`~ColumnSplit.unpack` and the partials summed in shard order. The gradient is a
     new flat vector in the model's layout."""

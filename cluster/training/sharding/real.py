@@ -21,7 +21,7 @@ import numpy as np
 
 from cluster.training.config import TrainConfig
 from cluster.training.data import make_dataset, replica_slice, step_batch
-from cluster.training.model import init_params
+from cluster.training.numpy_mlp import init_params
 from cluster.training.placement import gradient_group, replica_ipus
 from cluster.training.sharding.columns import ColumnSplit
 from cluster.training.sharding.exchange import (

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from cluster.training.model import DTYPE
+from cluster.training.numpy_mlp import DTYPE
 from cluster.training.pipeline.tasks import update_weights
 from cluster.training.sharding.columns import (
     ColumnSplit,

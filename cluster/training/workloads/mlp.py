@@ -1,15 +1,15 @@
-"""The trainer's NumPy MLP (:mod:`cluster.training.model`) as a workload.
+"""The trainer's NumPy MLP (:mod:`cluster.training.numpy_mlp`) as a workload.
 
 Dense layer ``i`` of ``(fan_in, fan_out)``: ``fan_in * fan_out + fan_out`` parameters,
 ``2 * fan_in * fan_out`` forward FLOPs per sample (as
-:func:`cluster.training.model.forward_flops`), a float32 output of ``fan_out`` values,
+:func:`cluster.training.numpy_mlp.forward_flops`), a float32 output of ``fan_out`` values,
 and its float32 input (``fan_in`` values) stashed for the backward pass, which needs it
 for the weights' gradient and, through the ReLU, for the input's.
 """
 
 from __future__ import annotations
 
-from cluster.training.model import MLPSpec
+from cluster.training.numpy_mlp import MLPSpec
 from cluster.training.workloads.layers import DType, Layer, LayerKind, Workload
 
 FLOAT32_BYTES = 4

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cluster.errors import SpecError
-from cluster.training.model import MLPSpec
+from cluster.training.numpy_mlp import MLPSpec
 from cluster.training.workloads.arithmetic import HALF, Precision, whole
 from cluster.training.workloads.bert import bert_base, bert_large
 from cluster.training.workloads.gpt2 import gpt2_xl

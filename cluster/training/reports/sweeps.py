@@ -18,7 +18,7 @@ from typing import Any
 from cluster.training.config import TrainConfig
 from cluster.training.memory_plan import OutOfMemory
 from cluster.training.pipeline.schedule import TooFewMicroBatches
-from cluster.training.report import SIM_NOTE, parts_spent, pyplot, save_png
+from cluster.training.reports.servers import SIM_NOTE, parts_spent, pyplot, save_png
 from cluster.training.trainer import train
 
 Row = dict[str, Any]
@@ -46,7 +46,7 @@ BUBBLE_NOTE = (f"*{BUBBLE_OF_STEP}*: pipeline bubble / step time. *{BUBBLE_OF_SP
 def parts_shown(rows: list[Row]) -> list[tuple[str, str]]:
     """The parts of :data:`PARTS` and :data:`SHARDED_PARTS`, in that order, that are in
     :data:`ALWAYS` or that some row that ran spends time in
-    (:func:`~cluster.training.report.parts_spent`): no empty column."""
+    (:func:`~cluster.training.reports.servers.parts_spent`): no empty column."""
     spent = {key for key, _ in parts_spent([row for row in rows if row["fits"]], (),
                                            PARTS + SHARDED_PARTS)}
     return [(key, label) for key, label in PARTS + SHARDED_PARTS
