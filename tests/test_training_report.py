@@ -5,7 +5,7 @@ import pytest
 from cluster.training.reports.servers import (
     format_table,
     plot_loss,
-    scaling_table,
+    scaling_rows,
     write_report,
 )
 
@@ -27,21 +27,21 @@ def run(servers, parts, *, mode="real", batch_per_server=512, losses=(2.3, 1.9, 
 
 
 def test_rows_are_sorted_by_server_count():
-    rows = scaling_table([run(4, (1e-3, 0, 0, 0)), run(1, (1e-3, 0, 0, 0)),
+    rows = scaling_rows([run(4, (1e-3, 0, 0, 0)), run(1, (1e-3, 0, 0, 0)),
                           run(2, (1e-3, 0, 0, 0))])
     assert [row["servers"] for row in rows] == [1, 2, 4]
 
 
 def test_efficiency_is_exactly_one_when_throughput_grows_linearly():
     # Same step time, batch proportional to servers: throughput doubles with servers.
-    rows = scaling_table([run(s, (1e-3, 2e-4, 1e-4, 5e-5)) for s in (1, 2, 4, 8)])
+    rows = scaling_rows([run(s, (1e-3, 2e-4, 1e-4, 5e-5)) for s in (1, 2, 4, 8)])
     assert [row["efficiency"] for row in rows] == [1.0, 1.0, 1.0, 1.0]
 
 
 def test_efficiency_and_throughput_match_hand_computed_values():
     # 2 servers: batch 1024 in 1 ms -> 1,024,000 samples/s.
     # 4 servers: batch 2048 in 1.25 ms -> 1,638,400 samples/s; ideal 2,048,000 -> 0.8.
-    rows = scaling_table([run(4, (1e-3, 0, 0, 2.5e-4)), run(2, (1e-3, 0, 0, 0))])
+    rows = scaling_rows([run(4, (1e-3, 0, 0, 2.5e-4)), run(2, (1e-3, 0, 0, 0))])
     assert rows[0]["throughput_samples_per_sim_second"] == pytest.approx(1_024_000)
     assert rows[1]["throughput_samples_per_sim_second"] == pytest.approx(1_638_400)
     assert rows[1]["step_seconds"] == pytest.approx(1.25e-3)
@@ -53,19 +53,19 @@ def test_a_pipelined_runs_bubble_copies_and_update_get_columns_that_add_up_to_th
     for step in piped["steps"]:  # 0.5 ms of bubble, 0.25 of copies, 0.125 of update more
         step.update(pipeline_bubble_seconds=5e-4, inter_stage_seconds=2.5e-4,
                     update_seconds=1.25e-4, sim_seconds=step["sim_seconds"] + 8.75e-4)
-    header, *lines = format_table(scaling_table([plain, piped])).splitlines()
+    header, *lines = format_table(scaling_rows([plain, piped])).splitlines()
     assert header.split()[-3:] == ["bubble(ms)", "stages-io(ms)", "update(ms)"]
     assert "shard-io(ms)" not in header and "gather(ms)" not in header  # none spent there
     cells = [float(cell) for cell in lines[1].split()[7:]]  # compute .. update, ms
     assert cells == [1.0, 0.1, 0.2, 0.3, 0.5, 0.25, 0.125]
     assert sum(cells) == pytest.approx(float(lines[1].split()[4]))  # the step, 2.475 ms
-    assert format_table(scaling_table([plain])).splitlines()[0].split()[-1] == "global-AR(ms)"
+    assert format_table(scaling_rows([plain])).splitlines()[0].split()[-1] == "global-AR(ms)"
 
 
 def test_step_time_and_parts_are_means_over_steps():
     record = run(2, (1e-3, 0, 0, 0))
     record["steps"][1].update(sim_seconds=4e-3, compute_seconds=2e-3, host_io_seconds=2e-3)
-    (row,) = scaling_table([record])
+    (row,) = scaling_rows([record])
     assert row["step_seconds"] == pytest.approx(2e-3)
     assert row["compute_seconds"] == pytest.approx(4e-3 / 3)
     assert row["host_io_seconds"] == pytest.approx(2e-3 / 3)
@@ -73,7 +73,7 @@ def test_step_time_and_parts_are_means_over_steps():
 
 
 def test_text_table_has_units_in_header_and_one_aligned_line_per_run():
-    rows = scaling_table([run(s, (1e-3, 1e-4, 1e-4, 1e-4)) for s in (1, 2)])
+    rows = scaling_rows([run(s, (1e-3, 1e-4, 1e-4, 1e-4)) for s in (1, 2)])
     lines = format_table(rows).splitlines()
     assert lines[0].split() == ["servers", "replicas", "mode", "batch", "step(ms,sim)",
                                 "samples/s(sim)", "efficiency", "compute(ms)", "host-io(ms)",
@@ -120,11 +120,11 @@ def test_run_without_steps_is_an_error():
     record = run(1, (1e-3, 0, 0, 0))
     record["steps"] = []
     with pytest.raises(ValueError, match="no steps"):
-        scaling_table([record])
+        scaling_rows([record])
 
 
 def test_real_and_phantom_runs_share_one_efficiency_base():
-    from cluster.training.reports.servers import scaling_table
+    from cluster.training.reports.servers import scaling_rows
 
     def run(servers, mode, seconds):
         step = {"step": 0, "loss": None, "sim_seconds": seconds, "compute_seconds": seconds,
@@ -133,7 +133,7 @@ def test_real_and_phantom_runs_share_one_efficiency_base():
         return {"servers": servers, "replicas": 16 * servers, "gcd": 1, "mode": mode,
                 "global_batch": 100 * servers, "steps": [step]}
 
-    rows = scaling_table([run(1, "real", 1.0), run(8, "phantom", 2.0)])
+    rows = scaling_rows([run(1, "real", 1.0), run(8, "phantom", 2.0)])
     assert [round(r["efficiency"], 12) for r in rows] == [1.0, 0.5]
 
 
@@ -164,7 +164,7 @@ def test_throughput_points_are_named_simulated_by_mode_never_measured(monkeypatc
     from cluster.training.reports.servers import plot_throughput
 
     drawn = _axes_drawn(monkeypatch)
-    rows = scaling_table([run(1, (1e-3, 0, 0, 0)), run(2, (1e-3, 0, 0, 0), mode="phantom")])
+    rows = scaling_rows([run(1, (1e-3, 0, 0, 0)), run(2, (1e-3, 0, 0, 0), mode="phantom")])
     plot_throughput(rows, tmp_path / "throughput.png")
     labels = [line.get_label() for line in drawn["throughput.png"].lines]
     assert "simulated (phantom mode)" in labels

@@ -18,20 +18,14 @@ import click
 
 from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.paths import CheckedPath
-from cluster.cli.train import common_options, make_config
+from cluster.cli.training_options import common_options, make_config
 from cluster.errors import UserError
 from cluster.training.fidelity.calibration import calibrate
 from cluster.training.fidelity.published import TABLE, load_published
 from cluster.training.fidelity.validation import ERROR_BAR, Prediction, growths, predict
-from cluster.training.placement import server_ipus, topology_for
+from cluster.training.placement import checked_topology
+from cluster.training.step_parts import STEP_PARTS
 from cluster.training.timing import step_time
-
-PART_TITLES = {  # StepTime part -> column title, in the order a step spends them
-    "compute_seconds": "compute", "pipeline_bubble_seconds": "bubble",
-    "inter_stage_seconds": "stages-io", "host_io_seconds": "host-io",
-    "local_allreduce_seconds": "local-AR", "global_allreduce_seconds": "global-AR",
-    "update_seconds": "update", "weight_gather_seconds": "gather",
-}
 
 
 @click.command("calibrate")
@@ -54,19 +48,17 @@ def calibrate_command(topology_spec: str, measured_step_ms: float, as_json: bool
                         "leave it out")
     options["efficiency_scale"] = 1.0
     config = make_config(None, "phantom", False, topology=topology_spec, **options)
-    topology = topology_for(config)
-    config.validate(topology, server_ipus(topology)[0].size)
+    topology = checked_topology(config)
     assumed = settings_record(command_settings(config))
     found = calibrate(config, topology, measured_step_ms / 1e3)
-    parts = step_time(replace(config, efficiency_scale=found.efficiency_scale),
-                      topology).parts()
+    step = step_time(replace(config, efficiency_scale=found.efficiency_scale), topology)
     if as_json:
         click.echo(json.dumps({"topology": topology.name, "model": config.model,
                                "measured_step_seconds": found.measured_step_seconds,
                                "efficiency_scale": found.efficiency_scale,
                                "efficiencies": vars(found.efficiencies),
                                "predicted_step_seconds": found.predicted_step_seconds,
-                               "predicted_parts": parts, **assumed}, indent=2))
+                               "predicted_parts": step.parts(), **assumed}, indent=2))
         return
     kinds = ", ".join(f"{kind} {value:.4f}" for kind, value in vars(found.efficiencies).items())
     click.echo(f"# {config.model} on {topology.name}: {config.replicas} replicas of "
@@ -75,9 +67,8 @@ def calibrate_command(topology_spec: str, measured_step_ms: float, as_json: bool
     click.echo(f"measured step {measured_step_ms:.4f} ms -> efficiency scale "
                f"{found.efficiency_scale:.4f} ({kinds})")
     click.echo(f"simulated step with it {found.predicted_step_seconds * 1e3:.4f} ms: "
-               + ", ".join(f"{PART_TITLES.get(name, name.removesuffix('_seconds'))} "
-                           f"{value * 1e3:.3f}" for name, value in parts.items()
-                           if value >= 5e-7))
+               + ", ".join(f"{part.title} {getattr(step, part.key) * 1e3:.3f}"
+                           for part in STEP_PARTS if getattr(step, part.key) >= 5e-7))
     click.echo(f"# every setting: {assumed['made_by']}")
     click.echo(f"# predict other systems with: ipupod train --mode phantom ... "
                f"--efficiency-scale {found.efficiency_scale:.4f}")
@@ -91,12 +82,12 @@ for _param in calibrate_command.params:  # it finds the scale: train's option, n
 def _row(prediction: Prediction) -> str:
     entry = prediction.published
     mark = "*" if prediction.calibration_point else " "
-    parts = prediction.step.parts()
     return (f"{entry.round:>5} {entry.model:>10} {entry.topology:>7} {entry.hosts:>5} "
             f"{entry.ipus // entry.ipus_per_replica:>8} {entry.micro_batch:>3} "
             f"{entry.gradient_accumulation:>4} {entry.step_seconds * 1e3:>10.2f} "
             f"{prediction.step.sim_seconds * 1e3:>10.2f} {prediction.error * 100:>+7.1f}%{mark}"
-            + "".join(f" {parts[name] * 1e3:>9.2f}" for name in PART_TITLES))
+            + "".join(f" {getattr(prediction.step, part.key) * 1e3:>9.2f}"
+                      for part in STEP_PARTS))
 
 
 def _echo_summary(predicted: list[Prediction]) -> None:
@@ -135,7 +126,7 @@ def validate_command(table: Path, as_json: bool) -> None:
                "compute efficiency, nothing else is fitted. Times in ms.")
     click.echo(f"{'round':>5} {'model':>10} {'system':>7} {'hosts':>5} {'replicas':>8} "
                f"{'mb':>3} {'acc':>4} {'published':>10} {'predicted':>10} {'error':>9}"
-               + "".join(f" {title:>9}" for title in PART_TITLES.values()))
+               + "".join(f" {part.title:>9}" for part in STEP_PARTS))
     for prediction in predictions:
         click.echo(_row(prediction))
     _echo_summary([p for p in predictions if not p.calibration_point])

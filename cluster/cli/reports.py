@@ -12,15 +12,15 @@ import click
 
 from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.paths import CheckedPath
-from cluster.cli.train import (
+from cluster.cli.report_folder import report_folder
+from cluster.cli.training_options import (
     ALGORITHM_OPTION,
     EFFICIENCY_SCALE_OPTION,
     GRADIENT_DTYPE_OPTION,
     MICRO_BATCH_OPTION,
     OPTIMIZER_STATE_OPTION,
     PIPELINE_SCHEDULE_OPTION,
-    _counts_option,
-    report_folder,
+    counts_option,
 )
 from cluster.errors import UserError, quoted
 from cluster.training.config import IPUS_PER_REPLICA, TrainConfig
@@ -175,7 +175,7 @@ def scaling_report_command(topologies: str, k: str | None, gradient_accumulation
     with report_folder(out_dir):
         base = _base(topology=names[0], ipus_per_replica=None if k is None else int(k),
                      accumulation=gradient_accumulation,
-                     layers_per_ipu=_counts_option(layers_per_ipu, "--layers-per-ipu"),
+                     layers_per_ipu=counts_option(layers_per_ipu, "--layers-per-ipu"),
                      final_stage_on_first_ipu=final_stage_on_first_ipu,
                      pipeline_schedule=pipeline_schedule, algorithm=algorithm,
                      efficiency_scale=efficiency_scale, **model)
@@ -184,7 +184,7 @@ def scaling_report_command(topologies: str, k: str | None, gradient_accumulation
             raise UserError(f"{model['model']} fits none of these topologies: "
                             f"{rows[0]['why']}")
     _publish(out_dir, f"Scaling {model['model']} across PODs (simulated)",
-             command_settings(base), rows, as_json, sweeps.scaling_table(rows),
+             command_settings(base), rows, as_json, sweeps.topology_table(rows),
              sweeps.plot_scaling(rows, out_dir))
 
 

@@ -7,12 +7,11 @@ globally between servers or racks (InfiniBand, GW-Links), and the weights update
 optimiser state sharded over each rack's replicas and several racks, the allreduce is
 PopART's reduce-scatter, cross-rack shard allreduce and all-gather instead
 (:mod:`.sharded_reduction`). Each part is simulated seconds on the emulated hardware, from
-the catalogue and the cost model; none is measured on this machine.
+the catalogue and the cost model; none is measured on this machine. The parts are
+:class:`~cluster.training.step_parts.StepTime`'s (:mod:`.step_parts`).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -29,6 +28,7 @@ from cluster.training.pipeline.timing import PipelineTime, pipeline_time
 from cluster.training.placement import gradient_group, replica_ipus
 from cluster.training.sharded_reduction import sharded_reduction, shards_across_racks
 from cluster.training.sharding import ColumnSplit, sharded_time
+from cluster.training.step_parts import StepTime
 from cluster.training.workloads import (
     BACKWARD_FLOPS_FACTOR,
     Workload,
@@ -37,42 +37,6 @@ from cluster.training.workloads import (
 )
 from gcl import plan, simulate
 from gcl.phantom import Timing
-
-
-@dataclass(frozen=True)
-class StepTime:
-    """Simulated seconds of one training step, by part. ``compute_seconds`` is the
-    busiest IPU's (its pipeline stage's, or both of IPU 0's when the last stage goes back
-    to it; a replica's, on one IPU); ``pipeline_bubble_seconds`` and
-    ``inter_stage_seconds`` are what pipelining adds (:mod:`.pipeline.timing`, or
-    :mod:`.pipeline.lock_step` for a lock-step schedule's cycles);
-    ``stage_compute_seconds`` lists each stage's compute."""
-
-    compute_seconds: float
-    host_io_seconds: float
-    local_allreduce_seconds: float
-    global_allreduce_seconds: float
-    pipeline_bubble_seconds: float = 0.0
-    inter_stage_seconds: float = 0.0
-    stage_compute_seconds: tuple[float, ...] = field(default=())
-    update_seconds: float = 0.0
-    shard_exchange_seconds: float = 0.0
-    weight_gather_seconds: float = 0.0
-
-    @property
-    def sim_seconds(self) -> float:
-        """The whole step's simulated seconds: the parts summed (they run one after the
-        other: host input, the pipeline, the gradient allreduce, the weight update)."""
-        return (self.compute_seconds + self.pipeline_bubble_seconds + self.inter_stage_seconds
-                + self.host_io_seconds + self.local_allreduce_seconds
-                + self.global_allreduce_seconds + self.update_seconds
-                + self.shard_exchange_seconds + self.weight_gather_seconds)
-
-    def parts(self) -> dict[str, float]:
-        """Each part's simulated seconds by name (the fields ending ``_seconds``), whose
-        sum is :attr:`sim_seconds`."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name.endswith("_seconds") and f.name != "stage_compute_seconds"}
 
 
 def step_time(config: TrainConfig, topology: Topology) -> StepTime:
@@ -92,9 +56,12 @@ def step_time(config: TrainConfig, topology: Topology) -> StepTime:
     local, global_, gather = gradient_reduction_seconds(config, topology, workload, chains,
                                                         ipu_params)
     host_io, update = _host_io_and_update(config, topology, workload, chains, ipu_params)
-    return StepTime(pipeline.compute_seconds, host_io, local, global_,
-                    pipeline.bubble_seconds, pipeline.inter_stage_seconds,
-                    pipeline.stage_compute_seconds, update, weight_gather_seconds=gather)
+    return StepTime(compute_seconds=pipeline.compute_seconds,
+                    pipeline_bubble_seconds=pipeline.bubble_seconds,
+                    inter_stage_seconds=pipeline.inter_stage_seconds, host_io_seconds=host_io,
+                    local_allreduce_seconds=local, global_allreduce_seconds=global_,
+                    update_seconds=update, weight_gather_seconds=gather,
+                    stage_compute_seconds=pipeline.stage_compute_seconds)
 
 
 def _sharded_step_time(config: TrainConfig, topology: Topology, workload: Workload,
@@ -106,10 +73,11 @@ def _sharded_step_time(config: TrainConfig, topology: Topology, workload: Worklo
     local, global_, gather = gradient_reduction_seconds(config, topology, workload, chains,
                                                         ipu_params)
     host_io, update = _host_io_and_update(config, topology, workload, chains, ipu_params)
-    return StepTime(sharded.compute_seconds, host_io, local, global_,
-                    stage_compute_seconds=sharded.ipu_compute_seconds, update_seconds=update,
-                    shard_exchange_seconds=sharded.exchange_seconds,
-                    weight_gather_seconds=gather)
+    return StepTime(compute_seconds=sharded.compute_seconds, host_io_seconds=host_io,
+                    local_allreduce_seconds=local, global_allreduce_seconds=global_,
+                    update_seconds=update, shard_exchange_seconds=sharded.exchange_seconds,
+                    weight_gather_seconds=gather,
+                    stage_compute_seconds=sharded.ipu_compute_seconds)
 
 
 def gradient_reduction_seconds(config: TrainConfig, topology: Topology, workload: Workload,

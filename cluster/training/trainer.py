@@ -15,8 +15,8 @@ any scale.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from cluster.errors import UserError
 from cluster.training.config import IPUS_PER_SERVER, TrainConfig
 from cluster.training.data import make_dataset, replica_slice, step_batch, train_reference
 from cluster.training.fit import check_fits
-from cluster.training.memory_plan import stage_memory
+from cluster.training.memory_plan import StageMemory, stage_memory
 from cluster.training.numpy_mlp import init_params
 from cluster.training.pipeline.real import train_pipelined
 from cluster.training.placement import (
@@ -34,6 +34,7 @@ from cluster.training.placement import (
     server_ipus,
     topology_for,
 )
+from cluster.training.records import RunRecord, step_record
 from cluster.training.replica import (
     GRAD,
     GRAD_MEAN,
@@ -42,7 +43,8 @@ from cluster.training.replica import (
     place_replicas,
 )
 from cluster.training.sharding import train_sharded
-from cluster.training.timing import StepTime, step_time
+from cluster.training.step_parts import StepTime
+from cluster.training.timing import step_time
 from gcl.modes import Mode
 
 if TYPE_CHECKING:
@@ -54,7 +56,7 @@ __all__ = ["IPUS_PER_SERVER", "StepTime", "TrainConfig", "server_ipus", "step_ti
 
 
 def train(config: TrainConfig, pod: EmulatedPod | None = None,
-          on_step: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+          on_step: Callable[[int, int], None] | None = None) -> RunRecord:
     """Run ``config``; return the record ``ipupod train --json`` prints. In real mode
     ``pod`` is a launched :class:`~ipu_node.pod.EmulatedPod` of ``topology_for(config)``."""
     if config.servers < 1 and not config.topology:
@@ -84,8 +86,7 @@ def train(config: TrainConfig, pod: EmulatedPod | None = None,
         for step in range(config.steps):
             if on_step:
                 on_step(step + 1, config.steps)
-    record = _record(config, topology, parts, losses, identical)
-    record["memory_per_ipu"] = [stage.as_record() for stage in memory]
+    record = _record(config, topology, parts, losses, identical, memory)
     if config.check:  # real mode only (validate): compare its losses with the reference
         x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)
         reference = train_reference(config.spec, x, y, replicas=config.replicas,
@@ -100,10 +101,9 @@ def train(config: TrainConfig, pod: EmulatedPod | None = None,
 
 
 def _record(config: TrainConfig, topology: Topology, parts: StepTime,
-            losses: Sequence[float | None], identical: bool | None) -> dict[str, Any]:
+            losses: Sequence[float | None], identical: bool | None,
+            memory: list[StageMemory]) -> RunRecord:
     """What ``ipupod train --json`` prints: the set-up, every step, the throughput."""
-    step_parts = asdict(parts)
-    step_parts["stage_compute_seconds"] = list(parts.stage_compute_seconds)
     return {
         "topology": topology.name, "machines": machines(topology), "model": config.model,
         "servers": config.servers, "optimizer_state": config.optimizer_state,
@@ -114,10 +114,10 @@ def _record(config: TrainConfig, topology: Topology, parts: StepTime,
         "stage_ipus": list(config.stage_ipus),  # IPU of the replica each stage runs on
         "gradient_accumulation": config.accumulation, "mode": config.mode,
         "global_batch": config.global_batch, "algorithm": config.algorithm,
-        "steps": [{"step": step, "loss": loss, "sim_seconds": parts.sim_seconds,
-                   **step_parts} for step, loss in enumerate(losses)],
+        "steps": [step_record(step, loss, parts) for step, loss in enumerate(losses)],
         "replicas_identical": identical,
-        "throughput_samples_per_sim_second": config.global_batch / parts.sim_seconds}
+        "throughput_samples_per_sim_second": config.global_batch / parts.sim_seconds,
+        "memory_per_ipu": [stage.as_record() for stage in memory]}
 
 
 def _train_real(config: TrainConfig, pod: EmulatedPod,

@@ -1,95 +1,67 @@
-"""Scaling report for data-parallel training runs: a table, three plots and a README.
+"""``ipupod train-report``: data-parallel training across server counts, as a table,
+three plots and a README (:mod:`.document`).
 
-A run record is the dict the distributed trainer returns for one server count (``servers``,
-``replicas``, ``mode``, ``global_batch`` and per-step ``steps`` with ``loss`` and the
-simulated time split into parts). Every time here is SIMULATED seconds on the emulated
-hardware, never wall-clock time on this machine; tables and plots show milliseconds.
-matplotlib is imported inside the plotting functions so importing this module stays cheap.
+Each run is a :class:`~cluster.training.records.RunRecord` of one server count; a step's
+parts are :data:`~cluster.training.step_parts.STEP_PARTS`. Every time here is SIMULATED
+seconds on the emulated hardware, never wall-clock time on this machine; tables and plots
+show milliseconds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from statistics import fmean
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+from cluster.training.records import RunRecord
+from cluster.training.reports.document import (
+    SIM_NOTE,
+    plot_breakdown,
+    pyplot,
+    save_png,
+    write_readme,
+)
+from cluster.training.step_parts import STEP_PARTS, StepPart, parts_spent
 
 Record = dict[str, Any]
-"""A run record (what the trainer returns) or a row of :func:`scaling_table`."""
+"""A row of :func:`scaling_rows`."""
 
-# (row/step key, label) of each part of a step's simulated time, in stacking order.
-TIME_PARTS: tuple[tuple[str, str], ...] = (
-    ("compute_seconds", "compute"),
-    ("host_io_seconds", "host I/O"),
-    ("local_allreduce_seconds", "local allreduce"),
-    ("global_allreduce_seconds", "global allreduce"),
-)
-# (step key, label, table header) of the parts only some runs spend time in (pipelines,
-# sharded columns, the update): shown when a run has them, so the parts add up to the step.
-OPTIONAL_PARTS: tuple[tuple[str, str, str], ...] = (
-    ("pipeline_bubble_seconds", "pipeline bubble", "bubble(ms)"),
-    ("inter_stage_seconds", "between stages", "stages-io(ms)"),
-    ("shard_exchange_seconds", "shard exchange", "shard-io(ms)"),
-    ("update_seconds", "update", "update(ms)"),
-    ("weight_gather_seconds", "weight gather", "gather(ms)"),
-)
-
-# (header, row key, format) of the table columns; "_ms" keys are seconds shown as ms.
+# (header, row key, format) of the table columns before the step's parts.
 _COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("servers", "servers", "d"),
     ("replicas", "replicas", "d"),
     ("mode", "mode", "s"),
     ("batch", "global_batch", "d"),
-    ("step(ms,sim)", "step_seconds_ms", ".3f"),
+    ("step(ms,sim)", "step_seconds", ".3f"),
     ("samples/s(sim)", "throughput_samples_per_sim_second", ",.0f"),
     ("efficiency", "efficiency", ".3f"),
-    ("compute(ms)", "compute_seconds_ms", ".3f"),
-    ("host-io(ms)", "host_io_seconds_ms", ".3f"),
-    ("local-AR(ms)", "local_allreduce_seconds_ms", ".3f"),
-    ("global-AR(ms)", "global_allreduce_seconds_ms", ".3f"),
 )
+_MS = {"step_seconds"}  # seconds shown as milliseconds, besides the parts
 
 
-def parts_spent(rows: list[Record], always: Iterable[tuple[str, str]],
-                optional: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """(key, label) of the parts a table or plot of ``rows`` shows: ``always``, and each
-    ``optional`` part some row spends time in (so the parts add up to every step)."""
-    return [*always, *((key, label) for key, label in optional
-                       if any(row.get(key, 0.0) > 0 for row in rows))]
-
-
-def parts_shown(rows: list[Record]) -> list[tuple[str, str]]:
-    """:func:`parts_spent` of :data:`TIME_PARTS` and :data:`OPTIONAL_PARTS`."""
-    return parts_spent(rows, TIME_PARTS, ((key, label) for key, label, _ in OPTIONAL_PARTS))
+def parts_shown(rows: Sequence[Mapping[str, Any]]) -> list[StepPart]:
+    """The parts the table and breakdown.png show (:func:`parts_spent`): those every table
+    shows first, then the others some row spends time in, each group in step order."""
+    return sorted(parts_spent(rows), key=lambda part: not part.always)
 
 
 def _columns(rows: list[Record]) -> list[tuple[str, str, str]]:
-    """:data:`_COLUMNS` and a column for each optional part ``rows`` show."""
-    shown = {key for key, _ in parts_shown(rows)}
-    return [*_COLUMNS, *((header, f"{key}_ms", ".3f") for key, _, header in OPTIONAL_PARTS
-                         if key in shown)]
+    """:data:`_COLUMNS` and a column for each part ``rows`` show."""
+    return [*_COLUMNS, *((f"{part.title}(ms)", part.key, ".3f") for part in parts_shown(rows))]
 
 
-SIM_NOTE = ("All times are simulated seconds on the emulated IPU-POD hardware (shown in ms), "
-            "not wall-clock time on the machine that ran the emulator; throughput is samples "
-            "per simulated second.")
-
-
-def scaling_table(runs: list[Record]) -> list[Record]:
+def scaling_rows(runs: Sequence[RunRecord]) -> list[Record]:
     """One row per run, sorted by server count (then mode), summarising its simulated speed.
 
     Each row holds ``servers``, ``replicas``, ``mode``, ``global_batch``, ``step_seconds``
     (mean simulated seconds per step over all steps), ``throughput_samples_per_sim_second``
-    (``global_batch / step_seconds``), the mean of each part in ``TIME_PARTS`` and
-    ``OPTIONAL_PARTS`` (simulated seconds) and ``efficiency``: throughput over ideal
-    linear scaling from the smallest server count, ``throughput / (servers / base_servers
-    * base_throughput)``, so 1.0 means perfect scaling. Real and phantom runs share one
-    base: both take their simulated time from the same cost model, so they time alike by
-    construction. Raises ValueError for a run without steps.
+    (``global_batch / step_seconds``), the mean of each part of
+    :data:`~cluster.training.step_parts.STEP_PARTS` (simulated seconds) and
+    ``efficiency``: throughput over ideal linear scaling from the smallest server count,
+    ``throughput / (servers / base_servers * base_throughput)``, so 1.0 means perfect
+    scaling. Real and phantom runs share one base: both take their simulated time from the
+    same cost model, so they time alike by construction. Raises ValueError for a run without steps.
     """
     rows: list[Record] = []
     for run in runs:
@@ -108,10 +80,8 @@ def scaling_table(runs: list[Record]) -> list[Record]:
             "step_seconds": step_seconds,
             "throughput_samples_per_sim_second": run["global_batch"] / step_seconds,
         }
-        for key, _ in TIME_PARTS:
-            row[key] = fmean(step[key] for step in steps)
-        for key, _, _ in OPTIONAL_PARTS:
-            row[key] = fmean(step.get(key, 0.0) for step in steps)
+        for part in STEP_PARTS:
+            row[part.key] = fmean(part.seconds(step) for step in steps)
         rows.append(row)
     rows.sort(key=lambda row: (row["servers"], row["mode"]))
     first = rows[0]  # sorted: the smallest server count
@@ -125,14 +95,15 @@ def scaling_table(runs: list[Record]) -> list[Record]:
 def _cells(row: Record, columns: list[tuple[str, str, str]]) -> list[str]:
     """The table cells of one row, seconds converted to milliseconds."""
     cells: list[str] = []
+    parts = {part.key for part in STEP_PARTS}
     for _, key, fmt in columns:
-        value = row[key[:-3]] * 1e3 if key.endswith("_ms") else row[key]
+        value = row[key] * 1e3 if key in parts or key in _MS else row[key]
         cells.append(format(value, fmt))
     return cells
 
 
 def format_table(rows: list[Record]) -> str:
-    """Plain-text table of ``scaling_table`` rows, aligned columns, units in headers."""
+    """Plain-text table of :func:`scaling_rows`, aligned columns, units in headers."""
     columns = _columns(rows)
     headers = [header for header, _, _ in columns]
     body = [_cells(row, columns) for row in rows]
@@ -145,7 +116,7 @@ def format_table(rows: list[Record]) -> str:
 
 
 def markdown_table(rows: list[Record]) -> str:
-    """Markdown table of ``scaling_table`` rows, same columns as ``format_table``."""
+    """Markdown table of :func:`scaling_rows`, same columns as ``format_table``."""
     columns = _columns(rows)
     headers = [header for header, _, _ in columns]
     align = ["---" if fmt == "s" else "---:" for _, _, fmt in columns]
@@ -153,28 +124,7 @@ def markdown_table(rows: list[Record]) -> str:
     return "\n".join("| " + " | ".join(line) + " |" for line in lines)
 
 
-def pyplot() -> ModuleType:
-    """matplotlib.pyplot on the non-interactive Agg backend (files only, no display)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save_png(fig: Figure, path: Path | str) -> Path:
-    """Write the figure as PNG at ``path`` (parent folders created), close it, return path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, format="png", dpi=120)
-    fig.clf()
-    pyplot().close(fig)
-    return path
-
-
-def plot_loss(runs: list[Record], path: Path | str) -> Path:
+def plot_loss(runs: Sequence[RunRecord], path: Path | str) -> Path:
     """Training loss against step, one line per run with losses, labelled "N servers".
 
     Phantom runs carry no data, so their losses are None and they are left out; steps
@@ -258,72 +208,49 @@ def plot_throughput(rows: list[Record], path: Path | str) -> Path:
     return save_png(fig, path)
 
 
-def plot_breakdown(rows: list[Record], path: Path | str) -> Path:
-    """Stacked bars per server count: the mean simulated step time split into its parts (ms)."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8.5, 4.5))
+def plot_breakdown_by_servers(rows: list[Record], path: Path) -> Path:
+    """Stacked bars per server count: the mean simulated step time split into its parts
+    (ms; :func:`~.document.plot_breakdown`)."""
     repeated = len({row["servers"] for row in rows}) < len(rows)
-    labels = [f"{row['servers']}" + (f"\n{row['mode']}" if repeated else "") for row in rows]
-    positions = list(range(len(rows)))
-    bottom = [0.0] * len(rows)
-    for key, label in parts_shown(rows):
-        heights = [row[key] * 1e3 for row in rows]
-        ax.bar(positions, heights, bottom=bottom, label=label, width=0.6)
-        bottom = [b + h for b, h in zip(bottom, heights)]
-    ax.set_xticks(positions, labels)
-    ax.set_xlabel("servers")
-    ax.set_ylabel("mean step time (ms, simulated)")
-    ax.set_title("Where a training step's simulated time goes")
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return save_png(fig, path)
+    ticks = [f"{row['servers']}" + (f"\n{row['mode']}" if repeated else "") for row in rows]
+    return plot_breakdown(rows, parts_shown(rows), ticks, path, xlabel="servers",
+                          ylabel="mean step time (ms, simulated)",
+                          title="Where a training step's simulated time goes")
 
 
-def write_report(runs: list[Record], out_dir: Path, command: str,
+def write_report(runs: Sequence[RunRecord], out_dir: Path, command: str,
                  settings: str = "") -> dict[str, Path]:
     """Write loss.png, throughput.png, breakdown.png and README.md into ``out_dir``.
 
-    The README gives the command that produced the runs (every setting spelt out), says
-    the times are simulated, holds the scaling table in Markdown, the ``settings`` table
-    (Markdown: each setting and why) and the three images. Creates ``out_dir``;
-    returns the written paths keyed "loss", "throughput", "breakdown", "readme".
+    The README (:func:`~.document.write_readme`) gives the command that produced the runs
+    (every setting spelt out), says the times are simulated, holds the scaling table in
+    Markdown, the ``settings`` table (Markdown: each setting and why) and the three
+    images. Creates ``out_dir``; returns the written paths keyed "loss", "throughput",
+    "breakdown", "readme".
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = scaling_table(runs)
+    rows = scaling_rows(runs)
     paths = {
         "loss": plot_loss(runs, out_dir / "loss.png"),
         "throughput": plot_throughput(rows, out_dir / "throughput.png"),
-        "breakdown": plot_breakdown(rows, out_dir / "breakdown.png"),
+        "breakdown": plot_breakdown_by_servers(rows, out_dir / "breakdown.png"),
     }
-    readme = "\n".join([
-        "# Data-parallel training: scaling across emulated servers (simulated)",
-        "",
-        "Made by:",
-        "",
-        "```sh",
-        command,
-        "```",
-        "",
-        SIM_NOTE + " Efficiency is throughput over ideal linear scaling from the "
-        "smallest server count.",
-        "",
-        markdown_table(rows),
-        "",
-        *(["## Settings", "", settings, ""] if settings else []),
-        "## Throughput (simulated)",
-        "",
-        "![Throughput against servers, simulated](throughput.png)",
-        "",
-        "## Step-time breakdown (simulated)",
-        "",
-        "![Mean simulated step time split into parts](breakdown.png)",
-        "",
-        "## Loss",
-        "",
-        "![Training loss per step](loss.png)",
-        "",
-    ])
-    paths["readme"] = out_dir / "README.md"
-    paths["readme"].write_text(readme, encoding="utf-8")
+    paths["readme"] = write_readme(
+        out_dir, "Data-parallel training: scaling across emulated servers (simulated)",
+        command, SIM_NOTE + " Efficiency is throughput over ideal linear scaling from the "
+        "smallest server count.", markdown_table(rows), settings, [
+            "## Throughput (simulated)",
+            "",
+            "![Throughput against servers, simulated](throughput.png)",
+            "",
+            "## Step-time breakdown (simulated)",
+            "",
+            "![Mean simulated step time split into parts](breakdown.png)",
+            "",
+            "## Loss",
+            "",
+            "![Training loss per step](loss.png)",
+            "",
+        ])
     return paths

@@ -18,20 +18,18 @@ from typing import Any
 from cluster.training.config import TrainConfig
 from cluster.training.memory_plan import OutOfMemory
 from cluster.training.pipeline.schedule import TooFewMicroBatches
-from cluster.training.reports.servers import SIM_NOTE, parts_spent, pyplot, save_png
+from cluster.training.reports.document import (
+    SIM_NOTE,
+    legend,
+    plot_breakdown,
+    pyplot,
+    save_png,
+    write_readme,
+)
+from cluster.training.step_parts import STEP_PARTS, StepPart, parts_spent
 from cluster.training.trainer import train
 
 Row = dict[str, Any]
-PARTS = (("compute_seconds", "compute"), ("pipeline_bubble_seconds", "pipeline bubble"),
-         ("inter_stage_seconds", "between stages"), ("host_io_seconds", "host I/O"),
-         ("local_allreduce_seconds", "local allreduce"),
-         ("global_allreduce_seconds", "global allreduce"), ("update_seconds", "update"))
-SHARDED_PARTS = (("shard_exchange_seconds", "shard exchange"),
-                 ("weight_gather_seconds", "weight gather"))
-"""Parts only runs with sharded optimiser state or columns have."""
-ALWAYS = ("compute_seconds", "host_io_seconds", "local_allreduce_seconds",
-          "global_allreduce_seconds")
-"""The parts every table shows; any other only when a row that ran spends time in it."""
 BUBBLE_OF_STEP = "bubble, % of step"
 """The bubble's share of the whole step: what pipelining's idle time costs a step."""
 BUBBLE_OF_SPAN = "bubble, % of compute + bubble"
@@ -43,14 +41,11 @@ BUBBLE_NOTE = (f"*{BUBBLE_OF_STEP}*: pipeline bubble / step time. *{BUBBLE_OF_SP
                "and the one bubble.png plots (fill-drain).")
 
 
-def parts_shown(rows: list[Row]) -> list[tuple[str, str]]:
-    """The parts of :data:`PARTS` and :data:`SHARDED_PARTS`, in that order, that are in
-    :data:`ALWAYS` or that some row that ran spends time in
-    (:func:`~cluster.training.reports.servers.parts_spent`): no empty column."""
-    spent = {key for key, _ in parts_spent([row for row in rows if row["fits"]], (),
-                                           PARTS + SHARDED_PARTS)}
-    return [(key, label) for key, label in PARTS + SHARDED_PARTS
-            if key in ALWAYS or key in spent]
+def parts_shown(rows: list[Row]) -> list[StepPart]:
+    """The parts of a step the table and breakdown.png show, in step order: those every
+    table shows, and each other one a row that ran spends time in
+    (:func:`~cluster.training.step_parts.parts_spent`): no empty column."""
+    return parts_spent(row for row in rows if row["fits"])
 
 
 def _run(config: TrainConfig) -> Row:
@@ -75,7 +70,7 @@ def _run(config: TrainConfig) -> Row:
             "span_bubble_fraction": step["pipeline_bubble_seconds"] / (
                 step["pipeline_bubble_seconds"] + step["compute_seconds"]),
             "peak_memory_bytes": max(s["total_bytes"] for s in record["memory_per_ipu"]),
-            **{key: step[key] for key, _ in PARTS + SHARDED_PARTS}}
+            **{part.key: part.seconds(step) for part in STEP_PARTS}}
 
 
 def pipeline_configs(base: TrainConfig, ipus_per_replica: Iterable[int],
@@ -131,11 +126,11 @@ def pipeline_table(rows: list[Row]) -> str:
     return "\n".join([*lines, "", BUBBLE_NOTE])
 
 
-def scaling_table(rows: list[Row]) -> str:
+def topology_table(rows: list[Row]) -> str:
     """Markdown: one line per topology of :func:`scaling_sweep`, the step broken down."""
     parts = parts_shown(rows)
     head = ["topology", "IPUs", "step (ms)", "samples/s", "per-IPU efficiency",
-            *[f"{label} (ms)" for _, label in parts]]
+            *[f"{part.label} (ms)" for part in parts]]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for row in rows:
         if not row["fits"]:
@@ -143,7 +138,7 @@ def scaling_table(rows: list[Row]) -> str:
             continue
         cells = [row["topology"], str(row["ipus"]), _fmt(row, "sim_seconds", 1e3),
                  _fmt(row, "throughput", 1, ",.0f"), _fmt(row, "per_ipu_efficiency"),
-                 *[_fmt(row, key, 1e3) for key, _ in parts]]
+                 *[_fmt(row, part.key, 1e3) for part in parts]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -184,7 +179,7 @@ def plot_pipeline(rows: list[Row], out: Path) -> list[Path]:
     ax.set_ylabel("throughput (samples per simulated second)")
     ax.set_title("Pipelined training throughput (simulated)")
     ax.grid(True, alpha=0.3)
-    _legend(ax)
+    legend(ax)
     paths = [save_png(fig, out / "throughput.png")]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for k, mine in bubble_points(rows).items():
@@ -199,7 +194,7 @@ def plot_pipeline(rows: list[Row], out: Path) -> list[Path]:
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_title("Pipeline bubble, fill-drain (dashed: (K-1)/(M+K-1))")
     ax.grid(True, alpha=0.3)
-    _legend(ax)
+    legend(ax)
     paths.append(save_png(fig, out / "bubble.png"))
     return paths
 
@@ -218,38 +213,16 @@ def plot_scaling(rows: list[Row], out: Path) -> list[Path]:
     ax.set_title("Throughput per topology (labels: per-IPU efficiency)")
     ax.grid(True, axis="y", alpha=0.3)
     paths = [save_png(fig, out / "throughput.png")]
-    fig, ax = plt.subplots(figsize=(8.5, 4.5))
-    bottom = [0.0] * len(fitting)
-    for key, label in parts_shown(rows):
-        heights = [row[key] * 1e3 for row in fitting]
-        ax.bar(names, heights, bottom=bottom, label=label, width=0.6)
-        bottom = [b + h for b, h in zip(bottom, heights)]
-    ax.set_ylabel("step time (ms, simulated)")
-    ax.set_title("Where a step's simulated time goes")
-    ax.grid(True, axis="y", alpha=0.3)
-    _legend(ax, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    paths.append(save_png(fig, out / "breakdown.png"))
+    paths.append(plot_breakdown(fitting, parts_shown(rows), names, out / "breakdown.png",
+                                xlabel=None, ylabel="step time (ms, simulated)",
+                                title="Where a step's simulated time goes"))
     return paths
 
 
 def write(out: Path, title: str, command: str, table: str, images: list[Path],
           settings: str = "") -> Path:
-    """README.md in ``out``: the title, the command (every setting spelt out), the
-    simulated-time note, the table, the ``settings`` table (Markdown), the plots."""
-    out.mkdir(parents=True, exist_ok=True)
-    lines = [f"# {title}", "", "Made by:", "", "```sh", command, "```", "", SIM_NOTE, "",
-             table, "", *(["## Settings", "", settings, ""] if settings else [])]
-    for image in images:
-        lines += [f"![{image.stem}]({image.name})", ""]
-    readme = out / "README.md"
-    readme.write_text("\n".join(lines), encoding="utf-8")
-    return readme
-
-
-def _legend(ax: Any, **placement: Any) -> None:
-    """The plot's legend, or a note that nothing fitted to plot (no empty legend)."""
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(**placement)
-    else:
-        ax.text(0.5, 0.5, "no configuration to plot", transform=ax.transAxes,
-                ha="center", va="center", alpha=0.6)
+    """README.md in ``out`` (:func:`~.document.write_readme`): the title, the command
+    (every setting spelt out), the simulated-time note, the table, the ``settings`` table
+    (Markdown), the plots."""
+    body = [line for image in images for line in (f"![{image.stem}]({image.name})", "")]
+    return write_readme(out, title, command, SIM_NOTE, table, settings, body)
