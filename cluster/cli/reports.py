@@ -26,6 +26,7 @@ from cluster.errors import UserError, quoted
 from cluster.training.config import IPUS_PER_REPLICA, TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.fit import resolve, sweep_micro_batch
+from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import schedule_names
 from cluster.training.reports import sweeps
 from cluster.training.reports.settings import Setting
@@ -90,7 +91,8 @@ def _base(model: str, sequence_length: int | None, gradient_dtype: str | None,
     return resolve(TrainConfig(model=model, sequence_length=sequence_length,
                                gradient_dtype=gradient_dtype,
                                micro_batch=micro_batch or DEFAULTS.micro_batches[0],
-                               optimizer_state=optimizer_state, topology=topology,
+                               optimizer_state=OptimizerState(optimizer_state),
+                               topology=topology,
                                mode=Mode.PHANTOM, replicas_per_server=0, **fields),
                    frozenset(free))
 

@@ -14,9 +14,10 @@ from typing import Any, TypeVar
 import click
 
 from cluster.errors import UserError
-from cluster.training.config import IPUS_PER_REPLICA, MLP, OPTIMIZER_STATE, SPLITS, TrainConfig
+from cluster.training.config import IPUS_PER_REPLICA, MLP, SPLITS, TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.fit import default_topology, resolve
+from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import schedule_names
 from gcl.modes import Mode
 
@@ -60,8 +61,8 @@ EFFICIENCY_SCALE_OPTION = click.option(
          "calibrate` derives from a measured step time.")
 """Options ``scaling-report`` takes too, to report a calibrated prediction."""
 OPTIMIZER_STATE_OPTION = click.option(
-    "--optimizer-state", type=click.Choice(list(OPTIMIZER_STATE)),
-    default=DEFAULTS.optimizer_state, show_default=True,
+    "--optimizer-state", type=click.Choice([str(state) for state in OptimizerState]),
+    default=str(DEFAULTS.optimizer_state), show_default=True,
     help="Where the optimiser's values live: In-Processor-Memory (Poplar's default, the only "
          "place a DSS 8440 has), an IPU-M2000's Streaming Memory (streamed in for each "
          "update), or sharded over the replicas of a server or rack (PopART's replicated "
@@ -154,7 +155,8 @@ def make_config(servers: int | None, mode: str | None, check: bool,
         servers=servers or 1, topology=topology, model=model, split=split,
         ipus_per_replica=int(ipus_per_replica or DEFAULTS.ipus_per_replica[0]),
         sequence_length=sequence_length, gradient_dtype=gradient_dtype,
-        optimizer_state=optimizer_state, replicas_per_server=replicas_per_server or 0,
+        optimizer_state=OptimizerState(optimizer_state),
+        replicas_per_server=replicas_per_server or 0,
         pipeline_schedule=pipeline_schedule, recompute=recompute,
         micro_batch=micro_batch or DEFAULTS.micro_batches[0],
         accumulation=gradient_accumulation, steps=steps, algorithm=algorithm, seed=seed,

@@ -8,6 +8,7 @@ from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.training.defaults import DEFAULTS
 from cluster.training.numpy_mlp import MLPSpec
+from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedule import TooFewMicroBatches
 from cluster.training.pipeline.schedules import (
     DEFAULT,
@@ -33,9 +34,9 @@ MAX_ACCUMULATION = 1 << 16  # micro-batches a step: its schedule holds every one
 MAX_MICRO_BATCH = 1 << 20  # samples a micro-batch: far past any IPU's memory, and a bound
 # that keeps the memory arithmetic in floating point
 MLP = "mlp"  # the trainer's own model: the only one real mode trains
-# where the optimiser's values live: on chip, in Streaming Memory, sharded over replicas, both
-OPTIMIZER_STATE = ("in-processor", "streaming", "sharded", "sharded-streaming")
-SPLITS = ("pipeline", "shard")  # how a replica's layers spread over its IPUs
+OPTIMIZER_STATE = tuple(OptimizerState)  # where the optimiser's values live, nearest first
+PIPELINE, SHARD = "pipeline", "shard"  # how a replica's layers spread over its IPUs
+SPLITS = (PIPELINE, SHARD)
 
 
 @dataclass(frozen=True)
@@ -68,11 +69,17 @@ class TrainConfig:
     model: str = DEFAULTS.model  # a built-in workload or a workload YAML file (phantom mode)
     sequence_length: int | None = None  # BERT and GPT-2: tokens per sample
     gradient_dtype: str | None = None  # default: the workload's
-    optimizer_state: str = DEFAULTS.optimizer_state  # or "streaming" (an IPU-M2000's), ...
+    optimizer_state: OptimizerState = DEFAULTS.optimizer_state  # a plain name is taken too
     split: str = DEFAULTS.split  # or "shard": the MLP's widest layer by columns over the IPUs
     efficiency_scale: float = DEFAULTS.efficiency_scale  # each kind's efficiency times this
     layers_per_ipu: tuple[int, ...] | None = None  # a recipe's stages; None: balanced
     final_stage_on_first_ipu: bool = False  # one stage more, back on the replica's IPU 0
+
+    def __post_init__(self) -> None:
+        """A plain optimiser-state name becomes its :class:`OptimizerState` (an unknown
+        one is left for :meth:`validate` to refuse)."""
+        if self.optimizer_state in OPTIMIZER_STATE:
+            object.__setattr__(self, "optimizer_state", OptimizerState(self.optimizer_state))
 
     def validate(self, topology: Topology | None = None, server_size: int | None = None) -> None:
         """UserError naming the option to change if this run cannot go ahead; a server
@@ -144,10 +151,10 @@ class TrainConfig:
         """UserError if a sharded layer is asked for what only pipelines do."""
         if self.split not in SPLITS:
             raise UserError(f"--split is {' or '.join(SPLITS)}")
-        if self.sharded and self.model != MLP:
+        if self.splits_columns and self.model != MLP:
             raise UserError("--split shard splits the MLP's widest layer: use it without "
                             "--model, or pipeline the workload (--split pipeline)")
-        if self.sharded and (self.recompute or self.pipeline_schedule != DEFAULT):
+        if self.splits_columns and (self.recompute or self.pipeline_schedule != DEFAULT):
             raise UserError("--recompute and --pipeline-schedule apply to pipeline stages, not "
                             "to a sharded layer: leave them out with --split shard")
 
@@ -170,7 +177,7 @@ class TrainConfig:
         if self.pipeline_schedule not in schedule_names():
             raise UserError(f"unknown --pipeline-schedule {self.pipeline_schedule[:40]!r}: "
                             f"choose {' or '.join(schedule_names())}")
-        if self.sharded:
+        if self.splits_columns:
             return
         try:
             check_schedule_shape(self.pipeline_schedule, self.pipeline_stages,
@@ -186,7 +193,7 @@ class TrainConfig:
         """This run's workload, or a UserError naming the option if its layers cannot go
         on the pipeline's stages as asked (``--layers-per-ipu``,
         ``--final-stage-on-first-ipu``)."""
-        if self.final_stage_on_first_ipu and (self.sharded or self.model == MLP
+        if self.final_stage_on_first_ipu and (self.splits_columns or self.model == MLP
                                               or self.ipus_per_replica < 2):
             raise UserError("--final-stage-on-first-ipu runs a workload's last pipeline stage "
                             "on the replica's first IPU: give --model and --ipus-per-replica "
@@ -195,11 +202,11 @@ class TrainConfig:
         layers = len(built.layers)
         if self.layers_per_ipu is not None:
             stage_layers([0] * layers, self.pipeline_stages, self.layers_per_ipu)
-        if layers < self.pipeline_stages and not self.sharded:
+        if layers < self.pipeline_stages and not self.splits_columns:
             raise UserError(f"the model has {layers} layers: {self.pipeline_stages} pipeline "
                             f"stages need at least {self.pipeline_stages} (add hidden layers "
                             "with --hidden, or use fewer --ipus-per-replica)")
-        if self.layers_per_ipu is not None and (self.sharded or self.model == MLP):
+        if self.layers_per_ipu is not None and (self.splits_columns or self.model == MLP):
             raise UserError("--layers-per-ipu places a workload's layers on pipeline stages: "
                             "give --model, and leave out --split shard")
         return built
@@ -243,7 +250,7 @@ class TrainConfig:
         boundary (at least one), so that every stage has a layer; one when sharding."""
         if self.hidden is not None:
             return tuple(self.hidden)
-        if self.split == "shard":
+        if self.split == SHARD:
             return (DEFAULT_WIDTH,)
         return (DEFAULT_WIDTH,) * max(1, self.ipus_per_replica - 1)
 
@@ -255,18 +262,21 @@ class TrainConfig:
         the gradient allreduce is unchanged (a reduce-scatter of the gradients, then an
         all-gather of the updated weights: the same bytes); across several, PopART adds an
         allreduce of each shard between the racks (:mod:`.sharded_reduction`)."""
-        return self.replicas_per_server if self.optimizer_state.startswith("sharded") else 1
+        return (self.replicas_per_server
+                if OptimizerState(self.optimizer_state).over_replicas else 1)
 
     @property
     def optimizer_offchip(self) -> bool:
         """Whether the optimiser's values live in an IPU-M2000's Streaming Memory
         (``streaming``, ``sharded-streaming``), streamed in and out for each update."""
-        return self.optimizer_state.endswith("streaming")
+        return OptimizerState(self.optimizer_state).offchip
 
     @property
-    def sharded(self) -> bool:
-        """Whether a replica of several IPUs splits one layer instead of pipelining."""
-        return self.split == "shard" and self.ipus_per_replica > 1
+    def splits_columns(self) -> bool:
+        """Whether a replica of several IPUs splits one layer by columns instead of
+        pipelining (``--split shard``; not the optimiser state's sharding over replicas,
+        :attr:`optimizer_shards`)."""
+        return self.split == SHARD and self.ipus_per_replica > 1
 
     @property
     def recomputes(self) -> bool:

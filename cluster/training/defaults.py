@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import DEFAULT as DEFAULT_SCHEDULE
 
 
@@ -26,7 +27,7 @@ class Defaults:
     workload_topology: str = "pod16"  # a workload's, unless --servers or --topology
     micro_batches: tuple[int, ...] = (32, 16, 8, 4, 2, 1)  # tried in turn: the first fits
     ipus_per_replica: tuple[int, ...] = (1, 2, 4, 8, 16)  # tried in turn: the first fits
-    optimizer_state: str = "in-processor"
+    optimizer_state: OptimizerState = OptimizerState.IN_PROCESSOR
     algorithm: str = "hierarchical"
     pipeline_schedule: str = DEFAULT_SCHEDULE
     split: str = "pipeline"

@@ -144,7 +144,7 @@ def _choices(config: TrainConfig, topology: Topology) -> dict[str, list[Any]]:
     streams = all(unit.kind == "IPU-M2000" for unit in topology.units)
     halves = [config.micro_batch >> i for i in range(config.micro_batch.bit_length())]
     states = [state for state in OPTIMIZER_STATE if state != config.optimizer_state
-              and (streams or not state.endswith("streaming"))]
+              and (streams or not state.offchip)]
     return {"ipus_per_replica": [config.ipus_per_replica] + [
                 k for k in IPUS_PER_REPLICA if config.ipus_per_replica < k <= size],
             "micro_batch": halves,

@@ -51,7 +51,7 @@ class StageMemory:
 def stage_memory(config: TrainConfig, topology: Topology) -> list[StageMemory]:
     """Each IPU's bytes: its stage's (both of IPU 0's when the last stage goes back to
     it), or its share of a sharded layer."""
-    if config.sharded:
+    if config.splits_columns:
         return _sharded_memory(config, topology)
     workload = config.workload()
     stages = stage_layers([layer.training_flops for layer in workload.layers],

@@ -45,7 +45,7 @@ def step_time(config: TrainConfig, topology: Topology) -> StepTime:
     ipus = replica_ipus(config, topology)
     chains = ipus.reshape(config.replicas, config.ipus_per_replica)
     workload = config.workload()
-    if config.sharded:
+    if config.splits_columns:
         return _sharded_step_time(config, topology, workload, chains)
     stages = stage_layers(_layer_flops(workload), config.pipeline_stages,
                           config.layers_per_ipu)

@@ -79,7 +79,7 @@ def train(config: TrainConfig, pod: EmulatedPod | None = None,
             raise ValueError("real mode trains on the devices: pass pod, a launched "
                              "EmulatedPod of topology_for(config)")
         train_on_devices = (_train_real if config.ipus_per_replica == 1 else
-                            train_sharded if config.sharded else train_pipelined)
+                            train_sharded if config.splits_columns else train_pipelined)
         losses, identical = train_on_devices(config, pod, on_step)
     else:
         losses = [None] * config.steps

@@ -14,12 +14,14 @@ import json
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from cluster.errors import UserError, quoted
 from cluster.model.files import open_regular
 from cluster.training.config import MLP, TrainConfig
+from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import DEFAULT as DEFAULT_SCHEDULE
+from cluster.training.pipeline.schedules import popart
 from cluster.training.workloads import BUILTINS
 from gcl.modes import Mode
 
@@ -153,9 +155,11 @@ def train_config(entry: PublishedStep, efficiency_scale: float = 1.0) -> TrainCo
         model=entry.model, topology=entry.topology, mode=Mode.PHANTOM,
         servers=entry.ipus // per_rack, replicas_per_server=per_rack // entry.ipus_per_replica,
         ipus_per_replica=entry.ipus_per_replica, micro_batch=entry.micro_batch,
-        accumulation=entry.gradient_accumulation, optimizer_state=entry.optimizer_state,
+        accumulation=entry.gradient_accumulation,
+        # a known name becomes its OptimizerState in TrainConfig; validate names another
+        optimizer_state=cast(OptimizerState, entry.optimizer_state),
         sequence_length=BERT_SEQUENCE_LENGTH if bert else None,
         layers_per_ipu=tuple(entry.layers_per_ipu) or None,
         final_stage_on_first_ipu=entry.final_stage_on_first_ipu,
-        pipeline_schedule="popart" if bert else DEFAULT_SCHEDULE, recompute=True,
+        pipeline_schedule=popart.NAME if bert else DEFAULT_SCHEDULE, recompute=True,
         efficiency_scale=efficiency_scale, algorithm=ALGORITHM)

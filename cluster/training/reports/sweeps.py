@@ -18,6 +18,7 @@ from typing import Any
 from cluster.training.config import TrainConfig
 from cluster.training.memory_plan import OutOfMemory
 from cluster.training.pipeline.schedule import TooFewMicroBatches
+from cluster.training.pipeline.schedules import fill_drain
 from cluster.training.reports.document import (
     SIM_NOTE,
     legend,
@@ -149,7 +150,7 @@ def bubble_points(rows: list[Row]) -> dict[int, list[tuple[int, float]]]:
     figure as the table's column of that name."""
     points: dict[int, list[tuple[int, float]]] = {}
     for row in rows:
-        if row["fits"] and row["schedule"] == "fill-drain":
+        if row["fits"] and row["schedule"] == fill_drain.NAME:
             points.setdefault(row["ipus_per_replica"], []).append(
                 (row["micro_batches"], row["span_bubble_fraction"]))
     return {k: sorted(points[k]) for k in sorted(points)}
