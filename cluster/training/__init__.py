@@ -1,6 +1,11 @@
-"""Data-parallel training of a small NumPy MLP across emulated servers: the model (a flat
-float32 parameter vector, a hand-written forward and backward pass, SGD with momentum,
-FLOP counts that price a step's compute) lives in :mod:`cluster.training.numpy_mlp`, and the
-synthetic data set, the deterministic split of each step's global batch into replicas and
-gradient-accumulation micro-steps, and a single-process reference run that a distributed
-trainer must reproduce live in :mod:`cluster.training.data`."""
+"""Training on the emulated machine: data-parallel replicas, each one IPU, a pipeline of
+several, or one layer split over several, priced on the emulated hardware and, for the
+NumPy MLP, trained for real on the emulated devices.
+
+One room per concern: the workloads priced (:mod:`.workloads`, pure), a step's parts and
+their pricing (:mod:`.step_parts`, :mod:`.timing`, :mod:`.pipeline`, :mod:`.sharding`),
+real training (:mod:`.trainer`, :mod:`.numpy_mlp`, :mod:`.data`, :mod:`.replica`), the
+emulator against measured steps (:mod:`.fidelity`), and what is written about runs
+(:mod:`.reports`); the run's settings and defaults (:mod:`.config`, :mod:`.defaults`,
+:mod:`.fit`) are shared by all of them. ``docs/architecture.md`` says where to add what.
+"""
