@@ -1,0 +1,426 @@
+"""One HTTP/2 connection as a state machine without I/O (python-hyper h2's shape): it is
+given bytes and returns events (:mod:`ipu_node.links.events`) and bytes to send. The
+socket loop that feeds it is :class:`ipu_node.links.h2.Connection`.
+
+Bytes come in without a copy, as asyncio's ``BufferedProtocol`` takes them:
+:meth:`H2Protocol.receive_buffer` says where the next bytes go (never past the frame part
+in progress, so a gRPC message's body lands straight in its own buffer), and
+:meth:`H2Protocol.received` says how many arrived. :meth:`H2Protocol.receive_data` takes
+``bytes`` for callers that have them. Out, :meth:`H2Protocol.data_to_send` gives the
+frame headers and the caller's own buffers, for ``sendmsg``.
+
+Every frame is checked (:mod:`ipu_node.links.frames`) before it is acted on, and every
+size is bounded by :class:`~ipu_node.links.limits.LinkLimits`. Kept simple on purpose:
+one stream at a time (a server says so with ``SETTINGS_MAX_CONCURRENT_STREAMS = 1`` and
+refuses a second; clients open more connections instead), no compression, no push. The
+stream in progress is over once the server has answered it, the client has its whole
+answer, or either side reset it; what comes on it afterwards is dropped.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import hpack
+
+from ipu_node.links import events as ev
+from ipu_node.links import frames as f
+from ipu_node.links.frames import ConnectionViolation, ErrorCode, FrameType, ProtocolError, Setting
+from ipu_node.links.limits import ByteBudget, LinkLimits, ResourceExhausted
+from ipu_node.links.messages import MessageReader, grpc_prefix
+from ipu_node.links.windows import ReceiveWindow, SendWindows
+
+OUR_TABLE_BYTES = 4096  # the HPACK table we keep for the peer (the default: not sent)
+_SKIP_PIECE = 64 << 10  # bytes skipped are read in pieces this large at most
+_HEADER_FIELDS_SLACK = 256  # a HEADERS frame's padding and priority fields, at most
+_CREDIT = struct.Struct(">I")
+PROTOCOL_ERROR = ErrorCode.PROTOCOL_ERROR
+
+
+class H2Protocol:
+    """The state of one HTTP/2 connection carrying gRPC calls, one stream at a time.
+    ``server`` makes it check the ids of the streams a client opens; ``budget`` bounds the
+    message bytes a server allocates across its connections."""
+
+    def __init__(self, limits: LinkLimits | None = None, budget: ByteBudget | None = None,
+                 server: bool = False) -> None:
+        self.limits, self.server = limits or LinkLimits(), server
+        self.encoder = hpack.Encoder()
+        self.decoder = hpack.Decoder(max_header_list_size=4 * self.limits.max_header_block_bytes)
+        self.send_windows, self.receive_window = SendWindows(), ReceiveWindow()
+        self.reader = MessageReader(self.limits, budget)
+        self.peer_frame_bytes = f.DEFAULT_FRAME_BYTES
+        self.settings_seen = False
+        self.closing = False  # the peer sent GOAWAY: finish, then do not reuse
+        self.current = 0  # the stream in progress (0: none)
+        self.next_stream = 1  # a client's next stream id (odd)
+        self.last_peer_stream = 0  # the last stream a client opened (server side)
+        self._events: deque[ev.Event] = deque()
+        self._outgoing: list = []
+        # the frame being received: header, then payload parts (see _expect)
+        self._head = memoryview(bytearray(f.FRAME_HEADER_BYTES))
+        self._frame = (0, 0, 0, 0)  # its (length, type, flags, stream)
+        self._payload = bytearray()  # a control frame's payload or a header block fragment
+        self._block, self._block_stream, self._block_ends = bytearray(), 0, False
+        self._data = [0, 0, 0, 0]  # DATA: its stream (0: dropped), bytes left, padding, and
+        # the size of the part being landed
+        self._skipping, self._scratch = 0, memoryview(bytearray(_SKIP_PIECE))
+        self._view, self._then = self._head, self._on_header
+        if server:
+            self._read_payload(len(f.PREFACE), self._on_preface)
+
+    # -- bytes in ------------------------------------------------------------------------
+    def receive_buffer(self) -> memoryview:
+        """Where the next bytes received go (never empty, never past the frame part in
+        progress)."""
+        return self._view
+
+    def received(self, count: int) -> None:
+        """``count`` bytes were written at the start of :meth:`receive_buffer`; act on
+        what they complete. Raises :class:`ConnectionViolation` (answer with GOAWAY) or
+        :class:`ProtocolError` (just close)."""
+        view = self._view[count:]
+        if len(view):
+            self._view = view
+        else:
+            self._then()
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[ev.Event]:
+        """Take ``data`` (a copy into the frame's buffers); the events it completes."""
+        view = memoryview(data).cast("B")
+        while len(view):
+            target = self._view
+            take = min(len(target), len(view))
+            target[:take] = view[:take]
+            self.received(take)
+            view = view[take:]
+        return self.events()
+
+    def next_event(self) -> ev.Event | None:
+        return self._events.popleft() if self._events else None
+
+    def events(self) -> list[ev.Event]:
+        """Every event not yet taken, oldest first."""
+        taken = list(self._events)
+        self._events.clear()
+        return taken
+
+    # -- bytes out -----------------------------------------------------------------------
+    @property
+    def pending_output(self) -> bool:
+        return bool(self._outgoing)
+
+    def data_to_send(self) -> list:
+        """The bytes-like parts to send, in order (frame headers, the caller's buffers)."""
+        parts, self._outgoing = self._outgoing, []
+        return parts
+
+    def send_frame(self, kind: int, flags: int, stream: int, payload: Sequence = (),
+                   length: int | None = None) -> None:
+        """Queue one frame; ``length`` is the payload's, if the caller knows it."""
+        if length is None:
+            length = sum(len(memoryview(part).cast("B")) for part in payload)
+        self._outgoing.append(f.frame_header(length, kind, flags, stream))
+        self._outgoing.extend(payload)
+
+    def initiate_connection(self) -> None:
+        """Our side's opening: the preface (a client's), our SETTINGS, and the connection
+        window opened to 2^31-1. A server sends it once the client's preface arrived."""
+        if not self.server:
+            self._outgoing.append(f.PREFACE)
+        limits = self.limits
+        pairs = [(Setting.INITIAL_WINDOW_SIZE, f.MAX_WINDOW),
+                 (Setting.MAX_FRAME_SIZE, limits.max_frame_bytes),
+                 (Setting.MAX_HEADER_LIST_SIZE, 4 * limits.max_header_block_bytes),
+                 (Setting.MAX_CONCURRENT_STREAMS, 1) if self.server else (Setting.ENABLE_PUSH, 0)]
+        self.send_frame(FrameType.SETTINGS, 0, 0, [f.settings_payload(pairs)])
+        self.send_frame(FrameType.WINDOW_UPDATE, 0, 0,
+                        [_CREDIT.pack(f.MAX_WINDOW - f.DEFAULT_WINDOW)], 4)
+
+    def send_headers(self, stream: int, headers: list[tuple[str, str]], end: bool) -> None:
+        """A header block on ``stream``; a client's new stream (odd, above the last)
+        becomes the stream in progress."""
+        if not self.server and stream >= self.next_stream and stream & 1:
+            self.abandon_stream()
+            self.current, self.next_stream = stream, stream + 2
+            self.receive_window.new_stream()
+        if not end:  # a stream that will carry DATA: its window counts from now
+            self.send_windows.open(stream)
+        block = self.encoder.encode(headers)
+        flags = f.END_HEADERS | (f.END_STREAM if end else 0)
+        self.send_frame(FrameType.HEADERS, flags, stream, [block], len(block))
+        if end:
+            self._ended_here(stream)
+
+    def send_message(self, stream: int, parts: Sequence) -> list[memoryview]:
+        """A gRPC message of ``parts`` (bytes-like, sent back to back, not copied) as DATA
+        within the peer's frame size and windows; what did not fit is returned, for
+        :meth:`send_data` once credit comes (:class:`~ipu_node.links.events.WindowUpdated`)."""
+        views = [memoryview(part).cast("B") for part in parts]
+        views.insert(0, memoryview(grpc_prefix(sum(len(view) for view in views))))
+        return self.send_data(stream, views)
+
+    def send_data(self, stream: int, views: list[memoryview]) -> list[memoryview]:
+        """Queue DATA frames of ``views`` while the windows allow; return the rest."""
+        windows = self.send_windows
+        while views:
+            room = min(self.peer_frame_bytes, windows.room(stream))
+            if room <= 0:
+                return views
+            frame, size = [], 0
+            while views and size < room:
+                take = views[0][:room - size]
+                frame.append(take)
+                size += len(take)
+                views[0] = views[0][len(take):]
+                if not len(views[0]):
+                    views.pop(0)
+            self.send_frame(FrameType.DATA, 0, stream, frame, size)
+            windows.spend(stream, size)
+        return views
+
+    def end_data(self, stream: int) -> None:
+        """End our side of ``stream`` with an empty DATA frame (END_STREAM)."""
+        self.send_frame(FrameType.DATA, f.END_STREAM, stream, (), 0)
+        self._ended_here(stream)
+
+    def reset_stream(self, stream: int, code: ErrorCode) -> None:
+        self.send_frame(FrameType.RST_STREAM, 0, stream, [_CREDIT.pack(code)], 4)
+        if stream == self.current:
+            self.abandon_stream()
+
+    def close_connection(self, code: ErrorCode, text: str) -> None:
+        """GOAWAY with ``code`` and ``text`` (its first KiB)."""
+        self.send_frame(FrameType.GOAWAY, 0, 0, [f.goaway_payload(self.last_peer_stream, code,
+                                                      text.encode())])
+
+    def abandon_stream(self) -> None:
+        """The stream in progress is over for us: a message begun leaves the budget, and
+        what still comes on the stream is dropped."""
+        if self.current:
+            self.send_windows.close(self.current)
+        self.current = 0
+        self.reader.release()
+
+    def _ended_here(self, stream: int) -> None:
+        """We ended our side of ``stream``: a server's answer ends the stream."""
+        self.send_windows.close(stream)
+        if self.server and stream == self.current:
+            self.abandon_stream()
+
+    # -- frames in -----------------------------------------------------------------------
+    def _expect(self, view: memoryview, then: Callable[[], None]) -> None:
+        """The next bytes fill ``view``, then ``then`` runs (at once if it is empty)."""
+        self._view, self._then = view, then
+        if not len(view):
+            then()
+
+    def _read_payload(self, length: int, then: Callable[[], None]) -> None:
+        self._payload = bytearray(length)  # lengths checked: small and bounded
+        self._expect(memoryview(self._payload), then)
+
+    def _skip(self, count: int, then: Callable[[], None]) -> None:
+        """Drop the next ``count`` bytes (read in pieces of at most 64 KiB), then ``then``."""
+        self._skipping = count
+        self._after_skip = then
+        self._skip_piece()
+
+    def _skip_piece(self) -> None:
+        piece = min(self._skipping, _SKIP_PIECE)
+        if not piece:
+            self._after_skip()
+            return
+        self._skipping -= piece
+        self._expect(self._scratch[:piece], self._skip_piece)
+
+    def _next_frame(self) -> None:
+        self._expect(self._head, self._on_header)
+
+    def _on_preface(self) -> None:
+        if self._payload != f.PREFACE:
+            raise ProtocolError("not HTTP/2")  # nothing to say to it
+        self.initiate_connection()
+        self._next_frame()
+
+    def _on_header(self) -> None:
+        """A frame header: checked, then its payload routed by type."""
+        length, kind, flags, stream = self._frame = f.parse_header(self._head)
+        f.check_header(length, kind, flags, stream, self.limits.max_frame_bytes)
+        if not self.settings_seen and (kind != FrameType.SETTINGS or flags & f.ACK):
+            raise ConnectionViolation(PROTOCOL_ERROR, f"frame type {kind} before SETTINGS")
+        if self._block_stream and (kind != FrameType.CONTINUATION or stream != self._block_stream):
+            raise ConnectionViolation(PROTOCOL_ERROR, f"frame type {kind} on stream {stream} "
+                                      f"inside a header block of stream {self._block_stream}")
+        if kind == FrameType.DATA:
+            self._on_data_header(length, flags, stream)
+        elif kind in (FrameType.HEADERS, FrameType.CONTINUATION):
+            self._on_block_header(length, kind, stream)
+        elif kind == FrameType.PUSH_PROMISE:
+            raise ConnectionViolation(PROTOCOL_ERROR, "PUSH_PROMISE (push is not enabled)")
+        elif kind == FrameType.GOAWAY:
+            self._read_payload(min(length, 8 + f.GOAWAY_DEBUG_KEPT), self._on_goaway_head)
+        elif kind > FrameType.CONTINUATION:
+            self._skip(length, self._next_frame)  # unknown types are ignored
+        else:
+            self._read_payload(length, self._on_control)  # at most 192 bytes: checked
+
+    def _on_control(self) -> None:
+        """SETTINGS, PING, WINDOW_UPDATE, RST_STREAM or PRIORITY (ignored), whole."""
+        _, kind, flags, stream = self._frame
+        payload = self._payload
+        self._next_frame()
+        if kind == FrameType.SETTINGS and not flags & f.ACK:
+            self._take_settings(payload)
+        elif kind == FrameType.PING and not flags & f.ACK:
+            self.send_frame(FrameType.PING, f.ACK, 0, [bytes(payload)], 8)
+        elif kind == FrameType.WINDOW_UPDATE:
+            self.send_windows.credit(stream, payload)
+            self._events.append(ev.WindowUpdated(stream))
+        elif kind == FrameType.RST_STREAM and stream == self.current:  # others are closed already
+            self.abandon_stream()
+            self._events.append(ev.ResetReceived(stream, int.from_bytes(payload, "big")))
+
+    def _take_settings(self, payload: bytearray) -> None:
+        for key, value in f.settings(payload):
+            if key == Setting.MAX_FRAME_SIZE:
+                self.peer_frame_bytes = value
+            elif key == Setting.INITIAL_WINDOW_SIZE:
+                self.send_windows.set_initial(value)
+            elif key == Setting.HEADER_TABLE_SIZE:
+                self.encoder.header_table_size = min(value, OUR_TABLE_BYTES)
+        self.settings_seen = True
+        self.send_frame(FrameType.SETTINGS, f.ACK, 0, (), 0)
+
+    def _on_goaway_head(self) -> None:
+        self._skip(self._frame[0] - len(self._payload), self._on_goaway)
+
+    def _on_goaway(self) -> None:
+        last, code = struct.unpack_from(">II", self._payload)
+        self.closing = True
+        self._next_frame()
+        self._events.append(ev.GoAwayReceived(last & 0x7FFFFFFF, code,
+                                              self._payload[8:].decode(errors="replace")))
+
+    # -- header blocks -------------------------------------------------------------------
+    def _on_block_header(self, length: int, kind: int, stream: int) -> None:
+        limit = self.limits.max_header_block_bytes
+        if kind == FrameType.CONTINUATION:
+            if not self._block_stream:
+                raise ConnectionViolation(PROTOCOL_ERROR,
+                                          "CONTINUATION without HEADERS before it")
+            if len(self._block) + length > limit:
+                raise ConnectionViolation(ErrorCode.ENHANCE_YOUR_CALM,
+                                          f"a header block beyond {limit:,} bytes")
+        else:
+            if length > limit + _HEADER_FIELDS_SLACK:
+                raise ConnectionViolation(ErrorCode.ENHANCE_YOUR_CALM,
+                                          f"a header block beyond {limit:,} bytes")
+            if self.server and stream != self.current:
+                self._peer_opens(stream)
+        self._read_payload(length, self._on_block_fragment)
+
+    def _peer_opens(self, stream: int) -> None:
+        """A client opens ``stream`` (server side): its id must be odd and new."""
+        if not stream & 1 or stream <= self.last_peer_stream:
+            raise ConnectionViolation(PROTOCOL_ERROR, f"a client opened stream {stream} after "
+                                      f"{self.last_peer_stream}")
+        self.last_peer_stream = stream
+
+    def _on_block_fragment(self) -> None:
+        _, kind, flags, stream = self._frame
+        if kind == FrameType.HEADERS:
+            start, end = f.header_block_span(self._payload, flags)
+            self._block = self._payload[start:end]
+            self._block_stream, self._block_ends = stream, bool(flags & f.END_STREAM)
+        else:
+            self._block += self._payload
+        self._next_frame()
+        if flags & f.END_HEADERS:
+            self._block_stream = 0
+            self._on_headers(stream, self._decode(self._block), self._block_ends)
+
+    def _decode(self, block: bytearray) -> dict[str, str]:
+        try:
+            return {name if isinstance(name, str) else name.decode():
+                    value if isinstance(value, str) else value.decode()
+                    for name, value in self.decoder.decode(bytes(block))}
+        except Exception as error:  # noqa: BLE001 - hpack's errors, or headers not text
+            raise ConnectionViolation(ErrorCode.COMPRESSION_ERROR,
+                                      f"a header block did not decode: {error}") from None
+
+    def _on_headers(self, stream: int, headers: dict[str, str], end: bool) -> None:
+        """A whole header block: of the stream in progress, a server's next request, or a
+        second stream while one is in progress (refused: one at a time). A client drops
+        those of streams that are over (HPACK state is kept all the same)."""
+        if self.server and not self.current:
+            self.current = stream
+            self.receive_window.new_stream()
+        if stream != self.current:
+            if self.server:
+                self.reset_stream(stream, ErrorCode.REFUSED_STREAM)
+            return
+        self._events.append(ev.HeadersReceived(stream, headers, end))
+        if end:
+            self._peer_ended(stream)
+
+    def _peer_ended(self, stream: int) -> None:
+        if self.reader.inside:
+            raise ProtocolError("the stream ended inside a message")
+        self._events.append(ev.StreamEnded(stream))
+        if not self.server:  # the whole answer: the call is over
+            self.abandon_stream()
+
+    # -- DATA ----------------------------------------------------------------------------
+    def _on_data_header(self, length: int, flags: int, stream: int) -> None:
+        """DATA: counted against our window (credit given back in large steps), then
+        landed in messages if it is the stream in progress, else dropped."""
+        ours = stream == self.current
+        connection, on_stream = self.receive_window.received(length, ours)
+        if connection:
+            self.send_frame(FrameType.WINDOW_UPDATE, 0, 0, [_CREDIT.pack(connection)], 4)
+        if on_stream:
+            self.send_frame(FrameType.WINDOW_UPDATE, 0, stream, [_CREDIT.pack(on_stream)], 4)
+        self._data[:] = stream if ours else 0, length, 0, 0
+        if flags & f.PADDED:
+            self._read_payload(1, self._on_pad_length)
+        else:
+            self._next_data()
+
+    def _on_pad_length(self) -> None:
+        padding = self._payload[0]
+        self._data[1] -= 1 + padding
+        self._data[2] = padding
+        if self._data[1] < 0:
+            raise ConnectionViolation(PROTOCOL_ERROR, "a DATA frame's padding exceeds it")
+        self._next_data()
+
+    def _next_data(self) -> None:
+        stream, left, padding, _ = self._data
+        if left and stream and stream == self.current:
+            target = self.reader.target(left)
+            self._data[3] = len(target)
+            self._expect(target, self._data_landed)
+        else:
+            self._skip(left + padding, self._data_done)
+
+    def _data_landed(self) -> None:
+        stream, count = self._data[0], self._data[3]
+        self._data[1] -= count
+        try:
+            message = self.reader.landed(count)
+        except ResourceExhausted as error:  # the rest of the frame, and stream, dropped
+            self.reader.release()
+            self._data[0] = 0
+            self._events.append(ev.MessageRefused(stream, str(error)))
+        else:
+            if message is not None:
+                self._events.append(ev.MessageReceived(stream, message))
+        self._next_data()
+
+    def _data_done(self) -> None:
+        _, _, flags, stream = self._frame
+        self._next_frame()
+        if flags & f.END_STREAM and stream == self.current:
+            self._peer_ended(stream)
