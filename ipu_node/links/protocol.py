@@ -1,20 +1,18 @@
-"""One HTTP/2 connection as a state machine without I/O (python-hyper h2's shape): it is
-given bytes and returns events (:mod:`ipu_node.links.events`) and bytes to send. The
-socket loop that feeds it is :class:`ipu_node.links.h2.Connection`.
+"""One HTTP/2 connection as a state machine without I/O (python-hyper h2's shape): bytes
+in, events (:mod:`ipu_node.links.events`) and bytes to send out. The socket loop that
+drives it is :class:`ipu_node.links.h2.Connection`.
 
 Bytes come in without a copy, as asyncio's ``BufferedProtocol`` takes them:
 :meth:`H2Protocol.receive_buffer` says where the next bytes go (never past the frame part
-in progress, so a gRPC message's body lands straight in its own buffer), and
-:meth:`H2Protocol.received` says how many arrived. :meth:`H2Protocol.receive_data` takes
-``bytes`` for callers that have them. Out, :meth:`H2Protocol.data_to_send` gives the
-frame headers and the caller's own buffers, for ``sendmsg``.
+in progress, so a gRPC message lands straight in its own buffer), :meth:`H2Protocol.received`
+how many arrived; :meth:`H2Protocol.receive_data` takes ``bytes``. Out,
+:meth:`H2Protocol.data_to_send` gives frame headers and the caller's own buffers.
 
-Every frame is checked (:mod:`ipu_node.links.frames`) before it is acted on, and every
-size is bounded by :class:`~ipu_node.links.limits.LinkLimits`. Kept simple on purpose:
-one stream at a time (a server says so with ``SETTINGS_MAX_CONCURRENT_STREAMS = 1`` and
-refuses a second; clients open more connections instead), no compression, no push. The
-stream in progress is over once the server has answered it, the client has its whole
-answer, or either side reset it; what comes on it afterwards is dropped.
+Every frame is checked (:mod:`ipu_node.links.frames`) before it is acted on; every size is
+bounded by :class:`~ipu_node.links.limits.LinkLimits`. One stream at a time (a server says
+so with ``SETTINGS_MAX_CONCURRENT_STREAMS = 1`` and refuses a second), no compression, no
+push. The stream in progress is over once the server has answered it, the client has its
+whole answer, or it was reset; what comes on it afterwards is dropped.
 """
 
 from __future__ import annotations
@@ -28,13 +26,13 @@ import hpack
 from ipu_node.links import events as ev
 from ipu_node.links import frames as f
 from ipu_node.links.frames import ConnectionViolation, ErrorCode, FrameType, ProtocolError, Setting
+from ipu_node.links.headers import HeaderBlock
 from ipu_node.links.limits import ByteBudget, LinkLimits, ResourceExhausted
 from ipu_node.links.messages import MessageReader, grpc_prefix
 from ipu_node.links.windows import ReceiveWindow, SendWindows
 
 OUR_TABLE_BYTES = 4096  # the HPACK table we keep for the peer (the default: not sent)
 _SKIP_PIECE = 64 << 10  # bytes skipped are read in pieces this large at most
-_HEADER_FIELDS_SLACK = 256  # a HEADERS frame's padding and priority fields, at most
 _CREDIT = struct.Struct(">I")
 PROTOCOL_ERROR = ErrorCode.PROTOCOL_ERROR
 
@@ -48,7 +46,7 @@ class H2Protocol:
                  server: bool = False) -> None:
         self.limits, self.server = limits or LinkLimits(), server
         self.encoder = hpack.Encoder()
-        self.decoder = hpack.Decoder(max_header_list_size=4 * self.limits.max_header_block_bytes)
+        self.block = HeaderBlock(self.limits.max_header_block_bytes)
         self.send_windows, self.receive_window = SendWindows(), ReceiveWindow()
         self.reader = MessageReader(self.limits, budget)
         self.peer_frame_bytes = f.DEFAULT_FRAME_BYTES
@@ -63,10 +61,10 @@ class H2Protocol:
         self._head = memoryview(bytearray(f.FRAME_HEADER_BYTES))
         self._frame = (0, 0, 0, 0)  # its (length, type, flags, stream)
         self._payload = bytearray()  # a control frame's payload or a header block fragment
-        self._block, self._block_stream, self._block_ends = bytearray(), 0, False
         self._data = [0, 0, 0, 0]  # DATA: its stream (0: dropped), bytes left, padding, and
         # the size of the part being landed
         self._skipping, self._scratch = 0, memoryview(bytearray(_SKIP_PIECE))
+        self._after_skip: Callable[[], None] = self._next_frame
         self._view, self._then = self._head, self._on_header
         if server:
             self._read_payload(len(f.PREFACE), self._on_preface)
@@ -88,7 +86,7 @@ class H2Protocol:
             self._then()
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> list[ev.Event]:
-        """Take ``data`` (a copy into the frame's buffers); the events it completes."""
+        """Take ``data`` (a copy into the frame's buffers); every event not yet taken."""
         view = memoryview(data).cast("B")
         while len(view):
             target = self._view
@@ -96,16 +94,13 @@ class H2Protocol:
             target[:take] = view[:take]
             self.received(take)
             view = view[take:]
-        return self.events()
-
-    def next_event(self) -> ev.Event | None:
-        return self._events.popleft() if self._events else None
-
-    def events(self) -> list[ev.Event]:
-        """Every event not yet taken, oldest first."""
         taken = list(self._events)
         self._events.clear()
         return taken
+
+    def next_event(self) -> ev.Event | None:
+        """The oldest event not yet taken, if any."""
+        return self._events.popleft() if self._events else None
 
     # -- bytes out -----------------------------------------------------------------------
     @property
@@ -193,8 +188,8 @@ class H2Protocol:
 
     def close_connection(self, code: ErrorCode, text: str) -> None:
         """GOAWAY with ``code`` and ``text`` (its first KiB)."""
-        self.send_frame(FrameType.GOAWAY, 0, 0, [f.goaway_payload(self.last_peer_stream, code,
-                                                      text.encode())])
+        payload = f.goaway_payload(self.last_peer_stream, code, text.encode())
+        self.send_frame(FrameType.GOAWAY, 0, 0, [payload], len(payload))
 
     def abandon_stream(self) -> None:
         """The stream in progress is over for us: a message begun leaves the budget, and
@@ -250,9 +245,10 @@ class H2Protocol:
         f.check_header(length, kind, flags, stream, self.limits.max_frame_bytes)
         if not self.settings_seen and (kind != FrameType.SETTINGS or flags & f.ACK):
             raise ConnectionViolation(PROTOCOL_ERROR, f"frame type {kind} before SETTINGS")
-        if self._block_stream and (kind != FrameType.CONTINUATION or stream != self._block_stream):
+        inside = self.block.stream
+        if inside and (kind != FrameType.CONTINUATION or stream != inside):
             raise ConnectionViolation(PROTOCOL_ERROR, f"frame type {kind} on stream {stream} "
-                                      f"inside a header block of stream {self._block_stream}")
+                                      f"inside a header block of stream {inside}")
         if kind == FrameType.DATA:
             self._on_data_header(length, flags, stream)
         elif kind in (FrameType.HEADERS, FrameType.CONTINUATION):
@@ -305,18 +301,10 @@ class H2Protocol:
 
     # -- header blocks -------------------------------------------------------------------
     def _on_block_header(self, length: int, kind: int, stream: int) -> None:
-        limit = self.limits.max_header_block_bytes
         if kind == FrameType.CONTINUATION:
-            if not self._block_stream:
-                raise ConnectionViolation(PROTOCOL_ERROR,
-                                          "CONTINUATION without HEADERS before it")
-            if len(self._block) + length > limit:
-                raise ConnectionViolation(ErrorCode.ENHANCE_YOUR_CALM,
-                                          f"a header block beyond {limit:,} bytes")
+            self.block.check_continuation(length)
         else:
-            if length > limit + _HEADER_FIELDS_SLACK:
-                raise ConnectionViolation(ErrorCode.ENHANCE_YOUR_CALM,
-                                          f"a header block beyond {limit:,} bytes")
+            self.block.check_headers(length)
             if self.server and stream != self.current:
                 self._peer_opens(stream)
         self._read_payload(length, self._on_block_fragment)
@@ -331,24 +319,13 @@ class H2Protocol:
     def _on_block_fragment(self) -> None:
         _, kind, flags, stream = self._frame
         if kind == FrameType.HEADERS:
-            start, end = f.header_block_span(self._payload, flags)
-            self._block = self._payload[start:end]
-            self._block_stream, self._block_ends = stream, bool(flags & f.END_STREAM)
+            self.block.begin(stream, self._payload, flags)
         else:
-            self._block += self._payload
+            self.block.extend(self._payload)
         self._next_frame()
         if flags & f.END_HEADERS:
-            self._block_stream = 0
-            self._on_headers(stream, self._decode(self._block), self._block_ends)
-
-    def _decode(self, block: bytearray) -> dict[str, str]:
-        try:
-            return {name if isinstance(name, str) else name.decode():
-                    value if isinstance(value, str) else value.decode()
-                    for name, value in self.decoder.decode(bytes(block))}
-        except Exception as error:  # noqa: BLE001 - hpack's errors, or headers not text
-            raise ConnectionViolation(ErrorCode.COMPRESSION_ERROR,
-                                      f"a header block did not decode: {error}") from None
+            ends = self.block.ends_stream
+            self._on_headers(stream, self.block.decode(), ends)
 
     def _on_headers(self, stream: int, headers: dict[str, str], end: bool) -> None:
         """A whole header block: of the stream in progress, a server's next request, or a
