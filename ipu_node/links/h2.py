@@ -78,13 +78,20 @@ class Connection:
             self.write(self.protocol.data_to_send())
 
     def _receive(self) -> None:
-        """Read what the protocol asks for next, straight into place, and hand it over."""
-        self._wait_limit()
-        got = self.sock.recv_into(self.protocol.receive_buffer())
-        if not got:
-            raise ProtocolError("the peer closed the connection")
-        self.protocol.received(got)
-        if self.protocol.pending_output:  # acknowledgements, credit, refusals
+        """Read what the protocol asks for next (a frame's part: all of it is due),
+        straight into place, and hand it over whole: one call of the protocol per part,
+        however many reads the socket takes."""
+        protocol = self.protocol
+        view = protocol.receive_buffer()
+        size = len(view)
+        while len(view):
+            self._wait_limit()
+            got = self.sock.recv_into(view)
+            if not got:
+                raise ProtocolError("the peer closed the connection")
+            view = view[got:]
+        protocol.received(size)
+        if protocol.pending_output:  # acknowledgements, credit, refusals
             self.flush()
 
     def next_event(self) -> ev.Event:
