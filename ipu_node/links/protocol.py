@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import hpack
 
@@ -27,12 +27,12 @@ from ipu_node.links import events as ev
 from ipu_node.links import frames as f
 from ipu_node.links.frames import ConnectionViolation, ErrorCode, FrameType, ProtocolError, Setting
 from ipu_node.links.headers import HeaderBlock
+from ipu_node.links.incoming import Incoming
 from ipu_node.links.limits import ByteBudget, LinkLimits, ResourceExhausted
 from ipu_node.links.messages import MessageReader, grpc_prefix
 from ipu_node.links.windows import ReceiveWindow, SendWindows
 
 OUR_TABLE_BYTES = 4096  # the HPACK table we keep for the peer (the default: not sent)
-_SKIP_PIECE = 64 << 10  # bytes skipped are read in pieces this large at most
 _CREDIT = struct.Struct(">I")
 PROTOCOL_ERROR = ErrorCode.PROTOCOL_ERROR
 
@@ -57,39 +57,32 @@ class H2Protocol:
         self.last_peer_stream = 0  # the last stream a client opened (server side)
         self._events: deque[ev.Event] = deque()
         self._outgoing: list = []
-        # the frame being received: header, then payload parts (see _expect)
-        self._head = memoryview(bytearray(f.FRAME_HEADER_BYTES))
-        self._frame = (0, 0, 0, 0)  # its (length, type, flags, stream)
-        self._payload = bytearray()  # a control frame's payload or a header block fragment
-        self._data = [0, 0, 0, 0]  # DATA: its stream (0: dropped), bytes left, padding, and
-        # the size of the part being landed
-        self._skipping, self._scratch = 0, memoryview(bytearray(_SKIP_PIECE))
-        self._after_skip: Callable[[], None] = self._next_frame
-        self._view, self._then = self._head, self._on_header
+        self.incoming = Incoming()  # where the next bytes go (see receive_buffer)
+        self._frame = (0, 0, 0, 0)  # the frame being received: (length, type, flags, stream)
+        self._data = [0, 0, 0, 0]  # a DATA frame's stream (0: dropped), bytes left, padding,
+        # and the size of the part being landed
         if server:
-            self._read_payload(len(f.PREFACE), self._on_preface)
+            self.incoming.read(len(f.PREFACE), self._on_preface)
+        else:
+            self._next_frame()
 
     # -- bytes in ------------------------------------------------------------------------
     def receive_buffer(self) -> memoryview:
         """Where the next bytes received go (never empty, never past the frame part in
         progress)."""
-        return self._view
+        return self.incoming.view
 
     def received(self, count: int) -> None:
         """``count`` bytes were written at the start of :meth:`receive_buffer`; act on
         what they complete. Raises :class:`ConnectionViolation` (answer with GOAWAY) or
         :class:`ProtocolError` (just close)."""
-        view = self._view[count:]
-        if len(view):
-            self._view = view
-        else:
-            self._then()
+        self.incoming.received(count)
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> list[ev.Event]:
         """Take ``data`` (a copy into the frame's buffers); every event not yet taken."""
         view = memoryview(data).cast("B")
         while len(view):
-            target = self._view
+            target = self.incoming.view
             take = min(len(target), len(view))
             target[:take] = view[:take]
             self.received(take)
@@ -206,42 +199,18 @@ class H2Protocol:
             self.abandon_stream()
 
     # -- frames in -----------------------------------------------------------------------
-    def _expect(self, view: memoryview, then: Callable[[], None]) -> None:
-        """The next bytes fill ``view``, then ``then`` runs (at once if it is empty)."""
-        self._view, self._then = view, then
-        if not len(view):
-            then()
-
-    def _read_payload(self, length: int, then: Callable[[], None]) -> None:
-        self._payload = bytearray(length)  # lengths checked: small and bounded
-        self._expect(memoryview(self._payload), then)
-
-    def _skip(self, count: int, then: Callable[[], None]) -> None:
-        """Drop the next ``count`` bytes (read in pieces of at most 64 KiB), then ``then``."""
-        self._skipping = count
-        self._after_skip = then
-        self._skip_piece()
-
-    def _skip_piece(self) -> None:
-        piece = min(self._skipping, _SKIP_PIECE)
-        if not piece:
-            self._after_skip()
-            return
-        self._skipping -= piece
-        self._expect(self._scratch[:piece], self._skip_piece)
-
     def _next_frame(self) -> None:
-        self._expect(self._head, self._on_header)
+        self.incoming.header(self._on_header)
 
     def _on_preface(self) -> None:
-        if self._payload != f.PREFACE:
+        if self.incoming.payload != f.PREFACE:
             raise ProtocolError("not HTTP/2")  # nothing to say to it
         self.initiate_connection()
         self._next_frame()
 
     def _on_header(self) -> None:
         """A frame header: checked, then its payload routed by type."""
-        length, kind, flags, stream = self._frame = f.parse_header(self._head)
+        length, kind, flags, stream = self._frame = f.parse_header(self.incoming.head)
         f.check_header(length, kind, flags, stream, self.limits.max_frame_bytes)
         if not self.settings_seen and (kind != FrameType.SETTINGS or flags & f.ACK):
             raise ConnectionViolation(PROTOCOL_ERROR, f"frame type {kind} before SETTINGS")
@@ -256,16 +225,16 @@ class H2Protocol:
         elif kind == FrameType.PUSH_PROMISE:
             raise ConnectionViolation(PROTOCOL_ERROR, "PUSH_PROMISE (push is not enabled)")
         elif kind == FrameType.GOAWAY:
-            self._read_payload(min(length, 8 + f.GOAWAY_DEBUG_KEPT), self._on_goaway_head)
+            self.incoming.read(min(length, 8 + f.GOAWAY_DEBUG_KEPT), self._on_goaway_head)
         elif kind > FrameType.CONTINUATION:
-            self._skip(length, self._next_frame)  # unknown types are ignored
+            self.incoming.skip(length, self._next_frame)  # unknown types are ignored
         else:
-            self._read_payload(length, self._on_control)  # at most 192 bytes: checked
+            self.incoming.read(length, self._on_control)  # at most 192 bytes: checked
 
     def _on_control(self) -> None:
         """SETTINGS, PING, WINDOW_UPDATE, RST_STREAM or PRIORITY (ignored), whole."""
         _, kind, flags, stream = self._frame
-        payload = self._payload
+        payload = self.incoming.payload
         self._next_frame()
         if kind == FrameType.SETTINGS and not flags & f.ACK:
             self._take_settings(payload)
@@ -290,14 +259,15 @@ class H2Protocol:
         self.send_frame(FrameType.SETTINGS, f.ACK, 0, (), 0)
 
     def _on_goaway_head(self) -> None:
-        self._skip(self._frame[0] - len(self._payload), self._on_goaway)
+        self.incoming.skip(self._frame[0] - len(self.incoming.payload), self._on_goaway)
 
     def _on_goaway(self) -> None:
-        last, code = struct.unpack_from(">II", self._payload)
+        payload = self.incoming.payload
+        last, code = struct.unpack_from(">II", payload)
         self.closing = True
         self._next_frame()
-        self._events.append(ev.GoAwayReceived(last & 0x7FFFFFFF, code,
-                                              self._payload[8:].decode(errors="replace")))
+        debug = payload[8:].decode(errors="replace")
+        self._events.append(ev.GoAwayReceived(last & 0x7FFFFFFF, code, debug))
 
     # -- header blocks -------------------------------------------------------------------
     def _on_block_header(self, length: int, kind: int, stream: int) -> None:
@@ -307,7 +277,7 @@ class H2Protocol:
             self.block.check_headers(length)
             if self.server and stream != self.current:
                 self._peer_opens(stream)
-        self._read_payload(length, self._on_block_fragment)
+        self.incoming.read(length, self._on_block_fragment)
 
     def _peer_opens(self, stream: int) -> None:
         """A client opens ``stream`` (server side): its id must be odd and new."""
@@ -319,9 +289,9 @@ class H2Protocol:
     def _on_block_fragment(self) -> None:
         _, kind, flags, stream = self._frame
         if kind == FrameType.HEADERS:
-            self.block.begin(stream, self._payload, flags)
+            self.block.begin(stream, self.incoming.payload, flags)
         else:
-            self.block.extend(self._payload)
+            self.block.extend(self.incoming.payload)
         self._next_frame()
         if flags & f.END_HEADERS:
             ends = self.block.ends_stream
@@ -361,12 +331,12 @@ class H2Protocol:
             self.send_frame(FrameType.WINDOW_UPDATE, 0, stream, [_CREDIT.pack(on_stream)], 4)
         self._data[:] = stream if ours else 0, length, 0, 0
         if flags & f.PADDED:
-            self._read_payload(1, self._on_pad_length)
+            self.incoming.read(1, self._on_pad_length)
         else:
             self._next_data()
 
     def _on_pad_length(self) -> None:
-        padding = self._payload[0]
+        padding = self.incoming.payload[0]
         self._data[1] -= 1 + padding
         self._data[2] = padding
         if self._data[1] < 0:
@@ -378,9 +348,9 @@ class H2Protocol:
         if left and stream and stream == self.current:
             target = self.reader.target(left)
             self._data[3] = len(target)
-            self._expect(target, self._data_landed)
+            self.incoming.expect(target, self._data_landed)
         else:
-            self._skip(left + padding, self._data_done)
+            self.incoming.skip(left + padding, self._data_done)
 
     def _data_landed(self) -> None:
         stream, count = self._data[0], self._data[3]
