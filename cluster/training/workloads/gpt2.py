@@ -35,6 +35,7 @@ from cluster.training.workloads.arithmetic import (
     whole,
 )
 from cluster.training.workloads.layers import Layer, LayerKind, Workload
+from cluster.training.workloads.registry import builtin_workload
 from cluster.training.workloads.transformer import attention_layer, ffn_layer
 
 VOCABULARY = 50_257
@@ -45,6 +46,7 @@ HEADS = 25
 FFN = 4 * HIDDEN
 
 
+@builtin_workload("gpt2-xl", "GPT-2 XL, 1.56 B parameters, 1024 tokens, per sequence")
 def gpt2_xl(sequence_length: int = CONTEXT, precision: Precision = HALF) -> Workload:
     """GPT-2 XL training on ``sequence_length`` tokens (1 to 1024), per sequence."""
     s = whole("sequence_length", sequence_length, 1, CONTEXT)
