@@ -25,10 +25,6 @@ class DeviceSpec:
     server: str
     streaming_bytes_per_ipu: int = 0
 
-    @property
-    def is_host(self) -> bool:
-        return not self.ipus
-
 
 def describe(spec: DeviceSpec) -> str:
     """``'card3 (IPUs 6, 7)'``: how errors name a device."""

@@ -209,17 +209,6 @@ def host_roce_100g() -> LinkType:
 
 
 @dataclass(frozen=True)
-class C2Card:
-    """Graphcore C2 PCIe card: two GC2 IPUs joined by a rung, 315 W (000, 001; public docs
-    300 W), 200 TFLOPS, "2416 processor cores" (the seed's figure; 2 x 1216 = 2432)."""
-
-    processor: Processor
-    ipus: int = 2
-    power_watts: float = 315.0
-    processor_cores_quoted: int = 2416
-
-
-@dataclass(frozen=True)
 class IpuM2000:
     """IPU-M2000: 1U blade of four GC200 IPUs, 1 PFLOPS, 5,888 cores (002, 003).
 

@@ -10,6 +10,7 @@ service down.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -74,18 +75,26 @@ def _abort_for(context: grpc.ServicerContext, error: Exception, request: Any) ->
     context.abort(code, short_message(str(error), request))
 
 
-def _guarded(method: Handler) -> Handler:
+@contextlib.contextmanager
+def _statuses(context: grpc.ServicerContext, request: Any) -> Iterator[None]:
     """Map user errors to their status codes; anything else becomes UNAVAILABLE with a
-    short reason (logged in full), and the service carries on."""
+    short reason (logged in full), and the service carries on. A status already set (an
+    ``abort``) passes through."""
+    try:
+        yield
+    except grpc.RpcError:
+        raise
+    except Exception as error:  # noqa: BLE001 - each becomes a status; the unexpected logged
+        _abort_for(context, error, request)
+
+
+def _guarded(method: Handler) -> Handler:
+    """A servicer method whose errors become statuses (:func:`_statuses`)."""
 
     @functools.wraps(method)
     def call(self: ControlService, request: Any, context: grpc.ServicerContext) -> Any:
-        try:
+        with _statuses(context, request):
             return method(self, request, context)
-        except Exception as error:
-            if isinstance(error, grpc.RpcError):
-                raise
-            _abort_for(context, error, request)
 
     return call
 
@@ -281,12 +290,8 @@ class ControlService(control_pb2_grpc.ControlServicer):
                         context: grpc.ServicerContext) -> Iterator[control_pb2.BenchmarkResult]:
         """The same sweep, a result of one row sent as each size finishes; a failure ends
         the stream with its status after the rows sent."""
-        try:
+        with _statuses(context, request):
             yield from self._results(request)
-        except Exception as error:
-            if isinstance(error, grpc.RpcError):
-                raise
-            _abort_for(context, error, request)
 
     # -- faults -------------------------------------------------------------------------
     def _fault_state(self, message: str = "") -> control_pb2.FaultState:
