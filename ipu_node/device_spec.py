@@ -37,7 +37,7 @@ def describe(spec: DeviceSpec) -> str:
 def device_specs(topology: Topology) -> list[DeviceSpec]:
     """One device per unit (card or machine), IPUs in no unit one each, then one per
     relaying host (a DSS 8440 cluster's servers), named after the host node. An IPU-M2000's
-    Streaming Memory is shared by its 4 IPUs (``HARDWARE.md``): a quarter each."""
+    Streaming Memory is shared by its 4 IPUs (``docs/hardware.md``): a quarter each."""
     streaming = ipu_m2000().streaming_memory_bytes // 4
     specs: list[DeviceSpec] = []
     covered: set[int] = set()

@@ -1,11 +1,12 @@
 """The hardware catalogue: every processor, card, machine, server and link of an IPU-POD.
 
-Every number comes from ``shared/HARDWARE.md``; the letters in brackets name the seed
-document it was read from (``000`` .. ``004`` in ``shared/seeds/``) or say *public docs*
-(Graphcore's public documentation and datasheets). Where two sources disagree the seed's
-figure is the default and the other can be chosen with :class:`FigureChoice` (``--figures
-public`` on the command line). Latencies are not in any source: they are this project's
-assumptions, stated below with their reasoning, and every preset lets them be overridden.
+Every number comes from ``docs/hardware.md``; the numbers in brackets name the source
+document it was read from (``000`` .. ``004``, listed by title there: the *seed*
+documents) or say *public docs* (Graphcore's public documentation and datasheets). Where
+two sources disagree the seed's figure is the default and the other can be chosen with
+:class:`FigureChoice` (``--figures public`` on the command line). Latencies are not in
+any source: they are this project's assumptions, stated below with their reasoning, and
+every preset lets them be overridden.
 
 Units are in the names: ``_bytes``, ``_Bps`` (bytes per second, per direction unless the
 name says ``bidirectional``), ``_s`` (seconds), ``_flops_per_second`` (floating-point
