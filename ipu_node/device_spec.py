@@ -8,6 +8,7 @@ InfiniBand adapters: :mod:`ipu_node.ownership`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from cluster.model.hardware import ipu_m2000
 from cluster.model.topology import Topology
@@ -26,8 +27,18 @@ class DeviceSpec:
     streaming_bytes_per_ipu: int = 0
 
 
-def describe(spec: DeviceSpec) -> str:
-    """``'card3 (IPUs 6, 7)'``: how errors name a device."""
+class Named(Protocol):
+    """A device as messages name it: a spec, or a device's health."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def ipus(self) -> tuple[int, ...]: ...
+
+
+def describe(spec: Named) -> str:
+    """``'card3 (IPUs 6, 7)'``: how errors and the service's messages name a device."""
     if not spec.ipus:
         return spec.name
     plural = "s" if len(spec.ipus) > 1 else ""

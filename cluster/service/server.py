@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from importlib.metadata import version
 from typing import Any
@@ -46,6 +46,7 @@ from cluster.service.partitions import Partition, PartitionError, PartitionTable
 from gcl.bench import BenchRow, run_phantom
 from gcl.modes import Mode
 from ipu_node.bench import run_real
+from ipu_node.device_spec import describe
 from ipu_node.pod import EmulatedPod
 from ipupod_proto import control_pb2, control_pb2_grpc
 
@@ -99,13 +100,6 @@ def _guarded(method: Handler) -> Handler:
     return call
 
 
-def _device_label(name: str, ipus: Sequence[int]) -> str:
-    """``'card3 (IPUs 6, 7)'``: how messages name a device."""
-    if not ipus:
-        return name
-    return f"{name} (IPU{'s' if len(ipus) > 1 else ''} {', '.join(map(str, ipus))})"
-
-
 def _partition_message(partition: Partition,
                        health: Health | None = None) -> control_pb2.Partition:
     """A partition (and its health, if known) as the API sends it."""
@@ -142,7 +136,7 @@ class ControlService(control_pb2_grpc.ControlServicer):
         for device in self.pod.health():
             if device.state != "healthy":
                 for ipu in device.ipus:
-                    down[ipu] = f"{_device_label(device.name, device.ipus)} is {device.state}"
+                    down[ipu] = f"{describe(device)} is {device.state}"
         topology, faults = self.pod.topology, dict(self.pod.link_faults)
         return [partition_health(topology, p.ipus, faults, down) for p in partitions]
 
