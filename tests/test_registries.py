@@ -130,3 +130,8 @@ def test_a_registry_is_complete_whichever_plugin_was_imported_first(first: str) 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == [str(len(SCHEDULES)), str(len(BUILTINS)), str(len(presets()))]
+
+
+def test_built_in_workloads_are_listed_smallest_first() -> None:
+    sizes = [workload(name).parameter_count for name in BUILTINS]
+    assert sizes == sorted(sizes) and list(BUILTINS)[1] == "resnet50"

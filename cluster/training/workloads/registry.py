@@ -69,8 +69,14 @@ def _check(entry: Builtin) -> None:
         raise TypeError(f"workload builder {name}: precision defaults to a Precision")
 
 
+def _size(entry: Builtin) -> int:
+    """The built-in's parameters as built by default: the registry lists the smallest
+    network first."""
+    return entry.build().parameter_count
+
+
 BUILTINS: Registry[Builtin] = Registry("built-in workload", "cluster.training.workloads",
-                                       check=_check)
+                                       check=_check, order=_size)
 _B = TypeVar("_B", bound=Callable[..., Workload])
 
 
