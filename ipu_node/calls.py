@@ -1,8 +1,8 @@
 """Calling device actors with a deadline, and naming the device that failed.
 
 Every wait on an actor goes through here, so a dead, restarting or late device always
-becomes the same kind of error, naming the card and its IPUs (``DESIGN.md``: every wait has
-a deadline; a dead actor turns into a clear error, never a hang):
+becomes the same kind of error, naming the card and its IPUs (``docs/real-mode.md``: every
+wait has a deadline; a dead actor turns into a clear error, never a hang):
 
 - :func:`wait_all`: all answers, or the first device that is late, died or is restarting;
 - :func:`gather`: a collective's answers, ending at the first failure and telling the other

@@ -7,8 +7,6 @@ import threading
 
 import numpy as np
 
-COUNTER_NAMES = ("bytes_out", "bytes_in", "supersteps", "sim_seconds")
-
 
 class Counters:
     """Counters of one device; collectives run in threads, so updates take a lock."""

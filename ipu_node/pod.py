@@ -15,7 +15,6 @@ composed of parts, each testable on its own:
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +50,6 @@ class EmulatedPod:
     pod_id: str
     infos: list[dict]  # each device's ``info`` answer at launch
     started_ray: bool = False
-    launch_seconds: float = 0.0
     closed: bool = False
 
     @classmethod
@@ -62,7 +60,6 @@ class EmulatedPod:
         restarts a dead device up to ``max_restarts`` times (-1: always). With
         ``link_tls`` every link speaks TLS, both ends checking the other's certificate
         (its files must be readable wherever the devices run; ``docs/links.md``)."""
-        started = time.perf_counter()
         topology = load_topology(spec) if isinstance(spec, str) else spec
         specs = device_specs(topology)
         placed = place(topology, specs, ray_address=ray_address, link_host=link_host,
@@ -71,7 +68,7 @@ class EmulatedPod:
         owner = {ipu: i for i, s in enumerate(specs) for ipu in s.ipus}
         return cls(specs, roster, FaultInjector(roster, topology, max_restarts),
                    placed.placement_groups, owner, placed.pod_id, placed.infos,
-                   placed.started_ray, time.perf_counter() - started)
+                   placed.started_ray)
 
     # -- what the POD is -----------------------------------------------------------------
     @property

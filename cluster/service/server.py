@@ -10,12 +10,13 @@ service down.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from importlib.metadata import version
 from typing import Any
@@ -45,6 +46,7 @@ from cluster.service.partitions import Partition, PartitionError, PartitionTable
 from gcl.bench import BenchRow, run_phantom
 from gcl.modes import Mode
 from ipu_node.bench import run_real
+from ipu_node.device_spec import describe
 from ipu_node.pod import EmulatedPod
 from ipupod_proto import control_pb2, control_pb2_grpc
 
@@ -74,27 +76,28 @@ def _abort_for(context: grpc.ServicerContext, error: Exception, request: Any) ->
     context.abort(code, short_message(str(error), request))
 
 
-def _guarded(method: Handler) -> Handler:
+@contextlib.contextmanager
+def _statuses(context: grpc.ServicerContext, request: Any) -> Iterator[None]:
     """Map user errors to their status codes; anything else becomes UNAVAILABLE with a
-    short reason (logged in full), and the service carries on."""
+    short reason (logged in full), and the service carries on. A status already set (an
+    ``abort``) passes through."""
+    try:
+        yield
+    except grpc.RpcError:
+        raise
+    except Exception as error:  # noqa: BLE001 - each becomes a status; the unexpected logged
+        _abort_for(context, error, request)
+
+
+def _guarded(method: Handler) -> Handler:
+    """A servicer method whose errors become statuses (:func:`_statuses`)."""
 
     @functools.wraps(method)
     def call(self: ControlService, request: Any, context: grpc.ServicerContext) -> Any:
-        try:
+        with _statuses(context, request):
             return method(self, request, context)
-        except Exception as error:
-            if isinstance(error, grpc.RpcError):
-                raise
-            _abort_for(context, error, request)
 
     return call
-
-
-def _device_label(name: str, ipus: Sequence[int]) -> str:
-    """``'card3 (IPUs 6, 7)'``: how messages name a device."""
-    if not ipus:
-        return name
-    return f"{name} (IPU{'s' if len(ipus) > 1 else ''} {', '.join(map(str, ipus))})"
 
 
 def _partition_message(partition: Partition,
@@ -133,7 +136,7 @@ class ControlService(control_pb2_grpc.ControlServicer):
         for device in self.pod.health():
             if device.state != "healthy":
                 for ipu in device.ipus:
-                    down[ipu] = f"{_device_label(device.name, device.ipus)} is {device.state}"
+                    down[ipu] = f"{describe(device)} is {device.state}"
         topology, faults = self.pod.topology, dict(self.pod.link_faults)
         return [partition_health(topology, p.ipus, faults, down) for p in partitions]
 
@@ -281,12 +284,8 @@ class ControlService(control_pb2_grpc.ControlServicer):
                         context: grpc.ServicerContext) -> Iterator[control_pb2.BenchmarkResult]:
         """The same sweep, a result of one row sent as each size finishes; a failure ends
         the stream with its status after the rows sent."""
-        try:
+        with _statuses(context, request):
             yield from self._results(request)
-        except Exception as error:
-            if isinstance(error, grpc.RpcError):
-                raise
-            _abort_for(context, error, request)
 
     # -- faults -------------------------------------------------------------------------
     def _fault_state(self, message: str = "") -> control_pb2.FaultState:

@@ -20,6 +20,7 @@ class BidirectionalRingPair(Algorithm):
     """Two rings in opposite directions, half of every chunk each."""
 
     name = "bidirectional_ring_pair"
+    auto_order = 20
     collectives = frozenset({"allreduce", "reduce-scatter", "all-gather", "broadcast"})
     granularity = 2
 

@@ -47,6 +47,7 @@ class HalvingDoubling(Algorithm):
     """Recursive halving and doubling; a binomial tree for broadcast."""
 
     name = "halving_doubling"
+    auto_order = 40
     collectives = frozenset({"allreduce", "reduce-scatter", "all-gather", "broadcast"})
 
     def slots(self, collective: Collective, group_size: int) -> int:

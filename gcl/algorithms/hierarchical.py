@@ -39,6 +39,7 @@ class Hierarchical(Algorithm):
     """Local rings in each IPU-Link domain, global rings across them."""
 
     name = "hierarchical"
+    auto_order = 30
     collectives = frozenset({"allreduce", "reduce-scatter", "all-gather"})
 
     def check(self, ctx: GroupContext) -> None:

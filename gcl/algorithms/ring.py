@@ -54,6 +54,7 @@ class ClockwiseRing(Algorithm):
     """One ring in the topology's preferred order, every collective."""
 
     name = "clockwise_ring"
+    auto_order = 10
     collectives = frozenset(COLLECTIVES)
     reverse = False
 
@@ -74,4 +75,5 @@ class AnticlockwiseRing(ClockwiseRing):
     """The clockwise ring walked the other way."""
 
     name = "anticlockwise_ring"
+    auto_order = 11
     reverse = True
