@@ -6,6 +6,8 @@ Click commands, pytest fixtures and registered plugins are found by their decora
 (``ignore_decorators`` in ``pyproject.toml``), not listed here.
 """
 
+from hpack import Encoder
+
 from benchmarks.phantom_speed import Case
 from cluster.cli.main import LazyGroup
 from cluster.model.hardware import IpuM2000, Processor
@@ -18,6 +20,7 @@ from gcl.collectives import ReduceOp
 from gcl.groups import CommGroupType
 from ipu_node.card import Card
 from ipu_node.health import HealthState
+from ipu_node.links.frames import ErrorCode
 
 # Called by name: a card's actor method (``pod.call("execute", ...)``), click (help),
 # gRPC (servicer methods, interceptor) and prometheus_client (a collector).
@@ -60,3 +63,7 @@ def _record_fields(processor: Processor, step: PublishedStep) -> None:
 
 
 _record_fields
+
+# RFC 9113's error codes, kept as the RFC lists them; hpack's encoder reads this property.
+ErrorCode.INTERNAL_ERROR
+Encoder.header_table_size

@@ -114,7 +114,6 @@ class LinkServer:
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._stopped = False
-        self.refused_connections = 0  # turned away: beyond the cap
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         tcp = socket.socket(family, socket.SOCK_STREAM)
         tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -195,7 +194,6 @@ class LinkServer:
     def _turn_away(self, sock: socket.socket) -> None:
         """A connection beyond the cap: SETTINGS, GOAWAY (ENHANCE_YOUR_CALM), close. Never
         blocks the accepting thread on the peer."""
-        self.refused_connections += 1
         debug = f"{self.device}: more than {self.limits.max_connections} connections".encode()
         payload = goaway_payload(0, ErrorCode.ENHANCE_YOUR_CALM, debug)
         try:
