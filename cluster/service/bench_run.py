@@ -30,6 +30,7 @@ from gcl.collectives import Collective, collective, dtype_itemsize
 from gcl.groups import CommGroup
 from gcl.modes import Mode
 from gcl.planner import replica_groups
+from ipu_node.answers import IpuMemoryStats
 from ipu_node.bench import BENCH_TENSORS, free_tensors
 from ipu_node.bench_fit import (
     DoesNotFit,
@@ -132,7 +133,7 @@ def _free_memory(pod: EmulatedPod, ipus: Sequence[int]) -> dict[int, int]:
     """Per IPU of ``ipus``, the memory free (bytes) as its device reports it (In-Processor
     and Streaming Memory; the capacity when a device does not answer)."""
     devices = sorted({pod.owner[ipu] for ipu in ipus})
-    memory: dict[int, dict[str, int]] = {}
+    memory: dict[int, IpuMemoryStats] = {}
     for stats in pod.stats(deadline_s=30, devices=devices):
         memory.update(stats["memory"])
     capacity = device_capacity(pod.topology)
