@@ -185,7 +185,7 @@ def run_phantom(coll: Collective, topology: Topology, byte_sizes: list[int], *,
                 ipus: list[int] | None = None) -> Iterator[BenchRow]:
     """Cost each size in phantom mode (sizes only) and yield its row; ``on_phase`` reports
     progress through each size's phases. ``ipus``: the replicas' IPUs (default: all)."""
-    check_op(op)
+    op = check_op(op)  # the text becomes a ReduceOp here, where it enters
     itemsize = dtype_itemsize(dtype)
     n = len(replica_groups(topology, group, ipus)[0])
     root = root if coll.name == CollectiveName.BROADCAST else 0

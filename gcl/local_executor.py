@@ -112,7 +112,7 @@ def run_in_memory(schedule: Schedule, inputs: list[np.ndarray],
                   op: str = "sum") -> list[np.ndarray]:
     """Run ``schedule`` on ``inputs`` (one array per replica, replicas being the groups' IPUs
     in order) and return each replica's result."""
-    check_op(op)
+    op = check_op(op)  # the text becomes a ReduceOp here, where it enters
     check_inputs(schedule, inputs)
     ranks = [(g, r, int(ipu)) for g, ipus in enumerate(schedule.groups)
              for r, ipu in enumerate(ipus.tolist())]

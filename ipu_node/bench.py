@@ -42,7 +42,7 @@ def run_real(pod: EmulatedPod, coll: Collective, byte_sizes: list[int], *, dtype
     checked unless ``check`` is off (then ``wrong`` is -1). ``ipus``: the replicas' IPUs
     (default: all)."""
     check_runs(iterations, warmup)
-    check_op(op)
+    op = check_op(op)  # the text becomes a ReduceOp here, where it enters
     itemsize = dtype_itemsize(dtype)
     targets = list(range(pod.topology.ipu_count)) if ipus is None else list(ipus)
     n = len(replica_groups(pod.topology, group, np.array(targets))[0])

@@ -126,7 +126,7 @@ def run_collective(pod: Pod, collective: str, inputs: list[np.ndarray] | str, *,
     under that name and ``results`` is empty."""
     started = time.perf_counter()
     coll = lookup(collective)
-    check_op(op)
+    op = check_op(op)  # the text becomes a ReduceOp here, where it enters
     group = CommGroup.parse(group) if isinstance(group, str) else group
     topology = pod.topology
     replica_ipus = np.arange(topology.ipu_count) if ipus is None else np.asarray(ipus)
