@@ -31,9 +31,9 @@ class IpuCounters(TypedDict):
     """What one IPU has counted: bytes it sent and received, BSP supersteps it took part
     in, and simulated seconds it spent in collectives."""
 
-    bytes_out: float
-    bytes_in: float
-    supersteps: float
+    bytes_out: int
+    bytes_in: int
+    supersteps: int
     sim_seconds: float
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from cluster.errors import ScheduleError
+from cluster.service.health import PartitionState
 from gcl.collectives import CollectiveName, ReduceOp
 from gcl.groups import CommGroup
 from ipu_node.answers import DeviceStats, HealthState, IpuCounters, zero_counters
@@ -17,7 +18,8 @@ from ipu_node.roster import Roster
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("gcl", "ipu_node", "cluster")  # every package of the project
-ENUM_TEXT = {member.value: member for enum in (CollectiveName, HealthState, ReduceOp)
+ENUM_TEXT = {member.value: member
+             for enum in (CollectiveName, HealthState, ReduceOp, PartitionState)
              for member in enum}
 
 
@@ -56,6 +58,7 @@ def test_no_collective_health_or_op_name_is_compared_as_a_string(package):
 
 def test_the_health_states_and_collective_names_keep_their_wire_text():
     assert [s.value for s in HealthState] == ["healthy", "restarting", "unreachable", "dead"]
+    assert [f"{s}" for s in PartitionState] == ["healthy", "degraded", "unhealthy"]
     assert CollectiveName.ALL_TO_ALL == "all-to-all"
     assert {CollectiveName.ALLREDUCE: 1}["allreduce"] == 1  # a str key finds an enum's
 
