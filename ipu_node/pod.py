@@ -25,6 +25,7 @@ from cluster.errors import UserError
 from cluster.model.link_faults import LinkFault
 from cluster.model.spec import load_topology
 from cluster.model.topology import Topology
+from ipu_node.answers import DeviceInfo, DeviceStats
 from ipu_node.calls import wait_all
 from ipu_node.device_spec import DeviceSpec, device_specs
 from ipu_node.executor import CollectiveResult, run_collective
@@ -48,7 +49,7 @@ class EmulatedPod:
     placement_groups: list
     owner: dict[int, int]  # IPU -> index into the devices
     pod_id: str
-    infos: list[dict]  # each device's ``info`` answer at launch
+    infos: list[DeviceInfo]  # each device's ``info`` answer at launch
     started_ray: bool = False
     closed: bool = False
 
@@ -102,12 +103,13 @@ class EmulatedPod:
     def device_of(self, ipu: int) -> str:
         return self.specs[self.owner[ipu]].name
 
-    def nodes(self) -> dict[str, str]:
-        """Which Ray node each device runs on."""
+    def nodes(self) -> dict[str, str | None]:
+        """Which Ray node each device runs on (None outside Ray)."""
         return {info["name"]: info["node_id"] for info in self.infos}
 
     # -- asking the devices ------------------------------------------------------------
-    def stats(self, deadline_s: float = 30.0, devices: list[int] | None = None) -> list[dict]:
+    def stats(self, deadline_s: float = 30.0,
+              devices: list[int] | None = None) -> list[DeviceStats]:
         """Counters, memory and link bytes of ``devices`` (every device by default), in
         that order. Waits (up to ``deadline_s``) for a restarting device, and wires
         restarted ones in again; counters carry on across restarts."""

@@ -45,6 +45,7 @@ from cluster.service.metrics import ServiceMetrics
 from cluster.service.partitions import Partition, PartitionError, PartitionTable
 from gcl.bench import BenchRow, run_phantom
 from gcl.modes import Mode
+from ipu_node.answers import HealthState, IpuMemoryStats
 from ipu_node.bench import run_real
 from ipu_node.device_spec import describe
 from ipu_node.pod import EmulatedPod
@@ -134,7 +135,7 @@ class ControlService(control_pb2_grpc.ControlServicer):
         """Each partition's health, from one round of device answers."""
         down = {}
         for device in self.pod.health():
-            if device.state != "healthy":
+            if device.state != HealthState.HEALTHY:
                 for ipu in device.ipus:
                     down[ipu] = f"{describe(device)} is {device.state}"
         topology, faults = self.pod.topology, dict(self.pod.link_faults)
@@ -179,28 +180,30 @@ class ControlService(control_pb2_grpc.ControlServicer):
                     context: grpc.ServicerContext) -> control_pb2.DeviceList:
         """Every IPU: its card or machine, partition, health and memory."""
         states = {ipu: d.state for d in self.pod.health() for ipu in d.ipus}
-        memory: dict[int, dict[str, int]] = {}
+        memory: dict[int, IpuMemoryStats] = {}
         reachable = True
         try:
             for stats in self.pod.stats(deadline_s=10):
                 memory.update(stats["memory"])
         except Exception:  # noqa: BLE001 - whatever the devices did, list them as unreachable
             reachable = False
-        devices = [self._device_message(ipu, states.get(ipu, "unreachable"), memory.get(ipu))
+        devices = [self._device_message(ipu, states.get(ipu, HealthState.UNREACHABLE),
+                                        memory.get(ipu))
                    for ipu in range(self.topology.ipu_count)]
         if not reachable and not memory:
-            context.set_trailing_metadata((("devices", "unreachable"),))
+            context.set_trailing_metadata((("devices", HealthState.UNREACHABLE.value),))
         return control_pb2.DeviceList(devices=devices)
 
-    def _device_message(self, ipu: int, health: str,
-                        held: dict[str, int] | None) -> control_pb2.Device:
+    def _device_message(self, ipu: int, health: HealthState,
+                        held: IpuMemoryStats | None) -> control_pb2.Device:
         """IPU ``ipu`` as the API sends it; without memory figures it is unreachable."""
         spec = self.pod.specs[self.pod.owner[ipu]]
         return control_pb2.Device(
             id=ipu, name=self.topology.ipu_name(ipu),
             ipu_type=self.topology.ipu_processors[ipu].name, unit=spec.name,
             server=spec.server, partition=self.partitions.partition_of(ipu) or "",
-            health=health if health != "healthy" or held is not None else "unreachable",
+            health=(health if health != HealthState.HEALTHY or held is not None
+                    else HealthState.UNREACHABLE),
             memory_used_bytes=held["used_bytes"] if held else 0,
             memory_free_bytes=held["free_bytes"] if held else 0,
             memory_capacity_bytes=int(self.topology.ipu_memory_bytes[ipu]))
@@ -296,7 +299,8 @@ class ControlService(control_pb2_grpc.ControlServicer):
                  for i, f in sorted(dict(self.pod.link_faults).items())]
         cards = [control_pb2.CardState(card=d.name, ipus=list(d.ipus), health=d.state,
                                        restarts=d.restarts, detail=d.detail)
-                 for d in self.pod.health() if d.ipus and (d.state != "healthy" or d.restarts)]
+                 for d in self.pod.health()
+                 if d.ipus and (d.state != HealthState.HEALTHY or d.restarts)]
         return control_pb2.FaultState(links=links, cards=cards, message=message)
 
     @_guarded

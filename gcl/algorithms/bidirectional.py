@@ -11,6 +11,7 @@ import numpy as np
 
 from gcl.algorithms import Algorithm, GroupContext, register
 from gcl.algorithms.ring import ring_collective
+from gcl.collectives import CollectiveName
 from gcl.rings import Ring
 from gcl.schedule import Phase
 
@@ -21,7 +22,8 @@ class BidirectionalRingPair(Algorithm):
 
     name = "bidirectional_ring_pair"
     auto_order = 20
-    collectives = frozenset({"allreduce", "reduce-scatter", "all-gather", "broadcast"})
+    collectives = frozenset({CollectiveName.ALLREDUCE, CollectiveName.REDUCE_SCATTER,
+                             CollectiveName.ALL_GATHER, CollectiveName.BROADCAST})
     granularity = 2
 
     def build(self, ctx: GroupContext) -> tuple[list[Phase], np.ndarray]:
