@@ -27,20 +27,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from benchmarks.procfs import rss_bytes as _rss_bytes  # noqa: E402 - needs ROOT on the path
 
 COLLECTIVES = ("allreduce", "reduce-scatter", "all-gather", "broadcast", "all-to-all")
 SAMPLE_S = 0.005
-
-
-def _rss_bytes(pid: int) -> int:
-    """Resident memory of process ``pid`` in bytes (0 if it is gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 class PeakSampler:

@@ -24,7 +24,7 @@ import numpy as np
 from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.model.units import format_size, plural
-from gcl.collectives import DTYPES, Collective, check_op, dtype_itemsize
+from gcl.collectives import DTYPES, Collective, CollectiveName, ReduceOp, check_op, dtype_itemsize
 from gcl.groups import CommGroup
 from gcl.planner import AUTO, plan_timed, replica_groups
 from gcl.reference import expected
@@ -185,10 +185,10 @@ def run_phantom(coll: Collective, topology: Topology, byte_sizes: list[int], *,
                 ipus: list[int] | None = None) -> Iterator[BenchRow]:
     """Cost each size in phantom mode (sizes only) and yield its row; ``on_phase`` reports
     progress through each size's phases. ``ipus``: the replicas' IPUs (default: all)."""
-    check_op(op)
+    op = check_op(op)  # the text becomes a ReduceOp here, where it enters
     itemsize = dtype_itemsize(dtype)
     n = len(replica_groups(topology, group, ipus)[0])
-    root = root if coll.name == "broadcast" else 0
+    root = root if coll.name == CollectiveName.BROADCAST else 0
     counts = [coll.count_for_bytes(size, n, itemsize) for size in byte_sizes]
     for count in dict.fromkeys(counts):  # sizes that round to one buffer: one row
         started = time.perf_counter()
@@ -261,9 +261,11 @@ def count_wrong(schedule, results: list[np.ndarray], inputs: list[np.ndarray], o
     for members in schedule.groups:
         n = len(members)
         group_inputs = inputs[start:start + n]
-        wants = expected(schedule.collective, group_inputs, "sum" if op == "mean" else op, root)
+        summed = ReduceOp.SUM if op == ReduceOp.MEAN else op
+        wants = expected(schedule.collective, group_inputs, summed, root)
         for got, want in zip(results[start:start + n], wants):
-            if op == "mean" and schedule.collective in ("allreduce", "reduce-scatter"):
+            if op == ReduceOp.MEAN and schedule.collective in (CollectiveName.ALLREDUCE,
+                                                              CollectiveName.REDUCE_SCATTER):
                 want = want // n if want.dtype.kind == "i" else (want / n).astype(want.dtype)
             wrong += int(np.count_nonzero(got != want))
         start += n
@@ -284,7 +286,7 @@ def preamble(coll: Collective, topology: Topology, group: CommGroup, mode: str,
 def groups_words(collective: str, group: str, groups: Sequence[Sequence[int]],
                  root: int = 0) -> str:
     """``group all (1 x 16 IPUs)``, and the root of a broadcast."""
-    rooted = f", root {root}" if collective == "broadcast" else ""
+    rooted = f", root {root}" if collective == CollectiveName.BROADCAST else ""
     return f"group {group} ({len(groups)} x {plural(len(groups[0]), 'IPU')}){rooted}"
 
 

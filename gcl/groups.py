@@ -54,7 +54,26 @@ class CommGroup:
         if not _GROUP_SIZE.fullmatch(size) or int(size) < 1:
             raise ScheduleError(f"replica group {quoted(text)} needs a positive size (digits "
                                 f"0-9, at most 9 of them), e.g. {name}:4")
-        return cls(kind, int(size))
+        return cls._sized(kind, int(size))
+
+    @classmethod
+    def consecutive(cls, size: int) -> CommGroup:
+        """Groups of ``size`` consecutive replicas (``consecutive:size``), built without
+        text."""
+        return cls._sized(CommGroupType.CONSECUTIVE, size)
+
+    @classmethod
+    def orthogonal(cls, size: int) -> CommGroup:
+        """Groups of ``size`` replicas strided across the rest (``orthogonal:size``), built
+        without text."""
+        return cls._sized(CommGroupType.ORTHOGONAL, size)
+
+    @classmethod
+    def _sized(cls, kind: CommGroupType, size: int) -> CommGroup:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ScheduleError(f"a {kind.value} replica group needs a positive whole size, "
+                                f"not {size!r}")
+        return cls(kind, size)
 
     def __str__(self) -> str:
         if self.type is CommGroupType.ALL:

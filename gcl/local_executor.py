@@ -17,11 +17,11 @@ from collections.abc import Callable
 import numpy as np
 
 from cluster.errors import ScheduleError
-from gcl.collectives import DTYPES, check_op
+from gcl.collectives import DTYPES, CollectiveName, ReduceOp, check_op
 from gcl.schedule import OUT, WORK, Schedule
 
 _REDUCE = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}
-BLOCKED = ("reduce-scatter", "all-to-all")  # inputs of n blocks
+BLOCKED = (CollectiveName.REDUCE_SCATTER, CollectiveName.ALL_TO_ALL)  # inputs of n blocks
 
 Allocator = Callable[[int, type[np.generic]], np.ndarray]
 """``empty(elements, dtype)``: a new, uninitialised 1-D array (``np.empty``, or a pool's)."""
@@ -54,17 +54,18 @@ def layout(schedule: Schedule, group: int, rank: int, data: np.ndarray,
     chunk, count, name = schedule.chunk, schedule.count, schedule.collective
     data = np.asarray(data).ravel()
     work = empty(schedule.buffer_elements, DTYPES[schedule.dtype])
-    work[count if name in ("allreduce", "broadcast") else 0:] = 0
-    if name == "allreduce" or (name == "broadcast" and rank == schedule.root):
+    work[count if name in (CollectiveName.ALLREDUCE, CollectiveName.BROADCAST) else 0:] = 0
+    if name == CollectiveName.ALLREDUCE or (name == CollectiveName.BROADCAST
+                                            and rank == schedule.root):
         work[:count] = data
     elif name in BLOCKED:
         for block in range(len(owner)):
             start = owner[block] * chunk
             work[start:start + count] = data[block * count:(block + 1) * count]
-    elif name == "all-gather":
+    elif name == CollectiveName.ALL_GATHER:
         work[owner[rank] * chunk:owner[rank] * chunk + count] = data
     buffers = {WORK: work}
-    if name == "all-to-all":
+    if name == CollectiveName.ALL_TO_ALL:
         out = empty(schedule.buffer_elements, DTYPES[schedule.dtype])
         out[...] = 0
         start = owner[rank] * chunk
@@ -89,16 +90,17 @@ def extract(schedule: Schedule, group: int, rank: int, buffers: dict[str, np.nda
     owner = schedule.slot_of_rank[group]
     n, count, chunk, name = len(owner), schedule.count, schedule.chunk, schedule.collective
     work = buffers[WORK]
-    if name in ("allreduce", "broadcast"):  # a view only when it is copied into ``into``
+    # a view only when it is copied into ``into``
+    if name in (CollectiveName.ALLREDUCE, CollectiveName.BROADCAST):
         fits = into is not None and into.shape == (count,) and into.dtype == work.dtype
         result = work[:count] if fits else work[:count].copy()
-    elif name == "reduce-scatter":
+    elif name == CollectiveName.REDUCE_SCATTER:
         result = work[owner[rank] * chunk:owner[rank] * chunk + count].copy()
     else:
-        source = work if name == "all-gather" else buffers[OUT]
+        source = work if name == CollectiveName.ALL_GATHER else buffers[OUT]
         result = np.concatenate([source[owner[j] * chunk:owner[j] * chunk + count]
                                  for j in range(n)])
-    if op == "mean" and name in ("allreduce", "reduce-scatter"):
+    if op == ReduceOp.MEAN and name in (CollectiveName.ALLREDUCE, CollectiveName.REDUCE_SCATTER):
         result = (result // n) if result.dtype.kind == "i" else (result / n).astype(result.dtype)
     if into is not None and into.shape == result.shape and into.dtype == result.dtype:
         np.copyto(into, result)
@@ -110,7 +112,7 @@ def run_in_memory(schedule: Schedule, inputs: list[np.ndarray],
                   op: str = "sum") -> list[np.ndarray]:
     """Run ``schedule`` on ``inputs`` (one array per replica, replicas being the groups' IPUs
     in order) and return each replica's result."""
-    check_op(op)
+    op = check_op(op)  # the text becomes a ReduceOp here, where it enters
     check_inputs(schedule, inputs)
     ranks = [(g, r, int(ipu)) for g, ipus in enumerate(schedule.groups)
              for r, ipu in enumerate(ipus.tolist())]

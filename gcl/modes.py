@@ -1,5 +1,5 @@
 """How a collective or a training run executes: the two modes share one cost model, so
-they report the same simulated time by construction (``DESIGN.md``, "Time")."""
+they report the same simulated time by construction (``docs/real-mode.md``)."""
 
 from __future__ import annotations
 

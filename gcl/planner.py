@@ -12,7 +12,7 @@ from cluster.errors import ScheduleError
 from cluster.model.link_faults import LinkDown
 from cluster.model.topology import Topology
 from gcl.algorithms import GroupContext, algorithm, for_collective
-from gcl.collectives import Collective, dtype_itemsize
+from gcl.collectives import Collective, CollectiveName, dtype_itemsize
 from gcl.collectives import collective as lookup_collective
 from gcl.groups import CommGroup
 from gcl.phantom import Timing, lower_bound_seconds, simulate
@@ -138,7 +138,7 @@ def _build(coll: Collective, topology: Topology, count: int, dtype: str, name: s
     chosen = algorithm(name, coll)
     itemsize = dtype_itemsize(dtype)
     n = len(groups[0])
-    if coll.name == "all-to-all" and len(groups) * n * (n - 1) > MAX_TRANSFERS:
+    if coll.name == CollectiveName.ALL_TO_ALL and len(groups) * n * (n - 1) > MAX_TRANSFERS:
         raise ScheduleError(
             f"an all-to-all of {len(groups)} x {n:,} IPUs is {len(groups) * n * (n - 1):,} "
             f"distinct transfers, more than the {MAX_TRANSFERS:,} that fit in memory here: use "
@@ -147,8 +147,8 @@ def _build(coll: Collective, topology: Topology, count: int, dtype: str, name: s
     per_slot = count if coll.blocks_per_size else -(-count // slots)
     grain = chosen.granularity
     chunk = -(-per_slot // grain) * grain
-    _check_memory(topology, groups, slots * chunk * itemsize * (2 if coll.name == "all-to-all"
-                                                                 else 1))
+    copies = 2 if coll.name == CollectiveName.ALL_TO_ALL else 1
+    _check_memory(topology, groups, slots * chunk * itemsize * copies)
     group_phases: list[list[Phase]] = []
     owners: list[np.ndarray] = []
     for ipus in groups:

@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gcl.collectives import CollectiveName
+
 _REDUCE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sum": lambda xs: np.sum(xs, axis=0, dtype=xs[0].dtype),
     "max": lambda xs: np.max(xs, axis=0), "min": lambda xs: np.min(xs, axis=0)}
@@ -17,14 +19,14 @@ def expected(collective: str, inputs: list[np.ndarray], op: str = "sum",
     (``mean`` is left to the caller: sum, then divide by the group size.)"""
     n = len(inputs)
     stacked = np.stack(inputs)
-    if collective == "allreduce":
+    if collective == CollectiveName.ALLREDUCE:
         return [_REDUCE[op](stacked)] * n
-    if collective == "reduce-scatter":
+    if collective == CollectiveName.REDUCE_SCATTER:
         total, block = _REDUCE[op](stacked), len(inputs[0]) // n
         return [total[r * block:(r + 1) * block] for r in range(n)]
-    if collective == "all-gather":
+    if collective == CollectiveName.ALL_GATHER:
         return [np.concatenate(inputs)] * n
-    if collective == "broadcast":
+    if collective == CollectiveName.BROADCAST:
         return [inputs[root]] * n
     block = len(inputs[0]) // n
     return [np.concatenate([inputs[j][r * block:(r + 1) * block] for j in range(n)])

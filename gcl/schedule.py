@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gcl.collectives import CollectiveName
+
 WORK = "work"  # the buffer a collective reduces or gathers in place
 OUT = "out"  # a second buffer, for collectives that must not overwrite their input
 
@@ -160,7 +162,7 @@ class Schedule:
     its input in, for an all-gather). Each IPU's buffer has ``slots * chunk`` elements.
     """
 
-    collective: str
+    collective: CollectiveName
     algorithm: str
     dtype: str
     itemsize: int

@@ -20,7 +20,7 @@ from gcl.bench import (
     count_wrong,
     make_row,
 )
-from gcl.collectives import Collective, check_op, dtype_itemsize
+from gcl.collectives import Collective, CollectiveName, check_op, dtype_itemsize
 from gcl.groups import CommGroup
 from gcl.planner import AUTO, replica_groups
 from ipu_node.executor import CollectiveResult, run_collective
@@ -42,16 +42,17 @@ def run_real(pod: EmulatedPod, coll: Collective, byte_sizes: list[int], *, dtype
     checked unless ``check`` is off (then ``wrong`` is -1). ``ipus``: the replicas' IPUs
     (default: all)."""
     check_runs(iterations, warmup)
-    check_op(op)
+    op = check_op(op)  # the text becomes a ReduceOp here, where it enters
     itemsize = dtype_itemsize(dtype)
     targets = list(range(pod.topology.ipu_count)) if ipus is None else list(ipus)
     n = len(replica_groups(pod.topology, group, np.array(targets))[0])
-    root = root if coll.name == "broadcast" else 0
+    root = root if coll.name == CollectiveName.BROADCAST else 0
     options: dict[str, Any] = dict(algorithm=algorithm_name, group=group, op=op, root=root,
                                    ipus=targets)
     counts = [coll.count_for_bytes(size, n, itemsize) for size in byte_sizes]
     for count in dict.fromkeys(counts):
-        per_replica = count * (n if coll.blocks_per_size and coll.name != "all-gather" else 1)
+        blocks = coll.blocks_per_size and coll.name != CollectiveName.ALL_GATHER
+        per_replica = count * (n if blocks else 1)
         runs = (per_replica, dtype, iterations, warmup)
         inputs = bench_inputs(per_replica, len(targets), dtype) if check else []
         result, wall = _timed(pod, coll, BENCH_OUT, runs, options)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.model.units import format_size
-from gcl.collectives import Collective, dtype_itemsize
+from gcl.collectives import Collective, CollectiveName, dtype_itemsize
 from gcl.groups import CommGroup
 from gcl.planner import plan, replica_groups
 from ipu_node.device_spec import device_specs
@@ -32,11 +32,11 @@ from ipu_node.memory import available_ram_bytes
 # 5 ms): the highest of the runs, times 1.2 (the sampling can miss a peak), rounded up to
 # a half. docs/real-mode.md has the figures.
 HOST_BYTES_PER_BYTE: dict[str, tuple[float, float]] = {
-    "allreduce": (8.5, 4.5),
-    "reduce-scatter": (6.0, 3.0),
-    "all-gather": (8.0, 2.5),
-    "broadcast": (9.5, 4.0),
-    "all-to-all": (10.0, 5.0),
+    CollectiveName.ALLREDUCE: (8.5, 4.5),
+    CollectiveName.REDUCE_SCATTER: (6.0, 3.0),
+    CollectiveName.ALL_GATHER: (8.0, 2.5),
+    CollectiveName.BROADCAST: (9.5, 4.0),
+    CollectiveName.ALL_TO_ALL: (10.0, 5.0),
 }
 GiB = 1 << 30
 
@@ -76,7 +76,8 @@ def largest_buffers(coll: Collective, byte_sizes: Sequence[int], dtype: str,
     :func:`ipu_node.bench.run_real` builds them), ``n`` ranks per group."""
     itemsize = dtype_itemsize(dtype)
     count = max(coll.count_for_bytes(size, n, itemsize) for size in byte_sizes)
-    per_replica = count * (n if coll.blocks_per_size and coll.name != "all-gather" else 1)
+    blocks = coll.blocks_per_size and coll.name != CollectiveName.ALL_GATHER
+    per_replica = count * (n if blocks else 1)
     in_bytes = per_replica * itemsize
     return in_bytes, max(in_bytes, coll.bytes_for_count(count, n, itemsize))
 
@@ -93,8 +94,8 @@ def device_bytes(sweep: RealSweep, topology: Topology) -> tuple[int, int, int, i
     schedule = plan(sweep.coll, topology, count, dtype=sweep.dtype,
                     algorithm_name=sweep.algorithm_name, group=sweep.group,
                     ipus=sweep.replicas(topology),
-                    root=sweep.root if sweep.coll.name == "broadcast" else 0)
-    copies = 2 if sweep.coll.name == "all-to-all" else 1
+                    root=sweep.root if sweep.coll.name == CollectiveName.BROADCAST else 0)
+    copies = 2 if sweep.coll.name == CollectiveName.ALL_TO_ALL else 1
     work = schedule.buffer_elements * schedule.itemsize * copies
     in_bytes, out_bytes = largest_buffers(sweep.coll, sweep.byte_sizes, sweep.dtype, n)
     peak = in_bytes + max(out_bytes, work + (out_bytes if sweep.runs > 1 else 0))

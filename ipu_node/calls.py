@@ -1,8 +1,8 @@
 """Calling device actors with a deadline, and naming the device that failed.
 
 Every wait on an actor goes through here, so a dead, restarting or late device always
-becomes the same kind of error, naming the card and its IPUs (``DESIGN.md``: every wait has
-a deadline; a dead actor turns into a clear error, never a hang):
+becomes the same kind of error, naming the card and its IPUs (``docs/real-mode.md``: every
+wait has a deadline; a dead actor turns into a clear error, never a hang):
 
 - :func:`wait_all`: all answers, or the first device that is late, died or is restarting;
 - :func:`gather`: a collective's answers, ending at the first failure and telling the other
@@ -21,6 +21,7 @@ from typing import Any
 import ray
 
 from cluster.errors import ScheduleError, UserError
+from ipu_node.answers import HealthState
 from ipu_node.device_spec import DeviceSpec, describe
 from ipu_node.errors import DeviceDied, DeviceError, DeviceRestarting
 
@@ -96,20 +97,20 @@ def _worst(error: Exception, pending: list, specs: Sequence[DeviceSpec],
     return error
 
 
-def poll(refs: list, deadline_s: float) -> list[tuple[Any, str]]:
+def poll(refs: list, deadline_s: float) -> list[tuple[Any, HealthState]]:
     """Each device's answer (or None) and state: ``healthy``, ``restarting`` (Ray is
     bringing it back), ``unreachable`` (no answer in time) or ``dead`` (Ray gave up)."""
     ready = set(ray.wait(refs, num_returns=len(refs), timeout=deadline_s)[0])
-    states: list[tuple[Any, str]] = []
+    states: list[tuple[Any, HealthState]] = []
     for ref in refs:
-        answer, state = None, "unreachable"
+        answer, state = None, HealthState.UNREACHABLE
         if ref in ready:
             try:
-                answer, state = ray.get(ref), "healthy"
+                answer, state = ray.get(ref), HealthState.HEALTHY
             except ray.exceptions.ActorDiedError:
-                state = "dead"
+                state = HealthState.DEAD
             except ray.exceptions.RayActorError:
-                state = "restarting"
+                state = HealthState.RESTARTING
         states.append((answer, state))
     return states
 

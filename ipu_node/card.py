@@ -28,6 +28,7 @@ import ray
 from cluster.model.link_faults import LinkFault
 from cluster.model.topology import Topology
 from gcl.schedule import Schedule
+from ipu_node.answers import DeviceDetails
 from ipu_node.control import CONTROL, DeviceControl, directed_links, keep_freed_memory
 from ipu_node.counters import Counters
 from ipu_node.device_spec import DeviceSpec
@@ -71,11 +72,11 @@ class Card(DeviceControl):
     def tensor_info(self, name: str) -> dict[int, tuple[tuple[int, ...], str]]:
         return self.store.info(name)
 
-    def _details(self) -> dict[str, Any]:
+    def _details(self) -> DeviceDetails:
         self.mailbox.sweep()  # chunks nobody waits on: dropped and counted now
-        return {"memory": self.store.memory_stats(),
-                "collectives_running": len(self.runner.running),
-                "dropped_chunks": self.mailbox.dropped_chunks}
+        return DeviceDetails(memory=self.store.memory_stats(),
+                             collectives_running=len(self.runner.running),
+                             dropped_chunks=self.mailbox.dropped_chunks)
 
     def put(self, ipu: int, name: str, array: np.ndarray) -> None:
         """Store a named tensor on one of this card's IPUs (memory is accounted)."""

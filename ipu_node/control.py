@@ -12,13 +12,13 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import Any
 
 import ray
 
 from cluster.model.faulted import with_faults
 from cluster.model.link_faults import LinkFault
 from cluster.model.topology import Topology
+from ipu_node.answers import DeviceDetails, DeviceInfo, DeviceStats
 from ipu_node.counters import Counters
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.links.endpoint import LinkEndpoint
@@ -56,12 +56,14 @@ class DeviceControl:
         self._faulted_lock = threading.Lock()
 
     @ray.method(concurrency_group=CONTROL)
-    def info(self) -> dict[str, Any]:
+    def info(self) -> DeviceInfo:
+        """Who this device is, and which process of it answers."""
         # Outside Ray (a plain object in a test) there is no node, and asking would start Ray.
         node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
-        return {"name": self.spec.name, "kind": self.spec.kind, "ipus": list(self.spec.ipus),
-                "address": self.endpoint.address, "link_address": self.endpoint.link_address,
-                "node_id": node, "pid": os.getpid()}
+        return DeviceInfo(name=self.spec.name, kind=self.spec.kind, ipus=list(self.spec.ipus),
+                          address=self.endpoint.address,
+                          link_address=self.endpoint.link_address, node_id=node,
+                          pid=os.getpid())
 
     @ray.method(concurrency_group=CONTROL)
     def connect(self, names: list[str], addresses: list[str], index: int,
@@ -115,15 +117,19 @@ class DeviceControl:
         return {}
 
     @ray.method(concurrency_group=CONTROL)
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> DeviceStats:
         """Counters, memory and the bytes sent per directed link, as the POD reads them."""
         counters, link_bytes = self.counters.snapshot()
-        return {"name": self.spec.name, "address": self.endpoint.address,
-                "link_address": self.endpoint.link_address, "pid": os.getpid(),
-                "counters": counters, "link_bytes": link_bytes, **self._details()}
+        stats = DeviceStats(name=self.spec.name, address=self.endpoint.address,
+                            link_address=self.endpoint.link_address, pid=os.getpid(),
+                            counters=counters, link_bytes=link_bytes, memory={},
+                            collectives_running=0, dropped_chunks=0)
+        stats.update(self._details())
+        return stats
 
-    def _details(self) -> dict[str, Any]:
-        return {"memory": {}, "collectives_running": 0, "dropped_chunks": 0}
+    def _details(self) -> DeviceDetails:
+        """What this kind of device adds to its counters."""
+        return DeviceDetails(memory={}, collectives_running=0, dropped_chunks=0)
 
     def shutdown(self) -> None:
         """Close the links (the server first stops taking chunks)."""

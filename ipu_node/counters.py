@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-COUNTER_NAMES = ("bytes_out", "bytes_in", "supersteps", "sim_seconds")
+from ipu_node.answers import CounterName, IpuCounters, zero_counters
 
 
 class Counters:
@@ -15,16 +15,14 @@ class Counters:
 
     def __init__(self, ipus: tuple[int, ...], directed_links: int) -> None:
         self._lock = threading.Lock()
-        self.per_ipu: dict[int, dict[str, float]] = {
-            ipu: {"bytes_out": 0, "bytes_in": 0, "supersteps": 0, "sim_seconds": 0.0}
-            for ipu in ipus}
+        self.per_ipu: dict[int, IpuCounters] = {ipu: zero_counters() for ipu in ipus}
         self.link_bytes = np.zeros(directed_links)
 
-    def add(self, ipu: int, name: str, amount: float) -> None:
+    def add(self, ipu: int, name: CounterName, amount: float) -> None:
         with self._lock:
             self.per_ipu[ipu][name] += amount
 
-    def add_each(self, name: str, amounts: dict[int, float]) -> None:
+    def add_each(self, name: CounterName, amounts: dict[int, float]) -> None:
         """Add ``amounts[ipu]`` to counter ``name`` of each IPU, under one lock."""
         with self._lock:
             for ipu, amount in amounts.items():
@@ -39,6 +37,8 @@ class Counters:
         with self._lock:
             self.link_bytes[links] += nbytes
 
-    def snapshot(self) -> tuple[dict[int, dict[str, float]], np.ndarray]:
+    def snapshot(self) -> tuple[dict[int, IpuCounters], np.ndarray]:
+        """A copy of the counters per IPU, and of the bytes per directed link."""
         with self._lock:
-            return {ipu: dict(c) for ipu, c in self.per_ipu.items()}, self.link_bytes.copy()
+            return ({ipu: IpuCounters(**c) for ipu, c in self.per_ipu.items()},
+                    self.link_bytes.copy())

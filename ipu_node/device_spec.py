@@ -8,6 +8,7 @@ InfiniBand adapters: :mod:`ipu_node.ownership`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from cluster.model.hardware import ipu_m2000
 from cluster.model.topology import Topology
@@ -25,13 +26,19 @@ class DeviceSpec:
     server: str
     streaming_bytes_per_ipu: int = 0
 
+
+class Named(Protocol):
+    """A device as messages name it: a spec, or a device's health."""
+
     @property
-    def is_host(self) -> bool:
-        return not self.ipus
+    def name(self) -> str: ...
+
+    @property
+    def ipus(self) -> tuple[int, ...]: ...
 
 
-def describe(spec: DeviceSpec) -> str:
-    """``'card3 (IPUs 6, 7)'``: how errors name a device."""
+def describe(spec: Named) -> str:
+    """``'card3 (IPUs 6, 7)'``: how errors and the service's messages name a device."""
     if not spec.ipus:
         return spec.name
     plural = "s" if len(spec.ipus) > 1 else ""
@@ -41,7 +48,7 @@ def describe(spec: DeviceSpec) -> str:
 def device_specs(topology: Topology) -> list[DeviceSpec]:
     """One device per unit (card or machine), IPUs in no unit one each, then one per
     relaying host (a DSS 8440 cluster's servers), named after the host node. An IPU-M2000's
-    Streaming Memory is shared by its 4 IPUs (``HARDWARE.md``): a quarter each."""
+    Streaming Memory is shared by its 4 IPUs (``docs/hardware.md``): a quarter each."""
     streaming = ipu_m2000().streaming_memory_bytes // 4
     specs: list[DeviceSpec] = []
     covered: set[int] = set()

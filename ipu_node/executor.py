@@ -25,13 +25,14 @@ import numpy as np
 
 from cluster.errors import UserError
 from cluster.model.topology import Topology
-from gcl.collectives import BROADCAST, DTYPES, check_op
+from gcl.collectives import BROADCAST, DTYPES, CollectiveName, check_op
 from gcl.collectives import collective as lookup
 from gcl.groups import CommGroup
 from gcl.local_executor import BLOCKED
 from gcl.phantom import Timing
 from gcl.planner import AUTO, plan_timed, replica_groups
 from gcl.schedule import Schedule
+from ipu_node.answers import DeviceStats, HealthState
 from ipu_node.calls import ABORT_GRACE_S, died_during, gather
 from ipu_node.device_spec import DeviceSpec, describe
 from ipu_node.errors import DeviceDied, DeviceError, OutOfMemory
@@ -62,7 +63,8 @@ class Pod(Protocol):
     @property
     def restarts(self) -> list[int]: ...
 
-    def stats(self, deadline_s: float = ..., devices: list[int] | None = ...) -> list[dict]: ...
+    def stats(self, deadline_s: float = ...,
+              devices: list[int] | None = ...) -> list[DeviceStats]: ...
     def health(self, deadline_s: float = ...) -> list[DeviceHealth]: ...
     def note_down(self, index: int, why: str) -> None: ...
     def tensor_info(self, name: str, deadline_s: float = ..., ipus: list[int] | None = ...
@@ -124,7 +126,7 @@ def run_collective(pod: Pod, collective: str, inputs: list[np.ndarray] | str, *,
     under that name and ``results`` is empty."""
     started = time.perf_counter()
     coll = lookup(collective)
-    check_op(op)
+    op = check_op(op)  # the text becomes a ReduceOp here, where it enters
     group = CommGroup.parse(group) if isinstance(group, str) else group
     topology = pod.topology
     replica_ipus = np.arange(topology.ipu_count) if ipus is None else np.asarray(ipus)
@@ -221,7 +223,7 @@ def _host_link_bytes(pod: Pod, hosts: list[int], deadline_s: float) -> np.ndarra
 
 def _check_memory(pod: Pod, schedule: Schedule, deadline_s: float) -> None:
     """Each IPU must have room for the collective's buffers (input, and output if any)."""
-    copies = 2 if schedule.collective == "all-to-all" else 1
+    copies = 2 if schedule.collective == CollectiveName.ALL_TO_ALL else 1
     buffers = schedule.buffer_elements * schedule.itemsize * copies
     devices = sorted({pod.owner[ipu] for members in schedule.groups for ipu in members.tolist()})
     free = {ipu: m["free_bytes"] for s in pod.stats(deadline_s, devices)
@@ -242,13 +244,13 @@ def _blame_the_dead(pod: Pod, devices: list[int], restarts_before: list[int],
     health = pod.health(probe_s)
     for index in devices:
         spec, state = describe(pod.specs[index]), health[index].state
-        if state == "dead":
+        if state == HealthState.DEAD:
             return DeviceDied(f"device {spec} died during {what} and Ray will not restart it "
                               "(no restarts left): launch the POD again")
-        if state == "restarting" or pod.restarts[index] > restarts_before[index]:
+        if state == HealthState.RESTARTING or pod.restarts[index] > restarts_before[index]:
             return died_during(pod.specs[index], what)
     for index in devices:
-        if health[index].state == "unreachable":
+        if health[index].state == HealthState.UNREACHABLE:
             spec = describe(pod.specs[index])
             return DeviceError(f"device {spec} stopped answering during {what} (hung, or "
                                "still restarting)")

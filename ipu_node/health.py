@@ -10,20 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cluster.model.link_faults import LinkFault
-from cluster.model.text_enum import TextEnum
+from ipu_node.answers import HealthState
 from ipu_node.calls import poll
 from ipu_node.roster import Roster
 
 HEALTH_DEADLINE_S = 2.0
-
-
-class HealthState(TextEnum):
-    """A device's state as the POD last heard it (compares equal to its string)."""
-
-    HEALTHY = "healthy"
-    RESTARTING = "restarting"
-    UNREACHABLE = "unreachable"
-    DEAD = "dead"
 
 
 @dataclass(frozen=True)
@@ -43,7 +34,7 @@ def check_health(roster: Roster, faults: dict[int, LinkFault], fault_version: in
     faults in force, ``fault_version``)."""
     polled = poll([actor.info.remote() for actor in roster.actors], deadline_s)
     roster.rejoin({i: answer for i, (answer, _) in enumerate(polled)}, faults, fault_version)
-    states = [HealthState(state) for _, state in polled]
+    states = [state for _, state in polled]
     with roster.lock:
         for index, state in enumerate(states):
             if state == HealthState.HEALTHY and roster.incarnations[index] != "unwired":

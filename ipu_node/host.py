@@ -10,13 +10,13 @@ IPUs, no tensors and no memory of its own.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import numpy as np
 
 from cluster.model.link_faults import LinkDown
 from cluster.model.routing import router_of
 from cluster.model.topology import Topology
+from ipu_node.answers import DeviceDetails
 from ipu_node.control import DeviceControl, directed_links, keep_freed_memory
 from ipu_node.counters import Counters
 from ipu_node.device_spec import DeviceSpec
@@ -46,9 +46,9 @@ class HostRelay(DeviceControl):
     def _faults_changed(self) -> None:
         self._owned_links = {}  # routes may have changed
 
-    def _details(self) -> dict[str, Any]:
-        return {"memory": {}, "collectives_running": 0, "relayed_bytes": self.relayed_bytes,
-                "dropped_chunks": 0}
+    def _details(self) -> DeviceDetails:
+        return DeviceDetails(memory={}, collectives_running=0,
+                             relayed_bytes=self.relayed_bytes, dropped_chunks=0)
 
     def _count(self, src_ipu: int, dst_ipu: int, nbytes: int) -> None:
         """Add ``nbytes`` to the links this host owns on the route ``src -> dst``."""

@@ -20,6 +20,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from cluster.errors import UserError
 from cluster.model.topology import Topology
+from ipu_node.answers import DeviceInfo
 from ipu_node.calls import wait_all
 from ipu_node.card import Card
 from ipu_node.control import CONTROL, CONTROL_THREADS
@@ -47,7 +48,7 @@ class Placed:
     pod_id: str
     actors: list
     placement_groups: list[PlacementGroup]
-    infos: list[dict]
+    infos: list[DeviceInfo]
     ownership: Ownership
     started_ray: bool
 
@@ -137,7 +138,7 @@ def _start_server(topology: Topology, specs: list[DeviceSpec], server: str,
         ).remote(spec, topology, launch.link_host, launch.link_secret, launch.link_tls)
 
 
-def _wire(topology: Topology, specs: list[DeviceSpec], actors: list, infos: list[dict],
+def _wire(topology: Topology, specs: list[DeviceSpec], actors: list, infos: list[DeviceInfo],
           deadline_s: float) -> Ownership:
     """Tell every device every device's name and link address, and who owns what."""
     names = [info["name"] for info in infos]

@@ -15,7 +15,6 @@ composed of parts, each testable on its own:
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +25,7 @@ from cluster.errors import UserError
 from cluster.model.link_faults import LinkFault
 from cluster.model.spec import load_topology
 from cluster.model.topology import Topology
+from ipu_node.answers import DeviceInfo, DeviceStats
 from ipu_node.calls import wait_all
 from ipu_node.device_spec import DeviceSpec, device_specs
 from ipu_node.executor import CollectiveResult, run_collective
@@ -49,9 +49,8 @@ class EmulatedPod:
     placement_groups: list
     owner: dict[int, int]  # IPU -> index into the devices
     pod_id: str
-    infos: list[dict]  # each device's ``info`` answer at launch
+    infos: list[DeviceInfo]  # each device's ``info`` answer at launch
     started_ray: bool = False
-    launch_seconds: float = 0.0
     closed: bool = False
 
     @classmethod
@@ -62,7 +61,6 @@ class EmulatedPod:
         restarts a dead device up to ``max_restarts`` times (-1: always). With
         ``link_tls`` every link speaks TLS, both ends checking the other's certificate
         (its files must be readable wherever the devices run; ``docs/links.md``)."""
-        started = time.perf_counter()
         topology = load_topology(spec) if isinstance(spec, str) else spec
         specs = device_specs(topology)
         placed = place(topology, specs, ray_address=ray_address, link_host=link_host,
@@ -71,7 +69,7 @@ class EmulatedPod:
         owner = {ipu: i for i, s in enumerate(specs) for ipu in s.ipus}
         return cls(specs, roster, FaultInjector(roster, topology, max_restarts),
                    placed.placement_groups, owner, placed.pod_id, placed.infos,
-                   placed.started_ray, time.perf_counter() - started)
+                   placed.started_ray)
 
     # -- what the POD is -----------------------------------------------------------------
     @property
@@ -105,12 +103,13 @@ class EmulatedPod:
     def device_of(self, ipu: int) -> str:
         return self.specs[self.owner[ipu]].name
 
-    def nodes(self) -> dict[str, str]:
-        """Which Ray node each device runs on."""
+    def nodes(self) -> dict[str, str | None]:
+        """Which Ray node each device runs on (None outside Ray)."""
         return {info["name"]: info["node_id"] for info in self.infos}
 
     # -- asking the devices ------------------------------------------------------------
-    def stats(self, deadline_s: float = 30.0, devices: list[int] | None = None) -> list[dict]:
+    def stats(self, deadline_s: float = 30.0,
+              devices: list[int] | None = None) -> list[DeviceStats]:
         """Counters, memory and link bytes of ``devices`` (every device by default), in
         that order. Waits (up to ``deadline_s``) for a restarting device, and wires
         restarted ones in again; counters carry on across restarts."""

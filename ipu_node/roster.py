@@ -12,10 +12,13 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
+
+import numpy as np
 
 from cluster.errors import UserError
 from cluster.model.link_faults import LinkFault
+from ipu_node.answers import DeviceInfo, DeviceStats, IpuCounters, add_counters, zero_counters
 from ipu_node.calls import settle, succeeded, wait_all
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.errors import DeviceError, DeviceRestarting
@@ -25,9 +28,17 @@ REWIRE_DEADLINE_S = 30.0
 RESTART_POLL_S = 0.2
 
 
-def incarnation(answer: dict) -> str:
+def incarnation(answer: DeviceInfo | DeviceStats) -> str:
     """Which process of a device answered (``info`` or ``stats``): pid and link address."""
     return f"{answer['pid']}@{answer['link_address']}"
+
+
+class _Counted(TypedDict):
+    """What earlier incarnations of a device counted: bytes per directed link, and the
+    counters per IPU."""
+
+    link_bytes: np.ndarray | float
+    counters: dict[int, IpuCounters]
 
 
 @dataclass
@@ -44,11 +55,11 @@ class Roster:
     down: dict[int, str] = field(default_factory=dict)  # device -> why it is known down
     lock: threading.RLock = field(default_factory=threading.RLock)
     _rewire_lock: threading.Lock = field(default_factory=threading.Lock)
-    _last_stats: dict[int, dict] = field(default_factory=dict)  # counters as last heard
-    _offsets: dict[int, dict] = field(default_factory=dict)  # what earlier lives counted
+    _last_stats: dict[int, DeviceStats] = field(default_factory=dict)  # as last heard
+    _offsets: dict[int, _Counted] = field(default_factory=dict)  # what earlier lives counted
 
     @classmethod
-    def wired(cls, specs: list[DeviceSpec], actors: list, infos: list[dict],
+    def wired(cls, specs: list[DeviceSpec], actors: list, infos: list[DeviceInfo],
               ownership: Ownership) -> Roster:
         """The roster of freshly launched devices (``infos``: their ``info`` answers)."""
         return cls(specs, actors, [i["name"] for i in infos],
@@ -114,24 +125,23 @@ class Roster:
         last = self._last_stats.pop(index, None)
         if last is None:
             return
-        offset = self._offsets.setdefault(index, {"link_bytes": 0.0, "counters": {}})
+        offset = self._offsets.setdefault(index, _Counted(link_bytes=0.0, counters={}))
         offset["link_bytes"] = offset["link_bytes"] + last["link_bytes"]
         for ipu, counts in last["counters"].items():
-            kept = offset["counters"].setdefault(ipu, {})
-            for name, value in counts.items():
-                kept[name] = kept.get(name, 0) + value
+            kept = offset["counters"].get(ipu, zero_counters())
+            offset["counters"][ipu] = add_counters(kept, counts)
 
-    def with_offsets(self, index: int, stats: dict) -> dict:
+    def with_offsets(self, index: int, stats: DeviceStats) -> DeviceStats:
         """``stats`` of device ``index`` plus what its earlier incarnations counted."""
         with self.lock:
             self._last_stats[index] = stats
             offset = self._offsets.get(index)
         if offset is None:
             return stats
-        adjusted = dict(stats, link_bytes=stats["link_bytes"] + offset["link_bytes"])
+        adjusted = stats.copy()
+        adjusted["link_bytes"] = stats["link_bytes"] + offset["link_bytes"]
         adjusted["counters"] = {
-            ipu: {name: value + offset["counters"].get(ipu, {}).get(name, 0)
-                  for name, value in counts.items()}
+            ipu: add_counters(counts, offset["counters"].get(ipu, zero_counters()))
             for ipu, counts in stats["counters"].items()}
         return adjusted
 

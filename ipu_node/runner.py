@@ -11,7 +11,7 @@ import numpy as np
 
 from cluster.model.routing import router_of
 from cluster.model.topology import Topology
-from gcl.collectives import DTYPES
+from gcl.collectives import DTYPES, CollectiveName, ReduceOp
 from gcl.local_executor import extract, land, layout
 from gcl.schedule import WORK, Phase, Schedule
 from gcl.schedule import Transfers as Moves
@@ -29,7 +29,7 @@ Buffers = dict[int, dict[str, np.ndarray]]  # per IPU, the collective's buffers 
 def fills_work(schedule: Schedule, tensor: np.ndarray) -> bool:
     """Whether an allreduce can work in ``tensor`` itself: one flat, contiguous array of
     the buffer's exact size and dtype (no padding to lay out)."""
-    return (schedule.collective == "allreduce" and tensor.ndim == 1
+    return (schedule.collective == CollectiveName.ALLREDUCE and tensor.ndim == 1
             and tensor.flags.c_contiguous and tensor.flags.writeable
             and tensor.size == schedule.buffer_elements == schedule.count
             and tensor.dtype == np.dtype(DTYPES[schedule.dtype]))
@@ -123,8 +123,9 @@ class ScheduleRunner:
         for ipu, (g, r) in ranks.items():
             into = self.store.find(ipu, output) if output else None
             work = buffers[ipu][WORK]
-            if (into is not None and schedule.collective in ("allreduce", "broadcast")
-                    and op != "mean" and len(buffers[ipu]) == 1
+            if (into is not None
+                    and schedule.collective in (CollectiveName.ALLREDUCE, CollectiveName.BROADCAST)
+                    and op != ReduceOp.MEAN and len(buffers[ipu]) == 1
                     and work.size == schedule.count and into.shape == work.shape
                     and into.dtype == work.dtype):
                 # the result is the whole work buffer: it becomes the output tensor and

@@ -8,6 +8,7 @@ import threading
 import numpy as np
 
 from cluster.model.topology import Topology
+from ipu_node.answers import IpuMemoryStats
 from ipu_node.errors import DeviceError
 from ipu_node.memory import IpuMemory
 
@@ -51,9 +52,10 @@ class TensorStore:
         return {ipu: (held[name].shape, held[name].dtype.name)
                 for ipu, held in self.tensors.items() if name in held}
 
-    def memory_stats(self) -> dict[int, dict[str, int]]:
-        return {ipu: {"used_bytes": m.used_bytes, "capacity_bytes": m.capacity_bytes,
-                      "free_bytes": m.free_bytes} for ipu, m in self.memory.items()}
+    def memory_stats(self) -> dict[int, IpuMemoryStats]:
+        """Each IPU's memory in use, capacity and free (bytes)."""
+        return {ipu: IpuMemoryStats(used_bytes=m.used_bytes, capacity_bytes=m.capacity_bytes,
+                                    free_bytes=m.free_bytes) for ipu, m in self.memory.items()}
 
     # -- collective buffers ----------------------------------------------------------
     def empty(self, elements: int, dtype: np.dtype | type | str) -> np.ndarray:

@@ -12,8 +12,8 @@ import numpy as np
 
 from ipu_node.links import auth
 from ipu_node.links.channel import LinkClient, LinkServer, Transfer, encode_transfers
-from ipu_node.links.h2 import grpc_prefix
 from ipu_node.links.mailbox import Mailbox, TransferKey
+from ipu_node.links.messages import grpc_prefix
 from ipu_node.links.server import PUSH
 from ipu_node.links.wire import decode_chunk, encode_chunk, encode_header
 from ipupod_proto import link_pb2

@@ -206,9 +206,8 @@ def test_a_slow_receiver_makes_a_push_time_out_within_its_whole_deadline():
 
     def trickle():  # speaks HTTP/2, then takes 256 KiB every 0.2 s
         sock, _ = listener.accept()
-        connection = h2.Connection(sock)
-        connection.read(len(h2.PREFACE))
-        connection.send_settings(server=True)
+        connection = h2.Connection(sock, server=True)
+        connection.handshake()
         while True:
             time.sleep(0.2)
             try:
@@ -232,16 +231,15 @@ def test_a_slow_receiver_makes_a_push_time_out_within_its_whole_deadline():
 
 def test_a_reset_of_a_finished_stream_is_old_news_and_the_connection_carries_on():
     import socket
-    import struct
 
     from ipu_node.links import auth, h2
+    from ipu_node.links.frames import ErrorCode
 
     server = LinkServer("receiver", Mailbox())
     server.start()
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
     connection = h2.Connection(sock)
-    connection.write([h2.PREFACE])
-    connection.send_settings(server=False)
+    connection.handshake()
 
     def ping(stream: int) -> dict:
         connection.send_headers(stream, [(":method", "POST"), (":scheme", "http"),
@@ -249,16 +247,12 @@ def test_a_reset_of_a_finished_stream_is_old_news_and_the_connection_carries_on(
                                          ("content-type", "application/grpc"),
                                          auth.bearer(auth.local_secret())], end=False)
         connection.send_messages(stream, [b""], end=True)
-        while True:
-            length, kind, flags, on = connection.read_header()
-            if kind == h2.DATA and on == stream:
-                reply = [bytes(m) for m in connection.messages(stream, first=(length, flags))]
-                return {"reply": reply, **connection.trailers}
-            connection.handle_control(length, kind, flags, on)
+        reply = [bytes(m) for m in connection.messages(stream)]
+        return {"reply": reply, **connection.trailers}
 
     try:
         assert ping(1)["grpc-status"] == "0"
-        connection.send_frame(h2.RST_STREAM, 0, 1, [struct.pack(">I", 8)])  # CANCEL, too late
+        connection.protocol.reset_stream(1, ErrorCode.CANCEL)  # too late; sent with stream 3
         answer = ping(3)
         assert answer["grpc-status"] == "0"
         assert link_pb2.PingReply.FromString(answer["reply"][0]).device == "receiver"

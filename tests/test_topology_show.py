@@ -1,7 +1,7 @@
 """Tests of ``cluster.model.topology_show``: summaries, text/JSON renderings, bisection
 bandwidth (the DOT drawing: test_rack_drawing.py).
 
-Expected numbers are worked out by hand from shared/HARDWARE.md and the preset docstrings
+Expected numbers are worked out by hand from docs/hardware.md and the preset docstrings
 (cluster/presets/dss8440.py, cluster/presets/ipu_pod.py); the derivations are in comments.
 """
 

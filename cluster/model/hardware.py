@@ -1,11 +1,12 @@
 """The hardware catalogue: every processor, card, machine, server and link of an IPU-POD.
 
-Every number comes from ``shared/HARDWARE.md``; the letters in brackets name the seed
-document it was read from (``000`` .. ``004`` in ``shared/seeds/``) or say *public docs*
-(Graphcore's public documentation and datasheets). Where two sources disagree the seed's
-figure is the default and the other can be chosen with :class:`FigureChoice` (``--figures
-public`` on the command line). Latencies are not in any source: they are this project's
-assumptions, stated below with their reasoning, and every preset lets them be overridden.
+Every number comes from ``docs/hardware.md``; the numbers in brackets name the source
+document it was read from (``000`` .. ``004``, listed by title there: the *seed*
+documents) or say *public docs* (Graphcore's public documentation and datasheets). Where
+two sources disagree the seed's figure is the default and the other can be chosen with
+:class:`FigureChoice` (``--figures public`` on the command line). Latencies are not in
+any source: they are this project's assumptions, stated below with their reasoning, and
+every preset lets them be overridden.
 
 Units are in the names: ``_bytes``, ``_Bps`` (bytes per second, per direction unless the
 name says ``bidirectional``), ``_s`` (seconds), ``_flops_per_second`` (floating-point
@@ -206,17 +207,6 @@ def gw_link_100g() -> LinkType:
 def host_roce_100g() -> LinkType:
     """The IPU-M2000's 100 GbE RoCEv2 NIC to its host: 12.5 GB/s each way (public docs)."""
     return LinkType("host-roce-100g", 100 * Gbps, ROCE_LATENCY_S, "public docs")
-
-
-@dataclass(frozen=True)
-class C2Card:
-    """Graphcore C2 PCIe card: two GC2 IPUs joined by a rung, 315 W (000, 001; public docs
-    300 W), 200 TFLOPS, "2416 processor cores" (the seed's figure; 2 x 1216 = 2432)."""
-
-    processor: Processor
-    ipus: int = 2
-    power_watts: float = 315.0
-    processor_cores_quoted: int = 2416
 
 
 @dataclass(frozen=True)

@@ -12,19 +12,15 @@ import re
 
 from cluster.errors import UserError, quoted
 
-KB = 1000
 MB = 1000**2
 GB = 1000**3
-TB = 1000**4
 KiB = 1024
 MiB = 1024**2
 GiB = 1024**3
 
-GBps = GB  # one gigabyte per second, in bytes per second
 Gbps = GB / 8  # one gigabit per second, in bytes per second
 
 NANOSECOND = 1e-9
-MICROSECOND = 1e-6
 
 _SIZE = re.compile(r"^\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([kKmMgGtT]?)(i?[bB])?\s*$")
 MAX_SIZE_BYTES = 1 << 62  # far beyond any POD's memory; keeps sizes in int64
@@ -68,21 +64,6 @@ def format_size(nbytes: float) -> str:
             return f"{value:g}{suffix}"
     return f"{nbytes:g}"
 
-
-def format_bandwidth(bytes_per_second: float) -> str:
-    """Render a bandwidth in decimal GB/s, as vendors quote links: ``12.5e9 -> '12.5 GB/s'``."""
-    return f"{bytes_per_second / GB:g} GB/s"
-
-
-def format_seconds(seconds: float) -> str:
-    """Render a duration with a readable unit (ns, us, ms or s)."""
-    if seconds < 1e-6:
-        return f"{seconds * 1e9:.3g} ns"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.4g} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.4g} ms"
-    return f"{seconds:.4g} s"
 
 
 def plural(count: int, noun: str) -> str:

@@ -26,10 +26,11 @@ from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.service.partitions import RESOURCE_EXHAUSTED, Partition, PartitionError
 from gcl.bench import BenchRow, check_runs, sizes
-from gcl.collectives import Collective, collective, dtype_itemsize
+from gcl.collectives import Collective, CollectiveName, ReduceOp, collective, dtype_itemsize
 from gcl.groups import CommGroup
 from gcl.modes import Mode
-from gcl.planner import replica_groups
+from gcl.planner import AUTO, replica_groups
+from ipu_node.answers import IpuMemoryStats
 from ipu_node.bench import BENCH_TENSORS, free_tensors
 from ipu_node.bench_fit import (
     DoesNotFit,
@@ -60,18 +61,18 @@ class BenchPlan:
 def read_request(request: control_pb2.BenchmarkRequest, partition: Partition) -> BenchPlan:
     """What ``request`` asks to run on ``partition``, every field checked (0 or empty
     means the default the .proto gives)."""
-    coll = collective(request.collective or "allreduce")
+    coll = collective(request.collective or CollectiveName.ALLREDUCE)
     mode = Mode.parse(request.mode or Mode.PHANTOM.value, option="the mode")
     if not request.min_bytes:
         raise UserError("min_bytes must be 1 or more")
     byte_sizes = sizes(request.min_bytes, request.max_bytes or request.min_bytes,
                        request.factor or 2.0)
-    group = CommGroup.parse(request.group or "all")
+    group = CommGroup.parse(request.group) if request.group else CommGroup()
     iterations = request.iterations or 1
     check_runs(iterations, request.warmup)
     options: dict[str, Any] = dict(
-        dtype=request.dtype or "float32", op=request.op or "sum",
-        algorithm_name=request.algorithm or "auto", group=group, root=request.root,
+        dtype=request.dtype or "float32", op=request.op or ReduceOp.SUM,
+        algorithm_name=request.algorithm or AUTO, group=group, root=request.root,
         ipus=list(partition.ipus))
     if mode is Mode.REAL:
         dtype_itemsize(options["dtype"])  # a user error for an unknown dtype
@@ -132,7 +133,7 @@ def _free_memory(pod: EmulatedPod, ipus: Sequence[int]) -> dict[int, int]:
     """Per IPU of ``ipus``, the memory free (bytes) as its device reports it (In-Processor
     and Streaming Memory; the capacity when a device does not answer)."""
     devices = sorted({pod.owner[ipu] for ipu in ipus})
-    memory: dict[int, dict[str, int]] = {}
+    memory: dict[int, IpuMemoryStats] = {}
     for stats in pod.stats(deadline_s=30, devices=devices):
         memory.update(stats["memory"])
     capacity = device_capacity(pod.topology)

@@ -22,14 +22,27 @@ import numpy as np
 
 from cluster.model.link_faults import LinkDown, LinkFault, link_name
 from cluster.model.routing import router_of
+from cluster.model.text_enum import TextEnum
 from cluster.model.topology import Topology
 
-HEALTHY, DEGRADED, UNHEALTHY = "healthy", "degraded", "unhealthy"
+
+class PartitionState(TextEnum):
+    """A partition's health as the API sends it (compares equal to its string)."""
+
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+    UNHEALTHY = "unhealthy"
+
+
+HEALTHY, DEGRADED, UNHEALTHY = (PartitionState.HEALTHY, PartitionState.DEGRADED,
+                                PartitionState.UNHEALTHY)
 
 
 @dataclass(frozen=True)
 class Health:
-    state: str
+    """A partition's state, and what makes it so (the cards down, the links hit)."""
+
+    state: PartitionState
     detail: str = ""
 
 

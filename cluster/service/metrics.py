@@ -16,6 +16,8 @@ from importlib.metadata import version
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from ipu_node.answers import DeviceStats, IpuCounters, IpuMemoryStats, zero_counters
+
 # Collective durations span microseconds (small simulated allreduces) to seconds.
 DURATION_BUCKETS_S = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
                       2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -30,11 +32,13 @@ class PodCollector:
         self.pod, self.partitions = pod, partitions
 
     def collect(self):
+        stats: list[DeviceStats]
         try:
             stats = self.pod.stats(deadline_s=10)
         except Exception:  # noqa: BLE001 - a scrape must not fail: report what is known
             stats = []
-        memory, counters = {}, {}
+        memory: dict[int, IpuMemoryStats] = {}
+        counters: dict[int, IpuCounters] = {}
         link_bytes = None
         for device in stats:
             memory.update(device["memory"])
@@ -47,12 +51,12 @@ class PodCollector:
             "ipupod_link_dropped_chunks", "Chunks a device dropped: their collective was not "
             "running within the link's deadline.", labels=["device"])
         for device in stats:
-            dropped.add_metric([device["name"]], device.get("dropped_chunks", 0))
+            dropped.add_metric([device["name"]], device["dropped_chunks"])
         yield dropped
         yield from self._partitions()
         yield from self._faults()
 
-    def _ipus(self, memory, counters):
+    def _ipus(self, memory: dict[int, IpuMemoryStats], counters: dict[int, IpuCounters]):
         """Memory, health, supersteps and busy time of every IPU, from the devices' answers
         (an IPU whose device did not answer reports 0 and unhealthy)."""
         topo, pod = self.pod.topology, self.pod
@@ -71,12 +75,12 @@ class PodCollector:
         for ipu in range(topo.ipu_count):
             spec = pod.specs[pod.owner[ipu]]
             values = [topo.ipu_name(ipu), spec.name, spec.server]
-            held, count = memory.get(ipu), counters.get(ipu, {})
+            held, count = memory.get(ipu), counters.get(ipu, zero_counters())
             used.add_metric(values, held["used_bytes"] if held else 0)
             capacity.add_metric(values, int(topo.ipu_memory_bytes[ipu]))
             health.add_metric(values, 1 if held is not None else 0)
-            supersteps.add_metric(values, count.get("supersteps", 0))
-            busy.add_metric(values, count.get("sim_seconds", 0.0))
+            supersteps.add_metric(values, count["supersteps"])
+            busy.add_metric(values, count["sim_seconds"])
         yield from (used, capacity, health, supersteps, busy)
 
     def _partitions(self):

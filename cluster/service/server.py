@@ -10,12 +10,13 @@ service down.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from importlib.metadata import version
 from typing import Any
@@ -44,7 +45,9 @@ from cluster.service.metrics import ServiceMetrics
 from cluster.service.partitions import Partition, PartitionError, PartitionTable
 from gcl.bench import BenchRow, run_phantom
 from gcl.modes import Mode
+from ipu_node.answers import HealthState, IpuMemoryStats
 from ipu_node.bench import run_real
+from ipu_node.device_spec import describe
 from ipu_node.pod import EmulatedPod
 from ipupod_proto import control_pb2, control_pb2_grpc
 
@@ -74,27 +77,28 @@ def _abort_for(context: grpc.ServicerContext, error: Exception, request: Any) ->
     context.abort(code, short_message(str(error), request))
 
 
-def _guarded(method: Handler) -> Handler:
+@contextlib.contextmanager
+def _statuses(context: grpc.ServicerContext, request: Any) -> Iterator[None]:
     """Map user errors to their status codes; anything else becomes UNAVAILABLE with a
-    short reason (logged in full), and the service carries on."""
+    short reason (logged in full), and the service carries on. A status already set (an
+    ``abort``) passes through."""
+    try:
+        yield
+    except grpc.RpcError:
+        raise
+    except Exception as error:  # noqa: BLE001 - each becomes a status; the unexpected logged
+        _abort_for(context, error, request)
+
+
+def _guarded(method: Handler) -> Handler:
+    """A servicer method whose errors become statuses (:func:`_statuses`)."""
 
     @functools.wraps(method)
     def call(self: ControlService, request: Any, context: grpc.ServicerContext) -> Any:
-        try:
+        with _statuses(context, request):
             return method(self, request, context)
-        except Exception as error:
-            if isinstance(error, grpc.RpcError):
-                raise
-            _abort_for(context, error, request)
 
     return call
-
-
-def _device_label(name: str, ipus: Sequence[int]) -> str:
-    """``'card3 (IPUs 6, 7)'``: how messages name a device."""
-    if not ipus:
-        return name
-    return f"{name} (IPU{'s' if len(ipus) > 1 else ''} {', '.join(map(str, ipus))})"
 
 
 def _partition_message(partition: Partition,
@@ -131,9 +135,9 @@ class ControlService(control_pb2_grpc.ControlServicer):
         """Each partition's health, from one round of device answers."""
         down = {}
         for device in self.pod.health():
-            if device.state != "healthy":
+            if device.state != HealthState.HEALTHY:
                 for ipu in device.ipus:
-                    down[ipu] = f"{_device_label(device.name, device.ipus)} is {device.state}"
+                    down[ipu] = f"{describe(device)} is {device.state}"
         topology, faults = self.pod.topology, dict(self.pod.link_faults)
         return [partition_health(topology, p.ipus, faults, down) for p in partitions]
 
@@ -176,28 +180,30 @@ class ControlService(control_pb2_grpc.ControlServicer):
                     context: grpc.ServicerContext) -> control_pb2.DeviceList:
         """Every IPU: its card or machine, partition, health and memory."""
         states = {ipu: d.state for d in self.pod.health() for ipu in d.ipus}
-        memory: dict[int, dict[str, int]] = {}
+        memory: dict[int, IpuMemoryStats] = {}
         reachable = True
         try:
             for stats in self.pod.stats(deadline_s=10):
                 memory.update(stats["memory"])
         except Exception:  # noqa: BLE001 - whatever the devices did, list them as unreachable
             reachable = False
-        devices = [self._device_message(ipu, states.get(ipu, "unreachable"), memory.get(ipu))
+        devices = [self._device_message(ipu, states.get(ipu, HealthState.UNREACHABLE),
+                                        memory.get(ipu))
                    for ipu in range(self.topology.ipu_count)]
         if not reachable and not memory:
-            context.set_trailing_metadata((("devices", "unreachable"),))
+            context.set_trailing_metadata((("devices", HealthState.UNREACHABLE.value),))
         return control_pb2.DeviceList(devices=devices)
 
-    def _device_message(self, ipu: int, health: str,
-                        held: dict[str, int] | None) -> control_pb2.Device:
+    def _device_message(self, ipu: int, health: HealthState,
+                        held: IpuMemoryStats | None) -> control_pb2.Device:
         """IPU ``ipu`` as the API sends it; without memory figures it is unreachable."""
         spec = self.pod.specs[self.pod.owner[ipu]]
         return control_pb2.Device(
             id=ipu, name=self.topology.ipu_name(ipu),
             ipu_type=self.topology.ipu_processors[ipu].name, unit=spec.name,
             server=spec.server, partition=self.partitions.partition_of(ipu) or "",
-            health=health if health != "healthy" or held is not None else "unreachable",
+            health=(health if health != HealthState.HEALTHY or held is not None
+                    else HealthState.UNREACHABLE),
             memory_used_bytes=held["used_bytes"] if held else 0,
             memory_free_bytes=held["free_bytes"] if held else 0,
             memory_capacity_bytes=int(self.topology.ipu_memory_bytes[ipu]))
@@ -281,12 +287,8 @@ class ControlService(control_pb2_grpc.ControlServicer):
                         context: grpc.ServicerContext) -> Iterator[control_pb2.BenchmarkResult]:
         """The same sweep, a result of one row sent as each size finishes; a failure ends
         the stream with its status after the rows sent."""
-        try:
+        with _statuses(context, request):
             yield from self._results(request)
-        except Exception as error:
-            if isinstance(error, grpc.RpcError):
-                raise
-            _abort_for(context, error, request)
 
     # -- faults -------------------------------------------------------------------------
     def _fault_state(self, message: str = "") -> control_pb2.FaultState:
@@ -297,7 +299,8 @@ class ControlService(control_pb2_grpc.ControlServicer):
                  for i, f in sorted(dict(self.pod.link_faults).items())]
         cards = [control_pb2.CardState(card=d.name, ipus=list(d.ipus), health=d.state,
                                        restarts=d.restarts, detail=d.detail)
-                 for d in self.pod.health() if d.ipus and (d.state != "healthy" or d.restarts)]
+                 for d in self.pod.health()
+                 if d.ipus and (d.state != HealthState.HEALTHY or d.restarts)]
         return control_pb2.FaultState(links=links, cards=cards, message=message)
 
     @_guarded

@@ -7,7 +7,7 @@ Streaming Memory), and the activations stashed for as many micro-batches as the 
 keeps in flight on that stage (:meth:`PipelineSchedule.stashed`), or, with recomputation,
 only each micro-batch's stage input plus one micro-batch's working set
 (:func:`cluster.training.workloads.memory_use`). Capacities from the catalogue: GC2 ~300 MB,
-GC200 900 MB of In-Processor-Memory (HARDWARE.md).
+GC200 900 MB of In-Processor-Memory (docs/hardware.md).
 """
 
 from __future__ import annotations

@@ -50,11 +50,6 @@ class MLPSpec:
         """Number of scalars in the flat parameter vector (weights + biases)."""
         return sum(fan_in * fan_out + fan_out for fan_in, fan_out in self.layer_shapes())
 
-    @property
-    def parameter_bytes(self) -> int:
-        """Size of the flat float32 parameter (or gradient) vector, in bytes."""
-        return self.parameter_count * np.dtype(DTYPE).itemsize
-
 
 def _unflatten(spec: MLPSpec, flat: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     """Views ``(W, b)`` per layer into ``flat`` (no copies), following the documented layout."""

@@ -121,7 +121,7 @@ def stage_update_seconds(config: TrainConfig, topology: Topology, workload: Work
     the parameters when the optimiser state is sharded; with the optimiser state in
     Streaming Memory, plus reading it in and writing it back over
     the IPU's PCIe Gen4 x16 to the IPU-M2000's gateway, one way each at once (32 GB/s
-    per direction, HARDWARE.md: the GC200's host interface, 64 GB/s bidirectional)."""
+    per direction, docs/hardware.md: the GC200's host interface, 64 GB/s bidirectional)."""
     processor = topology.ipu_processors[ipu]
     parameters = -(-parameters // config.optimizer_shards)  # this replica's share
     seconds = update_seconds(workload, processor, parameters, config.efficiencies)

@@ -1,9 +1,9 @@
 """Collective algorithms, one module each, registered by name.
 
 An algorithm turns one replica group into phases (see :mod:`gcl.schedule`). Adding one is a
-new module here with a class decorated by :func:`register`, plus its module name in
-``_MODULES``. ``auto`` is not an algorithm but a choice among these, made by the planner
-with the cost model (:mod:`gcl.planner`).
+new module here with a class decorated by :func:`register` (the registry finds the module
+itself: :class:`~cluster.model.plugins.Registry`). ``auto`` is not an algorithm but a
+choice among these, made by the planner with the cost model (:mod:`gcl.planner`).
 """
 
 from __future__ import annotations
@@ -14,14 +14,11 @@ from typing import ClassVar, TypeVar
 import numpy as np
 
 from cluster.errors import ScheduleError, quoted
-from cluster.model.plugins import PluginModules
+from cluster.model.plugins import Registry
 from cluster.model.topology import Topology
 from gcl.collectives import Collective
 from gcl.schedule import Phase
 
-_MODULES = PluginModules("gcl.algorithms.ring", "gcl.algorithms.bidirectional",
-                         "gcl.algorithms.hierarchical", "gcl.algorithms.halving_doubling")
-_REGISTRY: dict[str, Algorithm] = {}
 _ALIASES = {"ring": "clockwise_ring", "bidirectional": "bidirectional_ring_pair",
             "rhd": "halving_doubling", "recursive_halving_doubling": "halving_doubling"}
 
@@ -53,6 +50,7 @@ class Algorithm:
     name: ClassVar[str]
     collectives: ClassVar[frozenset[str]]
     granularity: ClassVar[int] = 1  # a slot's element count must be a multiple of this
+    auto_order: ClassVar[int]  # auto tries lower first; of equal times the first tried wins
 
     def slots(self, collective: Collective, group_size: int) -> int:
         """How many slots each IPU's buffer is cut into."""
@@ -69,15 +67,30 @@ class Algorithm:
 _A = TypeVar("_A", bound=Algorithm)
 
 
+def _check(entry: Algorithm) -> None:
+    """A TypeError unless ``entry`` is an :class:`Algorithm` that says what it runs."""
+    if not isinstance(entry, Algorithm):
+        raise TypeError(f"an algorithm subclasses Algorithm, not {type(entry).__name__}")
+    kind = type(entry).__name__
+    if not entry.collectives or not isinstance(getattr(entry, "auto_order", None), int):
+        raise TypeError(f"{kind} needs its collectives and its auto_order")
+    if entry.name in _ALIASES:
+        raise TypeError(f"{kind}'s name {entry.name!r} is an alias of {_ALIASES[entry.name]}")
+
+
+_REGISTRY: Registry[Algorithm] = Registry("algorithm", __name__, check=_check,
+                                          order=lambda entry: entry.auto_order)
+
+
 def register(cls: type[_A]) -> type[_A]:
     """Class decorator: register one instance of ``cls`` under ``cls.name``."""
-    _REGISTRY[cls.name] = cls()
+    _REGISTRY.register(cls.name, cls(), cls.__module__)
     return cls
 
 
 def algorithms() -> dict[str, Algorithm]:
-    """Every registered algorithm by name (importing their modules once)."""
-    _MODULES.load()
+    """Every registered algorithm by name, in the order ``auto`` tries them (importing
+    their modules once)."""
     return dict(_REGISTRY)
 
 
@@ -98,5 +111,5 @@ def algorithm(name: str, collective: Collective) -> Algorithm:
 
 
 def for_collective(collective: Collective) -> list[Algorithm]:
-    """The algorithms that run ``collective``, in registration order."""
+    """The algorithms that run ``collective``, in the order ``auto`` tries them."""
     return [a for a in algorithms().values() if collective.name in a.collectives]

@@ -11,6 +11,7 @@ import numpy as np
 
 from gcl.algorithms import Algorithm, GroupContext, register
 from gcl.algorithms.ring import ring_collective
+from gcl.collectives import CollectiveName
 from gcl.rings import Ring
 from gcl.schedule import Phase
 
@@ -20,7 +21,9 @@ class BidirectionalRingPair(Algorithm):
     """Two rings in opposite directions, half of every chunk each."""
 
     name = "bidirectional_ring_pair"
-    collectives = frozenset({"allreduce", "reduce-scatter", "all-gather", "broadcast"})
+    auto_order = 20
+    collectives = frozenset({CollectiveName.ALLREDUCE, CollectiveName.REDUCE_SCATTER,
+                             CollectiveName.ALL_GATHER, CollectiveName.BROADCAST})
     granularity = 2
 
     def build(self, ctx: GroupContext) -> tuple[list[Phase], np.ndarray]:

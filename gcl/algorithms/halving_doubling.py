@@ -18,7 +18,7 @@ import numpy as np
 
 from cluster.errors import ScheduleError
 from gcl.algorithms import Algorithm, GroupContext, register
-from gcl.collectives import Collective
+from gcl.collectives import Collective, CollectiveName
 from gcl.schedule import FLAT, FixedOffsets, Phase
 
 
@@ -47,14 +47,16 @@ class HalvingDoubling(Algorithm):
     """Recursive halving and doubling; a binomial tree for broadcast."""
 
     name = "halving_doubling"
-    collectives = frozenset({"allreduce", "reduce-scatter", "all-gather", "broadcast"})
+    auto_order = 40
+    collectives = frozenset({CollectiveName.ALLREDUCE, CollectiveName.REDUCE_SCATTER,
+                             CollectiveName.ALL_GATHER, CollectiveName.BROADCAST})
 
     def slots(self, collective: Collective, group_size: int) -> int:
-        return 1 if collective.name == "broadcast" else group_size
+        return 1 if collective.name == CollectiveName.BROADCAST else group_size
 
     def check(self, ctx: GroupContext) -> None:
         n = ctx.size
-        if ctx.collective.name != "broadcast" and n & (n - 1):
+        if ctx.collective.name != CollectiveName.BROADCAST and n & (n - 1):
             raise ScheduleError(
                 f"halving_doubling needs a power-of-two group; this group has {n} IPUs: use a "
                 "ring algorithm or hierarchical")
@@ -63,7 +65,7 @@ class HalvingDoubling(Algorithm):
         self.check(ctx)
         n, name = ctx.size, ctx.collective.name
         ranks = np.arange(n)
-        if name == "broadcast":
+        if name == CollectiveName.BROADCAST:
             return self._binomial(ctx), ranks
         bits = n.bit_length() - 1
         slot = bit_reversed(ranks, bits)  # rank r's slot at the end of the reduce-scatter
@@ -72,12 +74,12 @@ class HalvingDoubling(Algorithm):
         held_start = [(slot >> (bits - k)) << (bits - k) for k in range(bits)]
         kept_start = [held_start[k] + ((ranks >> k) & 1) * (n >> (k + 1)) for k in range(bits)]
         phases: list[Phase] = []
-        if name in ("allreduce", "reduce-scatter"):
+        if name in (CollectiveName.ALLREDUCE, CollectiveName.REDUCE_SCATTER):
             for k in range(bits):
                 given = held_start[k] + (1 - ((ranks >> k) & 1)) * (n >> (k + 1))
                 phases.append(_exchange(ctx, 1 << k, given, n >> (k + 1), True,
                                         f"reduce-scatter (distance {1 << k})"))
-        if name in ("allreduce", "all-gather"):
+        if name in (CollectiveName.ALLREDUCE, CollectiveName.ALL_GATHER):
             for k in reversed(range(bits)):
                 phases.append(_exchange(ctx, 1 << k, kept_start[k], n >> (k + 1), False,
                                         f"all-gather (distance {1 << k})"))

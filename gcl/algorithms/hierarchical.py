@@ -14,6 +14,7 @@ import numpy as np
 from cluster.errors import ScheduleError
 from cluster.model.routing import router_of
 from gcl.algorithms import Algorithm, GroupContext, register
+from gcl.collectives import CollectiveName
 from gcl.rings import Ring, ring_phase
 from gcl.schedule import GLOBAL, LOCAL, Phase
 
@@ -39,7 +40,9 @@ class Hierarchical(Algorithm):
     """Local rings in each IPU-Link domain, global rings across them."""
 
     name = "hierarchical"
-    collectives = frozenset({"allreduce", "reduce-scatter", "all-gather"})
+    auto_order = 30
+    collectives = frozenset({CollectiveName.ALLREDUCE, CollectiveName.REDUCE_SCATTER,
+                             CollectiveName.ALL_GATHER})
 
     def check(self, ctx: GroupContext) -> None:
         domain_grid(ctx)
@@ -54,10 +57,10 @@ class Hierarchical(Algorithm):
                              count=chunk, base=i * block) for i in range(local)]
         name = ctx.collective.name
         phases: list[Phase | None] = []
-        if name in ("allreduce", "reduce-scatter"):
+        if name in (CollectiveName.ALLREDUCE, CollectiveName.REDUCE_SCATTER):
             phases.append(ring_phase(local_rings, True, "reduce-scatter (local)", LOCAL))
             phases.append(ring_phase(global_rings, True, "reduce-scatter (global)", GLOBAL))
-        if name in ("allreduce", "all-gather"):
+        if name in (CollectiveName.ALLREDUCE, CollectiveName.ALL_GATHER):
             phases.append(ring_phase(global_rings, False, "all-gather (global)", GLOBAL))
             phases.append(ring_phase(local_rings, False, "all-gather (local)", LOCAL))
         slot_of_rank = np.empty(ctx.size, dtype=np.int64)

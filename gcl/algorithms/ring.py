@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gcl.algorithms import Algorithm, GroupContext, register
-from gcl.collectives import COLLECTIVES
+from gcl.collectives import COLLECTIVES, CollectiveName
 from gcl.rings import Ring, ring_phase, scatter_phase
 from gcl.schedule import FLAT, OUT, FixedOffsets, Phase
 
@@ -21,12 +21,12 @@ def ring_collective(ctx: GroupContext, rings: list[Ring]) -> list[Phase]:
     """The phases of ``ctx.collective`` over ``rings`` run together (slot = rank)."""
     name = ctx.collective.name
     phases: list[Phase | None] = []
-    if name == "broadcast":
+    if name == CollectiveName.BROADCAST:
         phases.append(scatter_phase(ctx.ipus, ctx.root, np.arange(ctx.size), ctx.chunk))
-    if name in ("allreduce", "reduce-scatter"):
-        phases.append(ring_phase(rings, True, "reduce-scatter", FLAT))
-    if name in ("allreduce", "all-gather", "broadcast"):
-        phases.append(ring_phase(rings, False, "all-gather", FLAT))
+    if name in (CollectiveName.ALLREDUCE, CollectiveName.REDUCE_SCATTER):
+        phases.append(ring_phase(rings, True, CollectiveName.REDUCE_SCATTER.value, FLAT))
+    if name in (CollectiveName.ALLREDUCE, CollectiveName.ALL_GATHER, CollectiveName.BROADCAST):
+        phases.append(ring_phase(rings, False, CollectiveName.ALL_GATHER.value, FLAT))
     return [p for p in phases if p is not None]
 
 
@@ -54,6 +54,7 @@ class ClockwiseRing(Algorithm):
     """One ring in the topology's preferred order, every collective."""
 
     name = "clockwise_ring"
+    auto_order = 10
     collectives = frozenset(COLLECTIVES)
     reverse = False
 
@@ -63,7 +64,7 @@ class ClockwiseRing(Algorithm):
 
     def build(self, ctx: GroupContext) -> tuple[list[Phase], np.ndarray]:
         ranks = self.ring_ranks(ctx)
-        if ctx.collective.name == "all-to-all":
+        if ctx.collective.name == CollectiveName.ALL_TO_ALL:
             return pairwise_exchange(ctx, ranks), np.arange(ctx.size)
         ring = Ring(ctx.ipus[ranks], ranks, stride=ctx.chunk, count=ctx.chunk)
         return ring_collective(ctx, [ring]), np.arange(ctx.size)
@@ -74,4 +75,5 @@ class AnticlockwiseRing(ClockwiseRing):
     """The clockwise ring walked the other way."""
 
     name = "anticlockwise_ring"
+    auto_order = 11
     reverse = True

@@ -110,11 +110,7 @@ class LinkClient:
                     sock, server_hostname=self._server_name)
                 if sock.selected_alpn_protocol() != ALPN:
                     raise h2.ProtocolError("the server did not choose h2 (ALPN)")
-            connection.write([h2.PREFACE])
-            connection.send_settings(server=False)
-            while not connection.settings_seen:
-                length, kind, flags, stream = connection.read_header()
-                connection.handle_control(length, kind, flags, stream)
+            connection.handshake()
         except BaseException:
             connection.close()
             raise
@@ -127,8 +123,7 @@ class LinkClient:
             if connection is None:
                 connection = self._connect(limit)
             connection.deadline = limit  # for the whole call, every wait included
-            stream = connection.current = connection.next_stream
-            connection.next_stream += 2
+            stream = connection.protocol.next_stream  # a new stream, the one in progress
             connection.send_headers(stream, [
                 (":method", "POST"), (":scheme", "http"), (":path", path),
                 (":authority", "localhost"), ("content-type", "application/grpc"),
@@ -147,9 +142,10 @@ class LinkClient:
                                   f"{error}") from None
             raise
         status = trailers.get("grpc-status", "2")
-        connection.current, connection.deadline = 0, None
+        connection.deadline = None
+        protocol = connection.protocol
         with self._lock:
-            if self._closed or connection.closing or connection.next_stream > 1 << 30:
+            if self._closed or protocol.closing or protocol.next_stream > 1 << 30:
                 connection.close()
             else:
                 self._idle.append((connection, time.monotonic()))
@@ -176,21 +172,11 @@ class LinkClient:
     @staticmethod
     def _response(connection: h2.Connection,
                   stream: int) -> tuple[np.ndarray | None, dict[str, str]]:
-        """The reply message and trailers of ``stream``."""
-        reply, headers = None, {}
-        while True:
-            length, kind, flags, on = connection.read_header()
-            if on == stream and kind == h2.HEADERS:
-                headers.update(connection.read_headers(length, flags, on))
-                if flags & h2.END_STREAM:
-                    return reply, headers
-            elif on == stream and kind == h2.DATA:
-                for message in connection.messages(stream, first=(length, flags)):
-                    reply = message
-                headers.update(connection.trailers)
-                return reply, headers
-            else:
-                connection.handle_control(length, kind, flags, on)
+        """The reply message of ``stream`` (its last), and its headers and trailers."""
+        reply = None
+        for message in connection.messages(stream):
+            reply = message
+        return reply, connection.trailers
 
     def close(self) -> None:
         with self._lock:

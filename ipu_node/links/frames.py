@@ -1,30 +1,79 @@
-"""HTTP/2 frames as RFC 9113 defines them: constants, and the checks a frame passes before
-anything acts on it. Pure functions of a frame's header and payload, no socket: the
-connection (:mod:`ipu_node.links.h2`) reads, these judge (as python-hyper's hyperframe
-and h2 split parsing from state). A violation is a :class:`ConnectionViolation` carrying
-the RFC's error code, which the connection answers with GOAWAY before it closes."""
+"""HTTP/2 frames as RFC 9113 defines them: frame types, settings and error codes as
+``IntEnum``s, and the checks a frame passes before anything acts on it. Pure functions of
+a frame's header and payload, no state and no socket: the connection's state machine
+(:mod:`ipu_node.links.protocol`) parses, these judge (as python-hyper's hyperframe and h2
+split framing from state). A violation is a :class:`ConnectionViolation` carrying the
+RFC's error code, which the connection answers with GOAWAY before it closes."""
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from enum import IntEnum
+
+
+class FrameType(IntEnum):
+    """Frame types (RFC 9113 §6); any other type is unknown and ignored."""
+
+    DATA = 0x0
+    HEADERS = 0x1
+    PRIORITY = 0x2
+    RST_STREAM = 0x3
+    SETTINGS = 0x4
+    PUSH_PROMISE = 0x5
+    PING = 0x6
+    GOAWAY = 0x7
+    WINDOW_UPDATE = 0x8
+    CONTINUATION = 0x9
+
+
+class Setting(IntEnum):
+    """SETTINGS parameters (RFC 9113 §6.5.2)."""
+
+    HEADER_TABLE_SIZE = 0x1
+    ENABLE_PUSH = 0x2
+    MAX_CONCURRENT_STREAMS = 0x3
+    INITIAL_WINDOW_SIZE = 0x4
+    MAX_FRAME_SIZE = 0x5
+    MAX_HEADER_LIST_SIZE = 0x6
+
+
+class ErrorCode(IntEnum):
+    """The error codes of RST_STREAM and GOAWAY (RFC 9113 §7), those the links use."""
+
+    NO_ERROR = 0x0
+    PROTOCOL_ERROR = 0x1
+    INTERNAL_ERROR = 0x2
+    FLOW_CONTROL_ERROR = 0x3
+    FRAME_SIZE_ERROR = 0x6
+    REFUSED_STREAM = 0x7
+    CANCEL = 0x8
+    COMPRESSION_ERROR = 0x9
+    ENHANCE_YOUR_CALM = 0xB
+
+
+# Short names, as the RFC spells them, for the members that frame checks and raw peers
+# (tests) use most; the enums above are the definitions.
+DATA, HEADERS, PRIORITY, RST_STREAM = (FrameType.DATA, FrameType.HEADERS, FrameType.PRIORITY,
+                                       FrameType.RST_STREAM)
+SETTINGS, PUSH_PROMISE, PING, GOAWAY = (FrameType.SETTINGS, FrameType.PUSH_PROMISE,
+                                        FrameType.PING, FrameType.GOAWAY)
+WINDOW_UPDATE, CONTINUATION = FrameType.WINDOW_UPDATE, FrameType.CONTINUATION
+ENABLE_PUSH, INITIAL_WINDOW_SIZE = Setting.ENABLE_PUSH, Setting.INITIAL_WINDOW_SIZE
+MAX_FRAME_SIZE = Setting.MAX_FRAME_SIZE
+NO_ERROR, PROTOCOL_ERROR = ErrorCode.NO_ERROR, ErrorCode.PROTOCOL_ERROR
+FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR = ErrorCode.FLOW_CONTROL_ERROR, ErrorCode.FRAME_SIZE_ERROR
+ENHANCE_YOUR_CALM = ErrorCode.ENHANCE_YOUR_CALM
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, \
-    WINDOW_UPDATE, CONTINUATION = range(10)
-END_STREAM = ACK = 0x1
+END_STREAM = ACK = 0x1  # flags (a bit each; ACK on SETTINGS and PING)
 END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
-HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, \
-    MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE = range(1, 7)
-# error codes (RFC 9113 §7)
-NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x2, 0x3
-FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 0x6, 0x7, 0x8, 0x9
-ENHANCE_YOUR_CALM = 0xB
 MAX_WINDOW = (1 << 31) - 1
 DEFAULT_WINDOW, DEFAULT_FRAME_BYTES = 65535, 16384
 MAX_SETTINGS = 32  # settings in one SETTINGS frame (RFC 9113 defines 6; a few new ones)
 GOAWAY_DEBUG_KEPT = 1024  # bytes of a GOAWAY's debug data kept for the error message
-_FIXED_LENGTH = {PRIORITY: 5, RST_STREAM: 4, PING: 8, WINDOW_UPDATE: 4}
+FRAME_HEADER_BYTES = 9
+_FIXED_LENGTH: dict[int, int] = {PRIORITY: 5, RST_STREAM: 4, PING: 8, WINDOW_UPDATE: 4}
 _ON_STREAM_ONLY = (DATA, HEADERS, PRIORITY, RST_STREAM, PUSH_PROMISE, CONTINUATION)
 _ON_CONNECTION_ONLY = (SETTINGS, PING, GOAWAY)
 _HEADER = struct.Struct(">I B I")  # frame length (24 bits) + type, flags, stream id
@@ -41,13 +90,19 @@ class StreamReset(ProtocolError):
 class ConnectionViolation(ProtocolError):
     """The peer broke RFC 9113: a connection error with ``code`` (answered by GOAWAY)."""
 
-    def __init__(self, code: int, text: str) -> None:
+    def __init__(self, code: ErrorCode, text: str) -> None:
         super().__init__(text)
         self.code = code
 
 
 def frame_header(length: int, kind: int, flags: int, stream: int) -> bytes:
     return _HEADER.pack((length << 8) | kind, flags, stream)
+
+
+def parse_header(raw: bytes | bytearray | memoryview) -> tuple[int, int, int, int]:
+    """A frame header's (length, type, flags, stream), the stream's reserved bit dropped."""
+    return (int.from_bytes(raw[:3], "big"), raw[3], raw[4],
+            int.from_bytes(raw[5:9], "big") & 0x7FFFFFFF)
 
 
 def check_header(length: int, kind: int, flags: int, stream: int, max_frame: int) -> None:
@@ -90,7 +145,7 @@ def header_block_span(payload: bytes | bytearray, flags: int) -> tuple[int, int]
     return start, end
 
 
-def settings(payload: bytes) -> Iterator[tuple[int, int]]:
+def settings(payload: bytes | bytearray) -> Iterator[tuple[int, int]]:
     """The (key, value) pairs of a SETTINGS payload, each value within RFC 9113's range."""
     for at in range(0, len(payload), 6):
         key, value = struct.unpack_from(">HI", payload, at)
@@ -103,7 +158,7 @@ def settings(payload: bytes) -> Iterator[tuple[int, int]]:
         yield key, value
 
 
-def window_increment(payload: bytes, window: int) -> int:
+def window_increment(payload: bytes | bytearray, window: int) -> int:
     """A WINDOW_UPDATE's increment, checked: not zero, and ``window`` plus it within
     2^31-1."""
     increment = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
@@ -119,5 +174,5 @@ def goaway_payload(last_stream: int, code: int, debug: bytes = b"") -> bytes:
     return struct.pack(">II", last_stream, code) + debug[:GOAWAY_DEBUG_KEPT]
 
 
-def settings_payload(pairs: list[tuple[int, int]]) -> bytes:
+def settings_payload(pairs: Sequence[tuple[int, int]]) -> bytes:
     return b"".join(struct.pack(">HI", key, value) for key, value in pairs)

@@ -20,14 +20,11 @@ from pathlib import Path
 
 from ipu_node.errors import DeviceError
 from ipu_node.links import auth, h2
+from ipu_node.links.events import HeadersReceived
 from ipu_node.links.frames import (
-    ENHANCE_YOUR_CALM,
-    GOAWAY,
-    HEADERS,
-    NO_ERROR,
-    PREFACE,
-    SETTINGS,
     ConnectionViolation,
+    ErrorCode,
+    FrameType,
     frame_header,
     goaway_payload,
 )
@@ -117,7 +114,6 @@ class LinkServer:
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._stopped = False
-        self.refused_connections = 0  # turned away: beyond the cap
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         tcp = socket.socket(family, socket.SOCK_STREAM)
         tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -198,13 +194,12 @@ class LinkServer:
     def _turn_away(self, sock: socket.socket) -> None:
         """A connection beyond the cap: SETTINGS, GOAWAY (ENHANCE_YOUR_CALM), close. Never
         blocks the accepting thread on the peer."""
-        self.refused_connections += 1
         debug = f"{self.device}: more than {self.limits.max_connections} connections".encode()
-        payload = goaway_payload(0, ENHANCE_YOUR_CALM, debug)
+        payload = goaway_payload(0, ErrorCode.ENHANCE_YOUR_CALM, debug)
         try:
             sock.setblocking(False)
-            sock.send(frame_header(0, SETTINGS, 0, 0)
-                      + frame_header(len(payload), GOAWAY, 0, 0) + payload)
+            sock.send(frame_header(0, FrameType.SETTINGS, 0, 0)
+                      + frame_header(len(payload), FrameType.GOAWAY, 0, 0) + payload)
             sock.recv(1 << 16)  # what the peer sent already, so the close sends no reset
         except OSError:
             pass
@@ -236,6 +231,7 @@ class LinkServer:
         except (h2.ProtocolError, OSError):
             pass  # the peer went away, or went quiet: drop the connection
         finally:
+            connection.protocol.abandon_stream()  # a message begun leaves the budget
             with self._lock:
                 self._connections.discard(sock)
                 self._connections.discard(connection.sock)
@@ -247,10 +243,7 @@ class LinkServer:
     def _handshake(self, connection: h2.Connection) -> None:
         """The preface and the client's SETTINGS, within the handshake timeout in all."""
         connection.deadline = time.monotonic() + self.limits.handshake_timeout_s
-        if connection.read(len(PREFACE)) != PREFACE:
-            raise h2.ProtocolError("not HTTP/2")  # nothing to say to it
-        connection.send_settings(server=True)
-        connection.handle_control(*connection.read_header())  # SETTINGS: checked
+        connection.handshake()
         connection.deadline = None
         connection.sock.settimeout(self.limits.idle_timeout_s)
 
@@ -258,24 +251,22 @@ class LinkServer:
         """Serve calls one after another; True once a call was refused for want of the
         secret (the connection is to be closed politely)."""
         while True:
-            length, kind, flags, stream = connection.read_header()
-            if kind != HEADERS:
-                connection.handle_control(length, kind, flags, stream)
-                continue
-            connection.open_stream(stream)
-            headers = connection.read_headers(length, flags, stream)
+            event = connection.next_event()
+            if not (isinstance(event, HeadersReceived)
+                    and event.stream == connection.protocol.current):
+                continue  # a request opens a stream; the rest is news of old ones
+            stream, headers = event.stream, event.headers
             if not auth.authorized(headers, self._secret):
                 self._answer(connection, stream, auth.UNAUTHENTICATED,
                              f"{self.device}: this link needs the POD's link secret")
-                connection.goaway(NO_ERROR, "unauthenticated")
+                connection.goaway(ErrorCode.NO_ERROR, "unauthenticated")
                 return True
-            connection.current = stream
-            messages = iter(()) if flags & h2.END_STREAM else connection.messages(stream)
+            messages = iter(()) if event.end_stream else connection.messages(stream)
             try:
                 self._call(connection, stream, headers.get(":path", ""), messages)
             except h2.StreamReset:
                 pass  # the client gave up on this stream: ready for the next
-            connection.current = 0  # what comes about it from now on is old news
+            connection.protocol.abandon_stream()  # what comes about it now is old news
 
     def _call(self, connection: h2.Connection, stream: int, path: str, messages) -> None:
         """Run one RPC and answer it; a failing handler becomes a gRPC status."""

@@ -80,7 +80,3 @@ def transport(name: str = DEFAULT_TRANSPORT) -> Transport:
                         f"{', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name]
 
-
-def transports() -> list[str]:
-    _MODULES.load()
-    return sorted(_REGISTRY)

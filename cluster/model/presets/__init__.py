@@ -1,8 +1,8 @@
 """Topology presets: ``dss8440``, ``dss8440xN``, ``pod16``, ``pod64`` ... ``pod65536``.
 
 A preset is one function, registered with :func:`preset` under a regular expression that
-its spec strings match. Adding a preset is one new module here that calls :func:`preset`,
-plus its name in ``_MODULES`` below.
+its spec strings match. Adding a preset is one new module here that calls :func:`preset`
+(the registry finds the module itself: :class:`~cluster.model.plugins.Registry`).
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ from typing import TYPE_CHECKING
 
 from cluster.errors import SpecError, quoted
 from cluster.model.hardware import SEED_FIGURES, FigureChoice, LinkType
-from cluster.model.plugins import PluginModules
+from cluster.model.plugins import Registry
 from cluster.model.topology import Topology
 
 if TYPE_CHECKING:
     from cluster.model.builder import TopologyBuilder
-
-_MODULES = PluginModules("cluster.model.presets.dss8440", "cluster.model.presets.ipu_pod")
 
 
 @dataclass(frozen=True)
@@ -64,15 +62,24 @@ class Preset:
     build: PresetBuilder
 
 
-_PRESETS: list[Preset] = []
+def _check(entry: Preset) -> None:
+    """A TypeError unless ``entry`` builds from a callable and shows an example."""
+    if not callable(entry.build) or not entry.example or not entry.summary:
+        raise TypeError(f"preset {entry.pattern.pattern!r} needs a builder, an example and "
+                        "a summary")
+
+
+_PRESETS: Registry[Preset] = Registry("preset", __name__, check=_check)
 
 
 def preset(pattern: str, example: str,
            summary: str) -> Callable[[PresetBuilder], PresetBuilder]:
-    """Register ``fn(match, options) -> Topology`` for spec strings matching ``pattern``."""
+    """Register ``fn(match, options) -> Topology`` for spec strings matching ``pattern``
+    (the pattern is the preset's name in the registry: one builder each)."""
 
     def register(fn: PresetBuilder) -> PresetBuilder:
-        _PRESETS.append(Preset(re.compile(pattern + r"\Z"), example, summary, fn))
+        _PRESETS.register(pattern, Preset(re.compile(pattern + r"\Z"), example, summary, fn),
+                          fn.__module__)
         return fn
 
     return register
@@ -80,8 +87,7 @@ def preset(pattern: str, example: str,
 
 def presets() -> list[Preset]:
     """Every registered preset, in registration order (importing their modules once)."""
-    _MODULES.load()
-    return list(_PRESETS)
+    return list(_PRESETS.values())
 
 
 def is_preset(spec: str) -> bool:

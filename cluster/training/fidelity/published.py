@@ -14,23 +14,25 @@ import json
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, cast, get_args, get_origin, get_type_hints
 
 from cluster.errors import UserError, quoted
 from cluster.model.files import open_regular
+from cluster.model.hardware import IPUS_PER_POD64
 from cluster.training.config import MLP, TrainConfig
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import DEFAULT as DEFAULT_SCHEDULE
 from cluster.training.pipeline.schedules import popart
 from cluster.training.workloads import BUILTINS
+from gcl.algorithms.ring import ClockwiseRing
 from gcl.modes import Mode
 
 TABLE = Path(__file__).with_name("published_steps.json")
-IPUS_PER_RACK = 64  # an IPU-POD64 (HARDWARE.md, 003)
+IPUS_PER_RACK = IPUS_PER_POD64  # a rack of the published systems is an IPU-POD64
 BERT_SEQUENCE_LENGTH = 512  # MLPerf's BERT-Large: sequence 512 (the logs' max_sequence_length)
 MAX_TABLE_BYTES = 1 << 20
 MAX_TABLE_NUMBER = 10**9  # no whole number in a table comes near: IPUs, steps, layers
-ALGORITHM = "clockwise_ring"
+ALGORITHM = ClockwiseRing.name
 """The gradient allreduce of the published runs: one ring through every replica, racks
 chained over their GW-Links. The submissions ran Poplar SDK 2.1 and 2.3 (systems/*.json)
 on partitions with ring routing (``vipu create partition ... --routing ring-swnc``, the
@@ -43,8 +45,6 @@ byte of the gradient over the GW-Link path, where the hierarchical algorithm mov
 
 OPTIONAL = {"final_stage_on_first_ipu": False}  # fields a table may leave out, as tables
 # written before they existed do
-_KINDS: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "str": str,
-                                              "list[int]": list, "bool": bool}
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,9 @@ class PublishedStep:
     def label(self) -> str:
         """``v1.1 resnet50 pod128``: how tables name it."""
         return f"{self.round} {self.model} {self.topology}"
+
+
+_FIELD_TYPES = get_type_hints(PublishedStep)  # each field's type, resolved from its annotation
 
 
 def load_published(path: Path = TABLE) -> list[PublishedStep]:
@@ -116,9 +119,7 @@ def _entry(row: Any, where: str) -> PublishedStep:
     values: dict[str, Any] = {}
     for field in fields(PublishedStep):
         value = row.get(field.name, OPTIONAL.get(field.name))
-        kind = _KINDS[str(field.type)]
-        if (isinstance(value, bool) != (kind is bool)) or not isinstance(value, kind) or (
-                isinstance(value, list) and not all(type(n) is int for n in value)):
+        if not _is_a(value, _FIELD_TYPES[field.name]):
             raise UserError(f"{where}: {field.name} must be a {field.type}, not "
                             f"{quoted(value, 40)}")
         if any(type(n) is int and abs(n) > MAX_TABLE_NUMBER  # past a float, or near it
@@ -140,6 +141,20 @@ def _entry(row: Any, where: str) -> PublishedStep:
         raise UserError(f"{where}: topology must be pod{entry.ipus} (its ipus), in whole "
                         f"replicas of ipus_per_replica IPUs")
     return entry
+
+
+def _is_a(value: Any, hint: Any) -> bool:
+    """Whether JSON ``value`` is of the field type ``hint`` (``int``, ``float``, ``str``,
+    ``bool`` or ``list[int]``): a bool is no number, a whole number is a float, a list's
+    items are of its item type exactly."""
+    kind = get_origin(hint) or hint
+    if isinstance(value, bool) != (kind is bool):
+        return False
+    if not isinstance(value, (int, float) if kind is float else kind):
+        return False
+    items = get_args(hint)
+    return not items or (isinstance(value, list)
+                         and all(type(item) is items[0] for item in value))
 
 
 def train_config(entry: PublishedStep, efficiency_scale: float = 1.0) -> TrainConfig:

@@ -1,5 +1,5 @@
 """Sharding: the MLP's widest layer split by columns over the IPUs of a replica's Graph
-Compile Domain, every other layer on its first IPU (HARDWARE.md, "Model parallelism":
+Compile Domain, every other layer on its first IPU (docs/hardware.md, "Model parallelism":
 sharding across the GCD).
 
 - :mod:`.columns`: the arithmetic, pure NumPy, equal to the whole model's;

@@ -48,6 +48,7 @@ from cluster.training.workloads.arithmetic import (
     whole,
 )
 from cluster.training.workloads.layers import Layer, LayerKind, Workload
+from cluster.training.workloads.registry import builtin_workload
 from cluster.training.workloads.transformer import attention_layer, ffn_layer
 
 VOCABULARY = 30_522
@@ -116,12 +117,14 @@ def bert(config: BertConfig, sequence_length: int = 128, masked_positions: int |
                     partials_dtype=precision.partials, optimizer_values_per_parameter=2)
 
 
+@builtin_workload("bert-base", "BERT-Base pre-training, 110 M parameters, per sequence")
 def bert_base(sequence_length: int = 128, masked_positions: int | None = None,
               precision: Precision = HALF) -> Workload:
     """BERT-Base pre-training (12 layers, hidden 768): see the module's docstring."""
     return bert(BASE, sequence_length, masked_positions, precision)
 
 
+@builtin_workload("bert-large", "BERT-Large pre-training, 336 M parameters, per sequence")
 def bert_large(sequence_length: int = 128, masked_positions: int | None = None,
                precision: Precision = HALF) -> Workload:
     """BERT-Large pre-training (24 layers, hidden 1024): see the module's docstring."""

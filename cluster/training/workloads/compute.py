@@ -3,7 +3,7 @@
 A layer's forward pass for ``samples`` samples takes ``samples * forward_flops / (peak *
 efficiency)``: the peak is the processor's for the workload's partials dtype
 (``fp16_flops_per_second`` or ``fp32_flops_per_second``: GC2 100 TFLOPS fp16 from seed
-000, 124.5 public, 31.1 fp32; GC200 250 fp16 from seed 002, 62.5 fp32; HARDWARE.md), the
+000, 124.5 public, 31.1 fp32; GC200 250 fp16 from seed 002, 62.5 fp32; docs/hardware.md), the
 efficiency the fraction of it that the layer's kind reaches (:class:`Efficiencies`).
 Backward is ``BACKWARD_FLOPS_FACTOR`` (2) times forward; recomputation adds one forward.
 The weight update is costed once per step by :func:`update_seconds`.
@@ -46,7 +46,7 @@ class Efficiencies:
       sequences/s on a Bow Pod16 with PopART (Graphcore's performance results page,
       pre-SDK 2.5). The built-in's 3 x 8.04e10 FLOPs per sequence make 1.25e15 FLOPS,
       over 16 Bow IPUs' ``16 * 350e12 = 5.6e15`` (Bow IPU: 350 TFLOPS fp16, public
-      docs, not in HARDWARE.md): 0.223. A Bow IPU is a GC200 at a higher clock; taking
+      docs, not in docs/hardware.md): 0.223. A Bow IPU is a GC200 at a higher clock; taking
       the fraction for the GC200 is our assumption. The figure covers whole encoder
       layers, so attention and dense get the same value.
     - ``embedding``, ``norm``, ``pool``, ``elementwise``, ``loss`` 0.05: an assumption,
@@ -189,7 +189,7 @@ def update_seconds(workload: Workload, processor: Processor, parameters: int | N
 
     The optimiser computes in float32 on the vector units: its FLOPs over the fp32 peak
     times the ``elementwise`` efficiency, plus its memory passes (:func:`update_bytes`)
-    over ``memory_bandwidth_Bps`` (GC2 45 TB/s, GC200 47.5 TB/s; HARDWARE.md). Summed,
+    over ``memory_bandwidth_Bps`` (GC2 45 TB/s, GC200 47.5 TB/s; docs/hardware.md). Summed,
     not overlapped: a tile's loads and stores issue from the same instruction stream as
     its arithmetic, so within the update's superstep they overlap little.
     """

@@ -17,7 +17,7 @@ Parameters: 1,557,611,200 (Hugging Face's ``gpt2-xl``; "1.5B" in the paper). For
 FLOPs per 1024-token sequence: 3.52e12, within 0.5% of ``24 s l h^2 (1 + s / 6h) +
 2 s h V``, the forward part of Narayanan et al. 2021's count (section 5.1). In float16
 the weights alone are 3.1 GB, over three times a GC200's 900 MB of In-Processor-Memory
-(HARDWARE.md, 003): the model needs pipelining. Default precision: float16 throughout;
+(docs/hardware.md, 003): the model needs pipelining. Default precision: float16 throughout;
 Adam (two float32 values per parameter), GPT-2's optimiser.
 """
 
@@ -35,6 +35,7 @@ from cluster.training.workloads.arithmetic import (
     whole,
 )
 from cluster.training.workloads.layers import Layer, LayerKind, Workload
+from cluster.training.workloads.registry import builtin_workload
 from cluster.training.workloads.transformer import attention_layer, ffn_layer
 
 VOCABULARY = 50_257
@@ -45,6 +46,7 @@ HEADS = 25
 FFN = 4 * HIDDEN
 
 
+@builtin_workload("gpt2-xl", "GPT-2 XL, 1.56 B parameters, 1024 tokens, per sequence")
 def gpt2_xl(sequence_length: int = CONTEXT, precision: Precision = HALF) -> Workload:
     """GPT-2 XL training on ``sequence_length`` tokens (1 to 1024), per sequence."""
     s = whole("sequence_length", sequence_length, 1, CONTEXT)

@@ -112,7 +112,7 @@ def memory_use(workload: Workload, layers: Sequence[Layer] | None = None,
 
 def fits(use: MemoryUse, processor: Processor, reserve_bytes: int = 0) -> bool:
     """Whether ``use`` plus ``reserve_bytes`` (code, exchange buffers) fits the
-    processor's In-Processor-Memory (GC2 ~300 MB, GC200 900 MB; HARDWARE.md)."""
+    processor's In-Processor-Memory (GC2 ~300 MB, GC200 900 MB; docs/hardware.md)."""
     if isinstance(reserve_bytes, bool) or not isinstance(reserve_bytes, int) or reserve_bytes < 0:
         raise UserError(f"reserve_bytes must be a whole number of 0 or more, not "
                         f"{reserve_bytes!r}")

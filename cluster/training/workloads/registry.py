@@ -1,8 +1,10 @@
 """Workloads by name: :func:`workload` builds a built-in or reads a workload file.
 
-Built-ins (one module each, registered in :data:`BUILTINS`): ``resnet50``, ``bert-base``,
+Built-ins (their builders decorated by :func:`builtin_workload` in their own modules, which
+:data:`BUILTINS` finds by walking this package): ``resnet50``, ``bert-base``,
 ``bert-large``, ``gpt2-xl`` and ``mlp`` (the trainer's NumPy MLP). Options are keyword
-arguments: each built-in's own (``sequence_length=384``), and for all but ``mlp`` the
+arguments: each built-in's own, read from its builder's signature (``sequence_length=384``),
+and for those whose builder takes a ``precision`` (all but ``mlp``) the
 number formats ``weight_dtype``, ``gradient_dtype``, ``partials_dtype`` (``"float16"``
 or ``"float32"``); ``optimizer_values_per_parameter`` for every built-in. An unknown
 name, option or value is a :class:`SpecError` saying what to write instead.
@@ -11,21 +13,21 @@ name, option or value is a :class:`SpecError` saying what to write instead.
 from __future__ import annotations
 
 import difflib
+import inspect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from cluster.errors import SpecError
+from cluster.model.plugins import Registry
 from cluster.training.numpy_mlp import MLPSpec
-from cluster.training.workloads.arithmetic import HALF, Precision, whole
-from cluster.training.workloads.bert import bert_base, bert_large
-from cluster.training.workloads.gpt2 import gpt2_xl
+from cluster.training.workloads.arithmetic import Precision, whole
 from cluster.training.workloads.layers import Workload
 from cluster.training.workloads.mlp import mlp_workload
-from cluster.training.workloads.resnet import resnet50
 from cluster.training.workloads.workload_yaml import MAX_OPTIMIZER_VALUES, load_workload
 
+PRECISION = "precision"  # the builder parameter that takes the number formats
 PRECISION_OPTIONS = ("weight_dtype", "gradient_dtype", "partials_dtype")
 OPTIMIZER_OPTION = "optimizer_values_per_parameter"
 MAX_WIDTH = 1 << 20  # MLP sizes: far beyond the trainer's, small enough to stay sane
@@ -34,13 +36,58 @@ MAX_HIDDEN_LAYERS = 64
 
 @dataclass(frozen=True)
 class Builtin:
-    """A built-in workload: its builder, its own options, its default number formats
-    (``None``: fixed, as the MLP's float32) and a one-line summary."""
+    """A built-in workload: its builder and a one-line summary. The builder's keyword
+    parameters are the built-in's options; a ``precision`` parameter, if it has one, takes
+    the number formats, and its default is the built-in's."""
 
     build: Callable[..., Workload]
-    options: tuple[str, ...]
-    precision: Precision | None
     summary: str
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The built-in's own options: its builder's parameters but ``precision``."""
+        return tuple(name for name in inspect.signature(self.build).parameters
+                     if name != PRECISION)
+
+    @property
+    def precision(self) -> Precision | None:
+        """The default number formats (``None``: fixed, as the MLP's float32)."""
+        parameter = inspect.signature(self.build).parameters.get(PRECISION)
+        return None if parameter is None else parameter.default
+
+
+def _check(entry: Builtin) -> None:
+    """A TypeError unless the builder can build with no arguments, by keyword, and a
+    ``precision`` parameter defaults to a :class:`Precision`."""
+    name = getattr(entry.build, "__name__", repr(entry.build))
+    for parameter in inspect.signature(entry.build).parameters.values():
+        if parameter.default is inspect.Parameter.empty or parameter.kind not in (
+                inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
+            raise TypeError(f"workload builder {name}: every parameter is a keyword with a "
+                            f"default, not {parameter.name}")
+    if entry.precision is not None and not isinstance(entry.precision, Precision):
+        raise TypeError(f"workload builder {name}: precision defaults to a Precision")
+
+
+def _size(entry: Builtin) -> int:
+    """The built-in's parameters as built by default: the registry lists the smallest
+    network first."""
+    return entry.build().parameter_count
+
+
+BUILTINS: Registry[Builtin] = Registry("built-in workload", "cluster.training.workloads",
+                                       check=_check, order=_size)
+_B = TypeVar("_B", bound=Callable[..., Workload])
+
+
+def builtin_workload(name: str, summary: str) -> Callable[[_B], _B]:
+    """Decorator: register a builder ``(**options) -> Workload`` as built-in ``name``."""
+
+    def register(build: _B) -> _B:
+        BUILTINS.register(name, Builtin(build, summary), build.__module__)
+        return build
+
+    return register
 
 
 def _hidden(value: Any) -> tuple[int, ...]:
@@ -53,25 +100,12 @@ def _hidden(value: Any) -> tuple[int, ...]:
     return tuple(whole("hidden", item, 1, MAX_WIDTH) for item in items)
 
 
+@builtin_workload("mlp", "the trainer's NumPy MLP, float32, per sample")
 def _mlp(input_size: Any = 64, hidden: Any = (128,), classes: Any = 10) -> Workload:
     """The trainer's MLP; the defaults are ``TrainConfig``'s (cluster/training/trainer.py)."""
     spec = MLPSpec(whole("input_size", input_size, 1, MAX_WIDTH), _hidden(hidden),
                    whole("classes", classes, 2, MAX_WIDTH))
     return mlp_workload(spec)
-
-
-BUILTINS: dict[str, Builtin] = {
-    "resnet50": Builtin(resnet50, ("image_size", "classes"), HALF,
-                        "ResNet-50 v1.5, 224x224, 25.6 M parameters, per image"),
-    "bert-base": Builtin(bert_base, ("sequence_length", "masked_positions"), HALF,
-                         "BERT-Base pre-training, 110 M parameters, per sequence"),
-    "bert-large": Builtin(bert_large, ("sequence_length", "masked_positions"), HALF,
-                          "BERT-Large pre-training, 336 M parameters, per sequence"),
-    "gpt2-xl": Builtin(gpt2_xl, ("sequence_length",), HALF,
-                       "GPT-2 XL, 1.56 B parameters, 1024 tokens, per sequence"),
-    "mlp": Builtin(_mlp, ("input_size", "hidden", "classes"), None,
-                   "the trainer's NumPy MLP, float32, per sample"),
-}
 
 
 def workload_names() -> tuple[str, ...]:

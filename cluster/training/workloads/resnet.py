@@ -45,6 +45,7 @@ from cluster.training.workloads.arithmetic import (
     whole,
 )
 from cluster.training.workloads.layers import Layer, LayerKind, Workload
+from cluster.training.workloads.registry import builtin_workload
 
 STAGES = ((64, 3), (128, 4), (256, 6), (512, 3))  # (width, blocks) of layer1 .. layer4
 EXPANSION = 4  # a bottleneck's output channels over its width
@@ -133,6 +134,7 @@ class _Builder:
                   stashed_bytes=p * classes)]
 
 
+@builtin_workload("resnet50", "ResNet-50 v1.5, 224x224, 25.6 M parameters, per image")
 def resnet50(image_size: int = 224, classes: int = 1000,
              precision: Precision = HALF) -> Workload:
     """ResNet-50 v1.5 for square ``image_size`` images (32 to 1024 pixels) and

@@ -1,4 +1,6 @@
-"""The pipeline schedules by name: one file each, registered here with their limits."""
+"""The pipeline schedules by name: one module each, which registers its builder with
+:func:`schedule` (and the limit it puts on the shape, if any); the registry finds the
+modules itself (:class:`~cluster.model.plugins.Registry`)."""
 
 from __future__ import annotations
 
@@ -6,11 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cluster.errors import UserError
+from cluster.model.plugins import Registry
 from cluster.training.pipeline.schedule import PipelineSchedule, check_shape
-from cluster.training.pipeline.schedules import fill_drain, one_f_one_b, popart
 
 Builder = Callable[[int, int], PipelineSchedule]
 ShapeCheck = Callable[[int, int], None]
+DEFAULT = "fill-drain"  # the schedule a run uses unless told (registered: a test checks)
+ONE_STAGE = "1f1b"  # the order of one stage's passes, whatever the schedule's name
 
 
 def _no_limit(stages: int, micro_batches: int) -> None:
@@ -27,12 +31,24 @@ class Registered:
     check_shape: ShapeCheck = _no_limit
 
 
-SCHEDULES: dict[str, Registered] = {
-    fill_drain.NAME: Registered(fill_drain.fill_drain),
-    one_f_one_b.NAME: Registered(one_f_one_b.one_f_one_b),
-    popart.NAME: Registered(popart.popart, popart.check_micro_batches),
-}
-DEFAULT = fill_drain.NAME
+def _check(entry: Registered) -> None:
+    """A TypeError unless the builder and the shape check are callables."""
+    if not callable(entry.build) or not callable(entry.check_shape):
+        raise TypeError("a pipeline schedule registers a builder and a shape check")
+
+
+SCHEDULES: Registry[Registered] = Registry("pipeline schedule", __name__, check=_check)
+
+
+def schedule(name: str, check_shape: ShapeCheck = _no_limit) -> Callable[[Builder], Builder]:
+    """Decorator: register ``builder(stages, micro_batches)`` as schedule ``name``, with
+    ``check_shape(stages, micro_batches)`` for a schedule that limits its shape."""
+
+    def register(builder: Builder) -> Builder:
+        SCHEDULES.register(name, Registered(builder, check_shape), builder.__module__)
+        return builder
+
+    return register
 
 
 def schedule_names() -> list[str]:
@@ -46,8 +62,7 @@ def pipeline_schedule(name: str, stages: int, micro_batches: int) -> PipelineSch
     run one after another, forward then backward (1f1b's order for one stage), whatever
     the name."""
     check_schedule_shape(name, stages, micro_batches)
-    build = SCHEDULES[name].build
-    return (one_f_one_b.one_f_one_b if stages == 1 else build)(stages, micro_batches)
+    return SCHEDULES[ONE_STAGE if stages == 1 else name].build(stages, micro_batches)
 
 
 def check_schedule_shape(name: str, stages: int, micro_batches: int) -> None:

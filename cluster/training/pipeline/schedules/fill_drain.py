@@ -7,10 +7,12 @@ fraction of the pipeline is ``(K - 1) / (M + K - 1)``."""
 from __future__ import annotations
 
 from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule
+from cluster.training.pipeline.schedules import schedule
 
 NAME = "fill-drain"
 
 
+@schedule(NAME)
 def fill_drain(stages: int, micro_batches: int) -> PipelineSchedule:
     """The fill-drain schedule of ``stages`` stages and ``micro_batches`` micro-batches."""
     order = tuple(

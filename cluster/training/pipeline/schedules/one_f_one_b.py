@@ -7,10 +7,12 @@ instead of ``M``: it is the schedule that saves memory."""
 from __future__ import annotations
 
 from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule
+from cluster.training.pipeline.schedules import schedule
 
 NAME = "1f1b"
 
 
+@schedule(NAME)
 def one_f_one_b(stages: int, micro_batches: int) -> PipelineSchedule:
     """The 1F1B schedule of ``stages`` stages and ``micro_batches`` micro-batches."""
     order = []

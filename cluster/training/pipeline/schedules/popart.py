@@ -16,6 +16,7 @@ the copies"). Stage ``s`` keeps ``2(K - 1 - s) + 1`` micro-batches' activations 
 from __future__ import annotations
 
 from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule, TooFewMicroBatches
+from cluster.training.pipeline.schedules import schedule
 
 NAME = "popart"
 
@@ -30,6 +31,7 @@ def check_micro_batches(stages: int, micro_batches: int) -> None:
             f"(got {micro_batches})", needed)
 
 
+@schedule(NAME, check_micro_batches)
 def popart(stages: int, micro_batches: int) -> PipelineSchedule:
     """PopART's schedule of ``stages`` forward stages and ``micro_batches`` micro-batches;
     a :class:`TooFewMicroBatches` error below ``2 * stages - 1`` micro-batches."""

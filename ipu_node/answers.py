@@ -1,0 +1,98 @@
+"""What a device actor answers, typed: the contract between the devices and whoever reads
+them (the POD, its roster, the executor, the service's metrics and API).
+
+The answers cross Ray as plain dicts (``TypedDict``s are dicts at run time, so readers
+index them by key as before) and a device's state is a :class:`HealthState`, text on the
+wire. Units are in the names: ``_bytes`` bytes, ``sim_seconds`` simulated seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+import numpy as np
+
+from cluster.model.text_enum import TextEnum
+
+
+class HealthState(TextEnum):
+    """A device's state as the POD last heard it (compares equal to its string)."""
+
+    HEALTHY = "healthy"
+    RESTARTING = "restarting"
+    UNREACHABLE = "unreachable"
+    DEAD = "dead"
+
+
+CounterName = Literal["bytes_out", "bytes_in", "supersteps", "sim_seconds"]
+
+
+class IpuCounters(TypedDict):
+    """What one IPU has counted: bytes it sent and received, BSP supersteps it took part
+    in, and simulated seconds it spent in collectives."""
+
+    bytes_out: int
+    bytes_in: int
+    supersteps: int
+    sim_seconds: float
+
+
+class IpuMemoryStats(TypedDict):
+    """One IPU's In-Processor-Memory, in bytes."""
+
+    used_bytes: int
+    capacity_bytes: int
+    free_bytes: int
+
+
+class DeviceInfo(TypedDict):
+    """Who a device is (its ``info`` answer): name, ``kind`` of card or machine (a host
+    relay holds no IPUs), its control and link addresses, its Ray node (None outside Ray)
+    and process id (which incarnation answered)."""
+
+    name: str
+    kind: str
+    ipus: list[int]
+    address: str
+    link_address: str
+    node_id: str | None
+    pid: int
+
+
+class _DeviceDetails(TypedDict):
+    memory: dict[int, IpuMemoryStats]  # per IPU of the device (none on a host)
+    collectives_running: int
+    dropped_chunks: int
+
+
+class DeviceDetails(_DeviceDetails, total=False):
+    """What a kind of device adds to its counters: memory per IPU, collectives running on
+    it now, link chunks it dropped (nobody waited for them); a host relay also says how
+    many payload bytes it relayed (``relayed_bytes``)."""
+
+    relayed_bytes: int
+
+
+class DeviceStats(DeviceDetails):
+    """A device's ``stats`` answer: who answered, its counters per IPU, the bytes per
+    directed link of the topology, and its details."""
+
+    name: str
+    address: str
+    link_address: str
+    pid: int
+    counters: dict[int, IpuCounters]  # per IPU of the device
+    link_bytes: np.ndarray  # bytes its IPUs sent (or, on a host, it relayed) per directed link
+
+
+def zero_counters() -> IpuCounters:
+    """The counters of an IPU that has done nothing yet."""
+    return IpuCounters(bytes_out=0, bytes_in=0, supersteps=0, sim_seconds=0.0)
+
+
+def add_counters(a: IpuCounters, b: IpuCounters) -> IpuCounters:
+    """The sum of two IPUs' (or two incarnations') counters, counter by counter."""
+    return IpuCounters(bytes_out=a["bytes_out"] + b["bytes_out"],
+                       bytes_in=a["bytes_in"] + b["bytes_in"],
+                       supersteps=a["supersteps"] + b["supersteps"],
+                       sim_seconds=a["sim_seconds"] + b["sim_seconds"])
