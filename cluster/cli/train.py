@@ -55,7 +55,8 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
                if config.final_stage_on_first_ipu else "")
     shape = (f"{config.ipus_per_replica} IPUs each: {config.pipeline_schedule} pipeline"
              f"{wrapped}, "
-             f"{config.accumulation} micro-batches in flight"
+             f"{config.accumulation} micro-batch{'' if config.accumulation == 1 else 'es'} "
+             "in flight"
              f"{', recomputation' if config.recomputes else ''}" if pipelined else
              f"{config.ipus_per_replica} IPUs each, the widest layer sharded"
              if config.splits_columns else "1 IPU each")
