@@ -42,11 +42,11 @@ def serve_command(topology_spec: str, ray_address: str | None, host: str, port: 
                   token_file: Path | None, metrics_port: int,
                   link_tls_dir: Path | None, **sharing: Any) -> None:
     """Launch the emulated POD and serve its control API until SIGTERM or Ctrl-C."""
-    share = share_from(host, **sharing)
     link_tls = link_tls_from(link_tls_dir) if link_tls_dir is not None else None
     check_port_free(host, port, "--port")
     if metrics_port > 0:
         check_port_free(host, metrics_port, "--metrics-port")
+    share = share_from(host, port, token_file, **sharing)
     with ray_chatter_to_stderr() as out:
         pod = EmulatedPod.launch(topology_spec, ray_address=ray_address, link_tls=link_tls)
         try:

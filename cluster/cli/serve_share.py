@@ -1,8 +1,10 @@
-"""``ipupod serve``'s options for a shared POD: TLS, ``--insecure``, the audit log and the
-users' limits (:mod:`cluster.service.sharing`; docs/service.md, "Sharing a POD")."""
+"""``ipupod serve``'s options for a shared POD: TLS, ``--insecure``, the audit log, the
+state file and the users' limits (:mod:`cluster.service.sharing`; docs/service.md,
+"Sharing a POD")."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,6 +13,7 @@ import click
 
 from cluster.cli.paths import CheckedPath
 from cluster.errors import UserError
+from cluster.service.auth import TOKEN_FILE_VARIABLE, default_token_file, state_dir
 from cluster.service.limits import Limits
 from cluster.service.sharing import ShareOptions
 from cluster.service.tls import ServiceTLS, check_exposure
@@ -28,6 +31,9 @@ SHARE_OPTIONS = [
                  help="Allow a --host beyond loopback without TLS (tokens in clear text)."),
     click.option("--audit-log", type=_FILE, default=None,
                  help="The audit log (JSON lines; default audit-PORT.jsonl beside the token)."),
+    click.option("--state", "state_file", type=_FILE, default=None,
+                 help="Users and partitions kept across restarts (SQLite; default "
+                      "state-PORT.sqlite beside the token; with --port 0, only if given)."),
     click.option("--bench-per-minute", type=click.FloatRange(1, 1e6), default=30.0,
                  show_default=True,
                  help="Real-mode benchmarks a user may start per minute (one at a time)."),
@@ -41,11 +47,24 @@ def share_options(command: Command) -> Command:
     return command
 
 
-def share_from(host: str, tls_cert: Path | None, tls_key: Path | None,
-               tls_client_ca: Path | None, insecure: bool, audit_log: Path | None,
+def default_state_file(port: int, token_file: Path | None) -> Path | None:
+    """``state-PORT.sqlite`` beside the token file (the token file's name plus
+    ``.state.sqlite`` if --token-file names it); None when neither is known yet."""
+    if token_file is not None:  # with no name ('.'), writing the token will say so
+        return token_file.with_name(token_file.name + ".state.sqlite") \
+            if token_file.name else None
+    if os.environ.get(TOKEN_FILE_VARIABLE):
+        named = default_token_file(port)
+        return named.with_name(named.name + ".state.sqlite")
+    return state_dir() / f"state-{port}.sqlite" if port else None
+
+
+def share_from(host: str, port: int, token_file: Path | None, tls_cert: Path | None,
+               tls_key: Path | None, tls_client_ca: Path | None, insecure: bool,
+               audit_log: Path | None, state_file: Path | None,
                bench_per_minute: float) -> ShareOptions:
     """The options checked: TLS needs a certificate and its key; a --host beyond loopback
-    needs TLS or --insecure."""
+    needs TLS or --insecure; the state file defaults to one beside the token."""
     if (tls_cert is None) != (tls_key is None):
         raise UserError("TLS needs both --tls-cert and --tls-key")
     if tls_client_ca is not None and tls_cert is None:
@@ -55,4 +74,5 @@ def share_from(host: str, tls_cert: Path | None, tls_key: Path | None,
         tls.server_credentials()  # a user error now if a file is not PEM
     check_exposure(host, tls, insecure)
     return ShareOptions(tls=tls, audit_log=audit_log,
+                        state_file=state_file or default_state_file(port, token_file),
                         limits=Limits(per_minute=bench_per_minute))

@@ -185,10 +185,7 @@ class SharedControl:
             with self._changes:
                 self._check_quota(caller, request)
                 answer = inner(request, context)
-                self.owners[answer.name] = caller.name
-                if self.store is not None:
-                    self.store.save_partition(self.control.partitions.get(answer.name),
-                                              caller.name)
+                self._keep(answer.name, caller.name)
         elif name == "RemovePartition":
             with self._changes:
                 answer = inner(request, context)
@@ -208,6 +205,17 @@ class SharedControl:
             answer.owner = caller.name if name == "CreatePartition" else self.owners.get(
                 answer.name, ADMIN)
         return answer
+
+    def _keep(self, name: str, owner: str) -> None:
+        """Record ``owner`` of the partition just made, saved before the call answers; if
+        it cannot be saved the partition is undone (never acknowledged half-made)."""
+        if self.store is not None:
+            try:
+                self.store.save_partition(self.control.partitions.get(name), owner)
+            except BaseException:
+                self.control.partitions.remove(name)
+                raise
+        self.owners[name] = owner
 
     def _held(self, user: str) -> tuple[int, int]:
         """The IPUs and partitions ``user`` holds now."""
@@ -250,9 +258,19 @@ def open_shared(control: Any, token: str, options: ShareOptions) -> tuple[Shared
     """The gate in front of ``control`` for ``options``, and the interceptor that refuses
     calls without the administrator's token or a user's credential."""
     from cluster.service.auth import BearerToken
+    from cluster.service.state import StateStore
 
-    book = UserBook(token)
-    shared = SharedControl(control, book, AuditLog(options.audit_log), options.limits)
+    store = StateStore(options.state_file, control.topology) if options.state_file else None
+    owners: dict[str, str] = {}
+    if store is None:
+        book = UserBook(token)
+    else:
+        book = UserBook(token, store.users(), save=store.save_user, delete=store.delete_user)
+        for saved in store.partitions():
+            control.partitions.restore(saved.name, saved.block, saved.gcds)
+            owners[saved.name] = saved.owner
+    shared = SharedControl(control, book, AuditLog(options.audit_log), options.limits,
+                           owners, store)
     gate = BearerToken(token, accept=lambda given: book.identify(given) is not None,
                        refused=shared.refused_unauthenticated)
     return shared, gate
