@@ -46,7 +46,7 @@ def serve_command(topology_spec: str, ray_address: str | None, host: str, port: 
     check_port_free(host, port, "--port")
     if metrics_port > 0:
         check_port_free(host, metrics_port, "--metrics-port")
-    share = share_from(host, port, token_file, **sharing)
+    share = share_from(host, port, token_file, topology_spec, **sharing)
     with ray_chatter_to_stderr() as out:
         pod = EmulatedPod.launch(topology_spec, ray_address=ray_address, link_tls=link_tls)
         try:

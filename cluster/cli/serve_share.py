@@ -5,6 +5,7 @@ state file and the users' limits (:mod:`cluster.service.sharing`; docs/service.m
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,7 +14,7 @@ import click
 
 from cluster.cli.paths import CheckedPath
 from cluster.errors import UserError
-from cluster.service.auth import TOKEN_FILE_VARIABLE, default_token_file, state_dir
+from cluster.service.auth import TOKEN_FILE_VARIABLE, state_dir
 from cluster.service.limits import Limits
 from cluster.service.sharing import ShareOptions
 from cluster.service.tls import ServiceTLS, check_exposure
@@ -32,8 +33,8 @@ SHARE_OPTIONS = [
     click.option("--audit-log", type=_FILE, default=None,
                  help="The audit log (JSON lines; default audit-PORT.jsonl beside the token)."),
     click.option("--state", "state_file", type=_FILE, default=None,
-                 help="Users and partitions kept across restarts (SQLite; default "
-                      "state-PORT.sqlite beside the token; with --port 0, only if given)."),
+                 help="Users and partitions kept across restarts (SQLite; default beside the "
+                      "token, one per topology; with --port 0 and no token file, none)."),
     click.option("--bench-per-minute", type=click.FloatRange(1, 1e6), default=30.0,
                  show_default=True,
                  help="Real-mode benchmarks a user may start per minute (one at a time)."),
@@ -47,19 +48,21 @@ def share_options(command: Command) -> Command:
     return command
 
 
-def default_state_file(port: int, token_file: Path | None) -> Path | None:
-    """``state-PORT.sqlite`` beside the token file (the token file's name plus
-    ``.state.sqlite`` if --token-file names it); None when neither is known yet."""
-    if token_file is not None:  # with no name ('.'), writing the token will say so
-        return token_file.with_name(token_file.name + ".state.sqlite") \
-            if token_file.name else None
-    if os.environ.get(TOKEN_FILE_VARIABLE):
-        named = default_token_file(port)
-        return named.with_name(named.name + ".state.sqlite")
-    return state_dir() / f"state-{port}.sqlite" if port else None
+def default_state_file(port: int, token_file: Path | None, topology: str) -> Path | None:
+    """``state-PORT-TOPOLOGY.sqlite`` in the token's folder (``TOKEN.TOPOLOGY.sqlite`` when
+    --token-file or ``IPUPOD_TOKEN_FILE`` names the token): one per topology, so serving
+    another topology on the same port starts afresh instead of meeting a file it must
+    refuse. None when the token's place is not known before binding (``--port 0``)."""
+    slug = re.sub(r"[^A-Za-z0-9._-]", "_", Path(topology).name)[:64] or "topology"
+    named = token_file or (Path(os.environ[TOKEN_FILE_VARIABLE])
+                           if os.environ.get(TOKEN_FILE_VARIABLE) else None)
+    if named is not None:  # with no name ('.'), writing the token will say so
+        return named.with_name(f"{named.name}.{slug}.sqlite") if named.name else None
+    return state_dir() / f"state-{port}-{slug}.sqlite" if port else None
 
 
-def share_from(host: str, port: int, token_file: Path | None, tls_cert: Path | None,
+def share_from(host: str, port: int, token_file: Path | None, topology: str,
+               tls_cert: Path | None,
                tls_key: Path | None, tls_client_ca: Path | None, insecure: bool,
                audit_log: Path | None, state_file: Path | None,
                bench_per_minute: float) -> ShareOptions:
@@ -74,5 +77,5 @@ def share_from(host: str, port: int, token_file: Path | None, tls_cert: Path | N
         tls.server_credentials()  # a user error now if a file is not PEM
     check_exposure(host, tls, insecure)
     return ShareOptions(tls=tls, audit_log=audit_log,
-                        state_file=state_file or default_state_file(port, token_file),
+                        state_file=state_file or default_state_file(port, token_file, topology),
                         limits=Limits(per_minute=bench_per_minute))
