@@ -134,6 +134,16 @@ def test_each_user_lists_their_own_partitions_and_the_administrator_all_with_own
     assert listed("bob") == {("bob-p", "bob")}
     assert listed("admin") == {("alice-p", "alice"), ("bob-p", "bob")}
     assert alices.owner == "alice"
+    devices = pod["stub"].ListDevices(control_pb2.ListDevicesRequest(),
+                                      metadata=auth(pod["users"]["bob"])).devices
+    assert {d.partition for d in devices} == {"", "bob-p", "(another user's)"}
+
+
+def test_the_cli_shows_owners_once_a_user_has_a_partition(pod, alices):
+    table = cli(pod, "partition", "list").stdout.splitlines()
+    assert table[0].split()[:2] == ["owner", "name"]
+    assert {tuple(line.split()[:2]) for line in table[1:]} == {("alice", "alice-p"),
+                                                              ("bob", "bob-p")}
 
 
 def test_removing_and_killing_another_users_things_is_denied_and_ones_own_allowed(
@@ -144,7 +154,10 @@ def test_removing_and_killing_another_users_things_is_denied_and_ones_own_allowe
     ref = control_pb2.PartitionRef(name="alice-p")
     assert call_as(pod, "bob", "RemovePartition", ref)[0] == DENIED
     assert call_as(pod, "alice", "KillCard", card)[0] == OK
+    assert call_as(pod, "admin", "KillCard", card)[0] == OK
     assert call_as(pod, "alice", "RemovePartition", ref)[0] == OK
+    assert call_as(pod, "bob", "RemovePartition", control_pb2.PartitionRef(name="bob-p"))[0] \
+        == OK
 
 
 def test_a_create_past_the_quota_is_refused_with_the_numbers(pod, alices):
@@ -179,12 +192,13 @@ def test_revoking_or_rotating_a_credential_takes_effect_at_once(pod):
 def test_one_users_flood_of_real_benches_does_not_starve_another_users_status(pod, alices):
     """Alice runs 32 loops of real benchmarks at once (twice the server's threads); bob's
     status calls each answer within their 1 s deadline meanwhile."""
-    bench = control_pb2.BenchmarkRequest(partition="alice-p", min_bytes=65536, mode="real")
+    bench = control_pb2.BenchmarkRequest(partition="alice-p", min_bytes=4 << 20, mode="real",
+                                         iterations=10)
     codes, start = [], threading.Event()
 
     def flood():
         start.wait()
-        for _ in range(4):
+        for _ in range(2):
             codes.append(call_as(pod, "alice", "RunBenchmark", bench, timeout=60)[0])
 
     threads = [threading.Thread(target=flood) for _ in range(32)]

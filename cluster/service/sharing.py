@@ -29,6 +29,7 @@ from cluster.service.users import ADMIN, Caller, UserBook, UserRecord
 from ipupod_proto import control_pb2
 
 Behaviour = Callable[[Any, grpc.ServicerContext], Any]
+OTHERS_PARTITION = "(another user's)"  # what a user sees of a device in another's partition
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,10 @@ class SharedControl:
             answer.partitions.extend(shown)
             for partition in answer.partitions:
                 partition.owner = self.owners.get(partition.name, ADMIN)
+        elif name == "ListDevices" and caller.role is Role.USER:
+            for device in answer.devices:  # another's partition: in use, but not named
+                if device.partition and self.owners.get(device.partition) != caller.name:
+                    device.partition = OTHERS_PARTITION
         elif isinstance(answer, control_pb2.Partition):
             answer.owner = caller.name if name == "CreatePartition" else self.owners.get(
                 answer.name, ADMIN)
