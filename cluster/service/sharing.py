@@ -22,8 +22,10 @@ import grpc
 
 from cluster.service.access import METHOD_VERBS, STATE_CHANGING, Reach, Role, Verb, allowed, denial
 from cluster.service.audit import AuditLog
+from cluster.service.auth import BearerToken
 from cluster.service.limits import CallLimiter, Limited, Limits
 from cluster.service.partitions import PartitionError
+from cluster.service.state import StateStore
 from cluster.service.tls import ServiceTLS
 from cluster.service.users import ADMIN, Caller, UserBook, UserRecord
 from ipupod_proto import control_pb2
@@ -262,9 +264,6 @@ class SharedControl:
 def open_shared(control: Any, token: str, options: ShareOptions) -> tuple[SharedControl, Any]:
     """The gate in front of ``control`` for ``options``, and the interceptor that refuses
     calls without the administrator's token or a user's credential."""
-    from cluster.service.auth import BearerToken
-    from cluster.service.state import StateStore
-
     store = StateStore(options.state_file, control.topology) if options.state_file else None
     owners: dict[str, str] = {}
     if store is None:
