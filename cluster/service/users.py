@@ -16,7 +16,7 @@ import re
 import secrets
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cluster.errors import quoted
 from cluster.service.access import Role
@@ -148,4 +148,4 @@ class UserBook:
         """Persist ``record`` (if a saver is set), then hold it."""
         if self._save is not None:
             self._save(record)
-        self._users[record.name] = replace(record)
+        self._users[record.name] = record
