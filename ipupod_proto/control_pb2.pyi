@@ -39,7 +39,7 @@ class CreatePartitionRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., size: _Optional[int] = ..., gcds: _Optional[int] = ...) -> None: ...
 
 class Partition(_message.Message):
-    __slots__ = ("name", "ipus", "size", "gcds", "health", "health_detail", "ild_size", "units")
+    __slots__ = ("name", "ipus", "size", "gcds", "health", "health_detail", "ild_size", "units", "owner")
     NAME_FIELD_NUMBER: _ClassVar[int]
     IPUS_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +48,7 @@ class Partition(_message.Message):
     HEALTH_DETAIL_FIELD_NUMBER: _ClassVar[int]
     ILD_SIZE_FIELD_NUMBER: _ClassVar[int]
     UNITS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     name: str
     ipus: _containers.RepeatedScalarFieldContainer[int]
     size: int
@@ -56,7 +57,8 @@ class Partition(_message.Message):
     health_detail: str
     ild_size: int
     units: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., ipus: _Optional[_Iterable[int]] = ..., size: _Optional[int] = ..., gcds: _Optional[int] = ..., health: _Optional[str] = ..., health_detail: _Optional[str] = ..., ild_size: _Optional[int] = ..., units: _Optional[_Iterable[str]] = ...) -> None: ...
+    owner: str
+    def __init__(self, name: _Optional[str] = ..., ipus: _Optional[_Iterable[int]] = ..., size: _Optional[int] = ..., gcds: _Optional[int] = ..., health: _Optional[str] = ..., health_detail: _Optional[str] = ..., ild_size: _Optional[int] = ..., units: _Optional[_Iterable[str]] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class PartitionRef(_message.Message):
     __slots__ = ("name",)
@@ -301,3 +303,47 @@ class BenchmarkResult(_message.Message):
     ranks: _containers.RepeatedCompositeFieldContainer[RankPlacement]
     group: str
     def __init__(self, partition: _Optional[str] = ..., ipus: _Optional[int] = ..., collective: _Optional[str] = ..., mode: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[BenchmarkRow, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[RankPlacement, _Mapping]]] = ..., group: _Optional[str] = ...) -> None: ...
+
+class AddUserRequest(_message.Message):
+    __slots__ = ("name", "max_ipus")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_IPUS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_ipus: int
+    def __init__(self, name: _Optional[str] = ..., max_ipus: _Optional[int] = ...) -> None: ...
+
+class User(_message.Message):
+    __slots__ = ("name", "max_ipus", "ipus_used", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_IPUS_FIELD_NUMBER: _ClassVar[int]
+    IPUS_USED_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_ipus: int
+    ipus_used: int
+    partitions: int
+    def __init__(self, name: _Optional[str] = ..., max_ipus: _Optional[int] = ..., ipus_used: _Optional[int] = ..., partitions: _Optional[int] = ...) -> None: ...
+
+class UserCredential(_message.Message):
+    __slots__ = ("user", "credential")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    user: User
+    credential: str
+    def __init__(self, user: _Optional[_Union[User, _Mapping]] = ..., credential: _Optional[str] = ...) -> None: ...
+
+class UserRef(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListUsersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class UserList(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[User]
+    def __init__(self, users: _Optional[_Iterable[_Union[User, _Mapping]]] = ...) -> None: ...

@@ -109,6 +109,26 @@ class ControlStub:
                 request_serializer=ipupod__proto_dot_control__pb2.ListFaultsRequest.SerializeToString,
                 response_deserializer=ipupod__proto_dot_control__pb2.FaultState.FromString,
                 _registered_method=True)
+        self.AddUser = channel.unary_unary(
+                '/ipupod.control.v1.Control/AddUser',
+                request_serializer=ipupod__proto_dot_control__pb2.AddUserRequest.SerializeToString,
+                response_deserializer=ipupod__proto_dot_control__pb2.UserCredential.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/ipupod.control.v1.Control/ListUsers',
+                request_serializer=ipupod__proto_dot_control__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=ipupod__proto_dot_control__pb2.UserList.FromString,
+                _registered_method=True)
+        self.RemoveUser = channel.unary_unary(
+                '/ipupod.control.v1.Control/RemoveUser',
+                request_serializer=ipupod__proto_dot_control__pb2.UserRef.SerializeToString,
+                response_deserializer=ipupod__proto_dot_control__pb2.User.FromString,
+                _registered_method=True)
+        self.RotateUser = channel.unary_unary(
+                '/ipupod.control.v1.Control/RotateUser',
+                request_serializer=ipupod__proto_dot_control__pb2.UserRef.SerializeToString,
+                response_deserializer=ipupod__proto_dot_control__pb2.UserCredential.FromString,
+                _registered_method=True)
 
 
 class ControlServicer:
@@ -214,6 +234,34 @@ class ControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddUser(self, request, context):
+        """Users (administrator only): each gets a credential of their own, returned once by
+        AddUser and RotateUser (the service keeps only a salted hash of it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveUser(self, request, context):
+        """revokes at once
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RotateUser(self, request, context):
+        """the old one stops
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -291,6 +339,26 @@ def add_ControlServicer_to_server(servicer, server):
                     servicer.ListFaults,
                     request_deserializer=ipupod__proto_dot_control__pb2.ListFaultsRequest.FromString,
                     response_serializer=ipupod__proto_dot_control__pb2.FaultState.SerializeToString,
+            ),
+            'AddUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddUser,
+                    request_deserializer=ipupod__proto_dot_control__pb2.AddUserRequest.FromString,
+                    response_serializer=ipupod__proto_dot_control__pb2.UserCredential.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=ipupod__proto_dot_control__pb2.ListUsersRequest.FromString,
+                    response_serializer=ipupod__proto_dot_control__pb2.UserList.SerializeToString,
+            ),
+            'RemoveUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveUser,
+                    request_deserializer=ipupod__proto_dot_control__pb2.UserRef.FromString,
+                    response_serializer=ipupod__proto_dot_control__pb2.User.SerializeToString,
+            ),
+            'RotateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateUser,
+                    request_deserializer=ipupod__proto_dot_control__pb2.UserRef.FromString,
+                    response_serializer=ipupod__proto_dot_control__pb2.UserCredential.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -698,6 +766,114 @@ class Control:
             '/ipupod.control.v1.Control/ListFaults',
             ipupod__proto_dot_control__pb2.ListFaultsRequest.SerializeToString,
             ipupod__proto_dot_control__pb2.FaultState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ipupod.control.v1.Control/AddUser',
+            ipupod__proto_dot_control__pb2.AddUserRequest.SerializeToString,
+            ipupod__proto_dot_control__pb2.UserCredential.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ipupod.control.v1.Control/ListUsers',
+            ipupod__proto_dot_control__pb2.ListUsersRequest.SerializeToString,
+            ipupod__proto_dot_control__pb2.UserList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ipupod.control.v1.Control/RemoveUser',
+            ipupod__proto_dot_control__pb2.UserRef.SerializeToString,
+            ipupod__proto_dot_control__pb2.User.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ipupod.control.v1.Control/RotateUser',
+            ipupod__proto_dot_control__pb2.UserRef.SerializeToString,
+            ipupod__proto_dot_control__pb2.UserCredential.FromString,
             options,
             channel_credentials,
             insecure,

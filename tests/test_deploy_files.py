@@ -258,7 +258,7 @@ def test_dockerfile():
     assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
     assert re.search(r"^EXPOSE 8090 9464$", text, re.M)
     [cmd] = re.findall(r"^CMD (.+)$", text, re.M)
-    assert json.loads(cmd) == ["ipupod", "serve", "--host", "0.0.0.0"]
+    assert json.loads(cmd) == ["ipupod", "serve", "--host", "0.0.0.0", "--insecure"]
     assert "pip install" in text
 
 

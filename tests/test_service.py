@@ -641,6 +641,10 @@ def test_every_json_command_prints_one_json_document(service, tmp_path):
         "fault heal": ["fault", "heal", link],
         "fault list": ["fault", "list"],
         "fault kill": ["fault", "kill", service["pod"].specs[0].name],
+        "user add": ["user", "add", "js-u", "--credential-file", str(tmp_path / "u")],
+        "user list": ["user", "list"],
+        "user rotate": ["user", "rotate", "js-u", "--credential-file", str(tmp_path / "u")],
+        "user remove": ["user", "remove", "js-u"],
     }
     assert json_commands() == set(runs)
     for name, args in runs.items():  # in this order: partitions made before shown, ...

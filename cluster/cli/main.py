@@ -66,6 +66,8 @@ COMMANDS = {
                          "Train data-parallel (and pipelined) across emulated servers."),
     "train-report": LazyCommand("cluster.cli.train:train_report_command",
                                 "Scaling report: throughput and efficiency per server count."),
+    "user": LazyCommand("cluster.cli.user:user_group",
+                        "Add, list, remove users and rotate credentials (administrator)."),
 }
 
 

@@ -58,11 +58,15 @@ def partition_create(name: str, size: int, gcds: int, host: str | None, port: in
 @client_options
 def partition_list(host: str | None, port: int | None, token_file: str | None,
                    as_json: bool) -> None:
-    """Every partition: size, GCDs, IPUs, health."""
+    """Every partition (a user's own, on a shared POD): size, GCDs, IPUs, health; and
+    owner, once a user other than the administrator has one."""
     listed = Client(host, port, token_file).call("ListPartitions",
                                                  control_pb2.ListPartitionsRequest())
     lines = [f"{'name':<24} {'size':>5} {'gcds':>5}  {'ipus':<24} health"] + [
         _partition_line(p) for p in listed.partitions]
+    if any(p.owner not in ("", "admin") for p in listed.partitions):  # a shared POD
+        lines = [f"{owner:<16} {line}" for owner, line in
+                 zip(["owner", *(p.owner for p in listed.partitions)], lines)]
     echo_message(listed, as_json, "\n".join(lines))
 
 

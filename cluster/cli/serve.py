@@ -13,10 +13,12 @@ import click
 
 from cluster.cli.output import ray_chatter_to_stderr
 from cluster.cli.paths import CheckedPath
+from cluster.cli.serve_share import share_from, share_options
 from cluster.service.auth import default_token_file, new_token, save_token
 from cluster.service.client import DEFAULT_PORT
 from cluster.service.ports import check_port_free
 from cluster.service.server import start_server
+from cluster.service.sharing import ShareOptions
 from ipu_node.links.tls import LinkTLS
 from ipu_node.pod import EmulatedPod
 
@@ -35,32 +37,37 @@ from ipu_node.pod import EmulatedPod
 @click.option("--link-tls", "link_tls_dir", type=CheckedPath(path_type=Path), default=None,
               help="TLS on every device link: a folder with cert.pem, key.pem and ca.pem "
                    "(readable wherever the devices run; docs/links.md).")
+@share_options
 def serve_command(topology_spec: str, ray_address: str | None, host: str, port: int,
                   token_file: Path | None, metrics_port: int,
-                  link_tls_dir: Path | None) -> None:
+                  link_tls_dir: Path | None, **sharing: Any) -> None:
     """Launch the emulated POD and serve its control API until SIGTERM or Ctrl-C."""
     link_tls = link_tls_from(link_tls_dir) if link_tls_dir is not None else None
     check_port_free(host, port, "--port")
     if metrics_port > 0:
         check_port_free(host, metrics_port, "--metrics-port")
+    share = share_from(host, port, token_file, topology_spec, **sharing)
     with ray_chatter_to_stderr() as out:
         pod = EmulatedPod.launch(topology_spec, ray_address=ray_address, link_tls=link_tls)
         try:
-            _serve(pod, token_file, host, port, None if metrics_port < 0 else metrics_port, out)
+            _serve(pod, token_file, host, port, None if metrics_port < 0 else metrics_port, out,
+                   share)
         finally:
             pod.shutdown(stop_ray=True)
         print("ipupod serve: stopped", file=out, flush=True)
 
 
 def _serve(pod: EmulatedPod, token_file: Path | None, host: str, port: int,
-           metrics_port: int | None, out: TextIO) -> None:
+           metrics_port: int | None, out: TextIO, share: ShareOptions | None = None) -> None:
     """Serve with a fresh token, written (atomically) once both ports are bound; say where
     (on ``out``), and wait for SIGTERM or SIGINT; then stop serving."""
     token = new_token()
-    server, bound, metrics = start_server(pod, token, host, port, metrics_port)
+    server, bound, metrics = start_server(pod, token, host, port, metrics_port, share)
     try:
         path = token_file or default_token_file(bound)
         save_token(path, token, private=token_file is None)
+        server.shared.open_audit(share.audit_log if share and share.audit_log
+                                 else path.parent / f"audit-{bound}.jsonl")
     except BaseException:
         _stop(server, metrics)
         raise

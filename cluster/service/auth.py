@@ -122,15 +122,24 @@ def _deny(request: Any, context: grpc.ServicerContext) -> None:
 
 
 class BearerToken(grpc.ServerInterceptor):
-    """Refuse any call without the right ``authorization: Bearer <token>`` metadata."""
+    """Refuse any call without the right ``authorization: Bearer <token>`` metadata: the
+    administrator's ``token``, or a credential ``accept`` recognises (a user's); each
+    refusal is reported to ``refused`` (with the method's name) when given."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, accept: Callable[[str], bool] | None = None,
+                 refused: Callable[[str], None] | None = None) -> None:
         self._expected = f"Bearer {token}".encode()
         self._deny = grpc.unary_unary_rpc_method_handler(_deny)
+        self._accept, self._refused = accept, refused
 
     def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
         """Pass the call on if its token is right (compared in constant time)."""
-        given = dict(details.invocation_metadata or ()).get("authorization", "")
-        if hmac.compare_digest(str(given).encode(), self._expected):
+        given = str(dict(details.invocation_metadata or ()).get("authorization", ""))
+        if hmac.compare_digest(given.encode(), self._expected):
             return continuation(details)
+        if self._accept is not None and given.startswith("Bearer ") \
+                and self._accept(given[len("Bearer "):]):
+            return continuation(details)
+        if self._refused is not None:
+            self._refused(str(details.method))
         return self._deny

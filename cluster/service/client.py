@@ -3,7 +3,8 @@
 It finds the service through ``host``/``port`` or ``IPUOF_VIPU_API_HOST`` /
 ``IPUOF_VIPU_API_PORT`` (V-IPU's variables; default 127.0.0.1:8090), reads the token from
 ``token_file`` (default: :func:`cluster.service.auth.default_token_file`, the token of the
-service on that port) and turns every
+service on that port), speaks TLS when given a CA (``tls_ca`` or ``IPUPOD_TLS_CA``;
+:mod:`cluster.service.tls`) and turns every
 refusal into a :class:`ServiceError` a person can act on.
 """
 
@@ -18,6 +19,7 @@ import grpc
 
 from cluster.errors import UserError, quoted
 from cluster.service.auth import bearer_metadata, default_token_file, read_token
+from cluster.service.tls import client_channel
 from ipupod_proto import control_pb2_grpc
 
 DEFAULT_PORT = 8090
@@ -45,11 +47,12 @@ class Client:
     """A connection to a running service, with the token attached to every call."""
 
     def __init__(self, host: str | None = None, port: int | None = None,
-                 token_file: str | Path | None = None, deadline_s: float = 600.0) -> None:
+                 token_file: str | Path | None = None, deadline_s: float = 600.0,
+                 tls_ca: str | None = None) -> None:
         self.host, self.port = service_address(host, port)
         token = read_token(Path(token_file) if token_file else default_token_file(self.port))
         self.metadata = bearer_metadata(token)
-        self.channel = grpc.insecure_channel(f"{self.host}:{self.port}")
+        self.channel = client_channel(f"{self.host}:{self.port}", tls_ca)
         self.stub = control_pb2_grpc.ControlStub(self.channel)
         self.deadline_s = deadline_s
 

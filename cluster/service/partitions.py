@@ -167,12 +167,25 @@ class PartitionTable:
             block = self._place(size)
             if block is None:
                 raise PartitionError(RESOURCE_EXHAUSTED, self._exhausted(name, size))
-            partition = self._partition(name, block, gcds)
-            ipus = partition.ipus
-            self._partitions[name] = partition
-            self._used[list(ipus)] = True
-            self._owner.update((ipu, name) for ipu in ipus)
-            return partition
+            return self._record(self._partition(name, block, gcds))
+
+    def restore(self, name: str, block: tuple[int, ...], gcds: int) -> Partition:
+        """Record partition ``name`` on exactly ``block`` (its IPUs in block order, as a
+        restart's saved state has them); a user error if it cannot be there now."""
+        with self._lock:
+            count = self.topology.ipu_count
+            if name in self._partitions or not block or any(
+                    not 0 <= ipu < count or self._used[ipu] for ipu in block):
+                raise PartitionError(ALREADY_EXISTS, f"partition {name!r} cannot be restored "
+                                                     f"on IPUs {list(block)}: taken or absent")
+            return self._record(self._partition(name, tuple(block), gcds))
+
+    def _record(self, partition: Partition) -> Partition:
+        """Hold ``partition`` and mark its IPUs used."""
+        self._partitions[partition.name] = partition
+        self._used[list(partition.ipus)] = True
+        self._owner.update((ipu, partition.name) for ipu in partition.ipus)
+        return partition
 
     def get(self, name: str) -> Partition:
         """The partition called ``name``; NOT_FOUND names the existing ones."""

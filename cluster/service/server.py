@@ -28,7 +28,6 @@ from grpc_reflection.v1alpha import reflection
 from cluster.errors import UserError
 from cluster.model.link_faults import LinkDown, link_name
 from cluster.model.topology_show import summarize
-from cluster.service.auth import BearerToken
 from cluster.service.bench_run import (
     BenchPlan,
     check_fits,
@@ -43,6 +42,8 @@ from cluster.service.health import Health, partition_health
 from cluster.service.messages import first_line, short_message
 from cluster.service.metrics import ServiceMetrics
 from cluster.service.partitions import Partition, PartitionError, PartitionTable
+from cluster.service.sharing import ShareOptions, open_shared
+from cluster.service.tls import bind
 from gcl.bench import BenchRow, run_phantom
 from gcl.modes import Mode
 from ipu_node.answers import HealthState, IpuMemoryStats
@@ -360,20 +361,22 @@ def _serve_metrics(metrics: ServiceMetrics, host: str, port: int) -> tuple[Any, 
 
 def start_server(pod: EmulatedPod, token: str, host: str = "127.0.0.1",
                  port: int = DEFAULT_PORT,
-                 metrics_port: int | None = None) -> tuple[grpc.Server, int, int | None]:
+                 metrics_port: int | None = None,
+                 share: ShareOptions | None = None) -> tuple[grpc.Server, int, int | None]:
     """Serve the control API, health and reflection, and (with ``metrics_port``) the
-    Prometheus endpoint; return (server, bound port, metrics port or None)."""
+    Prometheus endpoint; return (server, bound port, metrics port or None). ``share``:
+    TLS, the audit log, the state file and users' limits (:mod:`cluster.service.sharing`);
+    the gate is ``server.shared``."""
+    control = ControlService(pod, with_metrics=metrics_port is not None)
+    shared, gate = open_shared(control, token, share or ShareOptions())
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16),
-                         interceptors=[BearerToken(token)],
+                         interceptors=[gate],
                          options=[("grpc.max_receive_message_length", 4 << 20),
                                   ("grpc.so_reuseport", 0)])
-    control = ControlService(pod, with_metrics=metrics_port is not None)
-    server.add_generic_rpc_handlers((control_handler(control),))
+    server.shared = shared
+    server.add_generic_rpc_handlers((control_handler(shared),))
     checker = _add_health_and_reflection(server)
-    try:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    except RuntimeError:  # grpcio raises where it once returned 0
-        bound = 0
+    bound = bind(server, f"{host}:{port}", (share or ShareOptions()).tls)
     if bound == 0:
         raise UserError(f"cannot listen on {host}:{port}: is the port in use? choose "
                         "another with --port")

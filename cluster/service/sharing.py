@@ -1,0 +1,280 @@
+"""A POD several people share: the control API behind a gate that knows who is calling.
+
+:class:`SharedControl` stands in front of :class:`cluster.service.server.ControlService`:
+for each call it finds the caller (:mod:`cluster.service.users`), asks the rules
+(:mod:`cluster.service.access`) whether they may, checks the quota and the expensive-call
+limits (:mod:`cluster.service.limits`), records who owns each partition (persisted by
+:mod:`cluster.service.state` before the call answers), shows each user their own partitions,
+serves the user calls, and writes the audit log (:mod:`cluster.service.audit`). Someone who
+never adds a user is the administrator in every call and sees the service as before.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from cluster.service.access import METHOD_VERBS, STATE_CHANGING, Reach, Role, Verb, allowed, denial
+from cluster.service.audit import AuditLog
+from cluster.service.auth import BearerToken
+from cluster.service.limits import CallLimiter, Limited, Limits
+from cluster.service.partitions import PartitionError
+from cluster.service.state import StateStore
+from cluster.service.tls import ServiceTLS
+from cluster.service.users import ADMIN, Caller, UserBook, UserRecord
+from ipupod_proto import control_pb2
+
+Behaviour = Callable[[Any, grpc.ServicerContext], Any]
+OTHERS_PARTITION = "(another user's)"  # what a user sees of a device in another's partition
+
+
+@dataclass(frozen=True)
+class ShareOptions:
+    """How a shared service runs: TLS, where the audit log and the state go, user limits."""
+
+    tls: ServiceTLS | None = None
+    audit_log: Path | None = None
+    state_file: Path | None = None
+    limits: Limits = field(default_factory=Limits)
+
+
+def bearer_of(metadata: Any) -> str:
+    """The token in a call's ``authorization: Bearer`` metadata ('' if none)."""
+    given = str(dict(metadata or ()).get("authorization", ""))
+    return given[len("Bearer "):] if given.startswith("Bearer ") else ""
+
+
+def _target(request: Any) -> str:
+    """What a request names: a partition, card, link or user ('' if nothing)."""
+    for name in ("name", "partition", "card", "link"):
+        value = getattr(request, name, "")
+        if value:
+            return str(value)
+    return ""
+
+
+def _is_real(request: Any) -> bool:
+    return str(getattr(request, "mode", "")).strip().lower() == "real"
+
+
+class SharedControl:
+    """The control API with users, ownership, quotas, limits and the audit log; attribute
+    ``X`` is the guarded behaviour of method ``X`` (what :func:`control_handler` looks up)."""
+
+    def __init__(self, control: Any, book: UserBook, audit: AuditLog, limits: Limits,
+                 owners: dict[str, str] | None = None, store: Any = None) -> None:
+        self.control, self.book, self.audit, self.store = control, book, audit, store
+        self.limiter = CallLimiter(limits)
+        self.owners: dict[str, str] = dict(owners or {})
+        self._changes = threading.Lock()  # creates and removes, one at a time
+        self._users: dict[str, Behaviour] = {
+            "AddUser": self._add_user, "ListUsers": self._list_users,
+            "RemoveUser": self._remove_user, "RotateUser": self._rotate_user}
+
+    def __getattr__(self, name: str) -> Behaviour:
+        if name.startswith("_") or name not in METHOD_VERBS:
+            raise AttributeError(name)
+        inner = self._users.get(name) or getattr(self.control, name)
+        if name == "StreamBenchmark":
+            return self._guard_stream(name, inner)
+        return self._guard(name, inner)
+
+    def open_audit(self, path: Path) -> None:
+        """Write the audit log to ``path`` from now on."""
+        previous, self.audit = self.audit, AuditLog(path)
+        previous.close()
+
+    # -- the gate -----------------------------------------------------------------------
+    def refused_unauthenticated(self, method: str) -> None:
+        """Audit a call refused for want of a known token or credential."""
+        self.audit.record("unknown", method.rsplit("/", 1)[-1], "", "UNAUTHENTICATED")
+
+    def _admit(self, name: str, request: Any, context: grpc.ServicerContext) -> Caller:
+        """The caller, if they may make this call; else end it (PERMISSION_DENIED)."""
+        caller = self.book.identify(bearer_of(context.invocation_metadata()))
+        if caller is None:  # revoked since the interceptor let it in
+            self.refused_unauthenticated(name)
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+        assert caller is not None
+        verb, target = METHOD_VERBS[name], _target(request)
+        if not allowed(verb, caller.role, self._reach(verb, caller, request)):
+            message = denial(verb, caller.name, target)
+            self.audit.record(caller.name, name, target, "PERMISSION_DENIED", message)
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, message)
+        return caller
+
+    def _reach(self, verb: Verb, caller: Caller, request: Any) -> Reach:
+        """Whose partition (or hardware) the request touches, seen from ``caller``."""
+        if verb is Verb.PARTITION:
+            owners = {self.owners.get(_target(request), "")} - {""}
+        elif verb is Verb.KILL_CARD:
+            owners = self._card_owners(request.card)
+        else:
+            return Reach.NONE
+        if not owners:
+            return Reach.NONE
+        return Reach.OWN if owners == {caller.name} else Reach.OTHERS
+
+    def _card_owners(self, card: str) -> set[str]:
+        """The owners of the partitions on ``card``'s IPUs."""
+        ipus = [i for spec in self.control.pod.specs if spec.name == card for i in spec.ipus]
+        names = {self.control.partitions.partition_of(ipu) for ipu in ipus} - {None}
+        return {self.owners.get(n, ADMIN) for n in names}
+
+    def _ended(self, caller: Caller, name: str, request: Any,
+               context: grpc.ServicerContext) -> None:
+        """Audit a call that raised: its status code and message, if it was refused."""
+        code = context.code() if hasattr(context, "code") else None
+        if code is not None and code != grpc.StatusCode.OK:
+            self.audit.record(caller.name, name, _target(request), code.name,
+                              str(context.details() or ""))
+
+    def _guard(self, name: str, inner: Behaviour) -> Behaviour:
+        def call(request: Any, context: grpc.ServicerContext) -> Any:
+            caller = self._admit(name, request, context)
+            try:
+                with self._limited(caller, request):
+                    answer = self._run(name, inner, caller, request, context)
+            except Limited as error:
+                self._refuse(caller, name, request, context, str(error))
+            except PartitionError as error:
+                self._refuse(caller, name, request, context, str(error), error.code)
+            except Exception:
+                self._ended(caller, name, request, context)
+                raise
+            if name in STATE_CHANGING:
+                self.audit.record(caller.name, name, _target(request), "ok")
+            return answer
+
+        return call
+
+    def _guard_stream(self, name: str, inner: Behaviour) -> Behaviour:
+        def stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            caller = self._admit(name, request, context)
+            try:
+                with self._limited(caller, request):
+                    yield from inner(request, context)
+            except Limited as error:
+                self._refuse(caller, name, request, context, str(error))
+            except Exception:
+                self._ended(caller, name, request, context)
+                raise
+
+        return stream
+
+    def _refuse(self, caller: Caller, name: str, request: Any, context: grpc.ServicerContext,
+                message: str, code: str = "RESOURCE_EXHAUSTED") -> None:
+        """Audit and end a call the gate refuses (a quota, a limit, a user mistake)."""
+        self.audit.record(caller.name, name, _target(request), code, message)
+        context.abort(getattr(grpc.StatusCode, code), message)
+
+    def _limited(self, caller: Caller, request: Any) -> AbstractContextManager[None]:
+        """A slot of the caller's expensive calls, for a user's real-mode benchmark."""
+        if caller.role is Role.USER and _is_real(request):
+            return self.limiter.expensive(caller.name)
+        return nullcontext()
+
+    # -- partitions and their owners ----------------------------------------------------
+    def _run(self, name: str, inner: Behaviour, caller: Caller, request: Any,
+             context: grpc.ServicerContext) -> Any:
+        """Call ``inner``, with what ownership adds to each call."""
+        if name == "CreatePartition":
+            with self._changes:
+                self._check_quota(caller, request)
+                answer = inner(request, context)
+                self._keep(answer.name, caller.name)
+        elif name == "RemovePartition":
+            with self._changes:
+                answer = inner(request, context)
+                if self.store is not None:
+                    self.store.delete_partition(answer.name)
+                self.owners.pop(answer.name, None)
+        else:
+            answer = inner(request, context)
+        if name == "ListPartitions":
+            shown = [p for p in answer.partitions
+                     if caller.role is Role.ADMIN or self.owners.get(p.name) == caller.name]
+            del answer.partitions[:]
+            answer.partitions.extend(shown)
+            for partition in answer.partitions:
+                partition.owner = self.owners.get(partition.name, ADMIN)
+        elif name == "ListDevices" and caller.role is Role.USER:
+            for device in answer.devices:  # another's partition: in use, but not named
+                if device.partition and self.owners.get(device.partition) != caller.name:
+                    device.partition = OTHERS_PARTITION
+        elif isinstance(answer, control_pb2.Partition):
+            answer.owner = caller.name if name == "CreatePartition" else self.owners.get(
+                answer.name, ADMIN)
+        return answer
+
+    def _keep(self, name: str, owner: str) -> None:
+        """Record ``owner`` of the partition just made, saved before the call answers; if
+        it cannot be saved the partition is undone (never acknowledged half-made)."""
+        if self.store is not None:
+            try:
+                self.store.save_partition(self.control.partitions.get(name), owner)
+            except BaseException:
+                self.control.partitions.remove(name)
+                raise
+        self.owners[name] = owner
+
+    def _held(self, user: str) -> tuple[int, int]:
+        """The IPUs and partitions ``user`` holds now."""
+        mine = [p for p in self.control.partitions.list() if self.owners.get(p.name) == user]
+        return sum(p.size for p in mine), len(mine)
+
+    def _check_quota(self, caller: Caller, request: Any) -> None:
+        """Refuse a create past the caller's ``--max-ipus`` (RESOURCE_EXHAUSTED)."""
+        quota = self.book.max_ipus(caller.name) if caller.role is Role.USER else 0
+        held = self._held(caller.name)[0]
+        if quota and held + request.size > quota:
+            raise Limited(f"cannot create partition {request.name!r} of {request.size} IPUs: "
+                          f"{caller.name} holds {held} IPUs of a quota of {quota} (--max-ipus),"
+                          f" so {quota - held} more at most; remove a partition first")
+
+    # -- users --------------------------------------------------------------------------
+    def _user_message(self, record: UserRecord) -> control_pb2.User:
+        ipus, count = self._held(record.name)
+        return control_pb2.User(name=record.name, max_ipus=record.max_ipus, ipus_used=ipus,
+                                partitions=count)
+
+    def _add_user(self, request: Any, context: grpc.ServicerContext) -> Any:
+        record, credential = self.book.add(request.name, request.max_ipus)
+        return control_pb2.UserCredential(user=self._user_message(record),
+                                          credential=credential)
+
+    def _rotate_user(self, request: Any, context: grpc.ServicerContext) -> Any:
+        record, credential = self.book.rotate(request.name)
+        return control_pb2.UserCredential(user=self._user_message(record),
+                                          credential=credential)
+
+    def _remove_user(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self._user_message(self.book.remove(request.name))
+
+    def _list_users(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return control_pb2.UserList(users=[self._user_message(r) for r in self.book.list()])
+
+
+def open_shared(control: Any, token: str, options: ShareOptions) -> tuple[SharedControl, Any]:
+    """The gate in front of ``control`` for ``options``, and the interceptor that refuses
+    calls without the administrator's token or a user's credential."""
+    store = StateStore(options.state_file, control.topology) if options.state_file else None
+    owners: dict[str, str] = {}
+    if store is None:
+        book = UserBook(token)
+    else:
+        book = UserBook(token, store.users(), save=store.save_user, delete=store.delete_user)
+        for saved in store.partitions():
+            control.partitions.restore(saved.name, saved.block, saved.gcds)
+            owners[saved.name] = saved.owner
+    shared = SharedControl(control, book, AuditLog(options.audit_log), options.limits,
+                           owners, store)
+    gate = BearerToken(token, accept=lambda given: book.identify(given) is not None,
+                       refused=shared.refused_unauthenticated)
+    return shared, gate

@@ -1,0 +1,151 @@
+"""The users of a shared POD and their credentials.
+
+A credential is ``NAME:SECRET``, the secret 256 random bits: the name finds the user in one
+look-up, and the service keeps only ``sha256(salt + secret)`` with a random salt of its own
+per credential (the secret is random, so a fast hash is enough: nothing to guess from a
+dictionary). Credentials are compared in constant time. Removing or rotating a user takes
+effect on the next call: every call looks the caller up again. The administrator is whoever
+holds the token ``ipupod serve`` wrote (``cluster.service.auth``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cluster.errors import quoted
+from cluster.service.access import Role
+from cluster.service.partitions import (
+    ALREADY_EXISTS,
+    INVALID_ARGUMENT,
+    NOT_FOUND,
+    PartitionError,
+)
+
+ADMIN = "admin"  # the administrator's name, in ownership and the audit log; no user's
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}", re.ASCII)
+_NAME_RULE = ("a user name is 1 to 32 characters from ASCII letters, digits, '-', '_' and "
+              f"'.', starting with a letter or digit, and not {ADMIN!r}")
+MAX_IPUS = 1 << 20
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: a name and a role."""
+
+    name: str
+    role: Role
+
+
+ADMINISTRATOR = Caller(ADMIN, Role.ADMIN)
+
+
+@dataclass(frozen=True)
+class UserRecord:
+    """A user as the service keeps it: the salted hash of their credential, their quota
+    (``max_ipus``, 0: no limit)."""
+
+    name: str
+    salt: bytes
+    digest: bytes
+    max_ipus: int = 0
+
+
+def _digest(salt: bytes, secret: str) -> bytes:
+    return hashlib.sha256(salt + secret.encode()).digest()
+
+
+def _issue(name: str, max_ipus: int) -> tuple[UserRecord, str]:
+    """A fresh credential for ``name`` and the record that recognises it."""
+    secret, salt = secrets.token_urlsafe(32), secrets.token_bytes(16)
+    return UserRecord(name, salt, _digest(salt, secret), max_ipus), f"{name}:{secret}"
+
+
+Saver = Callable[[UserRecord], None]
+Deleter = Callable[[str], None]
+
+
+class UserBook:
+    """The administrator's token and the users' records (thread-safe); ``save`` and
+    ``delete`` (when given) persist a change before it is answered."""
+
+    def __init__(self, admin_token: str, records: list[UserRecord] | None = None,
+                 save: Saver | None = None, delete: Deleter | None = None) -> None:
+        self._admin = admin_token.encode()
+        self._users = {r.name: r for r in records or []}
+        self._lock = threading.Lock()
+        self._save, self._delete = save, delete
+
+    def identify(self, token: str) -> Caller | None:
+        """The caller ``token`` belongs to, or None (compared in constant time)."""
+        if hmac.compare_digest(token.encode(), self._admin):
+            return ADMINISTRATOR
+        name, colon, secret = token.partition(":")
+        with self._lock:
+            record = self._users.get(name) if colon else None
+        if record is None or not hmac.compare_digest(_digest(record.salt, secret),
+                                                     record.digest):
+            return None
+        return Caller(record.name, Role.USER)
+
+    def add(self, name: str, max_ipus: int = 0) -> tuple[UserRecord, str]:
+        """A new user and their credential (returned once, never kept)."""
+        if not isinstance(name, str) or not _NAME.fullmatch(name) or name == ADMIN:
+            raise PartitionError(INVALID_ARGUMENT,
+                                 f"invalid user name {quoted(name)}: {_NAME_RULE}")
+        if not 0 <= max_ipus <= MAX_IPUS:
+            raise PartitionError(INVALID_ARGUMENT, f"max_ipus must be 0 (no limit) to "
+                                                   f"{MAX_IPUS}, not {max_ipus}")
+        with self._lock:
+            if name in self._users:
+                raise PartitionError(ALREADY_EXISTS, f"user {name!r} already exists: rotate "
+                                                     "their credential or remove them first")
+            record, credential = _issue(name, max_ipus)
+            self._keep(record)
+            return record, credential
+
+    def rotate(self, name: str) -> tuple[UserRecord, str]:
+        """A new credential for ``name``; the old one stops working now."""
+        with self._lock:
+            old = self._get(name)
+            record, credential = _issue(name, old.max_ipus)
+            self._keep(record)
+            return record, credential
+
+    def remove(self, name: str) -> UserRecord:
+        """Revoke ``name``: their credential stops working now."""
+        with self._lock:
+            record = self._get(name)
+            if self._delete is not None:
+                self._delete(name)
+            del self._users[name]
+            return record
+
+    def list(self) -> list[UserRecord]:
+        """Every user, by name."""
+        with self._lock:
+            return sorted(self._users.values(), key=lambda r: r.name)
+
+    def max_ipus(self, name: str) -> int:
+        """``name``'s quota in IPUs (0: no limit; the administrator has none)."""
+        with self._lock:
+            record = self._users.get(name)
+            return record.max_ipus if record else 0
+
+    def _get(self, name: str) -> UserRecord:
+        record = self._users.get(name) if isinstance(name, str) else None
+        if record is None:
+            known = ", ".join(sorted(self._users)) or "there are none"
+            raise PartitionError(NOT_FOUND, f"no user named {quoted(name)}; users: {known}")
+        return record
+
+    def _keep(self, record: UserRecord) -> None:
+        """Persist ``record`` (if a saver is set), then hold it."""
+        if self._save is not None:
+            self._save(record)
+        self._users[record.name] = record
