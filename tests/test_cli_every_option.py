@@ -289,3 +289,13 @@ def test_a_path_or_host_that_cannot_be_used_is_named_in_one_line(places, argv, s
     status, out, err = run(argv)
     check_ending(argv, status, out, err)
     assert status == 2 and says in err.lower(), (argv, status, err)
+
+
+def test_an_option_given_through_the_environment_does_not_outlive_its_command():
+    """--tls-ca reaches the client as IPUPOD_TLS_CA; a later option's error stops click
+    before it cleans up, and the variable must still be gone (later commands and the
+    processes they start would otherwise use a CA nobody gave them)."""
+    before = os.environ.get("IPUPOD_TLS_CA")
+    status, _, _ = run(["status", "--tls-ca", "-0", "--port", "0"])
+    assert status == 2
+    assert os.environ.get("IPUPOD_TLS_CA") == before

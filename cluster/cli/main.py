@@ -8,7 +8,9 @@ bench`` starts without Ray, gRPC or the service. Errors and output: :mod:`cluste
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,8 +116,22 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turning user errors into one clear line and status 2."""
     results_only_on_stdout()
-    with errors_as_lines():
+    with errors_as_lines(), environment_kept():
         cli.main(args=argv, prog_name="ipupod", standalone_mode=False)
+
+
+@contextmanager
+def environment_kept() -> Iterator[None]:
+    """Run a command and then put ``os.environ`` back as it was: options that reach the
+    client through a variable (``--tls-ca``) must not outlive the command, even when
+    click stops at a later option's error before it cleans up."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        for name in set(os.environ) - set(before):
+            del os.environ[name]
+        os.environ.update(before)
 
 
 if __name__ == "__main__":
