@@ -45,6 +45,7 @@ from cluster.training.replica import (
 from cluster.training.sharding import train_sharded
 from cluster.training.step_parts import StepTime
 from cluster.training.timing import step_time
+from gcl.collectives import CollectiveName, ReduceOp
 from gcl.modes import Mode
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ def _train_real(config: TrainConfig, pod: EmulatedPod,
         for answer in pod.call("execute", {d: (compute_gradients, spec, w)
                                            for d, w in work.items()}).values():
             replica_losses.update(answer)
-        pod.collective("allreduce", GRAD, output=GRAD_MEAN, op="mean",
+        pod.collective(CollectiveName.ALLREDUCE, GRAD, output=GRAD_MEAN, op=ReduceOp.MEAN,
                        algorithm=config.algorithm, group=gradient_group(config), ipus=home)
         updates = {d: (apply_update, {h: (config.lr, config.momentum) for h in ipus})
                    for d, ipus in placed.items()}

@@ -39,6 +39,8 @@ from cluster.training.pipeline.tasks import (
 )
 from cluster.training.placement import gradient_group, replica_ipus
 from cluster.training.workloads import mlp_workload
+from gcl import CommGroup
+from gcl.collectives import CollectiveName, ReduceOp
 
 if TYPE_CHECKING:
     from ipu_node.pod import EmulatedPod
@@ -175,7 +177,7 @@ def _move(pipeline: Pipeline, pod: EmulatedPod, ops: list[Op],
             continue
         name, sender, receiver = crossing
         pairs = np.stack([pipeline.chains[:, sender], pipeline.chains[:, receiver]], axis=1)
-        pod.collective("broadcast", name, output=name, group="consecutive:2",
+        pod.collective(CollectiveName.BROADCAST, name, output=name, group=CommGroup.consecutive(2),
                        ipus=pairs.ravel().tolist(), root=0, algorithm="auto")
         for ipu in pairs[:, 0].tolist():
             pending_free.setdefault(int(ipu), []).append(name)
@@ -195,8 +197,8 @@ def _update(pipeline: Pipeline, pod: EmulatedPod) -> bool:
     """Average each stage's gradient over the replicas, apply it; whether every stage's
     weights are the same in every replica."""
     config, ipus = pipeline.config, pipeline.chains.ravel().tolist()
-    pod.collective("allreduce", GRAD, output=GRAD_MEAN, op="mean", algorithm=config.algorithm,
-                   group=gradient_group(config), ipus=ipus)
+    pod.collective(CollectiveName.ALLREDUCE, GRAD, output=GRAD_MEAN, op=ReduceOp.MEAN,
+                   algorithm=config.algorithm, group=gradient_group(config), ipus=ipus)
     updates: dict[int, dict[int, tuple[float, float]]] = {}
     for ipu in ipus:
         updates.setdefault(pod.owner[ipu], {})[ipu] = (config.lr, config.momentum)
