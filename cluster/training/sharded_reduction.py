@@ -28,7 +28,7 @@ So a step's gradient reduction is, in order:
 2. an allreduce of each 1/R shard between the replicas at the same position of every rack,
    every position at once (over each IPU's PCIe to its IPU-M2000's gateway and the
    GW-Links);
-3. the update of the shard (:func:`cluster.training.timing.stage_update_seconds`, with
+3. the update of the shard (:func:`cluster.training.step_timing.stage_update_seconds`, with
    ``config.optimizer_shards``);
 4. an all-gather of the updated shards inside each rack, every rack at once.
 

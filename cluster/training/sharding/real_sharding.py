@@ -2,7 +2,7 @@
 exchange between them real bytes over the emulated links.
 
 Micro-batch after micro-batch, every device runs its IPUs' share of a round
-(:mod:`.tasks`) for every replica at once, then one GCL collective moves what the round
+(:mod:`.shard_tasks`) for every replica at once, then one GCL collective moves what the round
 left to where the next needs it (:mod:`.exchange`: broadcast, all-gather,
 reduce-scatter, allreduce; a replica's ``K`` IPUs one group). After the step's last
 micro-batch each IPU's gradient is averaged with the same IPU position of every other
@@ -33,7 +33,7 @@ from cluster.training.sharding.exchange import (
     Exchange,
     shard_group,
 )
-from cluster.training.sharding.tasks import (
+from cluster.training.sharding.shard_tasks import (
     GRAD,
     GRAD_MEAN,
     apply_updates,

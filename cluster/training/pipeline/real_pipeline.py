@@ -21,11 +21,10 @@ import numpy as np
 from cluster.training.config import TrainConfig
 from cluster.training.data import make_dataset, replica_slice, step_batch
 from cluster.training.numpy_mlp import init_params
-from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule
+from cluster.training.pipeline.pass_schedule import Op, Pass, PipelineSchedule
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stage_math import stage_offsets
-from cluster.training.pipeline.stages import split_layers
-from cluster.training.pipeline.tasks import (
+from cluster.training.pipeline.stage_tasks import (
     GRAD,
     GRAD_MEAN,
     RoundWork,
@@ -37,6 +36,7 @@ from cluster.training.pipeline.tasks import (
     place_stages,
     run_round,
 )
+from cluster.training.pipeline.stages import split_layers
 from cluster.training.placement import gradient_group, replica_ipus
 from cluster.training.workloads import mlp_workload
 from gcl import CommGroup
