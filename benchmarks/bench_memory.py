@@ -87,8 +87,8 @@ def _sweep_peak(topology: str, name: str, sizes: list[int],
     import ray
 
     from gcl.collectives import collective
-    from ipu_node.bench import run_real
     from ipu_node.pod import EmulatedPod
+    from ipu_node.real_bench import run_real
 
     pod = EmulatedPod.launch(topology)
     try:

@@ -46,7 +46,7 @@ def run_case(name: str) -> dict[str, Any]:
     """Measure one case in this process (called in a child)."""
     sys.path.insert(0, str(ROOT))
     from cluster.model.spec import load_topology
-    from gcl.bench import run_phantom
+    from gcl.bench_rows import run_phantom
     from gcl.collectives import ALLREDUCE
 
     case = CASES[name]

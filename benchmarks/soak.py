@@ -106,7 +106,7 @@ def random_inputs(rng: np.random.Generator, request: Request,
 def wrong_elements(result: CollectiveResult, inputs: list[np.ndarray], request: Request,
                    ipus: list[int]) -> int:
     """Elements that differ from the reference (bitwise for floats, exact for integers)."""
-    from gcl.bench import count_wrong
+    from gcl.bench_rows import count_wrong
     from gcl.local_executor import run_in_memory
 
     replica_of = {ipu: r for r, ipu in enumerate(ipus)}

@@ -22,7 +22,7 @@ from gcl.collectives import Collective, CollectiveName, dtype_itemsize
 from gcl.groups import CommGroup
 from gcl.planner import plan, replica_groups
 from ipu_node.device_spec import device_specs
-from ipu_node.memory import available_ram_bytes
+from ipu_node.ipu_memory import available_ram_bytes
 
 # Peak resident bytes a real-mode sweep adds on this machine, per IPU and byte of the
 # sweep's largest size: (the device actors: input, output, working buffers, link copies,
@@ -73,7 +73,7 @@ class RealSweep:
 def largest_buffers(coll: Collective, byte_sizes: Sequence[int], dtype: str,
                     n: int) -> tuple[int, int]:
     """Bytes of the largest input and output one IPU holds over the sweep (as
-    :func:`ipu_node.bench.run_real` builds them), ``n`` ranks per group."""
+    :func:`ipu_node.real_bench.run_real` builds them), ``n`` ranks per group."""
     itemsize = dtype_itemsize(dtype)
     count = max(coll.count_for_bytes(size, n, itemsize) for size in byte_sizes)
     blocks = coll.blocks_per_size and coll.name != CollectiveName.ALL_GATHER

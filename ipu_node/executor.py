@@ -37,7 +37,7 @@ from ipu_node.calls import ABORT_GRACE_S, died_during, gather
 from ipu_node.device_spec import DeviceSpec, describe
 from ipu_node.errors import DeviceDied, DeviceError, OutOfMemory
 from ipu_node.health import HEALTH_DEADLINE_S, DeviceHealth
-from ipu_node.memory import available_ram_bytes
+from ipu_node.ipu_memory import available_ram_bytes
 
 DEFAULT_DEADLINE_S = 10.0  # a failed collective is named within this (split_deadline)
 DEADLINE_SHARE = 0.2  # of a deadline, at most, for each of the abort grace and the probe

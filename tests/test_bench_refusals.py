@@ -22,7 +22,7 @@ from ipu_node.bench_fit import (
     device_capacity,
     host_bytes,
 )
-from ipu_node.memory import available_ram_bytes
+from ipu_node.ipu_memory import available_ram_bytes
 
 MiB = 1 << 20
 

@@ -24,7 +24,7 @@ from cluster.training.fidelity.published import TABLE, load_published, train_con
 from cluster.training.fidelity.validation import growths, predict
 from cluster.training.memory_plan import stage_memory
 from cluster.training.pipeline.stages import stage_layers
-from cluster.training.timing import step_time
+from cluster.training.step_timing import step_time
 from cluster.training.workloads import forward_seconds, update_seconds, workload
 from gcl import plan, simulate
 from gcl.modes import Mode

@@ -18,7 +18,7 @@ from cluster.training.config import TrainConfig
 from cluster.training.memory_plan import stage_memory
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.timing import _earliest_start_order, _span, pipeline_time
-from cluster.training.timing import step_time
+from cluster.training.step_timing import step_time
 from cluster.training.workloads import forward_seconds, memory_use
 from gcl import CommGroup, plan, simulate
 from gcl.modes import Mode

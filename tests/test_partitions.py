@@ -360,7 +360,7 @@ def ladder(cards):
 ])
 def test_a_partitions_bus_bandwidth_is_that_of_the_same_block_alone(
         topologies, spec, size, alone):
-    from gcl.bench import run_phantom
+    from gcl.bench_rows import run_phantom
     from gcl.collectives import collective
 
     byte_sizes = [4 << 20, 64 << 20]

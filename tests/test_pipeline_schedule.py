@@ -11,11 +11,11 @@ from cluster.model.presets import build_preset
 from cluster.training.config import TrainConfig
 from cluster.training.numpy_mlp import MLPSpec, init_params, loss_and_grad
 from cluster.training.pipeline import stage_math
-from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule
+from cluster.training.pipeline.pass_schedule import Op, Pass, PipelineSchedule
 from cluster.training.pipeline.schedules import pipeline_schedule, schedule_names
 from cluster.training.pipeline.stages import split_layers, stage_chain
 from cluster.training.pipeline.timing import pipeline_time
-from cluster.training.timing import replica_pipeline_time
+from cluster.training.step_timing import replica_pipeline_time
 from cluster.training.workloads import Layer, LayerKind, Workload
 
 

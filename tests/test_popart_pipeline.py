@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from cluster.model.presets import build_preset
 from cluster.training.config import Mode, TrainConfig
 from cluster.training.pipeline.lock_step import lock_step_time
-from cluster.training.pipeline.schedule import (
+from cluster.training.pipeline.pass_schedule import (
     Op,
     Pass,
     PipelineSchedule,
@@ -22,7 +22,7 @@ from cluster.training.pipeline.schedule import (
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.timing import pipeline_time
 from cluster.training.placement import replica_ipus
-from cluster.training.timing import replica_pipeline_time
+from cluster.training.step_timing import replica_pipeline_time
 from cluster.training.workloads import Layer, LayerKind, Workload
 
 

@@ -216,7 +216,7 @@ def test_inputs_too_big_for_this_machine_point_to_phantom_mode():
 
 def test_bench_runs_warmups_and_iterations_and_can_skip_the_check(pods):
     from gcl.collectives import ALLREDUCE
-    from ipu_node.bench import run_real
+    from ipu_node.real_bench import run_real
 
     pod = pods["dss8440"]
     before = sum(c["supersteps"] for s in pod.stats() for c in s["counters"].values())
@@ -239,9 +239,9 @@ def test_bench_runs_warmups_and_iterations_and_can_skip_the_check(pods):
 @pytest.mark.parametrize("collective", ["allreduce", "reduce-scatter", "all-gather"])
 def test_bench_in_place_starts_each_run_from_the_inputs_and_leaves_the_result_over_them(
         pods, collective):
-    from gcl.bench import bench_inputs
+    from gcl.bench_rows import bench_inputs
     from gcl.collectives import COLLECTIVES
-    from ipu_node.bench import BENCH_IN, run_real
+    from ipu_node.real_bench import BENCH_IN, run_real
 
     pod = pods["dss8440"]
     [row] = run_real(pod, COLLECTIVES[collective], [1 << 16], dtype="int32", iterations=3,

@@ -132,6 +132,20 @@ def test_a_registry_is_complete_whichever_plugin_was_imported_first(first: str) 
     assert out == [str(len(SCHEDULES)), str(len(BUILTINS)), str(len(presets()))]
 
 
+@pytest.mark.parametrize("first", ["cluster.training.pipeline.schedules.popart",
+                                   "cluster.training.fidelity.published",
+                                   "gcl.algorithms.ring"])
+def test_a_registry_keeps_its_modules_order_whichever_plugin_was_imported_first(
+        first: str) -> None:
+    code = (f"import {first}\n"
+            "from cluster.training.pipeline.schedules import SCHEDULES\n"
+            "from gcl.algorithms import _REGISTRY\n"
+            "print(','.join(SCHEDULES), ','.join(_REGISTRY))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == [",".join(SCHEDULES), ",".join(ALGORITHMS)]
+
+
 def test_built_in_workloads_are_listed_smallest_first() -> None:
     sizes = [workload(name).parameter_count for name in BUILTINS]
     assert sizes == sorted(sizes) and list(BUILTINS)[1] == "resnet50"

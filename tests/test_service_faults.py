@@ -14,7 +14,7 @@ import pytest
 
 from cluster.service.auth import write_token
 from cluster.service.server import start_server
-from gcl.bench import run_phantom
+from gcl.bench_rows import run_phantom
 from gcl.collectives import collective
 from ipu_node.pod import EmulatedPod
 from ipupod_proto import control_pb2, control_pb2_grpc

@@ -14,7 +14,7 @@ from cluster.model.spec import load_topology
 from cluster.training.config import TrainConfig
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.placement import gradient_group, replica_ipus
-from cluster.training.timing import step_time
+from cluster.training.step_timing import step_time
 from cluster.training.workloads import DType, workload
 from gcl import plan, simulate
 from gcl.modes import Mode

@@ -5,7 +5,7 @@ import pytest
 
 from cluster.model.spec import load_topology
 from cluster.model.units import plural, ranges
-from gcl.bench import format_row, run_phantom, summary_line
+from gcl.bench_rows import format_row, run_phantom, summary_line
 from gcl.collectives import COLLECTIVES
 
 

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cluster.cli.training_options import _hidden as cli_hidden
 from cluster.errors import SpecError, UserError
 from cluster.model.hardware import gc2, gc200
 from cluster.training.numpy_mlp import MLPSpec, training_flops
@@ -185,6 +186,21 @@ def test_bad_names_and_options_are_spec_errors_saying_what_to_do(name, options, 
         workload(name, **options)
     for word in words:
         assert word in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["", " , ", "a,b", "0", "12,x", "²", ",".join(["8"] * 65)])
+def test_the_cli_and_the_mlp_workload_refuse_the_same_hidden_widths_alike(text):
+    with pytest.raises(SpecError) as from_registry:
+        workload("mlp", hidden=text)
+    with pytest.raises(SpecError) as from_cli:
+        cli_hidden(text)
+    assert str(from_cli.value).startswith("--hidden: ")
+    assert str(from_registry.value).endswith(str(from_cli.value).removeprefix("--"))
+
+
+def test_the_cli_and_the_mlp_workload_read_hidden_widths_alike():
+    assert cli_hidden("128, 64") == (128, 64)
+    assert workload("mlp", hidden="128, 64") == workload("mlp", hidden=[128, 64])
 
 
 # -- compute seconds: the tiny example by hand ----------------------------------------

@@ -1,6 +1,6 @@
 """``ipupod bench COLLECTIVE``: sweep sizes like nccl-tests, here (phantom or real mode) or
 on a partition of a running service (``--partition``); one table either way
-(:mod:`gcl.bench`)."""
+(:mod:`gcl.bench_rows`)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
 from cluster.model.topology import Topology
 from cluster.model.units import format_size, parse_size, plural
 from gcl.algorithms import algorithm as check_algorithm
-from gcl.bench import (
+from gcl.bench_rows import (
     MAX_RUNS,
     BenchRow,
     format_row,
@@ -126,8 +126,8 @@ def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGr
                                                 min_total=PROGRESS_MIN_PHASES))
         return run_phantom(coll, topology, byte_sizes, on_phase=on_phase, **options)
     # Ray: only for --mode real
-    from ipu_node.bench import run_real
     from ipu_node.pod import EmulatedPod
+    from ipu_node.real_bench import run_real
 
     pod = EmulatedPod.launch(topology, ray_address=ray_address)
     stack.callback(pod.shutdown, stop_ray=True)
@@ -188,7 +188,7 @@ def _group_size(result: Any) -> int:
 
 
 def _service_row(row: Any) -> BenchRow:
-    """A row of the service's stream as a :class:`gcl.bench.BenchRow` (its ``json``)."""
+    """A row of the service's stream as a :class:`gcl.bench_rows.BenchRow` (its ``json``)."""
     return BenchRow(**json.loads(row.json))
 
 

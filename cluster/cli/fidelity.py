@@ -25,7 +25,7 @@ from cluster.training.fidelity.published import TABLE, load_published
 from cluster.training.fidelity.validation import ERROR_BAR, Prediction, growths, predict
 from cluster.training.placement import checked_topology
 from cluster.training.step_parts import STEP_PARTS
-from cluster.training.timing import step_time
+from cluster.training.step_timing import step_time
 
 
 @click.command("calibrate")

@@ -20,7 +20,7 @@ from cluster.cli.training_options import (
     MICRO_BATCH_OPTION,
     OPTIMIZER_STATE_OPTION,
     PIPELINE_SCHEDULE_OPTION,
-    counts_option,
+    layer_counts,
 )
 from cluster.errors import UserError, quoted
 from cluster.training.config import IPUS_PER_REPLICA, TrainConfig
@@ -177,7 +177,7 @@ def scaling_report_command(topologies: str, k: str | None, gradient_accumulation
     with report_folder(out_dir):
         base = _base(topology=names[0], ipus_per_replica=None if k is None else int(k),
                      accumulation=gradient_accumulation,
-                     layers_per_ipu=counts_option(layers_per_ipu, "--layers-per-ipu"),
+                     layers_per_ipu=layer_counts(layers_per_ipu),
                      final_stage_on_first_ipu=final_stage_on_first_ipu,
                      pipeline_schedule=pipeline_schedule, algorithm=algorithm,
                      efficiency_scale=efficiency_scale, **model)

@@ -13,36 +13,30 @@ from typing import Any, TypeVar
 
 import click
 
-from cluster.errors import UserError
 from cluster.training.config import IPUS_PER_REPLICA, MLP, SPLITS, TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.fit import default_topology, resolve
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import schedule_names
+from cluster.training.workloads.arithmetic import whole_numbers
+from cluster.training.workloads.registry import hidden_widths
+from cluster.training.workloads.workload_yaml import MAX_LAYERS
 from gcl.modes import Mode
 
 Command = TypeVar("Command", bound=Callable[..., Any])
+MAX_STAGE_COUNTS = 64  # numbers --layers-per-ipu takes: far past any recipe's stages
 
 
-def counts_option(text: str | None, option: str,
-                   example: str = "4,4,6") -> tuple[int, ...] | None:
-    """Whole numbers of 1 or more separated by commas (``4,4,6``); None when the option
-    is not given."""
+def layer_counts(text: str | None) -> tuple[int, ...] | None:
+    """Layers per pipeline stage from ``--layers-per-ipu`` (``4,4,6``); None: balanced."""
     if text is None:
         return None
-    try:
-        counts = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise UserError(f"{option} takes whole numbers separated by commas, e.g. {example}; "
-                        f"not {text[:60]!r}") from None
-    if not counts or len(counts) > 64 or min(counts) < 1:
-        raise UserError(f"{option} takes 1 to 64 numbers of 1 or more, separated by commas")
-    return counts
+    return whole_numbers("--layers-per-ipu", text, MAX_LAYERS, MAX_STAGE_COUNTS)
 
 
 def _hidden(text: str | None) -> tuple[int, ...] | None:
     """Layer widths from ``--hidden`` (``128,64``); None: the default."""
-    return counts_option(text, "--hidden", "128,64")
+    return None if text is None else hidden_widths("--hidden", text)
 
 
 PIPELINE_SCHEDULE_OPTION = click.option(
@@ -163,6 +157,6 @@ def make_config(servers: int | None, mode: str | None, check: bool,
         lr=lr, momentum=momentum, hidden=_hidden(hidden), check=check,
         mode=Mode(mode or (Mode.REAL if model == MLP else Mode.PHANTOM)),
         efficiency_scale=efficiency_scale,
-        layers_per_ipu=counts_option(layers_per_ipu, "--layers-per-ipu"),
+        layers_per_ipu=layer_counts(layers_per_ipu),
         final_stage_on_first_ipu=final_stage_on_first_ipu)
     return resolve(config, free)

@@ -23,8 +23,8 @@ class Registry(Mapping[str, T]):
     """Entries of one kind by name, filled by importing every module of ``package``.
 
     ``check(entry)`` raises ``TypeError`` for an entry of the wrong kind; ``order(entry)``
-    sorts the entries (default: registration order, which is the modules' alphabetical
-    order and, within a module, the order of its registrations). Reading the registry
+    sorts the entries (default: the modules' alphabetical order and, within a module, the
+    order of its registrations, whichever module was imported first). Reading the registry
     (``registry[name]``, ``name in registry``, iterating) loads the modules first.
     """
 
@@ -37,6 +37,7 @@ class Registry(Mapping[str, T]):
         self._entries: dict[str, T] = {}
         self._origins: dict[str, str] = {}
         self._loaded = False
+        self._module_rank: dict[str, int] = {}
 
     def register(self, name: str, entry: T, origin: str) -> T:
         """Add ``entry`` under ``name``, registered by module ``origin``; a ``ValueError``
@@ -61,8 +62,10 @@ class Registry(Mapping[str, T]):
     def load(self) -> None:
         """Import every module of the package, the first time only."""
         if not self._loaded:
-            for module in self.modules():
+            modules = self.modules()
+            for module in modules:
                 importlib.import_module(module)
+            self._module_rank = {module: rank for rank, module in enumerate(modules)}
             self._loaded = True
 
     def registered_by(self, module: str) -> list[str]:
@@ -80,8 +83,10 @@ class Registry(Mapping[str, T]):
 
     def _sorted(self) -> list[str]:
         self.load()
-        if self._order is None:
-            return list(self._entries)
+        if self._order is None:  # the modules' order, whichever was imported first
+            last = len(self._module_rank)
+            return sorted(self._entries,
+                          key=lambda name: self._module_rank.get(self._origins[name], last))
         order = self._order
         return sorted(self._entries, key=lambda name: order(self._entries[name]))
 

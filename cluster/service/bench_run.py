@@ -25,13 +25,12 @@ import ray
 from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.service.partitions import RESOURCE_EXHAUSTED, Partition, PartitionError
-from gcl.bench import BenchRow, check_runs, sizes
+from gcl.bench_rows import BenchRow, check_runs, sizes
 from gcl.collectives import Collective, CollectiveName, ReduceOp, collective, dtype_itemsize
 from gcl.groups import CommGroup
 from gcl.modes import Mode
 from gcl.planner import AUTO, replica_groups
 from ipu_node.answers import IpuMemoryStats
-from ipu_node.bench import BENCH_TENSORS, free_tensors
 from ipu_node.bench_fit import (
     DoesNotFit,
     RealSweep,
@@ -39,16 +38,17 @@ from ipu_node.bench_fit import (
     check_host,
     device_capacity,
 )
-from ipu_node.memory import available_ram_bytes
+from ipu_node.ipu_memory import available_ram_bytes
 from ipu_node.pod import EmulatedPod
+from ipu_node.real_bench import BENCH_TENSORS, free_tensors
 from ipupod_proto import control_pb2
 
 
 @dataclass(frozen=True)
 class BenchPlan:
     """A checked request: which collective, how, over which sizes; ``options`` are the
-    keyword arguments of :func:`gcl.bench.run_phantom` (and ``runs`` with them, of
-    :func:`ipu_node.bench.run_real`)."""
+    keyword arguments of :func:`gcl.bench_rows.run_phantom` (and ``runs`` with them, of
+    :func:`ipu_node.real_bench.run_real`)."""
 
     coll: Collective
     mode: Mode
@@ -141,5 +141,5 @@ def _free_memory(pod: EmulatedPod, ipus: Sequence[int]) -> dict[int, int]:
 
 
 def free_bench_tensors(pod: EmulatedPod, ipus: Sequence[int]) -> None:
-    """Drop the bench tensors (:data:`ipu_node.bench.BENCH_TENSORS`) from ``ipus``."""
+    """Drop the bench tensors (:data:`ipu_node.real_bench.BENCH_TENSORS`) from ``ipus``."""
     free_tensors(pod, BENCH_TENSORS, ipus)

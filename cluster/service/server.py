@@ -44,12 +44,12 @@ from cluster.service.metrics import ServiceMetrics
 from cluster.service.partitions import Partition, PartitionError, PartitionTable
 from cluster.service.sharing import ShareOptions, open_shared
 from cluster.service.tls import bind
-from gcl.bench import BenchRow, run_phantom
+from gcl.bench_rows import BenchRow, run_phantom
 from gcl.modes import Mode
 from ipu_node.answers import HealthState, IpuMemoryStats
-from ipu_node.bench import run_real
 from ipu_node.device_spec import describe
 from ipu_node.pod import EmulatedPod
+from ipu_node.real_bench import run_real
 from ipupod_proto import control_pb2, control_pb2_grpc
 
 SERVICE = "ipupod.control.v1.Control"

@@ -3,7 +3,7 @@ several, or one layer split over several, priced on the emulated hardware and, f
 NumPy MLP, trained for real on the emulated devices.
 
 One room per concern: the workloads priced (:mod:`.workloads`, pure), a step's parts and
-their pricing (:mod:`.step_parts`, :mod:`.timing`, :mod:`.pipeline`, :mod:`.sharding`),
+their pricing (:mod:`.step_parts`, :mod:`.step_timing`, :mod:`.pipeline`, :mod:`.sharding`),
 real training (:mod:`.trainer`, :mod:`.numpy_mlp`, :mod:`.data`, :mod:`.replica`), the
 emulator against measured steps (:mod:`.fidelity`), and what is written about runs
 (:mod:`.reports`); the run's settings and defaults (:mod:`.config`, :mod:`.defaults`,

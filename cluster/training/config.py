@@ -9,7 +9,7 @@ from cluster.model.topology import Topology
 from cluster.training.defaults import DEFAULTS
 from cluster.training.numpy_mlp import MLPSpec
 from cluster.training.optimizer_state import OptimizerState
-from cluster.training.pipeline.schedule import TooFewMicroBatches
+from cluster.training.pipeline.pass_schedule import TooFewMicroBatches
 from cluster.training.pipeline.schedules import (
     DEFAULT,
     check_schedule_shape,

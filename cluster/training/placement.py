@@ -47,7 +47,7 @@ def gradient_group(config: TrainConfig) -> CommGroup:
     (CommGroup ORTHOGONAL of the replica count)."""
     if config.ipus_per_replica == 1:
         return CommGroup()
-    return CommGroup.parse(f"orthogonal:{config.replicas}")
+    return CommGroup.orthogonal(config.replicas)
 
 
 def machines(topology: Topology) -> str:

@@ -28,7 +28,7 @@ So a step's gradient reduction is, in order:
 2. an allreduce of each 1/R shard between the replicas at the same position of every rack,
    every position at once (over each IPU's PCIe to its IPU-M2000's gateway and the
    GW-Links);
-3. the update of the shard (:func:`cluster.training.timing.stage_update_seconds`, with
+3. the update of the shard (:func:`cluster.training.step_timing.stage_update_seconds`, with
    ``config.optimizer_shards``);
 4. an all-gather of the updated shards inside each rack, every rack at once.
 
@@ -55,6 +55,7 @@ from cluster.model.topology import Topology
 from cluster.training.config import TrainConfig
 from cluster.training.workloads import Workload
 from gcl import CommGroup, plan, simulate
+from gcl.collectives import CollectiveName
 
 
 @dataclass(frozen=True)
@@ -84,12 +85,14 @@ def sharded_reduction(config: TrainConfig, topology: Topology, workload: Workloa
     shard = -(-max(ipu_params) // per_rack)  # elements of one replica's 1/R
     gradient, weight = workload.gradient_dtype.value, workload.weight_dtype.value
     in_rack = _in_rack_order(chains, per_rack)
-    by_rack = CommGroup.parse(f"consecutive:{per_rack}")  # a stage of one rack's replicas
-    scatter = _seconds("reduce-scatter", config, topology, shard, gradient, by_rack, in_rack)
+    by_rack = CommGroup.consecutive(per_rack)  # a stage of one rack's replicas
+    scatter = _seconds(CollectiveName.REDUCE_SCATTER, config, topology, shard, gradient, by_rack,
+                       in_rack)
     # PopART's complement group: replica i (stage s) of every rack
-    across = CommGroup.parse(f"orthogonal:{len(chains) // per_rack}")
-    allreduce = _seconds("allreduce", config, topology, shard, gradient, across, chains.ravel())
-    gather = _seconds("all-gather", config, topology, shard, weight, by_rack, in_rack)
+    across = CommGroup.orthogonal(len(chains) // per_rack)
+    allreduce = _seconds(CollectiveName.ALLREDUCE, config, topology, shard, gradient, across,
+                         chains.ravel())
+    gather = _seconds(CollectiveName.ALL_GATHER, config, topology, shard, weight, by_rack, in_rack)
     return ShardedReduction(scatter, allreduce, gather)
 
 
@@ -101,7 +104,7 @@ def _in_rack_order(chains: np.ndarray, per_rack: int) -> np.ndarray:
     return chains.reshape(racks, per_rack, stages).transpose(0, 2, 1).ravel()
 
 
-def _seconds(collective: str, config: TrainConfig, topology: Topology, count: int,
+def _seconds(collective: CollectiveName, config: TrainConfig, topology: Topology, count: int,
              dtype: str, group: CommGroup, ipus: np.ndarray) -> float:
     """Simulated seconds of ``collective`` of ``count`` elements (per block for the
     reduce-scatter and all-gather) over every group of ``ipus`` at once, with

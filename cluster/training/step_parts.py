@@ -1,6 +1,6 @@
 """The parts of a training step's simulated time: their one definition.
 
-:class:`StepTime` is a step priced by part (:func:`cluster.training.timing.step_time`);
+:class:`StepTime` is a step priced by part (:func:`cluster.training.step_timing.step_time`);
 each of its part fields carries a :class:`StepPart`, the part's names in every view.
 :data:`STEP_PARTS` lists them in the order a step spends them, and everything that shows
 or adds up a step reads it: :attr:`StepTime.sim_seconds`, the run record and

@@ -26,7 +26,7 @@ from cluster.training.data import make_dataset, replica_slice, step_batch, train
 from cluster.training.fit import check_fits
 from cluster.training.memory_plan import StageMemory, stage_memory
 from cluster.training.numpy_mlp import init_params
-from cluster.training.pipeline.real import train_pipelined
+from cluster.training.pipeline.real_pipeline import train_pipelined
 from cluster.training.placement import (
     gradient_group,
     machines,
@@ -44,7 +44,8 @@ from cluster.training.replica import (
 )
 from cluster.training.sharding import train_sharded
 from cluster.training.step_parts import StepTime
-from cluster.training.timing import step_time
+from cluster.training.step_timing import step_time
+from gcl.collectives import CollectiveName, ReduceOp
 from gcl.modes import Mode
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ def _train_real(config: TrainConfig, pod: EmulatedPod,
         for answer in pod.call("execute", {d: (compute_gradients, spec, w)
                                            for d, w in work.items()}).values():
             replica_losses.update(answer)
-        pod.collective("allreduce", GRAD, output=GRAD_MEAN, op="mean",
+        pod.collective(CollectiveName.ALLREDUCE, GRAD, output=GRAD_MEAN, op=ReduceOp.MEAN,
                        algorithm=config.algorithm, group=gradient_group(config), ipus=home)
         updates = {d: (apply_update, {h: (config.lr, config.momentum) for h in ipus})
                    for d, ipus in placed.items()}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.training.config import MLP, TrainConfig
-from cluster.training.timing import step_time
+from cluster.training.step_timing import step_time
 from cluster.training.workloads import DEFAULT_EFFICIENCIES, Efficiencies
 
 BISECTIONS = 60  # halvings of the bracket on log(scale): far below any step's precision

@@ -20,7 +20,7 @@ from cluster.training.fidelity.calibration import calibrate
 from cluster.training.fidelity.published import IPUS_PER_RACK, PublishedStep, train_config
 from cluster.training.fit import check_fits
 from cluster.training.memory_plan import stage_memory
-from cluster.training.timing import StepTime, step_time
+from cluster.training.step_timing import StepTime, step_time
 
 ERROR_BAR = 0.05
 """How close a prediction should come to the published step: 5% either way, the bar

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cluster.training.pipeline.schedule import Pass, PipelineSchedule
+from cluster.training.pipeline.pass_schedule import Pass, PipelineSchedule
 from cluster.training.pipeline.timing import (
     PipelineTime,
     check_durations,

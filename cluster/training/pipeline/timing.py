@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule, describe
+from cluster.training.pipeline.pass_schedule import Op, Pass, PipelineSchedule, describe
 
 
 @dataclass(frozen=True)

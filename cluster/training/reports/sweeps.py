@@ -17,7 +17,7 @@ from typing import Any
 
 from cluster.training.config import TrainConfig
 from cluster.training.memory_plan import OutOfMemory
-from cluster.training.pipeline.schedule import TooFewMicroBatches
+from cluster.training.pipeline.pass_schedule import TooFewMicroBatches
 from cluster.training.pipeline.schedules import fill_drain
 from cluster.training.reports.document import (
     SIM_NOTE,

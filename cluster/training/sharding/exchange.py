@@ -19,7 +19,7 @@ all-gather a reduce-scatter, in which only IPU 0 holds non-zero values, so that 
 receives its columns of the gradient (a scatter). GCL has no gather or reduce to one
 rank, so IPU 0's all-gather and allreduce leave copies on the others too, which they
 free. Phantom mode costs these records (:mod:`.cost`), real mode runs them
-(:mod:`.real`), with the same sizes, groups and algorithm: the two agree by
+(:mod:`.real_sharding`), with the same sizes, groups and algorithm: the two agree by
 construction.
 """
 
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from cluster.training.sharding.columns import ColumnSplit
 from gcl import CommGroup
+from gcl.collectives import CollectiveName
 
 LAYER_IN = "shard.in"
 OUT, GATHERED = "shard.out", "shard.gathered"
@@ -44,7 +45,7 @@ class Exchange:
     reduce-scatter) is ``micro_batch`` rows of ``fan_in`` or of ``width`` values."""
 
     label: str
-    collective: str
+    collective: CollectiveName
     tensor: str
     output: str
     rows_of_fan_in: bool
@@ -54,10 +55,11 @@ class Exchange:
         return micro_batch * (split.fan_in if self.rows_of_fan_in else split.width)
 
 
-BROADCAST = Exchange("broadcast", "broadcast", LAYER_IN, LAYER_IN, True)
-ALL_GATHER = Exchange("all_gather", "all-gather", OUT, GATHERED, False)
-REDUCE_SCATTER = Exchange("reduce_scatter", "reduce-scatter", DELTA, DELTA_COLUMNS, False)
-ALLREDUCE = Exchange("allreduce", "allreduce", PARTIAL, PARTIAL_SUM, True)
+BROADCAST = Exchange("broadcast", CollectiveName.BROADCAST, LAYER_IN, LAYER_IN, True)
+ALL_GATHER = Exchange("all_gather", CollectiveName.ALL_GATHER, OUT, GATHERED, False)
+REDUCE_SCATTER = Exchange("reduce_scatter", CollectiveName.REDUCE_SCATTER, DELTA, DELTA_COLUMNS,
+                          False)
+ALLREDUCE = Exchange("allreduce", CollectiveName.ALLREDUCE, PARTIAL, PARTIAL_SUM, True)
 
 
 def forward_exchanges() -> tuple[Exchange, ...]:
@@ -73,4 +75,4 @@ def backward_exchanges(split: ColumnSplit) -> tuple[Exchange, ...]:
 
 def shard_group(split: ColumnSplit) -> CommGroup:
     """Each replica's ``K`` IPUs one group."""
-    return CommGroup.parse(f"consecutive:{split.shards}")
+    return CommGroup.consecutive(split.shards)

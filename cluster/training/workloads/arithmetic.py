@@ -71,19 +71,61 @@ def dtype_named(option: str, value: Any) -> DType:
         return value
     choices = ", ".join(d.value for d in DType)
     if not isinstance(value, str) or value not in {d.value for d in DType}:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise SpecError(f"{option}: {shown} is not a number format; choose one of {choices}")
+        raise SpecError(f"{option}: {_shown(value)} is not a number format; choose one of "
+                        f"{choices}")
     return DType(value)
 
 
 def whole(option: str, value: Any, low: int, high: int) -> int:
     """``value`` as a whole number from ``low`` to ``high`` (digits as text are taken too,
     as a command line gives them), or a SpecError naming ``option``."""
-    if isinstance(value, str) and value.strip().isdigit() and len(value) < 20:
-        value = int(value)
+    number = _as_whole(value)
+    if number is None:
+        raise SpecError(f"{option}: expected a whole number, got {_shown(value)}")
+    return _in_range(option, number, low, high)
+
+
+def whole_numbers(option: str, value: Any, high: int, most: int,
+                  example: str = "4,4,6") -> tuple[int, ...]:
+    """Whole numbers from 1 to ``high``, at most ``most`` of them, or a SpecError naming
+    ``option``: text separated by commas (``"4,4,6"``, as a command line gives them; it
+    must hold one number at least), a list of numbers (``[]`` is none) or one number. The
+    one reading of ``--hidden``, the ``mlp`` workload's ``hidden`` and
+    ``--layers-per-ipu``."""
+    if isinstance(value, str):
+        items: list[Any] = [part.strip() for part in value.split(",") if part.strip()]
+        if not items:
+            raise SpecError(f"{option}: takes whole numbers separated by commas, e.g. "
+                            f"{example}; got {_shown(value)}")
+    else:
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if len(items) > most:
+        raise SpecError(f"{option}: takes at most {most} numbers, got {len(items)}")
+    numbers = []
+    for item in items:
+        number = _as_whole(item)
+        if number is None:
+            raise SpecError(f"{option}: takes whole numbers separated by commas, e.g. "
+                            f"{example}; got {_shown(item)}")
+        numbers.append(_in_range(option, number, 1, high))
+    return tuple(numbers)
+
+
+def _as_whole(value: Any) -> int | None:
+    """``value`` as an int (decimal digits as text too, under 20 of them), or None."""
+    if isinstance(value, str) and value.strip().isdecimal() and len(value) < 20:
+        return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise SpecError(f"{option}: expected a whole number, got {shown}")
+        return None
+    return value
+
+
+def _in_range(option: str, value: int, low: int, high: int) -> int:
     if not low <= value <= high:
         raise SpecError(f"{option}: must be from {low:,} to {high:,}, got {value:,}")
     return value
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut to 40 characters."""
+    return repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from cluster.errors import SpecError
 from cluster.model.plugins import Registry
 from cluster.training.numpy_mlp import MLPSpec
-from cluster.training.workloads.arithmetic import Precision, whole
+from cluster.training.workloads.arithmetic import Precision, whole, whole_numbers
 from cluster.training.workloads.layers import Workload
 from cluster.training.workloads.mlp import mlp_workload
 from cluster.training.workloads.workload_yaml import MAX_OPTIMIZER_VALUES, load_workload
@@ -90,20 +90,16 @@ def builtin_workload(name: str, summary: str) -> Callable[[_B], _B]:
     return register
 
 
-def _hidden(value: Any) -> tuple[int, ...]:
-    """MLP hidden widths: a number, a list of numbers, or text such as ``"128,64"``."""
-    if isinstance(value, str):
-        value = [part for part in value.replace(" ", "").split(",") if part] or [""]
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
-    if len(items) > MAX_HIDDEN_LAYERS:
-        raise SpecError(f"hidden: at most {MAX_HIDDEN_LAYERS} hidden layers, got {len(items)}")
-    return tuple(whole("hidden", item, 1, MAX_WIDTH) for item in items)
+def hidden_widths(option: str, value: Any) -> tuple[int, ...]:
+    """MLP hidden widths: a number, a list of numbers, or text such as ``"128,64"``; a
+    SpecError naming ``option`` (``hidden``, or the CLI's ``--hidden``) otherwise."""
+    return whole_numbers(option, value, MAX_WIDTH, MAX_HIDDEN_LAYERS, "128,64")
 
 
 @builtin_workload("mlp", "the trainer's NumPy MLP, float32, per sample")
 def _mlp(input_size: Any = 64, hidden: Any = (128,), classes: Any = 10) -> Workload:
     """The trainer's MLP; the defaults are ``TrainConfig``'s (cluster/training/trainer.py)."""
-    spec = MLPSpec(whole("input_size", input_size, 1, MAX_WIDTH), _hidden(hidden),
+    spec = MLPSpec(whole("input_size", input_size, 1, MAX_WIDTH), hidden_widths("hidden", hidden),
                    whole("classes", classes, 2, MAX_WIDTH))
     return mlp_workload(spec)
 

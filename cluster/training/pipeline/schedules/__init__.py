@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from cluster.errors import UserError
 from cluster.model.plugins import Registry
-from cluster.training.pipeline.schedule import PipelineSchedule, check_shape
+from cluster.training.pipeline.pass_schedule import PipelineSchedule, check_shape
 
 Builder = Callable[[int, int], PipelineSchedule]
 ShapeCheck = Callable[[int, int], None]

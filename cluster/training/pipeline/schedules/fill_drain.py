@@ -6,7 +6,7 @@ fraction of the pipeline is ``(K - 1) / (M + K - 1)``."""
 
 from __future__ import annotations
 
-from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule
+from cluster.training.pipeline.pass_schedule import Op, Pass, PipelineSchedule
 from cluster.training.pipeline.schedules import schedule
 
 NAME = "fill-drain"

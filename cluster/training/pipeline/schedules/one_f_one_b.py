@@ -6,7 +6,7 @@ instead of ``M``: it is the schedule that saves memory."""
 
 from __future__ import annotations
 
-from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule
+from cluster.training.pipeline.pass_schedule import Op, Pass, PipelineSchedule
 from cluster.training.pipeline.schedules import schedule
 
 NAME = "1f1b"

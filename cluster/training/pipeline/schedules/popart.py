@@ -15,7 +15,7 @@ the copies"). Stage ``s`` keeps ``2(K - 1 - s) + 1`` micro-batches' activations 
 
 from __future__ import annotations
 
-from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule, TooFewMicroBatches
+from cluster.training.pipeline.pass_schedule import Op, Pass, PipelineSchedule, TooFewMicroBatches
 from cluster.training.pipeline.schedules import schedule
 
 NAME = "popart"

@@ -1,7 +1,7 @@
 """Benchmark rows in real mode: each size runs on a launched POD's devices with real data,
 out of place then in place as nccl-tests runs them, and each placement's results are
 checked against NumPy (the ``#wrong`` columns). The rows, sizes and table are
-:mod:`gcl.bench`'s, shared with phantom mode."""
+:mod:`gcl.bench_rows`'s, shared with phantom mode."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from gcl.bench import (
+from gcl.bench_rows import (
     BenchRow,
     Measured,
     bench_input,
@@ -85,7 +85,7 @@ def _timed(pod: EmulatedPod, coll: Collective, output: str, runs: tuple[int, str
 
 
 def _place_inputs(pod: EmulatedPod, targets: Sequence[int], count: int, dtype: str) -> None:
-    """Each device builds its replicas' :func:`gcl.bench.bench_input` as tensor
+    """Each device builds its replicas' :func:`gcl.bench_rows.bench_input` as tensor
     ``bench.in``: nothing crosses from here, and the tensor is the device's own (writable,
     so an allreduce in place works in it, with no copy)."""
     by_device: dict[int, dict[int, int]] = defaultdict(dict)

@@ -17,7 +17,7 @@ from typing import TypeVar
 import numpy as np
 
 from cluster.training.numpy_mlp import DTYPE
-from cluster.training.pipeline.tasks import update_weights
+from cluster.training.pipeline.stage_tasks import update_weights
 from cluster.training.sharding.columns import (
     ColumnSplit,
     head_backward,

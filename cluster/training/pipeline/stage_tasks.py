@@ -17,7 +17,7 @@ import numpy as np
 
 from cluster.training.numpy_mlp import DTYPE, MLPSpec, sgd_momentum
 from cluster.training.pipeline import stage_math
-from cluster.training.pipeline.schedule import Pass
+from cluster.training.pipeline.pass_schedule import Pass
 from ipu_node.store import TensorStore
 
 PARAMS, VELOCITY = "pipe.params", "pipe.velocity"

@@ -2,7 +2,7 @@
 exchange between them real bytes over the emulated links.
 
 Micro-batch after micro-batch, every device runs its IPUs' share of a round
-(:mod:`.tasks`) for every replica at once, then one GCL collective moves what the round
+(:mod:`.shard_tasks`) for every replica at once, then one GCL collective moves what the round
 left to where the next needs it (:mod:`.exchange`: broadcast, all-gather,
 reduce-scatter, allreduce; a replica's ``K`` IPUs one group). After the step's last
 micro-batch each IPU's gradient is averaged with the same IPU position of every other
@@ -33,7 +33,7 @@ from cluster.training.sharding.exchange import (
     Exchange,
     shard_group,
 )
-from cluster.training.sharding.tasks import (
+from cluster.training.sharding.shard_tasks import (
     GRAD,
     GRAD_MEAN,
     apply_updates,
@@ -44,6 +44,7 @@ from cluster.training.sharding.tasks import (
     forward_shard,
     place_shards,
 )
+from gcl.collectives import CollectiveName, ReduceOp
 
 if TYPE_CHECKING:
     from ipu_node.pod import EmulatedPod
@@ -141,8 +142,9 @@ def _update(sharded: ShardedReplicas, pod: EmulatedPod) -> bool:
     """Average each IPU's gradient with the same position of every other replica, apply
     it; whether every position's weights are the same in every replica."""
     config = sharded.config
-    pod.collective("allreduce", GRAD, output=GRAD_MEAN, op="mean", algorithm=config.algorithm,
-                   group=gradient_group(config), ipus=sharded.chains.ravel().tolist())
+    pod.collective(CollectiveName.ALLREDUCE, GRAD, output=GRAD_MEAN, op=ReduceOp.MEAN,
+                   algorithm=config.algorithm, group=gradient_group(config),
+                   ipus=sharded.chains.ravel().tolist())
     digests = sharded.round(pod, apply_updates, lambda r, k: (config.lr, config.momentum))
     return all(len({digests[int(ipu)] for ipu in sharded.chains[:, k]}) == 1
                for k in range(sharded.chains.shape[1]))

@@ -21,11 +21,10 @@ import numpy as np
 from cluster.training.config import TrainConfig
 from cluster.training.data import make_dataset, replica_slice, step_batch
 from cluster.training.numpy_mlp import init_params
-from cluster.training.pipeline.schedule import Op, Pass, PipelineSchedule
+from cluster.training.pipeline.pass_schedule import Op, Pass, PipelineSchedule
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stage_math import stage_offsets
-from cluster.training.pipeline.stages import split_layers
-from cluster.training.pipeline.tasks import (
+from cluster.training.pipeline.stage_tasks import (
     GRAD,
     GRAD_MEAN,
     RoundWork,
@@ -37,8 +36,11 @@ from cluster.training.pipeline.tasks import (
     place_stages,
     run_round,
 )
+from cluster.training.pipeline.stages import split_layers
 from cluster.training.placement import gradient_group, replica_ipus
 from cluster.training.workloads import mlp_workload
+from gcl import CommGroup
+from gcl.collectives import CollectiveName, ReduceOp
 
 if TYPE_CHECKING:
     from ipu_node.pod import EmulatedPod
@@ -175,7 +177,7 @@ def _move(pipeline: Pipeline, pod: EmulatedPod, ops: list[Op],
             continue
         name, sender, receiver = crossing
         pairs = np.stack([pipeline.chains[:, sender], pipeline.chains[:, receiver]], axis=1)
-        pod.collective("broadcast", name, output=name, group="consecutive:2",
+        pod.collective(CollectiveName.BROADCAST, name, output=name, group=CommGroup.consecutive(2),
                        ipus=pairs.ravel().tolist(), root=0, algorithm="auto")
         for ipu in pairs[:, 0].tolist():
             pending_free.setdefault(int(ipu), []).append(name)
@@ -195,8 +197,8 @@ def _update(pipeline: Pipeline, pod: EmulatedPod) -> bool:
     """Average each stage's gradient over the replicas, apply it; whether every stage's
     weights are the same in every replica."""
     config, ipus = pipeline.config, pipeline.chains.ravel().tolist()
-    pod.collective("allreduce", GRAD, output=GRAD_MEAN, op="mean", algorithm=config.algorithm,
-                   group=gradient_group(config), ipus=ipus)
+    pod.collective(CollectiveName.ALLREDUCE, GRAD, output=GRAD_MEAN, op=ReduceOp.MEAN,
+                   algorithm=config.algorithm, group=gradient_group(config), ipus=ipus)
     updates: dict[int, dict[int, tuple[float, float]]] = {}
     for ipu in ipus:
         updates.setdefault(pod.owner[ipu], {})[ipu] = (config.lr, config.momentum)

@@ -36,6 +36,7 @@ from cluster.training.workloads import (
     update_seconds,
 )
 from gcl import plan, simulate
+from gcl.collectives import CollectiveName
 from gcl.phantom import Timing
 
 
@@ -95,8 +96,9 @@ def gradient_reduction_seconds(config: TrainConfig, topology: Topology, workload
         return (parts.reduce_scatter_seconds, parts.cross_rack_allreduce_seconds,
                 parts.all_gather_seconds)
     ipus = chains.ravel()
-    schedule = plan("allreduce", topology, max(ipu_params), dtype=workload.gradient_dtype.value,
-                    algorithm_name=config.algorithm, group=gradient_group(config), ipus=ipus)
+    schedule = plan(CollectiveName.ALLREDUCE, topology, max(ipu_params),
+                    dtype=workload.gradient_dtype.value, algorithm_name=config.algorithm,
+                    group=gradient_group(config), ipus=ipus)
     spans = len(set(router_of(topology).domain_of_ipu[ipus].tolist())) > 1
     local, global_ = allreduce_parts(simulate(schedule, topology), spans)
     return local, global_, 0.0
