@@ -260,6 +260,23 @@ def test_the_audit_log_has_a_json_line_per_change_and_refusal(pod, alices):
     assert stat.S_IMODE(os.stat(pod["audit"]).st_mode) == 0o600
 
 
+def test_bytes_that_are_not_the_message_are_refused_and_audited(pod):
+    """Garbage refused before any servicer sees it is still a refused call, audited with
+    who sent it."""
+    raw = grpc.insecure_channel(f"127.0.0.1:{pod['port']}")
+    try:
+        call = raw.unary_unary("/ipupod.control.v1.Control/CreatePartition")
+        code, _ = code_of(call, b"\x0a\xff\xff\xff\xff\x0f",
+                          metadata=auth(pod["users"]["bob"]))
+    finally:
+        raw.close()
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    last = json.loads(pod["audit"].read_text().splitlines()[-1])
+    assert (last["user"], last["call"], last["outcome"]) == (
+        "bob", "CreatePartition", "INVALID_ARGUMENT")
+    assert "not a valid" in last["detail"]
+
+
 def test_no_credential_appears_in_logs_audit_lines_errors_or_metrics(pod, alices, caplog):
     caplog.set_level(logging.DEBUG)
     details = []

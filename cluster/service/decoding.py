@@ -32,21 +32,30 @@ def _lenient(message: Any) -> Callable[[bytes], Any]:
     return decode
 
 
-def _checked(behaviour: Callable[[Any, grpc.ServicerContext], Any]) -> Callable[..., Any]:
-    """``behaviour``, refusing an undecodable request with INVALID_ARGUMENT first."""
+Refused = Callable[[str, str, grpc.ServicerContext], None]
+"""Told of a refused request: the method's name, the message sent back, the call."""
+
+
+def _checked(behaviour: Callable[[Any, grpc.ServicerContext], Any], method: str,
+             refused: Refused | None) -> Callable[..., Any]:
+    """``behaviour``, refusing an undecodable request with INVALID_ARGUMENT first (and
+    telling ``refused``, the audit log, about it)."""
 
     def call(request: Any, context: grpc.ServicerContext) -> Any:
         if isinstance(request, Undecodable):
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"the request is not a valid {request.kind} message "
-                          f"({request.reason}): send the message control.proto defines")
+            message = (f"the request is not a valid {request.kind} message "
+                       f"({request.reason}): send the message control.proto defines")
+            if refused is not None:
+                refused(method, message, context)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
         return behaviour(request, context)
 
     return call
 
 
-def control_handler(servicer: Any) -> grpc.GenericRpcHandler:
-    """The handler of every method of the Control service, served by ``servicer``."""
+def control_handler(servicer: Any, refused: Refused | None = None) -> grpc.GenericRpcHandler:
+    """The handler of every method of the Control service, served by ``servicer``;
+    ``refused`` hears of every request refused here, before the servicer sees it."""
     service = control_pb2.DESCRIPTOR.services_by_name["Control"]
     handlers = {}
     for method in service.methods:
@@ -54,7 +63,8 @@ def control_handler(servicer: Any) -> grpc.GenericRpcHandler:
         response = getattr(control_pb2, method.output_type.name)
         make = (grpc.unary_stream_rpc_method_handler if method.server_streaming
                 else grpc.unary_unary_rpc_method_handler)
-        handlers[method.name] = make(_checked(getattr(servicer, method.name)),
+        handlers[method.name] = make(_checked(getattr(servicer, method.name), method.name,
+                                              refused),
                                      request_deserializer=_lenient(request),
                                      response_serializer=response.SerializeToString)
     return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)

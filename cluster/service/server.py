@@ -374,7 +374,7 @@ def start_server(pod: EmulatedPod, token: str, host: str = "127.0.0.1",
                          options=[("grpc.max_receive_message_length", 4 << 20),
                                   ("grpc.so_reuseport", 0)])
     server.shared = shared
-    server.add_generic_rpc_handlers((control_handler(shared),))
+    server.add_generic_rpc_handlers((control_handler(shared, shared.refused_undecodable),))
     checker = _add_health_and_reflection(server)
     bound = bind(server, f"{host}:{port}", (share or ShareOptions()).tls)
     if bound == 0:

@@ -95,6 +95,13 @@ class SharedControl:
         """Audit a call refused for want of a known token or credential."""
         self.audit.record("unknown", method.rsplit("/", 1)[-1], "", "UNAUTHENTICATED")
 
+    def refused_undecodable(self, method: str, message: str,
+                            context: grpc.ServicerContext) -> None:
+        """Audit a call refused because its bytes are not the method's message."""
+        caller = self.book.identify(bearer_of(context.invocation_metadata()))
+        self.audit.record(caller.name if caller else "unknown", method, "",
+                          "INVALID_ARGUMENT", message)
+
     def _admit(self, name: str, request: Any, context: grpc.ServicerContext) -> Caller:
         """The caller, if they may make this call; else end it (PERMISSION_DENIED)."""
         caller = self.book.identify(bearer_of(context.invocation_metadata()))
