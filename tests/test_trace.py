@@ -1,0 +1,181 @@
+"""Timelines (``--trace FILE``): the spans a hand-costed collective must have, the format
+the Perfetto UI reads, aggregation at scale, and a file that is whole or absent."""
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from cluster.model.topology_yaml import load_yaml_topology
+from cluster.model.trace import Trace, write_trace
+from gcl import plan, simulate
+from gcl.sweep_trace import LINKS, MAX_TRACKS, SWEEP, SweepTrace
+
+SCHEMA = json.loads((Path(__file__).parent / "trace_event_schema.json").read_text())
+RING4 = """\
+apiVersion: ipupod/v1
+kind: Topology
+metadata: {name: ring4}
+spec:
+  processor: GC200
+  sync_ns: {local: 0, global: 0}
+  memory_bandwidth_GBps: .inf
+  linkTypes: [{name: ring-link, bandwidth_GBps: 50, latency_ns: 1000}]
+  nodes: [{name: ipu, kind: ipu, count: 4}]
+  generators: [{ring: ipu, type: ring-link}]
+"""
+A, B = 1e-6, 50e9  # the ring link's latency (s) and bandwidth (bytes/s)
+
+
+def ipupod(*args):
+    return subprocess.run([sys.executable, "-m", "cluster.cli.main", *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture
+def ring4(tmp_path):
+    path = tmp_path / "ring4.yaml"
+    path.write_text(RING4)
+    return path
+
+
+def traced_ring(path, sizes_bytes, detail="auto"):
+    topology = load_yaml_topology(path)
+    traced = SweepTrace(topology, detail)
+    for nbytes in sizes_bytes:
+        schedule = plan("allreduce", topology, nbytes // 4, algorithm_name="ring")
+        traced.add(schedule, simulate(schedule, topology))
+    return traced.trace
+
+
+def spans_on(trace, process, track):
+    return [(s.name, s.start_s, s.duration_s) for s in trace.spans
+            if (s.process, s.track) == (process, track)]
+
+
+def assert_spans(got, expected):
+    """Same names in order; same starts and durations to 1e-12 relative (the cost model
+    sums the same terms in another order: the last bit may differ)."""
+    assert [name for name, _, _ in got] == [name for name, _, _ in expected]
+    times = [t for _, start, duration in got for t in (start, duration)]
+    assert times == pytest.approx([t for _, s, d in expected for t in (s, d)], rel=1e-12)
+
+
+def test_a_4_ipu_ring_allreduce_has_the_hand_costed_phases(ring4):
+    size = 16_000  # bytes: a chunk of size / 4 per ring step
+    step = A + size / 4 / B  # sync 0, reduction free (infinite memory bandwidth)
+    half = 3 * step  # n - 1 = 3 steps per phase
+    trace = traced_ring(ring4, [size])
+    expected = [("reduce-scatter", 0.0, half), ("all-gather", half, half)]
+    assert_spans(spans_on(trace, SWEEP, "phases"), expected)
+    assert_spans(spans_on(trace, SWEEP, "sizes"), [("allreduce 15.625K", 0.0, 2 * half)])
+    for ipu in range(4):  # every IPU sends and receives in both phases
+        assert_spans(spans_on(trace, "IPUs in no machine", f"ipu{ipu}"), expected)
+    links = [s for s in trace.spans if s.process == LINKS]
+    assert [s.args["bytes"] for s in links] == [3 * size, 3 * size]  # 3 steps, 4 chunks
+
+
+def test_sizes_follow_one_another_on_the_time_axis(ring4):
+    trace = traced_ring(ring4, [4_000, 16_000, 64_000])
+    sizes = spans_on(trace, SWEEP, "sizes")
+    assert sizes[0][1] == 0.0
+    for before, after in itertools.pairwise(sizes):
+        assert after[1] == before[1] + before[2]
+    phases = spans_on(trace, SWEEP, "phases")
+    assert sum(duration for _, _, duration in phases) == pytest.approx(
+        sum(duration for _, _, duration in sizes), rel=1e-12)
+
+
+def test_the_trace_is_the_trace_event_format_in_microseconds(ring4, tmp_path):
+    trace = traced_ring(ring4, [16_000])
+    written = write_trace(trace, tmp_path / "t.json")
+    document = json.loads((tmp_path / "t.json").read_text())
+    assert written == (tmp_path / "t.json").stat().st_size
+    jsonschema.validate(document, SCHEMA)
+    assert document["metadata"]["clock"] == "simulated"
+    names = {e["args"]["name"] for e in document["traceEvents"] if e["name"] == "process_name"}
+    assert names == {SWEEP, LINKS, "IPUs in no machine"}
+    phase = next(e for e in document["traceEvents"] if e["name"] == "all-gather")
+    assert phase["ts"] == pytest.approx(3 * (A + 4_000 / B) * 1e6, abs=1e-6)  # microseconds
+
+
+def test_a_schema_breach_is_caught():  # the schema test above can fail
+    bad = {"traceEvents": [{"name": "x", "ph": "X", "pid": 1, "tid": 1, "ts": 0}],
+           "displayTimeUnit": "ns", "metadata": {"clock": "simulated"}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, SCHEMA)
+
+
+def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
+    trace = Trace()
+    trace.span("p", "t", "s", 0.0, 1.0)
+
+    def refuse(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("cluster.model.trace.os.replace", refuse)
+    with pytest.raises(OSError):
+        write_trace(trace, tmp_path / "t.json")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_trace_leaves_the_table_as_it_was(tmp_path):
+    args = ["bench", "allreduce", "--topology", "pod16", "-b", "1M", "-e", "4M"]
+    plain = ipupod(*args)
+    traced = ipupod(*args, "--trace", str(tmp_path / "b.json"))
+    assert traced.returncode == 0, traced.stderr
+    def simulated(out):  # every line but the wall-clock columns
+        return [line if line.startswith("#") else line.split()[:8] + line.split()[10:13]
+                for line in out.splitlines()]
+
+    assert simulated(traced.stdout) == simulated(plain.stdout)
+    document = json.loads((tmp_path / "b.json").read_text())
+    jsonschema.validate(document, SCHEMA)
+    processes = {e["args"]["name"] for e in document["traceEvents"]
+                 if e["name"] == "process_name"}
+    assert processes == {SWEEP, LINKS} | {f"r0.m{m} (IPU-M2000)" for m in range(4)}
+    tracks = [e["args"]["name"] for e in document["traceEvents"] if e["name"] == "thread_name"]
+    assert [t for t in tracks if ".ipu" in t] == [f"r0.m{i // 4}.ipu{i % 4}" for i in range(16)]
+    assert document["metadata"]["detail"] == "full"
+    assert "trace written" in traced.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--trace-detail", "full", "--topology", "pod65536"], "above the 4,096"),
+    (["--mode", "real"], "phantom bench"),
+    (["--partition", "p"], "phantom bench"),
+    (["--trace-detail", "servers", "NO-TRACE"], "give --trace FILE too"),
+])
+def test_bench_trace_refuses_what_it_cannot_draw(tmp_path, args, words):
+    trace = [] if "NO-TRACE" in args else ["--trace", str(tmp_path / "t.json")]
+    result = ipupod("bench", "allreduce", "-b", "1M", "-e", "1M",
+                    *[a for a in args if a != "NO-TRACE"], *trace)
+    assert result.returncode == 2 and words in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_bench_trace_into_a_missing_folder_is_refused_before_the_run(tmp_path):
+    result = ipupod("bench", "allreduce", "--trace", str(tmp_path / "no" / "t.json"))
+    assert result.returncode == 2 and "does not exist" in result.stderr
+    assert result.stdout == ""
+
+
+def test_a_pod65536_bench_trace_is_aggregated_and_under_50_mb(tmp_path):
+    path = tmp_path / "pod65536.json"
+    result = ipupod("bench", "allreduce", "--topology", "pod65536", "--trace", str(path))
+    assert result.returncode == 0, result.stderr
+    assert path.stat().st_size < 50e6
+    document = json.loads(path.read_text())
+    metadata = document["metadata"]
+    assert metadata["detail"] == "servers" and "instead of one per IPU" in metadata[
+        "aggregation"]
+    tracks = sum(1 for e in document["traceEvents"] if e["name"] == "thread_name")
+    assert tracks <= MAX_TRACKS
+    sizes = [e for e in document["traceEvents"] if e.get("tid") == 1 and e["pid"] == 1
+             and e["ph"] == "X"]
+    assert len(sizes) == 8  # 1M to 128M: every size is on the sweep's track
