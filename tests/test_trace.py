@@ -12,6 +12,8 @@ import pytest
 
 from cluster.model.topology_yaml import load_yaml_topology
 from cluster.model.trace import Trace, write_trace
+from cluster.training.step_parts import STEP_PARTS
+from cluster.training.step_trace import PARTS, STEP, run_trace
 from gcl import plan, simulate
 from gcl.sweep_trace import LINKS, MAX_TRACKS, SWEEP, SweepTrace
 
@@ -179,3 +181,33 @@ def test_a_pod65536_bench_trace_is_aggregated_and_under_50_mb(tmp_path):
     sizes = [e for e in document["traceEvents"] if e.get("tid") == 1 and e["pid"] == 1
              and e["ph"] == "X"]
     assert len(sizes) == 8  # 1M to 128M: every size is on the sweep's track
+
+
+@pytest.mark.parametrize("shape", [[], ["--ipus-per-replica", "4", "--gradient-accumulation",
+                                        "8"]])
+def test_train_trace_spans_add_up_to_the_step_parts_json_prints(tmp_path, shape):
+    path = tmp_path / "train.json"
+    result = ipupod("train", "--mode", "phantom", "--topology", "pod16", "--model",
+                    "resnet50", "--steps", "3", *shape, "--json", "--trace", str(path))
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    trace = run_trace(record)
+    for row in record["steps"]:
+        spans = [s for s in trace.spans
+                 if (s.process, s.track) == (STEP, PARTS) and s.args["step"] == row["step"]]
+        parts = [(part.label, row[part.key]) for part in STEP_PARTS if row[part.key] > 0]
+        assert [(s.name, s.duration_s) for s in spans] == parts  # exactly, part by part
+        assert sum(s.duration_s for s in spans) == row["sim_seconds"]  # exactly
+        for before, after in itertools.pairwise(spans):  # one after the other, no gap
+            assert after.start_s == before.start_s + before.duration_s
+    starts = [s.start_s for s in trace.spans if s.name == STEP_PARTS[0].label]
+    assert starts == pytest.approx([k * record["steps"][0]["sim_seconds"] for k in range(3)],
+                                   rel=1e-12)
+    document = json.loads(path.read_text())
+    jsonschema.validate(document, SCHEMA)
+    written = [e for e in document["traceEvents"] if e["ph"] == "X" and e["pid"] == 1]
+    assert [e["dur"] for e in written] == pytest.approx(
+        [s.duration_s * 1e6 for s in trace.spans if s.process == STEP], abs=1e-6)
+    stages = {e["args"]["name"] for e in document["traceEvents"] if e["name"] == "thread_name"
+              and e["pid"] == 2}
+    assert len(stages) == (4 if shape else 1)
