@@ -12,6 +12,8 @@ import pytest
 
 from cluster.model.topology_yaml import load_yaml_topology
 from cluster.model.trace import Trace, write_trace
+from cluster.training.pipeline.schedules import pipeline_schedule
+from cluster.training.pipeline.timing import op_times, pipeline_time
 from cluster.training.step_parts import STEP_PARTS
 from cluster.training.step_trace import PARTS, STEP, run_trace
 from gcl import plan, simulate
@@ -211,3 +213,66 @@ def test_train_trace_spans_add_up_to_the_step_parts_json_prints(tmp_path, shape)
     stages = {e["args"]["name"] for e in document["traceEvents"] if e["name"] == "thread_name"
               and e["pid"] == 2}
     assert len(stages) == (4 if shape else 1)
+
+
+# A 2-stage pipeline, 4 micro-batches: forward 1 s, backward 2 s on each stage; an
+# activation takes 0.5 s across the boundary, its gradient 0.25 s. (stage, pass, micro):
+# (start, end), worked out by hand: each op starts when its IPU is free and its input has
+# arrived (the op it needs, plus the transfer).
+HAND_COSTED = {
+    "fill-drain": {
+        (0, "forward", 0): (0, 1), (0, "forward", 1): (1, 2), (0, "forward", 2): (2, 3),
+        (0, "forward", 3): (3, 4),
+        (1, "forward", 0): (1.5, 2.5), (1, "forward", 1): (2.5, 3.5),
+        (1, "forward", 2): (3.5, 4.5), (1, "forward", 3): (4.5, 5.5),
+        (1, "backward", 0): (5.5, 7.5), (1, "backward", 1): (7.5, 9.5),
+        (1, "backward", 2): (9.5, 11.5), (1, "backward", 3): (11.5, 13.5),
+        (0, "backward", 0): (7.75, 9.75), (0, "backward", 1): (9.75, 11.75),
+        (0, "backward", 2): (11.75, 13.75), (0, "backward", 3): (13.75, 15.75),
+    },
+    "1f1b": {
+        (0, "forward", 0): (0, 1), (0, "forward", 1): (1, 2),
+        (1, "forward", 0): (1.5, 2.5), (1, "backward", 0): (2.5, 4.5),
+        (1, "forward", 1): (4.5, 5.5),  # its input arrived at 2.5; the IPU was busy
+        (0, "backward", 0): (4.75, 6.75), (0, "forward", 2): (6.75, 7.75),
+        (1, "backward", 1): (5.5, 7.5), (0, "backward", 1): (7.75, 9.75),
+        (1, "forward", 2): (8.25, 9.25), (1, "backward", 2): (9.25, 11.25),
+        (0, "forward", 3): (9.75, 10.75), (1, "forward", 3): (11.25, 12.25),
+        (0, "backward", 2): (11.5, 13.5), (1, "backward", 3): (12.25, 14.25),
+        (0, "backward", 3): (14.5, 16.5),
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(HAND_COSTED))
+def test_a_2_stage_pipeline_has_the_hand_costed_op_times(name):
+    schedule = pipeline_schedule(name, 2, 4)
+    times = op_times(schedule, [1.0, 1.0], [2.0, 2.0], [0.5], [0.25])
+    got = {(op.stage, op.pass_.value, op.micro): span for op, span in times.items()}
+    assert got == HAND_COSTED[name]  # exactly: every figure is a sum of binary fractions
+    span = pipeline_time(schedule, [1.0, 1.0], [2.0, 2.0], [0.5], [0.25]).span_seconds
+    assert max(end for _, end in got.values()) == span
+
+
+def test_a_pipelined_train_trace_draws_every_op_inside_the_pipeline_parts(tmp_path):
+    path = tmp_path / "train.json"
+    result = ipupod("train", "--mode", "phantom", "--topology", "pod16", "--model",
+                    "resnet50", "--steps", "2", "--ipus-per-replica", "4",
+                    "--gradient-accumulation", "8", "--recompute", "--json", "--trace",
+                    str(path))
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    document = json.loads(path.read_text())
+    jsonschema.validate(document, SCHEMA)
+    step = record["steps"][0]
+    pipeline_us = 1e6 * (step["compute_seconds"] + step["pipeline_bubble_seconds"]
+                         + step["inter_stage_seconds"])
+    ops = [e for e in document["traceEvents"] if e["ph"] == "X" and e["pid"] == 2
+           and e["args"]["step"] == 0]
+    assert {e["name"] for e in ops} == {"forward", "recompute", "backward"}
+    assert len(ops) == 4 * 8 * 3  # stages x micro-batches x (forward, recompute, backward)
+    assert max(e["ts"] + e["dur"] for e in ops) == pytest.approx(pipeline_us, rel=1e-9)
+    for stage, busy in enumerate(step["stage_compute_seconds"]):
+        drawn = sum(e["dur"] for e in ops if e["tid"] == stage + 1)
+        assert drawn == pytest.approx(busy * 1e6, rel=1e-9)
+    assert document["metadata"]["stages"].startswith("each op of the pipeline")

@@ -4,22 +4,61 @@ Steps run one after another. Process ``step``, track ``parts``: a span per part 
 step that takes time (:data:`~cluster.training.step_parts.STEP_PARTS`, in their order),
 each as long as the part ``--json`` prints, so the spans of a step add up to its
 ``sim_seconds``, as the parts do. Process ``stages``: a track per pipeline stage (the
-same IPU of every replica: replicas run alike), whose span is the stage's compute over
-the step (every micro-batch's forward and backward, recomputation included) from the
-step's start; one replica of one IPU has one stage. Built from the run's record alone.
+same IPU of every replica: replicas run alike). With the pipeline's op times
+(:func:`pipeline_ops`: a pipeline whose ops run as soon as they can), a span per op of
+each micro-batch (``forward``, then ``recompute`` and ``backward`` for a backward pass
+that recomputes), from the step's start; otherwise (one IPU per replica, a column split, a
+lock-step schedule) one span, the stage's compute over the step from the step's start.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cluster.model.trace import Trace
+from cluster.training.config import TrainConfig
+from cluster.training.pipeline.schedule import Op, Pass
+from cluster.training.pipeline.timing import op_times
+from cluster.training.placement import replica_ipus, topology_for
 from cluster.training.step_parts import STEP_PARTS
+from cluster.training.timing import pipeline_costs
+from cluster.training.trainer import resolve
 
 STEP, STAGES = "step", "stages"  # process names
 PARTS = "parts"  # the parts' track
 MAX_STEPS = 1000  # steps drawn at most (every step of a run costs the same)
+MAX_SPANS = 300_000  # and no more steps than this many spans hold
+
+
+@dataclass(frozen=True)
+class PipelineOps:
+    """When each op of a replica's pipeline starts and ends (seconds from the pipeline's
+    start), each stage's IPU, one micro-batch's forward per stage (what a recomputing
+    backward pass does first), and whether it recomputes."""
+
+    times: Mapping[Op, tuple[float, float]]
+    stage_ipus: Sequence[int]
+    forward_seconds: Sequence[float]
+    recomputes: bool
+
+
+def pipeline_ops(config: TrainConfig) -> PipelineOps | None:
+    """The op times of ``config``'s pipeline as the step's pricing runs it, or None when
+    it has none to draw: one IPU per replica, a column split, or a lock-step schedule
+    (costed by cycle, :mod:`.pipeline.lock_step`)."""
+    if config.ipus_per_replica == 1 or config.splits_columns:
+        return None
+    topology = topology_for(config)
+    config = resolve(config, topology)
+    chains = replica_ipus(config, topology).reshape(config.replicas, config.ipus_per_replica)
+    costs = pipeline_costs(config, topology, config.workload(), chains)
+    if costs.schedule.cycles is not None:
+        return None
+    times = op_times(costs.schedule, costs.forward, costs.backward, costs.ahead, costs.back,
+                     config.stage_ipus)
+    return PipelineOps(times, config.stage_ipus, costs.forward, config.recomputes)
 
 
 def stage_track(stage: int, ipu: int, replicas: int) -> str:
@@ -28,17 +67,22 @@ def stage_track(stage: int, ipu: int, replicas: int) -> str:
     return f"stage {stage} (IPU {ipu} of {every})"
 
 
-def run_trace(record: Mapping[str, Any]) -> Trace:
-    """The timeline of a run's record (what ``ipupod train --json`` prints)."""
+def run_trace(record: Mapping[str, Any], ops: PipelineOps | None = None) -> Trace:
+    """The timeline of a run's record (what ``ipupod train --json`` prints), with its
+    pipeline's ``ops`` if it has them (:func:`pipeline_ops`)."""
     steps = record["steps"]
+    per_step = len(STEP_PARTS) + (3 * len(ops.times) if ops else len(record["stage_ipus"]))
+    drawn = min(len(steps), MAX_STEPS, max(1, MAX_SPANS // per_step))
     trace = Trace(metadata={
         "tool": "ipupod train", "topology": record["topology"], "model": record["model"],
         "mode": record["mode"], "replicas": record["replicas"],
         "ipus_per_replica": record["ipus_per_replica"],
         "pipeline_schedule": record["pipeline_schedule"], "algorithm": record["algorithm"],
-        "steps_drawn": min(len(steps), MAX_STEPS), "steps": len(steps),
-        "stages": "each stage's compute as one span from the step's start; the pipeline's "
-                  "ops micro-batch by micro-batch are not drawn yet",
+        "steps_drawn": drawn, "steps": len(steps),
+        "stages": ("each op of the pipeline, micro-batch by micro-batch" if ops else
+                   "each stage's compute over the step as one span from the step's start "
+                   "(no op times: one IPU per replica, a column split or a lock-step "
+                   "schedule)"),
     })
     if record["mode"] == "real":
         trace.metadata["wall_clock"] = ("not drawn: the parts are the simulated ones real "
@@ -48,14 +92,19 @@ def run_trace(record: Mapping[str, Any]) -> Trace:
     for stage, ipu in enumerate(stage_ipus):
         trace.track(STAGES, stage_track(stage, ipu, record["replicas"]))
     at = 0.0
-    for row in steps[:MAX_STEPS]:
-        at = _step(trace, row, at, stage_ipus, record["replicas"])
+    for row in steps[:drawn]:
+        tracks = [stage_track(stage, ipu, record["replicas"])
+                  for stage, ipu in enumerate(stage_ipus)]
+        if ops is not None:
+            _ops(trace, ops, tracks, at, row["step"])
+        else:
+            _busy(trace, row, tracks, at)
+        at = _parts(trace, row, at)
     return trace
 
 
-def _step(trace: Trace, row: Mapping[str, Any], start: float, stage_ipus: list[int],
-          replicas: int) -> float:
-    """One step's spans from ``start`` seconds; returns where the next step starts (the
+def _parts(trace: Trace, row: Mapping[str, Any], start: float) -> float:
+    """One step's parts from ``start`` seconds; returns where the next step starts (the
     parts summed in :data:`STEP_PARTS`' order, as ``sim_seconds`` sums them)."""
     at = start
     for part in STEP_PARTS:
@@ -63,8 +112,25 @@ def _step(trace: Trace, row: Mapping[str, Any], start: float, stage_ipus: list[i
         if seconds > 0:
             trace.span(STEP, PARTS, part.label, at, seconds, step=row["step"], part=part.key)
         at += seconds
-    for stage, seconds in enumerate(row.get("stage_compute_seconds") or []):
-        if stage < len(stage_ipus) and seconds > 0:
-            trace.span(STAGES, stage_track(stage, stage_ipus[stage], replicas),
-                       "forward + backward", start, seconds, step=row["step"], stage=stage)
     return at
+
+
+def _busy(trace: Trace, row: Mapping[str, Any], tracks: list[str], start: float) -> None:
+    """Each stage's compute over the step, as one span from ``start``."""
+    for stage, seconds in enumerate(row.get("stage_compute_seconds") or []):
+        if stage < len(tracks) and seconds > 0:
+            trace.span(STAGES, tracks[stage], "forward + backward", start, seconds,
+                       step=row["step"], stage=stage)
+
+
+def _ops(trace: Trace, ops: PipelineOps, tracks: list[str], start: float, step: int) -> None:
+    """Each op of the pipeline from ``start``: a recomputing backward pass as its
+    recomputation (one forward) and then the backward proper."""
+    for op, (begin, end) in sorted(ops.times.items(), key=lambda item: item[1]):
+        track, at = tracks[op.stage], start + begin
+        if op.pass_ is Pass.BACKWARD and ops.recomputes:
+            recompute = ops.forward_seconds[op.stage]
+            trace.span(STAGES, track, "recompute", at, recompute, step=step, micro=op.micro)
+            at += recompute
+        trace.span(STAGES, track, op.pass_.value, at, start + end - at, step=step,
+                   micro=op.micro)

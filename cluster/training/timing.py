@@ -13,6 +13,8 @@ the catalogue and the cost model; none is measured on this machine. The parts ar
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from cluster.errors import UserError
@@ -22,6 +24,7 @@ from cluster.model.routing import Routes, router_of
 from cluster.model.topology import HOST, ROLES, Topology
 from cluster.training.config import TrainConfig
 from cluster.training.pipeline.lock_step import lock_step_time
+from cluster.training.pipeline.schedule import PipelineSchedule
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.pipeline.timing import PipelineTime, pipeline_time
@@ -141,6 +144,32 @@ def replica_pipeline_time(config: TrainConfig, topology: Topology, workload: Wor
     boundary for all replicas at once, costed by the network cost model (with a lock-step
     schedule, every boundary's both ways in one exchange after each cycle:
     :mod:`.pipeline.lock_step`)."""
+    costs = pipeline_costs(config, topology, workload, chains)
+    if costs.schedule.cycles is not None:
+        return lock_step_time(costs.schedule, costs.forward, costs.backward,
+                              costs.cycle_copy, config.stage_ipus)
+    return pipeline_time(costs.schedule, costs.forward, costs.backward, costs.ahead,
+                         costs.back, config.stage_ipus)
+
+
+@dataclass(frozen=True)
+class PipelineCosts:
+    """What a replica's pipeline is costed from (simulated seconds): its schedule, one
+    micro-batch's forward and backward (recomputation included) per stage, and the
+    transfers across each boundary, ahead and back (``cycle_copy``: a lock-step cycle's
+    copies; the schedule runs ops as soon as they can otherwise, and it is 0)."""
+
+    schedule: PipelineSchedule
+    forward: list[float]
+    backward: list[float]
+    ahead: list[float]
+    back: list[float]
+    cycle_copy: float = 0.0
+
+
+def pipeline_costs(config: TrainConfig, topology: Topology, workload: Workload,
+                   chains: np.ndarray) -> PipelineCosts:
+    """The inputs of :func:`replica_pipeline_time` (which says how each is priced)."""
     stages = stage_layers(_layer_flops(workload), config.pipeline_stages,
                           config.layers_per_ipu)
     schedule = pipeline_schedule(config.pipeline_schedule, len(stages), config.accumulation)
@@ -157,13 +186,13 @@ def replica_pipeline_time(config: TrainConfig, topology: Topology, workload: Wor
                                          * workload.layers[layers[-1]].output_bytes))
               for layers in stages[:-1]]
     if schedule.cycles is not None:
-        copy = _cycle_copy_seconds(topology, on, nbytes)
-        return lock_step_time(schedule, forward, backward, copy, config.stage_ipus)
+        return PipelineCosts(schedule, forward, backward, [], [],
+                             _cycle_copy_seconds(topology, on, nbytes))
     ahead = [superstep_cost(topology, on[:, b], on[:, b + 1], n).seconds
              for b, n in enumerate(nbytes)]
     back = [superstep_cost(topology, on[:, b + 1], on[:, b], n).seconds
             for b, n in enumerate(nbytes)]
-    return pipeline_time(schedule, forward, backward, ahead, back, config.stage_ipus)
+    return PipelineCosts(schedule, forward, backward, ahead, back)
 
 
 def _cycle_copy_seconds(topology: Topology, on: np.ndarray, nbytes: list[np.ndarray]) -> float:
