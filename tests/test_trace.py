@@ -10,6 +10,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from cluster.cli.trace import MAX_ROWS, rows_of
+from cluster.model.spec import load_topology
 from cluster.model.topology_yaml import load_yaml_topology
 from cluster.model.trace import Trace, write_trace
 from cluster.training.pipeline.schedules import pipeline_schedule
@@ -276,3 +278,46 @@ def test_a_pipelined_train_trace_draws_every_op_inside_the_pipeline_parts(tmp_pa
         drawn = sum(e["dur"] for e in ops if e["tid"] == stage + 1)
         assert drawn == pytest.approx(busy * 1e6, rel=1e-9)
     assert document["metadata"]["stages"].startswith("each op of the pipeline")
+
+
+def sweep_document(spec, detail="auto"):
+    topology = load_topology(spec, "seed")
+    traced = SweepTrace(topology, detail)
+    schedule = plan("allreduce", topology, 1 << 18)
+    traced.add(schedule, simulate(schedule, topology))
+    return traced.trace.document()
+
+
+def test_trace_show_draws_a_row_per_track_up_to_pod64():
+    rows, note = rows_of(sweep_document("pod64"))
+    assert note == "" and len(rows) == 2 + 3 + 64  # sweep, link types, IPUs
+    assert rows[0].label == "sweep / sizes" and rows[-1].label.endswith("r0.m15.ipu3")
+    assert all(row.spans for row in rows if ".ipu" in row.label)
+
+
+def test_trace_show_summarises_pod256_with_every_process_on_a_row():
+    document = sweep_document("pod256")
+    rows, note = rows_of(document)
+    processes = [e for e in document["traceEvents"] if e["name"] == "process_name"]
+    assert len(rows) <= MAX_ROWS and "processes as one row each" in note
+    assert rows[-1].label == "r3.m15 (IPU-M2000) (all 4 tracks)"  # the last process is there
+    assert len(processes) == 2 + 64
+
+
+def test_trace_show_writes_a_png(tmp_path):
+    trace, png = tmp_path / "t.json", tmp_path / "t.png"
+    ipupod("bench", "allreduce", "--topology", "pod16", "-e", "4M", "--trace", str(trace))
+    result = ipupod("trace", "show", str(trace), "--out", str(png))
+    assert result.returncode == 0, result.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "t.png"]  # no leftovers
+
+
+@pytest.mark.parametrize("content, words", [(b"\x89PNG", "not JSON"), (b"[]", "traceEvents"),
+                                            (b'{"traceEvents": [{"ph": "X"}]}', "no number")])
+def test_trace_show_refuses_what_is_not_a_trace(tmp_path, content, words):
+    (tmp_path / "t.json").write_bytes(content)
+    result = ipupod("trace", "show", str(tmp_path / "t.json"), "--out",
+                    str(tmp_path / "t.png"))
+    assert result.returncode == 2 and words in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "t.png").exists()
