@@ -209,9 +209,11 @@ def test_train_trace_spans_add_up_to_the_step_parts_json_prints(tmp_path, shape)
                                    rel=1e-12)
     document = json.loads(path.read_text())
     jsonschema.validate(document, SCHEMA)
-    written = [e for e in document["traceEvents"] if e["ph"] == "X" and e["pid"] == 1]
+    written = [e for e in document["traceEvents"] if e["ph"] == "X" and e["pid"] == 1
+               and e["tid"] == 1]  # the parts' track
     assert [e["dur"] for e in written] == pytest.approx(
-        [s.duration_s * 1e6 for s in trace.spans if s.process == STEP], abs=1e-6)
+        [s.duration_s * 1e6 for s in trace.spans if (s.process, s.track) == (STEP, PARTS)],
+        abs=1e-6)
     stages = {e["args"]["name"] for e in document["traceEvents"] if e["name"] == "thread_name"
               and e["pid"] == 2}
     assert len(stages) == (4 if shape else 1)
@@ -321,3 +323,21 @@ def test_trace_show_refuses_what_is_not_a_trace(tmp_path, content, words):
                     str(tmp_path / "t.png"))
     assert result.returncode == 2 and words in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "t.png").exists()
+
+
+def test_train_trace_draws_the_gradient_allreduce_phases_where_its_parts_are(tmp_path):
+    path = tmp_path / "train.json"
+    result = ipupod("train", "--mode", "phantom", "--topology", "pod256", "--model",
+                    "resnet50", "--steps", "1", "--json", "--trace", str(path))
+    assert result.returncode == 0, result.stderr
+    step = json.loads(result.stdout)["steps"][0]
+    events = json.loads(path.read_text())["traceEvents"]
+    track = next(e["tid"] for e in events if e["name"] == "thread_name"
+                 and e["args"]["name"] == "gradient allreduce")
+    phases = [e for e in events if e["ph"] == "X" and e["pid"] == 1 and e["tid"] == track]
+    local = next(e for e in events if e["ph"] == "X" and e["name"] == "local allreduce")
+    assert phases[0]["ts"] == local["ts"]
+    assert {e["args"]["scope"] for e in phases} == {"local", "global"}  # 4 racks
+    for scope in ("local", "global"):  # each phase written to the picosecond
+        drawn = sum(e["dur"] for e in phases if e["args"]["scope"] == scope)
+        assert drawn == pytest.approx(step[f"{scope}_allreduce_seconds"] * 1e6, abs=1e-5)

@@ -27,7 +27,7 @@ from cluster.training.reports.servers import format_table, scaling_rows, write_r
 from cluster.training.reports.settings import made_by
 from cluster.training.reports.settings import markdown as settings_markdown
 from cluster.training.step_parts import parts_spent
-from cluster.training.step_trace import pipeline_ops, run_trace
+from cluster.training.step_trace import gradient_phases, pipeline_ops, run_trace
 from cluster.training.trainer import train
 from gcl.modes import Mode
 
@@ -114,7 +114,8 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
         _echo_record(record, config, echo)
         echo(f"# every setting: {record['made_by']}")
     if trace_path is not None:
-        save_trace(run_trace(record, pipeline_ops(config)), trace_path)
+        save_trace(run_trace(record, pipeline_ops(config), gradient_phases(config)),
+                   trace_path)
 
 
 def _server_counts(text: str) -> list[int]:

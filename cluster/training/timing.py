@@ -50,12 +50,8 @@ def step_time(config: TrainConfig, topology: Topology) -> StepTime:
     workload = config.workload()
     if config.splits_columns:
         return _sharded_step_time(config, topology, workload, chains)
-    stages = stage_layers(_layer_flops(workload), config.pipeline_stages,
-                          config.layers_per_ipu)
     pipeline = replica_pipeline_time(config, topology, workload, chains)
-    ipu_params = [0] * config.ipus_per_replica  # each IPU's stages' parameters
-    for ipu, layers in zip(config.stage_ipus, stages):
-        ipu_params[ipu] += sum(workload.layers[i].parameters for i in layers)
+    ipu_params = _ipu_params(config, workload)
     local, global_, gather = gradient_reduction_seconds(config, topology, workload, chains,
                                                         ipu_params)
     host_io, update = _host_io_and_update(config, topology, workload, chains, ipu_params)
@@ -67,12 +63,24 @@ def step_time(config: TrainConfig, topology: Topology) -> StepTime:
                     stage_compute_seconds=pipeline.stage_compute_seconds)
 
 
+def _ipu_params(config: TrainConfig, workload: Workload) -> list[int]:
+    """Each IPU of a replica's parameters: its stages' (or its share of a column split's)."""
+    if config.splits_columns:
+        return list(ColumnSplit.of(config.spec, config.ipus_per_replica).ipu_parameters)
+    stages = stage_layers(_layer_flops(workload), config.pipeline_stages,
+                          config.layers_per_ipu)
+    ipu_params = [0] * config.ipus_per_replica
+    for ipu, layers in zip(config.stage_ipus, stages):
+        ipu_params[ipu] += sum(workload.layers[i].parameters for i in layers)
+    return ipu_params
+
+
 def _sharded_step_time(config: TrainConfig, topology: Topology, workload: Workload,
                        chains: np.ndarray) -> StepTime:
     """A step with the widest layer split over each replica's IPUs: the busiest IPU's
     compute and the split's four collectives per micro-batch (:mod:`.sharding`)."""
     sharded = sharded_time(config, topology)
-    ipu_params = list(ColumnSplit.of(config.spec, config.ipus_per_replica).ipu_parameters)
+    ipu_params = _ipu_params(config, workload)
     local, global_, gather = gradient_reduction_seconds(config, topology, workload, chains,
                                                         ipu_params)
     host_io, update = _host_io_and_update(config, topology, workload, chains, ipu_params)
@@ -97,12 +105,31 @@ def gradient_reduction_seconds(config: TrainConfig, topology: Topology, workload
         parts = sharded_reduction(config, topology, workload, chains, ipu_params)
         return (parts.reduce_scatter_seconds, parts.cross_rack_allreduce_seconds,
                 parts.all_gather_seconds)
+    timing, spans = _gradient_allreduce(config, topology, workload, chains, ipu_params)
+    local, global_ = allreduce_parts(timing, spans)
+    return local, global_, 0.0
+
+
+def _gradient_allreduce(config: TrainConfig, topology: Topology, workload: Workload,
+                        chains: np.ndarray, ipu_params: list[int]) -> tuple[Timing, bool]:
+    """The gradient allreduce's timing, and whether its replicas span IPU-Link domains."""
     ipus = chains.ravel()
     schedule = plan("allreduce", topology, max(ipu_params), dtype=workload.gradient_dtype.value,
                     algorithm_name=config.algorithm, group=gradient_group(config), ipus=ipus)
     spans = len(set(router_of(topology).domain_of_ipu[ipus].tolist())) > 1
-    local, global_ = allreduce_parts(simulate(schedule, topology), spans)
-    return local, global_, 0.0
+    return simulate(schedule, topology), spans
+
+
+def gradient_allreduce_timing(config: TrainConfig, topology: Topology) -> Timing | None:
+    """The phases of the gradient allreduce a step of ``config`` runs (as :func:`step_time`
+    prices it: its local and global parts are these phases by scope), or None when the
+    optimiser state is sharded across racks (three collectives instead)."""
+    chains = replica_ipus(config, topology).reshape(config.replicas, config.ipus_per_replica)
+    if shards_across_racks(config, chains):
+        return None
+    workload = config.workload()
+    return _gradient_allreduce(config, topology, workload, chains,
+                               _ipu_params(config, workload))[0]
 
 
 def _host_io_and_update(config: TrainConfig, topology: Topology, workload: Workload,
