@@ -26,8 +26,10 @@ from cluster.model.topology import Topology
 from cluster.model.units import format_size, plural
 from gcl.collectives import DTYPES, Collective, CollectiveName, ReduceOp, check_op, dtype_itemsize
 from gcl.groups import CommGroup
+from gcl.phantom import Timing
 from gcl.planner import AUTO, plan_timed, replica_groups
 from gcl.reference import expected
+from gcl.schedule import Schedule
 
 MAX_SIZES = 64
 MAX_RANK_LINES = 64  # ranks listed one per line above the table
@@ -182,9 +184,12 @@ def run_phantom(coll: Collective, topology: Topology, byte_sizes: list[int], *,
                 dtype: str = "float32", op: str = "sum", algorithm_name: str = AUTO,
                 group: CommGroup = CommGroup(), root: int = 0,
                 on_phase: Callable[[int, int], None] | None = None,
-                ipus: list[int] | None = None) -> Iterator[BenchRow]:
+                ipus: list[int] | None = None,
+                on_costed: Callable[[Schedule, Timing], None] | None = None,
+                ) -> Iterator[BenchRow]:
     """Cost each size in phantom mode (sizes only) and yield its row; ``on_phase`` reports
-    progress through each size's phases. ``ipus``: the replicas' IPUs (default: all)."""
+    progress through each size's phases, ``on_costed`` gets each size's schedule and timing
+    (a trace). ``ipus``: the replicas' IPUs (default: all)."""
     op = check_op(op)  # the text becomes a ReduceOp here, where it enters
     itemsize = dtype_itemsize(dtype)
     n = len(replica_groups(topology, group, ipus)[0])
@@ -195,6 +200,8 @@ def run_phantom(coll: Collective, topology: Topology, byte_sizes: list[int], *,
         schedule, timing = plan_timed(coll, topology, count, dtype=dtype,
                                       algorithm_name=algorithm_name, group=group, root=root,
                                       on_phase=on_phase, ipus=ipus)
+        if on_costed is not None:
+            on_costed(schedule, timing)
         yield make_row(coll, schedule, timing, group, op, timing.link_type_bytes,
                        Measured(time.perf_counter() - started))
 

@@ -9,8 +9,8 @@ modes agree by construction.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from cluster.model.costmodel import superstep_cost, superstep_lower_bound
 from cluster.model.topology import Topology
@@ -19,7 +19,8 @@ from gcl.schedule import Schedule
 
 @dataclass(frozen=True)
 class PhaseTiming:
-    """A phase's simulated seconds: ``steps`` supersteps of ``step_seconds`` each."""
+    """A phase's simulated seconds: ``steps`` supersteps of ``step_seconds`` each, and the
+    bytes one of its steps carries per link type."""
 
     label: str
     scope: str
@@ -28,6 +29,7 @@ class PhaseTiming:
     sync_seconds: float
     exchange_seconds: float
     reduce_seconds: float
+    step_link_type_bytes: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -66,7 +68,8 @@ def simulate(schedule: Schedule, topology: Topology,
         cost = superstep_cost(topology, phase.src, phase.dst, phase.count * schedule.itemsize,
                               phase.reduce)
         phases.append(PhaseTiming(phase.label, phase.scope, phase.steps, cost.seconds,
-                                  cost.sync_seconds, cost.exchange_seconds, cost.reduce_seconds))
+                                  cost.sync_seconds, cost.exchange_seconds, cost.reduce_seconds,
+                                  cost.link_type_bytes))
         for name, nbytes in cost.link_type_bytes.items():
             link_bytes[name] = link_bytes.get(name, 0.0) + nbytes * phase.steps
         if on_phase is not None:

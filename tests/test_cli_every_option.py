@@ -37,7 +37,7 @@ EXPECTED_COMMANDS = {
     "fault heal", "fault kill", "fault list", "links", "list partitions", "monitor",
     "partition create", "partition list", "partition remove", "partition show",
     "pipeline-report", "remove partition", "scaling-report", "serve", "show partition",
-    "status", "topology list", "topology show", "train", "train-report", "user add",
+    "status", "topology list", "topology show", "trace show", "train", "train-report", "user add",
     "user list", "user remove", "user rotate", "validate",
 }
 SERVICE = ["--host=127.0.0.1", "--port={refused}", "--token-file={token}"]

@@ -11,11 +11,18 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from itertools import chain
+from pathlib import Path
 from typing import Any, TextIO
 
 import click
 
 from cluster.cli.output import progress, ray_chatter_to_stderr
+from cluster.cli.trace_option import (
+    check_trace_path,
+    save_trace,
+    trace_detail_option,
+    trace_option,
+)
 from cluster.errors import UserError
 from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
 from cluster.model.topology import Topology
@@ -41,6 +48,7 @@ from gcl.collectives import collective as lookup
 from gcl.groups import CommGroup
 from gcl.modes import Mode
 from gcl.planner import replica_groups
+from gcl.sweep_trace import SweepTrace
 from ipu_node.bench_fit import DoesNotFit, RealSweep, check_here
 
 COLLECTIVE_NAMES = [name.value for name in CollectiveName]
@@ -115,16 +123,17 @@ def _echo_table(rows: Iterator[BenchRow], heading: Callable[[], str], out: TextI
 
 
 def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGroup,
-               byte_sizes: list[int], stack: ExitStack,
-               ray_address: str | None) -> Iterator[BenchRow]:
+               byte_sizes: list[int], stack: ExitStack, ray_address: str | None,
+               trace: SweepTrace | None = None) -> Iterator[BenchRow]:
     """The rows, costed in this process (phantom) or run on devices it launches (real);
-    what must be undone afterwards goes on ``stack``."""
+    what must be undone afterwards goes on ``stack``; ``trace`` (phantom) gets each size."""
     options: dict[str, Any] = dict(dtype=sweep.dtype, op=sweep.op,
                                    algorithm_name=sweep.algorithm, group=group, root=sweep.root)
     if sweep.mode != "real":
         on_phase = stack.enter_context(progress("simulating supersteps",
                                                 min_total=PROGRESS_MIN_PHASES))
-        return run_phantom(coll, topology, byte_sizes, on_phase=on_phase, **options)
+        return run_phantom(coll, topology, byte_sizes, on_phase=on_phase,
+                           on_costed=trace.add if trace else None, **options)
     # Ray: only for --mode real
     from ipu_node.pod import EmulatedPod
     from ipu_node.real_bench import run_real
@@ -135,9 +144,18 @@ def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGr
                     check=sweep.check, **options)
 
 
+@dataclass(frozen=True)
+class TraceRequest:
+    """``--trace FILE`` and ``--trace-detail``: where the timeline goes, how fine."""
+
+    path: Path
+    detail: str = "auto"
+
+
 def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str | None,
-               as_json: bool) -> None:
-    """``ipupod bench`` without ``--partition``: check the request, run it, print it."""
+               as_json: bool, trace_request: TraceRequest | None = None) -> None:
+    """``ipupod bench`` without ``--partition``: check the request, run it, print it (and
+    write its timeline, if asked)."""
     coll = lookup(sweep.collective)
     if sweep.algorithm != "auto":
         check_algorithm(sweep.algorithm, coll)
@@ -151,14 +169,17 @@ def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str 
     if sweep.mode == "real":  # before Ray is imported: a refusal starts nothing
         check_here(sweep.real(coll, byte_sizes, group), topology, devices_here=devices_here)
     _notes(sweep.notes(coll, len(replica_groups(topology, group)[0])))
+    trace = (SweepTrace(topology, trace_request.detail) if trace_request else None)
     with ExitStack() as stack:
         out = stack.enter_context(ray_chatter_to_stderr()) if sweep.mode == "real" else sys.stdout
-        rows = _rows_here(sweep, coll, topology, group, byte_sizes, stack, ray_address)
+        rows = _rows_here(sweep, coll, topology, group, byte_sizes, stack, ray_address, trace)
         if as_json:
             click.echo(rows_to_json(list(rows)), file=out)
         else:
             _echo_table(rows, lambda: preamble(coll, topology, group, sweep.mode, sweep.root),
                         out)
+    if trace is not None and trace_request is not None:
+        save_trace(trace.trace, trace_request.path)
 
 
 def _default_max_bytes(sweep: Sweep, coll: Collective, group: CommGroup,
@@ -290,6 +311,8 @@ def _given(*options: tuple[str, str]) -> tuple[str, ...]:
               help="Where seed and public figures disagree, which to use (presets; a YAML "
                    "file says its own).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of rows.")
+@trace_option
+@trace_detail_option
 @click.option("--partition", default=None,
               help="Run on this partition of a running `ipupod serve` (the service runs it).")
 @click.option("--host", default=None, help="With --partition: the service's host.")
@@ -299,7 +322,7 @@ def _given(*options: tuple[str, str]) -> tuple[str, ...]:
 def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int,
                   max_bytes: int | None, factor: float, algorithm: str, dtype: str, op: str,
                   group_text: str, root: int, iterations: int, warmup: int, check: int,
-                  figures: str, as_json: bool,
+                  figures: str, as_json: bool, trace_path: Path | None, trace_detail: str,
                   ray_address: str | None, partition: str | None, host: str | None,
                   port: int | None, token_file: str | None) -> None:
     """Sweep sizes of a COLLECTIVE and print simulated time and bandwidth per size."""
@@ -310,6 +333,7 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
                   root=root, iterations=iterations, warmup=warmup, check=bool(check),
                   real_only_given=_given(("iterations", "-n"), ("warmup", "-w"),
                                          ("check", "-c"), ("ray_address", "--ray-address")))
+    trace_request = _trace_request(trace_path, trace_detail, mode, partition)
     if partition:
         given = click.get_current_context().get_parameter_source("topology_spec")
         if given is not click.core.ParameterSource.DEFAULT or ray_address or figures != "seed":
@@ -318,4 +342,19 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
                             "the bench; drop them, or drop --partition to bench here")
         bench_on_partition(sweep, partition, as_json, host, port, token_file)
     else:
-        bench_here(sweep, topology_spec, figures, ray_address, as_json)
+        bench_here(sweep, topology_spec, figures, ray_address, as_json, trace_request)
+
+
+def _trace_request(path: Path | None, detail: str, mode: str,
+                   partition: str | None) -> TraceRequest | None:
+    """``--trace`` and ``--trace-detail`` as given, checked before anything runs: a
+    timeline of simulated time, of a phantom bench here (for now)."""
+    if path is None:
+        if detail != "auto":
+            raise UserError("--trace-detail says how fine a --trace is: give --trace FILE too")
+        return None
+    if mode == "real" or partition:
+        raise UserError("--trace draws a phantom bench run here for now: drop --mode real "
+                        "and --partition, or drop --trace")
+    check_trace_path(path)
+    return TraceRequest(path, detail)

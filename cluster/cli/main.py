@@ -62,6 +62,8 @@ COMMANDS = {
                           "The service's topology, devices and partitions."),
     "validate": LazyCommand("cluster.cli.fidelity:validate_command",
                             "Published MLPerf step times against the emulator's."),
+    "trace": LazyCommand("cluster.cli.trace:trace_group",
+                         "Draw a --trace timeline as a Gantt chart (PNG)."),
     "topology": LazyCommand("cluster.cli.topology:topology_group",
                             "Inspect topologies: presets and YAML files."),
     "train": LazyCommand("cluster.cli.train:train_command",

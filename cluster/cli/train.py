@@ -14,6 +14,7 @@ from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
 from cluster.cli.paths import CheckedPath
 from cluster.cli.report_folder import report_folder
+from cluster.cli.trace_option import check_trace_path, save_trace, trace_option
 from cluster.cli.training_options import common_options, make_config
 from cluster.errors import UserError
 from cluster.training.config import MLP, TrainConfig
@@ -26,6 +27,7 @@ from cluster.training.reports.servers import format_table, scaling_rows, write_r
 from cluster.training.reports.settings import made_by
 from cluster.training.reports.settings import markdown as settings_markdown
 from cluster.training.step_parts import parts_spent
+from cluster.training.step_trace import gradient_phases, pipeline_ops, run_trace
 from cluster.training.trainer import train
 from gcl.modes import Mode
 
@@ -94,11 +96,14 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
                    "difference of the losses.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the run's report as JSON (the step's parts in seconds).")
+@trace_option
 @common_options
 def train_command(servers: int | None, topology_spec: str | None, mode: str | None,
-                  check: bool, as_json: bool, ray_address: str | None, **options: Any) -> None:
+                  check: bool, as_json: bool, trace_path: Path | None,
+                  ray_address: str | None, **options: Any) -> None:
     """Train an MLP data-parallel across emulated DSS 8440 servers (or a POD)."""
     config = make_config(servers, mode, check, topology=topology_spec, **options)
+    check_trace_path(trace_path)
     assumed = settings_record(command_settings(config))
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
         record = {**run(config, ray_address, on_step), **assumed}
@@ -108,6 +113,9 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
     else:
         _echo_record(record, config, echo)
         echo(f"# every setting: {record['made_by']}")
+    if trace_path is not None:
+        save_trace(run_trace(record, pipeline_ops(config), gradient_phases(config)),
+                   trace_path)
 
 
 def _server_counts(text: str) -> list[int]:

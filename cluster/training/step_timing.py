@@ -13,6 +13,8 @@ the catalogue and the cost model; none is measured on this machine. The parts ar
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from cluster.errors import UserError
@@ -22,6 +24,7 @@ from cluster.model.routing import Routes, router_of
 from cluster.model.topology import HOST, ROLES, Topology
 from cluster.training.config import TrainConfig
 from cluster.training.pipeline.lock_step import lock_step_time
+from cluster.training.pipeline.schedule import PipelineSchedule
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.pipeline.timing import PipelineTime, pipeline_time
@@ -48,12 +51,8 @@ def step_time(config: TrainConfig, topology: Topology) -> StepTime:
     workload = config.workload()
     if config.splits_columns:
         return _sharded_step_time(config, topology, workload, chains)
-    stages = stage_layers(_layer_flops(workload), config.pipeline_stages,
-                          config.layers_per_ipu)
     pipeline = replica_pipeline_time(config, topology, workload, chains)
-    ipu_params = [0] * config.ipus_per_replica  # each IPU's stages' parameters
-    for ipu, layers in zip(config.stage_ipus, stages):
-        ipu_params[ipu] += sum(workload.layers[i].parameters for i in layers)
+    ipu_params = _ipu_params(config, workload)
     local, global_, gather = gradient_reduction_seconds(config, topology, workload, chains,
                                                         ipu_params)
     host_io, update = _host_io_and_update(config, topology, workload, chains, ipu_params)
@@ -65,12 +64,24 @@ def step_time(config: TrainConfig, topology: Topology) -> StepTime:
                     stage_compute_seconds=pipeline.stage_compute_seconds)
 
 
+def _ipu_params(config: TrainConfig, workload: Workload) -> list[int]:
+    """Each IPU of a replica's parameters: its stages' (or its share of a column split's)."""
+    if config.splits_columns:
+        return list(ColumnSplit.of(config.spec, config.ipus_per_replica).ipu_parameters)
+    stages = stage_layers(_layer_flops(workload), config.pipeline_stages,
+                          config.layers_per_ipu)
+    ipu_params = [0] * config.ipus_per_replica
+    for ipu, layers in zip(config.stage_ipus, stages):
+        ipu_params[ipu] += sum(workload.layers[i].parameters for i in layers)
+    return ipu_params
+
+
 def _sharded_step_time(config: TrainConfig, topology: Topology, workload: Workload,
                        chains: np.ndarray) -> StepTime:
     """A step with the widest layer split over each replica's IPUs: the busiest IPU's
     compute and the split's four collectives per micro-batch (:mod:`.sharding`)."""
     sharded = sharded_time(config, topology)
-    ipu_params = list(ColumnSplit.of(config.spec, config.ipus_per_replica).ipu_parameters)
+    ipu_params = _ipu_params(config, workload)
     local, global_, gather = gradient_reduction_seconds(config, topology, workload, chains,
                                                         ipu_params)
     host_io, update = _host_io_and_update(config, topology, workload, chains, ipu_params)
@@ -95,13 +106,32 @@ def gradient_reduction_seconds(config: TrainConfig, topology: Topology, workload
         parts = sharded_reduction(config, topology, workload, chains, ipu_params)
         return (parts.reduce_scatter_seconds, parts.cross_rack_allreduce_seconds,
                 parts.all_gather_seconds)
+    timing, spans = _gradient_allreduce(config, topology, workload, chains, ipu_params)
+    local, global_ = allreduce_parts(timing, spans)
+    return local, global_, 0.0
+
+
+def _gradient_allreduce(config: TrainConfig, topology: Topology, workload: Workload,
+                        chains: np.ndarray, ipu_params: list[int]) -> tuple[Timing, bool]:
+    """The gradient allreduce's timing, and whether its replicas span IPU-Link domains."""
     ipus = chains.ravel()
     schedule = plan(CollectiveName.ALLREDUCE, topology, max(ipu_params),
                     dtype=workload.gradient_dtype.value, algorithm_name=config.algorithm,
                     group=gradient_group(config), ipus=ipus)
     spans = len(set(router_of(topology).domain_of_ipu[ipus].tolist())) > 1
-    local, global_ = allreduce_parts(simulate(schedule, topology), spans)
-    return local, global_, 0.0
+    return simulate(schedule, topology), spans
+
+
+def gradient_allreduce_timing(config: TrainConfig, topology: Topology) -> Timing | None:
+    """The phases of the gradient allreduce a step of ``config`` runs (as :func:`step_time`
+    prices it: its local and global parts are these phases by scope), or None when the
+    optimiser state is sharded across racks (three collectives instead)."""
+    chains = replica_ipus(config, topology).reshape(config.replicas, config.ipus_per_replica)
+    if shards_across_racks(config, chains):
+        return None
+    workload = config.workload()
+    return _gradient_allreduce(config, topology, workload, chains,
+                               _ipu_params(config, workload))[0]
 
 
 def _host_io_and_update(config: TrainConfig, topology: Topology, workload: Workload,
@@ -143,6 +173,32 @@ def replica_pipeline_time(config: TrainConfig, topology: Topology, workload: Wor
     boundary for all replicas at once, costed by the network cost model (with a lock-step
     schedule, every boundary's both ways in one exchange after each cycle:
     :mod:`.pipeline.lock_step`)."""
+    costs = pipeline_costs(config, topology, workload, chains)
+    if costs.schedule.cycles is not None:
+        return lock_step_time(costs.schedule, costs.forward, costs.backward,
+                              costs.cycle_copy, config.stage_ipus)
+    return pipeline_time(costs.schedule, costs.forward, costs.backward, costs.ahead,
+                         costs.back, config.stage_ipus)
+
+
+@dataclass(frozen=True)
+class PipelineCosts:
+    """What a replica's pipeline is costed from (simulated seconds): its schedule, one
+    micro-batch's forward and backward (recomputation included) per stage, and the
+    transfers across each boundary, ahead and back (``cycle_copy``: a lock-step cycle's
+    copies; the schedule runs ops as soon as they can otherwise, and it is 0)."""
+
+    schedule: PipelineSchedule
+    forward: list[float]
+    backward: list[float]
+    ahead: list[float]
+    back: list[float]
+    cycle_copy: float = 0.0
+
+
+def pipeline_costs(config: TrainConfig, topology: Topology, workload: Workload,
+                   chains: np.ndarray) -> PipelineCosts:
+    """The inputs of :func:`replica_pipeline_time` (which says how each is priced)."""
     stages = stage_layers(_layer_flops(workload), config.pipeline_stages,
                           config.layers_per_ipu)
     schedule = pipeline_schedule(config.pipeline_schedule, len(stages), config.accumulation)
@@ -159,13 +215,13 @@ def replica_pipeline_time(config: TrainConfig, topology: Topology, workload: Wor
                                          * workload.layers[layers[-1]].output_bytes))
               for layers in stages[:-1]]
     if schedule.cycles is not None:
-        copy = _cycle_copy_seconds(topology, on, nbytes)
-        return lock_step_time(schedule, forward, backward, copy, config.stage_ipus)
+        return PipelineCosts(schedule, forward, backward, [], [],
+                             _cycle_copy_seconds(topology, on, nbytes))
     ahead = [superstep_cost(topology, on[:, b], on[:, b + 1], n).seconds
              for b, n in enumerate(nbytes)]
     back = [superstep_cost(topology, on[:, b + 1], on[:, b], n).seconds
             for b, n in enumerate(nbytes)]
-    return pipeline_time(schedule, forward, backward, ahead, back, config.stage_ipus)
+    return PipelineCosts(schedule, forward, backward, ahead, back)
 
 
 def _cycle_copy_seconds(topology: Topology, on: np.ndarray, nbytes: list[np.ndarray]) -> float:

@@ -56,13 +56,9 @@ __all__ = ["IPUS_PER_SERVER", "StepTime", "TrainConfig", "server_ipus", "step_ti
            "topology_for", "train"]
 
 
-def train(config: TrainConfig, pod: EmulatedPod | None = None,
-          on_step: Callable[[int, int], None] | None = None) -> RunRecord:
-    """Run ``config``; return the record ``ipupod train --json`` prints. In real mode
-    ``pod`` is a launched :class:`~ipu_node.pod.EmulatedPod` of ``topology_for(config)``."""
-    if config.servers < 1 and not config.topology:
-        raise UserError("--servers must be 1 or more")
-    topology = pod.topology if pod is not None else topology_for(config)
+def resolve(config: TrainConfig, topology: Topology) -> TrainConfig:
+    """``config`` as it runs on ``topology`` (checked): the servers a topology has, and as
+    many replicas per server as fit when not given."""
     if config.topology:
         config = replace(config, servers=len(server_ipus(topology)))
     server_size = server_ipus(topology)[0].size
@@ -70,6 +66,17 @@ def train(config: TrainConfig, pod: EmulatedPod | None = None,
         config = replace(config, replicas_per_server=max(1, server_size
                                                          // config.ipus_per_replica))
     config.validate(topology, server_size)
+    return config
+
+
+def train(config: TrainConfig, pod: EmulatedPod | None = None,
+          on_step: Callable[[int, int], None] | None = None) -> RunRecord:
+    """Run ``config``; return the record ``ipupod train --json`` prints. In real mode
+    ``pod`` is a launched :class:`~ipu_node.pod.EmulatedPod` of ``topology_for(config)``."""
+    if config.servers < 1 and not config.topology:
+        raise UserError("--servers must be 1 or more")
+    topology = pod.topology if pod is not None else topology_for(config)
+    config = resolve(config, topology)
     memory = stage_memory(config, topology)
     check_fits(config, topology, memory)
     parts = step_time(config, topology)

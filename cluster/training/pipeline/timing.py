@@ -128,22 +128,47 @@ def _earliest_start_order(schedule: PipelineSchedule, stage_ipus: Sequence[int],
     return order, max(finish.values())
 
 
+def op_times(schedule: PipelineSchedule, forward_seconds: Sequence[float],
+             backward_seconds: Sequence[float], forward_transfer_seconds: Sequence[float],
+             backward_transfer_seconds: Sequence[float],
+             stage_ipus: Sequence[int] | None = None) -> dict[Op, tuple[float, float]]:
+    """When each op of ``schedule`` starts and ends (seconds from the first forward), as
+    :func:`pipeline_time` runs them with the transfers (same arguments): what a timeline
+    draws. The last end is the span that :func:`pipeline_time` splits into parts."""
+    ipus = checked_stage_ipus(schedule.stages, stage_ipus)
+    order, _ = _earliest_start_order(schedule, ipus, forward_seconds, backward_seconds)
+    return _times(schedule, order, ipus, forward_seconds, backward_seconds,
+                  forward_transfer_seconds, backward_transfer_seconds)
+
+
 def _span(schedule: PipelineSchedule, order: Sequence[Op], stage_ipus: Sequence[int],
           forward: Sequence[float], backward: Sequence[float],
           forward_transfer: Sequence[float], backward_transfer: Sequence[float]) -> float:
-    """When the last op ends, the ops taken in ``order`` (each after the ops it needs,
-    and each IPU's in the order they run there), each starting once its IPU is free and
-    its input has arrived."""
+    """When the last op ends, the ops taken in ``order`` (:func:`_times`)."""
+    times = _times(schedule, order, stage_ipus, forward, backward, forward_transfer,
+                   backward_transfer)
+    return max(end for _, end in times.values())
+
+
+def _times(schedule: PipelineSchedule, order: Sequence[Op], stage_ipus: Sequence[int],
+           forward: Sequence[float], backward: Sequence[float],
+           forward_transfer: Sequence[float],
+           backward_transfer: Sequence[float]) -> dict[Op, tuple[float, float]]:
+    """(start, end) of each op taken in ``order`` (each after the ops it needs, and each
+    IPU's in the order they run there), each starting once its IPU is free and its input
+    has arrived."""
     finish: dict[Op, float] = {}
+    times: dict[Op, tuple[float, float]] = {}
     ipu_free = [0.0] * (max(stage_ipus) + 1)
     for op in order:
         arrived = _input_ready(schedule, op, finish, forward_transfer, backward_transfer)
         if arrived is None:
             raise ValueError(f"{describe(op)} comes before the op it needs")
         duration = (forward if op.pass_ is Pass.FORWARD else backward)[op.stage]
-        finish[op] = ipu_free[stage_ipus[op.stage]] = (
-            max(ipu_free[stage_ipus[op.stage]], arrived) + duration)
-    return max(finish.values())
+        start = max(ipu_free[stage_ipus[op.stage]], arrived)
+        finish[op] = ipu_free[stage_ipus[op.stage]] = start + duration
+        times[op] = (start, finish[op])
+    return times
 
 
 def _input_ready(schedule: PipelineSchedule, op: Op, finish: dict[Op, float],

@@ -1,0 +1,187 @@
+"""``ipupod trace show FILE --out step.png``: a trace (``--trace``, :mod:`cluster.model.trace`)
+drawn as a Gantt chart without leaving the terminal: a row per track, simulated time
+across, a colour per span name. Readable up to :data:`MAX_ROWS` rows; a larger trace
+is summarised (a row per process, then only the first processes), and the title says
+so."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cluster.cli.paths import CheckedPath
+from cluster.errors import UserError, quoted
+from cluster.model.files import open_regular
+
+MAX_ROWS = 80  # rows a chart draws (pod64's bench: 2 sweep + its link types + 64 IPUs)
+MAX_LEGEND = 16  # span names named in the legend
+UNITS = ((1e6, "s"), (1e3, "ms"), (1.0, "us"))  # the x axis's unit, by the trace's length
+
+
+@dataclass
+class Row:
+    """A row of the chart: its label and its spans, (start, duration, name) in
+    microseconds."""
+
+    label: str
+    spans: list[tuple[float, float, str]] = field(default_factory=list)
+
+
+def read_trace(path: Path) -> dict[str, Any]:
+    """The trace at ``path`` (a JSON object with ``traceEvents``), or a UserError."""
+    try:
+        with open_regular(path) as handle:
+            document = json.loads(handle.read().decode("utf-8"))
+    except OSError as error:
+        raise UserError(f"{quoted(str(path))}: {error.strerror or error}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UserError(f"{quoted(str(path))} is not a trace (not JSON: {error})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
+        raise UserError(f"{quoted(str(path))} is not a trace: a JSON object with a "
+                        "traceEvents list (as `ipupod bench --trace` writes) was expected")
+    return document
+
+
+def _names(events: list[Any]) -> tuple[dict[int, str], dict[tuple[int, int], str]]:
+    """Process names by pid, track names by (pid, tid), from the metadata events."""
+    processes: dict[int, str] = {}
+    tracks: dict[tuple[int, int], str] = {}
+    for event in events:
+        if not isinstance(event, dict) or event.get("ph") != "M":
+            continue
+        name = str((event.get("args") or {}).get("name", ""))
+        if event.get("name") == "process_name":
+            processes[event.get("pid", 0)] = name
+        elif event.get("name") == "thread_name":
+            tracks[(event.get("pid", 0), event.get("tid", 0))] = name
+    return processes, tracks
+
+
+def rows_of(document: Mapping[str, Any]) -> tuple[list[Row], str]:
+    """The chart's rows, in the order the trace numbers its processes and tracks, and a
+    note saying how they were summarised (empty when every track has a row). Above
+    :data:`MAX_ROWS` tracks, the first processes keep a row per track while a row is
+    left for each process after them (for half the chart, when they will not all fit);
+    the others get one row (their tracks' spans together); beyond :data:`MAX_ROWS` rows,
+    the first processes only."""
+    events = document["traceEvents"]
+    processes, tracks = _names(events)
+    by_track: dict[tuple[int, int], list[tuple[float, float, str]]] = {}
+    for event in events:
+        if isinstance(event, dict) and event.get("ph") == "X":
+            try:
+                span = (float(event["ts"]), float(event["dur"]), str(event.get("name", "")))
+                key = (int(event.get("pid", 0)), int(event.get("tid", 0)))
+            except (KeyError, TypeError, ValueError):
+                raise UserError(f"a span of the trace has no number ts or dur: "
+                                f"{quoted(event)}") from None
+            by_track.setdefault(key, []).append(span)
+    keys = sorted(set(tracks) | set(by_track))
+    by_process: dict[int, list[int]] = {}
+    for p, t in keys:
+        by_process.setdefault(p, []).append(t)
+    rows: list[Row] = []
+    merged = drawn = 0
+    for p, tids in by_process.items():
+        if len(rows) >= MAX_ROWS:
+            break
+        drawn += 1
+        rest = len(by_process) - drawn  # a row for each process after (half the chart
+        rest = rest if rest <= MAX_ROWS else MAX_ROWS // 2  # when they will not all fit)
+        if len(tids) == 1 or len(rows) + len(tids) + rest <= MAX_ROWS:  # a row per track
+            rows += [Row(f"{processes.get(p, p)} / {tracks.get((p, t), t)}",
+                         by_track.get((p, t), [])) for t in tids]
+        else:
+            merged += 1
+            rows.append(Row(f"{processes.get(p, p)} (all {len(tids)} tracks)",
+                            [span for t in tids for span in by_track.get((p, t), [])]))
+    notes = [f"{merged:,} processes as one row each"] if merged else []
+    if drawn < len(by_process):
+        notes.append(f"the first {drawn:,} of {len(by_process):,} processes")
+    return rows, "; ".join(notes)
+
+
+def draw(document: Mapping[str, Any], out: Path) -> None:
+    """Draw the trace's chart as a PNG at ``out``, atomically."""
+    from cluster.training.reports.document import pyplot  # matplotlib: only here
+
+    plt = pyplot()
+    rows, note = rows_of(document)
+    end = max((start + duration for row in rows for start, duration, _ in row.spans),
+              default=0.0)
+    scale, unit = next(((s, u) for s, u in UNITS if end >= s), UNITS[-1])
+    names = list(dict.fromkeys(name for row in rows for _, _, name in row.spans))
+    colours = [plt.get_cmap(name)(i) for name in ("tab20", "tab20b", "tab20c")
+               for i in range(20)]
+    fig, ax = plt.subplots(figsize=(12, 1.5 + 0.28 * max(len(rows), 1)))
+    for y, row in enumerate(rows):
+        for name in dict.fromkeys(n for _, _, n in row.spans):
+            bars = [(s / scale, d / scale) for s, d, n in row.spans if n == name]
+            colour = colours[names.index(name) % len(colours)]
+            ax.broken_barh(bars, (y - 0.4, 0.8), facecolor=colour, edgecolor="white",
+                           linewidth=0.3,
+                           label=name if y == _first_row(rows, name) else None)
+    ax.set_yticks(range(len(rows)), [row.label for row in rows], fontsize=7)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel(f"{document.get('metadata', {}).get('clock', 'simulated')} time ({unit})")
+    ax.set_title(_title(document, note), fontsize=9)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles[:MAX_LEGEND], labels[:MAX_LEGEND], fontsize=7, loc="upper left",
+                  bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{out.name}-", suffix=".png",
+                                             dir=out.parent)
+    os.close(descriptor)
+    try:
+        fig.savefig(temporary, format="png", dpi=120)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, out)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+        plt.close(fig)
+
+
+def _first_row(rows: list[Row], name: str) -> int:
+    """The first row with a span called ``name`` (where the legend takes it from)."""
+    return next(y for y, row in enumerate(rows) if any(n == name for _, _, n in row.spans))
+
+
+def _title(document: Mapping[str, Any], note: str) -> str:
+    """What the trace is of, from its metadata, and how the chart summarised it."""
+    metadata = document.get("metadata") or {}
+    words = [str(metadata[key]) for key in ("tool", "topology", "model") if key in metadata]
+    if metadata.get("aggregation"):
+        words.append(f"tracks: {metadata['aggregation']}")
+    if note:
+        words.append(f"drawn: {note}")
+    return " | ".join(words) or "trace"
+
+
+@click.group("trace")
+def trace_group() -> None:
+    """Draw the timelines `--trace FILE` writes."""
+
+
+@trace_group.command("show")
+@click.argument("file", type=CheckedPath(dir_okay=False, path_type=Path))
+@click.option("--out", "out", type=CheckedPath(dir_okay=False, path_type=Path),
+              required=True, help="The PNG to write (a Gantt chart: tracks down, time across).")
+def trace_show(file: Path, out: Path) -> None:
+    """Draw FILE (a trace from --trace) as a Gantt chart in a PNG."""
+    document = read_trace(file)
+    if not out.parent.is_dir():
+        raise UserError(f"--out {quoted(str(out))}: the folder {quoted(str(out.parent))} "
+                        "does not exist")
+    try:
+        draw(document, out)
+    except OSError as error:
+        raise UserError(f"--out {quoted(str(out))}: {error.strerror or error}") from None
+    click.echo(f"# {out}", err=True)

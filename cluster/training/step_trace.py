@@ -1,0 +1,172 @@
+"""The timeline of a training run (``ipupod train --trace FILE``), on simulated time.
+
+Steps run one after another. Process ``step``, track ``parts``: a span per part of each
+step that takes time (:data:`~cluster.training.step_parts.STEP_PARTS`, in their order),
+each as long as the part ``--json`` prints, so the spans of a step add up to its
+``sim_seconds``, as the parts do. Process ``stages``: a track per pipeline stage (the
+same IPU of every replica: replicas run alike). With the pipeline's op times
+(:func:`pipeline_ops`: a pipeline whose ops run as soon as they can), a span per op of
+each micro-batch (``forward``, then ``recompute`` and ``backward`` for a backward pass
+that recomputes), from the step's start; otherwise (one IPU per replica, a column split, a
+lock-step schedule) one span, the stage's compute over the step from the step's start.
+Track ``gradient allreduce`` of process ``step``: the phases of the gradient allreduce
+(:func:`gradient_phases`), in the order they run, from where the local allreduce part
+starts; the parts track sums them by scope (local, then global), this track shows their
+order and what each moves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cluster.model.topology import Topology
+from cluster.model.trace import Trace
+from cluster.training.config import TrainConfig
+from cluster.training.pipeline.schedule import Op, Pass
+from cluster.training.pipeline.timing import op_times
+from cluster.training.placement import replica_ipus, topology_for
+from cluster.training.step_parts import STEP_PARTS
+from cluster.training.step_timing import gradient_allreduce_timing, pipeline_costs
+from cluster.training.trainer import resolve
+from gcl.phantom import Timing
+
+STEP, STAGES = "step", "stages"  # process names
+PARTS = "parts"  # the parts' track
+ALLREDUCE = "gradient allreduce"  # the allreduce phases' track
+FIRST_ALLREDUCE_PART = "local_allreduce_seconds"  # where the allreduce's phases start
+MAX_STEPS = 1000  # steps drawn at most (every step of a run costs the same)
+MAX_SPANS = 300_000  # and no more steps than this many spans hold
+
+
+@dataclass(frozen=True)
+class PipelineOps:
+    """When each op of a replica's pipeline starts and ends (seconds from the pipeline's
+    start), each stage's IPU, one micro-batch's forward per stage (what a recomputing
+    backward pass does first), and whether it recomputes."""
+
+    times: Mapping[Op, tuple[float, float]]
+    stage_ipus: Sequence[int]
+    forward_seconds: Sequence[float]
+    recomputes: bool
+
+
+def pipeline_ops(config: TrainConfig) -> PipelineOps | None:
+    """The op times of ``config``'s pipeline as the step's pricing runs it, or None when
+    it has none to draw: one IPU per replica, a column split, or a lock-step schedule
+    (costed by cycle, :mod:`.pipeline.lock_step`)."""
+    if config.ipus_per_replica == 1 or config.splits_columns:
+        return None
+    config, topology = _resolved(config)
+    chains = replica_ipus(config, topology).reshape(config.replicas, config.ipus_per_replica)
+    costs = pipeline_costs(config, topology, config.workload(), chains)
+    if costs.schedule.cycles is not None:
+        return None
+    times = op_times(costs.schedule, costs.forward, costs.backward, costs.ahead, costs.back,
+                     config.stage_ipus)
+    return PipelineOps(times, config.stage_ipus, costs.forward, config.recomputes)
+
+
+def _resolved(config: TrainConfig) -> tuple[TrainConfig, Topology]:
+    """``config`` as the run resolved it, and its topology."""
+    topology = topology_for(config)
+    return resolve(config, topology), topology
+
+
+def gradient_phases(config: TrainConfig) -> Timing | None:
+    """The gradient allreduce's phases as the step's pricing costs them, or None when the
+    optimiser state is sharded across racks (three collectives, not drawn yet)."""
+    config, topology = _resolved(config)
+    return gradient_allreduce_timing(config, topology)
+
+
+def stage_track(stage: int, ipu: int, replicas: int) -> str:
+    """The name of stage ``stage``'s track: which IPU of each replica runs it."""
+    every = "the replica" if replicas == 1 else f"each of {replicas:,} replicas"
+    return f"stage {stage} (IPU {ipu} of {every})"
+
+
+def run_trace(record: Mapping[str, Any], ops: PipelineOps | None = None,
+              allreduce: Timing | None = None) -> Trace:
+    """The timeline of a run's record (what ``ipupod train --json`` prints), with its
+    pipeline's ``ops`` if it has them (:func:`pipeline_ops`) and its gradient
+    ``allreduce``'s phases (:func:`gradient_phases`)."""
+    steps = record["steps"]
+    per_step = (len(STEP_PARTS) + (3 * len(ops.times) if ops else len(record["stage_ipus"]))
+                + (len(allreduce.phases) if allreduce else 0))
+    drawn = min(len(steps), MAX_STEPS, max(1, MAX_SPANS // per_step))
+    trace = Trace(metadata={
+        "tool": "ipupod train", "topology": record["topology"], "model": record["model"],
+        "mode": record["mode"], "replicas": record["replicas"],
+        "ipus_per_replica": record["ipus_per_replica"],
+        "pipeline_schedule": record["pipeline_schedule"], "algorithm": record["algorithm"],
+        "steps_drawn": drawn, "steps": len(steps),
+        "stages": ("each op of the pipeline, micro-batch by micro-batch" if ops else
+                   "each stage's compute over the step as one span from the step's start "
+                   "(no op times: one IPU per replica, a column split or a lock-step "
+                   "schedule)"),
+    })
+    if record["mode"] == "real":
+        trace.metadata["wall_clock"] = ("not drawn: the parts are the simulated ones real "
+                                        "mode also reports")
+    trace.track(STEP, PARTS)
+    if allreduce is not None:
+        trace.track(STEP, ALLREDUCE)
+        trace.metadata["allreduce"] = (f"{record['algorithm']}: {len(allreduce.phases)} "
+                                       "phases, in the order they run")
+    stage_ipus = record["stage_ipus"] or [0]
+    for stage, ipu in enumerate(stage_ipus):
+        trace.track(STAGES, stage_track(stage, ipu, record["replicas"]))
+    at = 0.0
+    for row in steps[:drawn]:
+        tracks = [stage_track(stage, ipu, record["replicas"])
+                  for stage, ipu in enumerate(stage_ipus)]
+        if ops is not None:
+            _ops(trace, ops, tracks, at, row["step"])
+        else:
+            _busy(trace, row, tracks, at)
+        at, allreduce_at = _parts(trace, row, at)
+        for phase in allreduce.phases if allreduce else ():
+            trace.span(STEP, ALLREDUCE, phase.label, allreduce_at, phase.seconds,
+                       step=row["step"], scope=phase.scope, steps=phase.steps,
+                       step_seconds=phase.step_seconds,
+                       bytes_per_step=dict(phase.step_link_type_bytes))
+            allreduce_at += phase.seconds
+    return trace
+
+
+def _parts(trace: Trace, row: Mapping[str, Any], start: float) -> tuple[float, float]:
+    """One step's parts from ``start`` seconds; returns where the next step starts (the
+    parts summed in :data:`STEP_PARTS`' order, as ``sim_seconds`` sums them) and where
+    the allreduce's parts start."""
+    at = allreduce_at = start
+    for part in STEP_PARTS:
+        if part.key == FIRST_ALLREDUCE_PART:
+            allreduce_at = at
+        seconds = part.seconds(row)
+        if seconds > 0:
+            trace.span(STEP, PARTS, part.label, at, seconds, step=row["step"], part=part.key)
+        at += seconds
+    return at, allreduce_at
+
+
+def _busy(trace: Trace, row: Mapping[str, Any], tracks: list[str], start: float) -> None:
+    """Each stage's compute over the step, as one span from ``start``."""
+    for stage, seconds in enumerate(row.get("stage_compute_seconds") or []):
+        if stage < len(tracks) and seconds > 0:
+            trace.span(STAGES, tracks[stage], "forward + backward", start, seconds,
+                       step=row["step"], stage=stage)
+
+
+def _ops(trace: Trace, ops: PipelineOps, tracks: list[str], start: float, step: int) -> None:
+    """Each op of the pipeline from ``start``: a recomputing backward pass as its
+    recomputation (one forward) and then the backward proper."""
+    for op, (begin, end) in sorted(ops.times.items(), key=lambda item: item[1]):
+        track, at = tracks[op.stage], start + begin
+        if op.pass_ is Pass.BACKWARD and ops.recomputes:
+            recompute = ops.forward_seconds[op.stage]
+            trace.span(STAGES, track, "recompute", at, recompute, step=step, micro=op.micro)
+            at += recompute
+        trace.span(STAGES, track, op.pass_.value, at, start + end - at, step=step,
+                   micro=op.micro)
