@@ -24,7 +24,7 @@ from typing import Any
 from cluster.model.topology import Topology
 from cluster.model.trace import Trace
 from cluster.training.config import TrainConfig
-from cluster.training.pipeline.schedule import Op, Pass
+from cluster.training.pipeline.pass_schedule import Op, Pass
 from cluster.training.pipeline.timing import op_times
 from cluster.training.placement import replica_ipus, topology_for
 from cluster.training.step_parts import STEP_PARTS
