@@ -30,12 +30,12 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.procfs import rss_bytes as _rss_bytes  # noqa: E402 - needs ROOT on the path
 
 COLLECTIVES = ("allreduce", "reduce-scatter", "all-gather", "broadcast", "all-to-all")
-SAMPLE_S = 0.005
+SAMPLE_SECONDS = 0.005
 
 
 class PeakSampler:
     """The highest sum of the processes' resident memory while it runs (and the driver's
-    and the devices' parts of it at that moment), sampled every :data:`SAMPLE_S`."""
+    and the devices' parts of it at that moment), sampled every :data:`SAMPLE_SECONDS`."""
 
     def __init__(self, driver: int, devices: list[int]) -> None:
         self.driver, self.devices = driver, devices
@@ -53,7 +53,7 @@ class PeakSampler:
             now = self.sample()
             if now[0] > self.peak[0]:
                 self.peak = now
-            time.sleep(SAMPLE_S)
+            time.sleep(SAMPLE_SECONDS)
 
     def __enter__(self) -> PeakSampler:
         self.peak = self.sample()

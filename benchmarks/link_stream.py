@@ -187,7 +187,7 @@ def link(size: int, repeats: int) -> dict[str, Any]:
 
         def send() -> None:
             messages = encode_transfers("bench", 0, 0, [Transfer(0, 0, 1, source)])
-            if client.push(messages, deadline_s=60) != size:
+            if client.push(messages, deadline_seconds=60) != size:
                 raise RuntimeError("the link server did not take every byte")
 
         try:

@@ -174,22 +174,23 @@ def _soak(pod: EmulatedPod, tally: Tally, count: int, seed: int, max_bytes: int,
             request["collective"], 0) + 1
 
 
-def _wait_until_healthy(pod: EmulatedPod, within_s: float = 120.0) -> None:
-    limit = time.monotonic() + within_s
+def _wait_until_healthy(pod: EmulatedPod, within_seconds: float = 120.0) -> None:
+    limit = time.monotonic() + within_seconds
     while time.monotonic() < limit:
         if all(d.state == "healthy" for d in pod.health()):
             return
         time.sleep(0.2)
-    raise RuntimeError(f"the POD did not recover within {within_s:g} s: {pod.health()}")
+    raise RuntimeError(f"the POD did not recover within {within_seconds:g} s: {pod.health()}")
 
 
-def killer(pod: EmulatedPod, kills: int, every_s: float, seed: int, killed: dict[str, int],
+def killer(pod: EmulatedPod, kills: int, every_seconds: float, seed: int, killed: dict[str, int],
            stop: threading.Event) -> None:
-    """Kill ``kills`` random cards, one every ``every_s`` seconds, each after the last is back."""
+    """Kill ``kills`` random cards, one every ``every_seconds`` seconds, each after the last is
+    back."""
     rng = np.random.default_rng(seed)
     cards = [spec.name for spec in pod.specs if spec.ipus]
     for _ in range(kills):
-        if stop.wait(every_s):
+        if stop.wait(every_seconds):
             return
         _wait_until_healthy(pod)
         name = str(rng.choice(cards))

@@ -78,7 +78,7 @@ class SweepTrace:
             "tool": "ipupod bench", "topology": topology.name, "ipus": topology.ipu_count,
             "detail": self.detail, "aggregation": _aggregation_note(self.detail, topology),
             "max_tracks": MAX_TRACKS})
-        self.clock_s = 0.0
+        self.clock_seconds = 0.0
         self._ipu_spans_added = 0
         self._link_types = [link.name for link in topology.link_types]
         capacity = np.bincount(topology.directed_type, weights=topology.directed_bandwidth_Bps,
@@ -116,7 +116,7 @@ class SweepTrace:
 
     def add(self, schedule: Schedule, timing: Timing) -> None:
         """The spans of one size: its span, a span per phase on every track it uses."""
-        start = self.clock_s
+        start = self.clock_seconds
         nbytes = schedule.count * schedule.itemsize
         self.trace.span(SWEEP, "sizes", f"{schedule.collective} {format_size(nbytes)}",
                         start, timing.sim_seconds, collective=str(schedule.collective),
@@ -129,7 +129,7 @@ class SweepTrace:
             at += costed.seconds
         for counter in ("GB/s carried", "utilisation"):
             self.trace.counter(LINKS, counter, at, **dict.fromkeys(self._link_types, 0.0))
-        self.clock_s = start + timing.sim_seconds
+        self.clock_seconds = start + timing.sim_seconds
 
     def _phase(self, schedule: Schedule, phase: Phase, costed: PhaseTiming,
                at: float) -> None:

@@ -25,17 +25,17 @@ from ipu_node.answers import HealthState
 from ipu_node.device_spec import DeviceSpec, describe
 from ipu_node.errors import DeviceDied, DeviceError, DeviceRestarting
 
-ABORT_GRACE_S = 2.0  # after a failure: how long the other devices get to stop
+ABORT_GRACE_SECONDS = 2.0  # after a failure: how long the other devices get to stop
 
 
-def wait_all(refs: list, specs: Sequence[DeviceSpec], deadline_s: float, what: str) -> list:
-    """The answers of ``refs`` (one per device of ``specs``), within ``deadline_s``; a late
+def wait_all(refs: list, specs: Sequence[DeviceSpec], deadline_seconds: float, what: str) -> list:
+    """The answers of ``refs`` (one per device of ``specs``), within ``deadline_seconds``; a late
     device is a DeviceError, a restarting one DeviceRestarting, a dead one DeviceError,
     each naming the device."""
-    _, pending = ray.wait(refs, num_returns=len(refs), timeout=deadline_s)
+    _, pending = ray.wait(refs, num_returns=len(refs), timeout=deadline_seconds)
     if pending:
         late = [specs[refs.index(r)].name for r in pending]
-        raise DeviceError(f"{what}: no answer within {deadline_s:g} s from {', '.join(late)}")
+        raise DeviceError(f"{what}: no answer within {deadline_seconds:g} s from {', '.join(late)}")
     results = []
     for spec, ref in zip(specs, refs):
         try:
@@ -48,23 +48,23 @@ def wait_all(refs: list, specs: Sequence[DeviceSpec], deadline_s: float, what: s
     return results
 
 
-def gather(refs: list, specs: Sequence[DeviceSpec], deadline_s: float, *,
+def gather(refs: list, specs: Sequence[DeviceSpec], deadline_seconds: float, *,
            abort: Callable[[str], None] | None = None,
            on_death: Callable[[int, str], None] | None = None,
-           what: str = "the collective", grace_s: float = ABORT_GRACE_S) -> list:
+           what: str = "the collective", grace_seconds: float = ABORT_GRACE_SECONDS) -> list:
     """Results of ``refs`` in order. The first failure (a dead device, a link timeout) ends
     the wait at once: with ``abort`` the other devices are told ``abort(reason)`` and get
-    ``grace_s`` (:data:`ABORT_GRACE_S` by default) to stop, and a device found dead
+    ``grace_seconds`` (:data:`ABORT_GRACE_SECONDS` by default) to stop, and a device found dead
     meanwhile is the one the DeviceError names (``on_death(index, why)`` hears of it)."""
     index_of = {ref: i for i, ref in enumerate(refs)}
     results: list = [None] * len(refs)
-    pending, limit = list(refs), time.monotonic() + deadline_s
+    pending, limit = list(refs), time.monotonic() + deadline_seconds
     while pending:
         done, pending = ray.wait(pending, num_returns=1,
                                  timeout=max(0.0, limit - time.monotonic()))
         if not done:
             late = ", ".join(specs[index_of[r]].name for r in pending)
-            error: Exception = DeviceError(f"{what} did not finish within {deadline_s:g} s; "
+            error: Exception = DeviceError(f"{what} did not finish within {deadline_seconds:g} s; "
                                            f"still running: {late}")
         else:
             try:
@@ -77,15 +77,15 @@ def gather(refs: list, specs: Sequence[DeviceSpec], deadline_s: float, *,
         if abort is None:
             raise error
         abort(str(error))
-        raise _worst(error, pending, specs, index_of, what, on_death, grace_s)
+        raise _worst(error, pending, specs, index_of, what, on_death, grace_seconds)
     return results
 
 
 def _worst(error: Exception, pending: list, specs: Sequence[DeviceSpec],
            index_of: dict[Any, int], what: str,
-           on_death: Callable[[int, str], None] | None, grace_s: float) -> Exception:
+           on_death: Callable[[int, str], None] | None, grace_seconds: float) -> Exception:
     """After an abort: a device that died meanwhile is the better cause to report."""
-    settled, _ = ray.wait(pending, num_returns=len(pending), timeout=grace_s)
+    settled, _ = ray.wait(pending, num_returns=len(pending), timeout=grace_seconds)
     for ref in settled:
         try:
             ray.get(ref)
@@ -97,10 +97,10 @@ def _worst(error: Exception, pending: list, specs: Sequence[DeviceSpec],
     return error
 
 
-def poll(refs: list, deadline_s: float) -> list[tuple[Any, HealthState]]:
+def poll(refs: list, deadline_seconds: float) -> list[tuple[Any, HealthState]]:
     """Each device's answer (or None) and state: ``healthy``, ``restarting`` (Ray is
     bringing it back), ``unreachable`` (no answer in time) or ``dead`` (Ray gave up)."""
-    ready = set(ray.wait(refs, num_returns=len(refs), timeout=deadline_s)[0])
+    ready = set(ray.wait(refs, num_returns=len(refs), timeout=deadline_seconds)[0])
     states: list[tuple[Any, HealthState]] = []
     for ref in refs:
         answer, state = None, HealthState.UNREACHABLE
@@ -115,9 +115,9 @@ def poll(refs: list, deadline_s: float) -> list[tuple[Any, HealthState]]:
     return states
 
 
-def settle(refs: list, deadline_s: float) -> list:
-    """Wait up to ``deadline_s`` for ``refs``; return the ones that finished."""
-    return ray.wait(refs, num_returns=len(refs), timeout=deadline_s)[0] if refs else []
+def settle(refs: list, deadline_seconds: float) -> list:
+    """Wait up to ``deadline_seconds`` for ``refs``; return the ones that finished."""
+    return ray.wait(refs, num_returns=len(refs), timeout=deadline_seconds)[0] if refs else []
 
 
 def succeeded(ref: Any) -> bool:

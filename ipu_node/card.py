@@ -90,7 +90,7 @@ class Card(DeviceControl):
 
     def run(self, schedule: Schedule, collective: str, ranks: dict[int, tuple[int, int]],
             inputs: dict[int, np.ndarray] | str, output: str | None, op: str,
-            deadline_s: float, sim_seconds: float,
+            deadline_seconds: float, sim_seconds: float,
             faults: dict[int, LinkFault] | None = None,
             ) -> tuple[dict[int, np.ndarray] | None, np.ndarray]:
         """Run this card's share of ``schedule``; ``ranks[ipu] = (group, rank)``.
@@ -103,7 +103,7 @@ class Card(DeviceControl):
         collective's buffers are accounted in IPU memory while it runs. Bytes are counted
         on the routes of ``faults``, the link faults the schedule was planned with.
         """
-        return self.runner.run(schedule, collective, ranks, inputs, output, op, deadline_s,
+        return self.runner.run(schedule, collective, ranks, inputs, output, op, deadline_seconds,
                                sim_seconds, self.topology_for(faults or {}))
 
     def execute(self, task: Callable[..., T], *args: Any) -> T:

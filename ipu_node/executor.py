@@ -7,7 +7,7 @@ schedule; tensor bytes go peer to peer over the links, never through this proces
 simulated time is :func:`gcl.phantom.simulate` of the same schedule, so real and phantom
 mode agree by construction.
 
-Failures end fast: a collective has a deadline (``deadline_s``, 10 s by default) within
+Failures end fast: a collective has a deadline (``deadline_seconds``, 10 s by default) within
 which a failure is named. Each wait on a link gets most of it; when one device fails, dies
 or hangs, the others are told to abort at once and get a moment to stop, and the devices
 are asked who is alive, each step from the rest of the deadline (:func:`split_deadline`),
@@ -33,13 +33,13 @@ from gcl.phantom import Timing
 from gcl.planner import AUTO, plan_timed, replica_groups
 from gcl.schedule import Schedule
 from ipu_node.answers import DeviceStats, HealthState
-from ipu_node.calls import ABORT_GRACE_S, died_during, gather
+from ipu_node.calls import ABORT_GRACE_SECONDS, died_during, gather
 from ipu_node.device_spec import DeviceSpec, describe
 from ipu_node.errors import DeviceDied, DeviceError, OutOfMemory
-from ipu_node.health import HEALTH_DEADLINE_S, DeviceHealth
+from ipu_node.health import HEALTH_DEADLINE_SECONDS, DeviceHealth
 from ipu_node.ipu_memory import available_ram_bytes
 
-DEFAULT_DEADLINE_S = 10.0  # a failed collective is named within this (split_deadline)
+DEFAULT_DEADLINE_SECONDS = 10.0  # a failed collective is named within this (split_deadline)
 DEADLINE_SHARE = 0.2  # of a deadline, at most, for each of the abort grace and the probe
 _RAM_FACTOR = 4  # inputs, device buffers, results in flight, results returned
 _ids = itertools.count()
@@ -63,11 +63,11 @@ class Pod(Protocol):
     @property
     def restarts(self) -> list[int]: ...
 
-    def stats(self, deadline_s: float = ...,
+    def stats(self, deadline_seconds: float = ...,
               devices: list[int] | None = ...) -> list[DeviceStats]: ...
-    def health(self, deadline_s: float = ...) -> list[DeviceHealth]: ...
+    def health(self, deadline_seconds: float = ...) -> list[DeviceHealth]: ...
     def note_down(self, index: int, why: str) -> None: ...
-    def tensor_info(self, name: str, deadline_s: float = ..., ipus: list[int] | None = ...
+    def tensor_info(self, name: str, deadline_seconds: float = ..., ipus: list[int] | None = ...
                     ) -> dict[int, tuple[tuple[int, ...], str]]: ...
 
 
@@ -119,7 +119,7 @@ def run_collective(pod: Pod, collective: str, inputs: list[np.ndarray] | str, *,
                    output: str | None = None, algorithm: str = AUTO,
                    group: CommGroup | str = CommGroup(), op: str = "sum", root: int = 0,
                    ipus: list[int] | None = None,
-                   deadline_s: float = DEFAULT_DEADLINE_S) -> CollectiveResult:
+                   deadline_seconds: float = DEFAULT_DEADLINE_SECONDS) -> CollectiveResult:
     """Run ``collective`` on the devices of ``pod``, replica r on ``ipus[r]`` (IPU r by
     default). ``inputs`` are arrays (one per replica) or the name of a tensor the IPUs hold
     (:meth:`ipu_node.pod.EmulatedPod.put`); with ``output`` the results stay on the IPUs
@@ -133,19 +133,19 @@ def run_collective(pod: Pod, collective: str, inputs: list[np.ndarray] | str, *,
     groups = replica_groups(topology, group, replica_ipus)
     if not isinstance(inputs, str):
         inputs = [np.asarray(a) for a in inputs]
-    shapes, dtypes = _shapes_and_dtypes(pod, inputs, replica_ipus.tolist(), deadline_s)
+    shapes, dtypes = _shapes_and_dtypes(pod, inputs, replica_ipus.tolist(), deadline_seconds)
     dtype, count = check_replicas(shapes, dtypes, len(replica_ipus), len(groups[0]), coll.name)
     schedule, timing = plan_timed(coll, topology, count, dtype=dtype, algorithm_name=algorithm,
                                   group=group, ipus=replica_ipus,
                                   root=root if coll is BROADCAST else 0)
-    _check_memory(pod, schedule, deadline_s)
+    _check_memory(pod, schedule, deadline_seconds)
     replica_of_ipu = {int(ipu): i for i, ipu in enumerate(replica_ipus.tolist())}
     hosts = [i for i, spec in enumerate(pod.specs) if not spec.ipus]  # relays count their links
-    host_bytes_before = _host_link_bytes(pod, hosts, deadline_s)
+    host_bytes_before = _host_link_bytes(pod, hosts, deadline_seconds)
     outputs = _run_on_devices(pod, schedule, timing, inputs, replica_of_ipu, output, op,
-                              deadline_s)
+                              deadline_seconds)
     results: list[np.ndarray] = [None] * len(replica_ipus)  # type: ignore[list-item]
-    link_bytes = _host_link_bytes(pod, hosts, deadline_s) - host_bytes_before
+    link_bytes = _host_link_bytes(pod, hosts, deadline_seconds) - host_bytes_before
     for device_results, sent in outputs:
         link_bytes += sent
         for ipu, result in (device_results or {}).items():
@@ -158,11 +158,11 @@ def run_collective(pod: Pod, collective: str, inputs: list[np.ndarray] | str, *,
 
 
 def _shapes_and_dtypes(pod: Pod, inputs: list[np.ndarray] | str, replica_ipus: list[int],
-                       deadline_s: float) -> tuple[list[tuple[int, ...]], list[str]]:
+                       deadline_seconds: float) -> tuple[list[tuple[int, ...]], list[str]]:
     """Each replica's input shape and dtype: of the arrays, or of the tensor the IPUs hold."""
     if not isinstance(inputs, str):
         return [a.shape for a in inputs], [a.dtype.name for a in inputs]
-    held = pod.tensor_info(inputs, deadline_s, replica_ipus)
+    held = pod.tensor_info(inputs, deadline_seconds, replica_ipus)
     missing = [pod.topology.ipu_name(i) for i in replica_ipus if i not in held]
     if missing:
         raise UserError(f"no tensor {inputs!r} on IPU {missing[0]}: put it there first")
@@ -171,7 +171,7 @@ def _shapes_and_dtypes(pod: Pod, inputs: list[np.ndarray] | str, replica_ipus: l
 
 def _run_on_devices(pod: Pod, schedule: Schedule, timing: Timing,
                     inputs: list[np.ndarray] | str, replica_of_ipu: dict[int, int],
-                    output: str | None, op: str, deadline_s: float) -> list:
+                    output: str | None, op: str, deadline_seconds: float) -> list:
     """Each device's share of ``schedule`` at once; its answers, device by device. A
     failure anywhere aborts the others and names the device to blame."""
     ranks: dict[int, dict[int, tuple[int, int]]] = {}
@@ -180,53 +180,53 @@ def _run_on_devices(pod: Pod, schedule: Schedule, timing: Timing,
             ranks.setdefault(pod.owner[ipu], {})[ipu] = (g, r)
     collective_id = f"{pod.pod_id}-c{next(_ids)}"
     devices = sorted(ranks)
-    wait_s, grace_s, probe_s = split_deadline(deadline_s)
+    wait_seconds, grace_seconds, probe_seconds = split_deadline(deadline_seconds)
     refs = []
     for d in devices:
         data = inputs if isinstance(inputs, str) else {
             ipu: inputs[replica_of_ipu[ipu]] for ipu in ranks[d]}
         refs.append(pod.actors[d].run.remote(schedule, collective_id, ranks[d], data, output, op,
-                                             wait_s, timing.sim_seconds,
+                                             wait_seconds, timing.sim_seconds,
                                              dict(pod.topology.faults)))
     restarts_before = list(pod.restarts)
     what = f"{schedule.collective} {collective_id}"
     try:
         return gather(refs, [pod.specs[d] for d in devices],
-                      deadline_s * max(1, schedule.supersteps),
+                      deadline_seconds * max(1, schedule.supersteps),
                       abort=lambda reason: _abort(pod, devices, collective_id, reason),
                       on_death=lambda i, why: pod.note_down(devices[i], why), what=what,
-                      grace_s=grace_s)
+                      grace_seconds=grace_seconds)
     except DeviceError as error:
         if isinstance(error, DeviceDied):
             raise
-        raise _blame_the_dead(pod, devices, restarts_before, what, probe_s) or error from None
+        raise _blame_the_dead(pod, devices, restarts_before, what, probe_seconds) or error from None
 
 
-def split_deadline(deadline_s: float) -> tuple[float, float, float]:
+def split_deadline(deadline_seconds: float) -> tuple[float, float, float]:
     """A collective's deadline, split so that a failure is named within it: each wait on a
     link gets the rest of it after the time the other devices get to stop (at most
-    :data:`~ipu_node.calls.ABORT_GRACE_S`) and the time to ask who is alive (at most
-    :data:`~ipu_node.health.HEALTH_DEADLINE_S`), each at most a fifth of it. Seconds."""
-    grace_s = min(ABORT_GRACE_S, DEADLINE_SHARE * deadline_s)
-    probe_s = min(HEALTH_DEADLINE_S, DEADLINE_SHARE * deadline_s)
-    return deadline_s - grace_s - probe_s, grace_s, probe_s
+    :data:`~ipu_node.calls.ABORT_GRACE_SECONDS`) and the time to ask who is alive (at most
+    :data:`~ipu_node.health.HEALTH_DEADLINE_SECONDS`), each at most a fifth of it. Seconds."""
+    grace_seconds = min(ABORT_GRACE_SECONDS, DEADLINE_SHARE * deadline_seconds)
+    probe_seconds = min(HEALTH_DEADLINE_SECONDS, DEADLINE_SHARE * deadline_seconds)
+    return deadline_seconds - grace_seconds - probe_seconds, grace_seconds, probe_seconds
 
 
-def _host_link_bytes(pod: Pod, hosts: list[int], deadline_s: float) -> np.ndarray:
+def _host_link_bytes(pod: Pod, hosts: list[int], deadline_seconds: float) -> np.ndarray:
     """Bytes the relaying hosts have counted on their links so far."""
     total = np.zeros(2 * pod.topology.link_count_physical)
     if hosts:
-        for stats in pod.stats(deadline_s, hosts):
+        for stats in pod.stats(deadline_seconds, hosts):
             total += stats["link_bytes"]
     return total
 
 
-def _check_memory(pod: Pod, schedule: Schedule, deadline_s: float) -> None:
+def _check_memory(pod: Pod, schedule: Schedule, deadline_seconds: float) -> None:
     """Each IPU must have room for the collective's buffers (input, and output if any)."""
     copies = 2 if schedule.collective == CollectiveName.ALL_TO_ALL else 1
     buffers = schedule.buffer_elements * schedule.itemsize * copies
     devices = sorted({pod.owner[ipu] for members in schedule.groups for ipu in members.tolist()})
-    free = {ipu: m["free_bytes"] for s in pod.stats(deadline_s, devices)
+    free = {ipu: m["free_bytes"] for s in pod.stats(deadline_seconds, devices)
             for ipu, m in s["memory"].items()}
     for members in schedule.groups:
         for ipu in members.tolist():
@@ -237,11 +237,11 @@ def _check_memory(pod: Pod, schedule: Schedule, deadline_s: float) -> None:
 
 
 def _blame_the_dead(pod: Pod, devices: list[int], restarts_before: list[int],
-                    what: str, probe_s: float) -> DeviceError | None:
+                    what: str, probe_seconds: float) -> DeviceError | None:
     """After a failure that named no dead device (a peer saw a link drop, or waited in
     vain): if one of the collective's devices died meanwhile (it is restarting, or came
     back as a new process) or does not answer, that is the cause to report."""
-    health = pod.health(probe_s)
+    health = pod.health(probe_seconds)
     for index in devices:
         spec, state = describe(pod.specs[index]), health[index].state
         if state == HealthState.DEAD:

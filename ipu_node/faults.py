@@ -29,7 +29,7 @@ from cluster.model.topology import Topology
 from ipu_node.calls import settle
 from ipu_node.device_spec import describe
 from ipu_node.health import DeviceHealth, HealthState
-from ipu_node.roster import REWIRE_DEADLINE_S, Roster
+from ipu_node.roster import REWIRE_DEADLINE_SECONDS, Roster
 
 
 @dataclass
@@ -71,10 +71,11 @@ class FaultInjector:
 
     # -- links ------------------------------------------------------------------------
     def degrade_link(self, link: str | int, bandwidth_factor: float = 1.0,
-                     added_latency_s: float = 0.0) -> LinkFault:
+                     added_latency_seconds: float = 0.0) -> LinkFault:
         """Slow link ``link`` (``"A--B"`` or its index) down: its bandwidth times
-        ``bandwidth_factor``, its latency plus ``added_latency_s`` (both directions)."""
-        fault = LinkFault(bandwidth_factor=bandwidth_factor, added_latency_s=added_latency_s)
+        ``bandwidth_factor``, its latency plus ``added_latency_seconds`` (both directions)."""
+        fault = LinkFault(bandwidth_factor=bandwidth_factor,
+                          added_latency_seconds=added_latency_seconds)
         if fault == LinkFault():
             raise UserError("that degrades nothing: give a bandwidth factor below 1 or an "
                             "added latency above 0 (to undo faults, heal the link)")
@@ -100,7 +101,7 @@ class FaultInjector:
                                     "fault to heal (`ipupod fault list` shows the faults)")
                 healed = [index]
             refs = self._apply({i: f for i, f in self.link_faults.items() if i not in healed})
-        settle(refs, REWIRE_DEADLINE_S)
+        settle(refs, REWIRE_DEADLINE_SECONDS)
         return [link_name(self.base_topology, i) for i in healed]
 
     def by_name(self) -> dict[str, LinkFault]:
@@ -116,7 +117,7 @@ class FaultInjector:
         with self._lock:
             refs = self._apply({**self.link_faults, index: fault})
             self._count(kind)
-        settle(refs, REWIRE_DEADLINE_S)
+        settle(refs, REWIRE_DEADLINE_SECONDS)
 
     def _apply(self, faults: dict[int, LinkFault]) -> list:
         """Make ``faults`` the POD's link faults (call with the lock held): its topology

@@ -14,7 +14,7 @@ from ipu_node.answers import HealthState
 from ipu_node.calls import poll
 from ipu_node.roster import Roster
 
-HEALTH_DEADLINE_S = 2.0
+HEALTH_DEADLINE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,10 @@ class DeviceHealth:
 
 
 def check_health(roster: Roster, faults: dict[int, LinkFault], fault_version: int,
-                 deadline_s: float = HEALTH_DEADLINE_S) -> list[DeviceHealth]:
+                 deadline_seconds: float = HEALTH_DEADLINE_SECONDS) -> list[DeviceHealth]:
     """Ask every device of ``roster`` at once; wire restarted ones in again (with the link
     faults in force, ``fault_version``)."""
-    polled = poll([actor.info.remote() for actor in roster.actors], deadline_s)
+    polled = poll([actor.info.remote() for actor in roster.actors], deadline_seconds)
     roster.rejoin({i: answer for i, (answer, _) in enumerate(polled)}, faults, fault_version)
     states = [state for _, state in polled]
     with roster.lock:

@@ -24,7 +24,7 @@ from ipu_node.links.endpoint import LinkEndpoint
 from ipu_node.links.tls import LinkTLS
 from ipu_node.links.wire import decode_chunk
 
-RELAY_DEADLINE_S = 60.0
+RELAY_DEADLINE_SECONDS = 60.0
 RELAY_THREADS = 16
 
 
@@ -77,8 +77,9 @@ class HostRelay(DeviceControl):
             self._count(header.src_ipu, header.dst_ipu, len(payload))
             total += len(payload)
             count += 1
-        pushes = [self.endpoint.push(d, batch, RELAY_DEADLINE_S) for d, batch in onward.items()]
+        pushes = [self.endpoint.push(d, batch, RELAY_DEADLINE_SECONDS)
+                  for d, batch in onward.items()]
         for push in pushes:
-            push.result(timeout=RELAY_DEADLINE_S)
+            push.result(timeout=RELAY_DEADLINE_SECONDS)
         self.relayed_bytes += total
         return total, count

@@ -33,7 +33,7 @@ from ipu_node.links.tls import LinkTLS
 from ipu_node.ownership import Ownership, ownership
 from ipu_node.ray_session import ensure_ray, uses_local_ray
 
-LAUNCH_DEADLINE_S = 120.0
+LAUNCH_DEADLINE_SECONDS = 120.0
 DEVICE_RSS_BYTES = 160 << 20  # a device actor's resident memory, measured: ~130 MiB
 # Collectives at once per device: one per IPU is enough (partitions never share an IPU),
 # and more threads cost wall time (measured: 8 threads made a 64 MiB allreduce 1.5x slower).
@@ -63,7 +63,7 @@ def check_room(topology: Topology, specs: list[DeviceSpec], ray_address: str | N
 
 
 def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | None,
-          link_host: str, deadline_s: float, max_restarts: int,
+          link_host: str, deadline_seconds: float, max_restarts: int,
           link_tls: LinkTLS | None = None) -> Placed:
     """Start one actor per spec, server by server, and wire their links; on any failure
     every actor and placement group started so far is removed again."""
@@ -85,10 +85,10 @@ def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | Non
     try:
         for server, members in _by_server(specs).items():
             _start_server(topology, specs, server, members, Launch(
-                pod_id, kinds, actors, groups, link_host, deadline_s, max_restarts,
+                pod_id, kinds, actors, groups, link_host, deadline_seconds, max_restarts,
                 link_secret, link_tls))
-        infos = wait_all([a.info.remote() for a in actors], specs, deadline_s, "start")
-        owns = _wire(topology, specs, actors, infos, deadline_s)
+        infos = wait_all([a.info.remote() for a in actors], specs, deadline_seconds, "start")
+        owns = _wire(topology, specs, actors, infos, deadline_seconds)
     except BaseException:
         release(actors, groups)
         raise
@@ -111,7 +111,7 @@ class Launch:
     actors: list
     groups: list[PlacementGroup]
     link_host: str
-    deadline_s: float
+    deadline_seconds: float
     max_restarts: int
     link_secret: str = field(repr=False)  # never printed
     link_tls: LinkTLS | None = None  # TLS on every link, when asked
@@ -123,9 +123,9 @@ def _start_server(topology: Topology, specs: list[DeviceSpec], server: str,
     group = placement_group([{"IPU": len(specs[i].ipus)} for i in members if specs[i].ipus],
                             strategy="PACK", name=f"{launch.pod_id}-{server}")
     launch.groups.append(group)
-    if not ray.wait([group.ready()], timeout=launch.deadline_s)[0]:
+    if not ray.wait([group.ready()], timeout=launch.deadline_seconds)[0]:
         raise DeviceError(f"Ray could not place server {server} of {topology.name} "
-                          f"within {launch.deadline_s:g} s: not enough IPU resources?")
+                          f"within {launch.deadline_seconds:g} s: not enough IPU resources?")
     cards = [i for i in members if specs[i].ipus]
     for index in members:
         spec = specs[index]
@@ -139,7 +139,7 @@ def _start_server(topology: Topology, specs: list[DeviceSpec], server: str,
 
 
 def _wire(topology: Topology, specs: list[DeviceSpec], actors: list, infos: list[DeviceInfo],
-          deadline_s: float) -> Ownership:
+          deadline_seconds: float) -> Ownership:
     """Tell every device every device's name and link address, and who owns what."""
     names = [info["name"] for info in infos]
     addresses = [info.get("link_address", info["address"]) for info in infos]
@@ -148,7 +148,7 @@ def _wire(topology: Topology, specs: list[DeviceSpec], actors: list, infos: list
     hosts = {topology.node_names.index(s.name): i for i, s in enumerate(specs) if not s.ipus}
     owns = ownership(topology, owner_of_ipu, hosts)
     wait_all([a.connect.remote(names, addresses, i, owns) for i, a in enumerate(actors)],
-             specs, deadline_s, "connect")
+             specs, deadline_seconds, "connect")
     return owns
 
 

@@ -30,12 +30,12 @@ from ipu_node.calls import wait_all
 from ipu_node.device_spec import DeviceSpec, device_specs
 from ipu_node.executor import CollectiveResult, run_collective
 from ipu_node.faults import FaultInjector
-from ipu_node.health import HEALTH_DEADLINE_S, DeviceHealth, check_health
-from ipu_node.launcher import LAUNCH_DEADLINE_S, place, release
+from ipu_node.health import HEALTH_DEADLINE_SECONDS, DeviceHealth, check_health
+from ipu_node.launcher import LAUNCH_DEADLINE_SECONDS, place, release
 from ipu_node.links.tls import LinkTLS
 from ipu_node.roster import Roster
 
-TENSOR_DEADLINE_S = 120.0
+TENSOR_DEADLINE_SECONDS = 120.0
 
 
 @dataclass
@@ -55,7 +55,7 @@ class EmulatedPod:
 
     @classmethod
     def launch(cls, spec: str | Topology = "dss8440x2", *, ray_address: str | None = None,
-               link_host: str = "127.0.0.1", deadline_s: float = LAUNCH_DEADLINE_S,
+               link_host: str = "127.0.0.1", deadline_seconds: float = LAUNCH_DEADLINE_SECONDS,
                max_restarts: int = -1, link_tls: LinkTLS | None = None) -> EmulatedPod:
         """Start one actor per card or machine of ``spec`` and wire their links. Ray
         restarts a dead device up to ``max_restarts`` times (-1: always). With
@@ -64,7 +64,8 @@ class EmulatedPod:
         topology = load_topology(spec) if isinstance(spec, str) else spec
         specs = device_specs(topology)
         placed = place(topology, specs, ray_address=ray_address, link_host=link_host,
-                       deadline_s=deadline_s, max_restarts=max_restarts, link_tls=link_tls)
+                       deadline_seconds=deadline_seconds, max_restarts=max_restarts,
+                       link_tls=link_tls)
         roster = Roster.wired(specs, placed.actors, placed.infos, placed.ownership)
         owner = {ipu: i for i, s in enumerate(specs) for ipu in s.ipus}
         return cls(specs, roster, FaultInjector(roster, topology, max_restarts),
@@ -108,18 +109,18 @@ class EmulatedPod:
         return {info["name"]: info["node_id"] for info in self.infos}
 
     # -- asking the devices ------------------------------------------------------------
-    def stats(self, deadline_s: float = 30.0,
+    def stats(self, deadline_seconds: float = 30.0,
               devices: list[int] | None = None) -> list[DeviceStats]:
         """Counters, memory and link bytes of ``devices`` (every device by default), in
-        that order. Waits (up to ``deadline_s``) for a restarting device, and wires
+        that order. Waits (up to ``deadline_seconds``) for a restarting device, and wires
         restarted ones in again; counters carry on across restarts."""
-        answers = self.roster.ask("stats", deadline_s, devices)
+        answers = self.roster.ask("stats", deadline_seconds, devices)
         self.roster.rejoin(answers, *self.fault_injector.current())
         return [self.roster.with_offsets(i, a) for i, a in answers.items()]
 
-    def health(self, deadline_s: float = HEALTH_DEADLINE_S) -> list[DeviceHealth]:
+    def health(self, deadline_seconds: float = HEALTH_DEADLINE_SECONDS) -> list[DeviceHealth]:
         """Every device's state (:mod:`ipu_node.health`); restarted ones are wired in."""
-        return check_health(self.roster, *self.fault_injector.current(), deadline_s)
+        return check_health(self.roster, *self.fault_injector.current(), deadline_seconds)
 
     def note_down(self, index: int, why: str) -> None:
         self.roster.note_down(index, why)
@@ -131,32 +132,32 @@ class EmulatedPod:
             raise UserError(f"give one array per IPU: {len(targets)} IPUs, {len(arrays)} arrays")
         refs = [self.actors[self.owner[ipu]].put.remote(ipu, name, np.asarray(array))
                 for ipu, array in zip(targets, arrays)]
-        wait_all(refs, [self.specs[self.owner[i]] for i in targets], TENSOR_DEADLINE_S, "put")
+        wait_all(refs, [self.specs[self.owner[i]] for i in targets], TENSOR_DEADLINE_SECONDS, "put")
 
     def get(self, name: str, ipus: list[int] | None = None) -> list[np.ndarray]:
         """Tensor ``name`` from each IPU of ``ipus`` (every IPU by default)."""
         targets = list(range(self.topology.ipu_count)) if ipus is None else list(ipus)
         refs = [self.actors[self.owner[ipu]].get.remote(ipu, name) for ipu in targets]
-        return wait_all(refs, [self.specs[self.owner[i]] for i in targets], TENSOR_DEADLINE_S,
+        return wait_all(refs, [self.specs[self.owner[i]] for i in targets], TENSOR_DEADLINE_SECONDS,
                         "get")
 
-    def tensor_info(self, name: str, deadline_s: float = 30.0,
+    def tensor_info(self, name: str, deadline_seconds: float = 30.0,
                     ipus: list[int] | None = None) -> dict[int, tuple[tuple[int, ...], str]]:
         """Shape and dtype of tensor ``name`` per IPU holding it (asking only the devices
         of ``ipus``, when given)."""
         devices = None if ipus is None else sorted({self.owner[i] for i in ipus})
         merged: dict[int, tuple[tuple[int, ...], str]] = {}
-        for part in self.roster.ask("tensor_info", deadline_s, devices, name).values():
+        for part in self.roster.ask("tensor_info", deadline_seconds, devices, name).values():
             merged.update(part)
         return merged
 
     def call(self, method: str, per_device: dict[int, tuple],
-             deadline_s: float = 300.0) -> dict[int, Any]:
+             deadline_seconds: float = 300.0) -> dict[int, Any]:
         """Call ``method(*args)`` on the devices of ``per_device`` (index -> args) at once;
         a dead or late device becomes a DeviceError naming it."""
         indices = sorted(per_device)
         refs = [getattr(self.actors[i], method).remote(*per_device[i]) for i in indices]
-        return dict(zip(indices, wait_all(refs, [self.specs[i] for i in indices], deadline_s,
+        return dict(zip(indices, wait_all(refs, [self.specs[i] for i in indices], deadline_seconds,
                                           method)))
 
     def collective(self, collective: str, inputs: list[np.ndarray] | str,
@@ -173,8 +174,8 @@ class EmulatedPod:
         return self.fault_injector.kill_card(name)
 
     def degrade_link(self, link: str | int, bandwidth_factor: float = 1.0,
-                     added_latency_s: float = 0.0) -> LinkFault:
-        return self.fault_injector.degrade_link(link, bandwidth_factor, added_latency_s)
+                     added_latency_seconds: float = 0.0) -> LinkFault:
+        return self.fault_injector.degrade_link(link, bandwidth_factor, added_latency_seconds)
 
     def cut_link(self, link: str | int) -> LinkFault:
         return self.fault_injector.cut_link(link)

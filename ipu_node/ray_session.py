@@ -24,7 +24,7 @@ import ray
 from cluster.errors import UserError, quoted
 
 LOCAL_IPU_SLOTS = 256  # the IPU resource a private local Ray offers (or the POD's size)
-PROBE_TIMEOUT_S = 5.0  # each step of checking an address: TCP connect, HTTP/2, one call
+PROBE_TIMEOUT_SECONDS = 5.0  # each step of checking an address: TCP connect, HTTP/2, one call
 GCS_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"  # a call every Ray GCS answers
 MAX_TEMP_ROOT_CHARS = 40  # Ray's Unix sockets live under it; their paths stop at 107 bytes
 _COMMON: dict[str, Any] = dict(namespace="ipupod", include_dashboard=False,
@@ -104,11 +104,11 @@ def announce(which: str) -> None:
 
 def check_gcs_answers(address: str, source: str) -> None:
     """Refuse in seconds an address where no Ray GCS answers: a bad host, a closed port, or
-    a server that is not Ray's (each step waits at most ``PROBE_TIMEOUT_S``)."""
+    a server that is not Ray's (each step waits at most ``PROBE_TIMEOUT_SECONDS``)."""
     host, port = _host_port(address, source)
     where = f"the Ray cluster at {quoted(address)} ({source})"
     try:
-        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S):
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_SECONDS):
             pass
     except OSError as error:
         reason = error.strerror or type(error).__name__
@@ -123,13 +123,13 @@ def _check_grpc_gcs(target: str, where: str) -> None:
     answer counts: only Ray's GCS would ask for Ray's token)."""
     with grpc.insecure_channel(target) as channel:
         try:
-            grpc.channel_ready_future(channel).result(timeout=PROBE_TIMEOUT_S)
+            grpc.channel_ready_future(channel).result(timeout=PROBE_TIMEOUT_SECONDS)
         except grpc.FutureTimeoutError:
             raise UserError(f"{where} does not answer as a Ray GCS (no gRPC there): give the "
                             "head's --port, 6379 by default") from None
         call = channel.unary_unary(GCS_METHOD, request_serializer=_raw, response_deserializer=_raw)
         try:
-            call(b"", timeout=PROBE_TIMEOUT_S)
+            call(b"", timeout=PROBE_TIMEOUT_SECONDS)
         except grpc.RpcError as error:
             code = error.code() if isinstance(error, grpc.Call) else None
             if code in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.DEADLINE_EXCEEDED,

@@ -92,7 +92,7 @@ def _place_inputs(pod: EmulatedPod, targets: Sequence[int], count: int, dtype: s
     for replica, ipu in enumerate(targets):
         by_device[pod.owner[ipu]][int(ipu)] = replica
     pod.call("execute", {d: (_fill, replicas, count, dtype)
-                         for d, replicas in by_device.items()}, deadline_s=60)
+                         for d, replicas in by_device.items()}, deadline_seconds=60)
 
 
 def _fill(store: TensorStore, replicas: dict[int, int], count: int, dtype: str) -> None:
@@ -122,4 +122,4 @@ def free_tensors(pod: EmulatedPod, names: Sequence[str], ipus: Sequence[int]) ->
     for name in names:
         for k in range(rounds):
             calls = {d: (held[k], name) for d, held in by_device.items() if k < len(held)}
-            pod.call("free", calls, deadline_s=60)
+            pod.call("free", calls, deadline_seconds=60)

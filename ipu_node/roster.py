@@ -24,8 +24,8 @@ from ipu_node.device_spec import DeviceSpec
 from ipu_node.errors import DeviceError, DeviceRestarting
 from ipu_node.ownership import Ownership
 
-REWIRE_DEADLINE_S = 30.0
-RESTART_POLL_S = 0.2
+REWIRE_DEADLINE_SECONDS = 30.0
+RESTART_POLL_SECONDS = 0.2
 
 
 def incarnation(answer: DeviceInfo | DeviceStats) -> str:
@@ -66,12 +66,12 @@ class Roster:
                    [i.get("link_address", i["address"]) for i in infos], ownership,
                    [incarnation(i) for i in infos], [0] * len(specs))
 
-    def ask(self, method: str, deadline_s: float, indices: list[int] | None = None,
+    def ask(self, method: str, deadline_seconds: float, indices: list[int] | None = None,
             *args: Any) -> dict[int, Any]:
         """``method(*args)`` of devices ``indices`` (all by default), by device index,
-        waiting out restarts up to ``deadline_s``."""
+        waiting out restarts up to ``deadline_seconds``."""
         chosen = list(range(len(self.actors))) if indices is None else list(indices)
-        limit = time.monotonic() + deadline_s
+        limit = time.monotonic() + deadline_seconds
         restarting: DeviceRestarting | None = None
         while True:
             try:
@@ -83,15 +83,15 @@ class Roster:
                 restarting = error
                 if time.monotonic() >= limit:
                     raise
-                time.sleep(RESTART_POLL_S)
+                time.sleep(RESTART_POLL_SECONDS)
             except DeviceError:
                 if restarting is None:
                     raise
-                raise DeviceRestarting(f"{restarting} (still not back after {deadline_s:g} s)"
+                raise DeviceRestarting(f"{restarting} (still not back after {deadline_seconds:g} s)"
                                        ) from None
 
     def rejoin(self, answers: dict[int, Any], faults: dict[int, LinkFault], version: int,
-               deadline_s: float = REWIRE_DEADLINE_S) -> None:
+               deadline_seconds: float = REWIRE_DEADLINE_SECONDS) -> None:
         """Wire in the devices whose answers (``info`` or ``stats``) show a new incarnation
         (a restart), telling every device the new addresses and the link faults in force.
         Returns once they all know, so a collective that starts after it finds its peers;
@@ -112,7 +112,7 @@ class Roster:
             refs = [actor.connect.remote(self.names, addresses, i, self.ownership, faults,
                                          version) for i, actor in enumerate(self.actors)]
             # A device that is down now gets wired when it comes back (its own restart).
-            ready = set(settle(refs, deadline_s))
+            ready = set(settle(refs, deadline_seconds))
             for index in fresh:
                 if refs[index] not in ready or not succeeded(refs[index]):
                     with self.lock:  # not wired: try again next time

@@ -57,7 +57,7 @@ class ScheduleRunner:
 
     def run(self, schedule: Schedule, collective: str, ranks: dict[int, tuple[int, int]],
             inputs: dict[int, np.ndarray] | str, output: str | None, op: str,
-            deadline_s: float, sim_seconds: float, topology: Topology,
+            deadline_seconds: float, sim_seconds: float, topology: Topology,
             ) -> tuple[dict[int, np.ndarray] | None, np.ndarray]:
         """Run this device's share of ``schedule``; ``ranks[ipu] = (group, rank)``. See
         :meth:`ipu_node.card.Card.run`. Returns the results (None with ``output``) and the
@@ -76,7 +76,7 @@ class ScheduleRunner:
             self._lay_out(schedule, ranks, data, output == inputs and output is not None,
                           tag, buffers, in_place)
             for index, phase in enumerate(schedule.phases):
-                sent += self._run_phase(collective, index, phase, buffers, op, deadline_s,
+                sent += self._run_phase(collective, index, phase, buffers, op, deadline_seconds,
                                         schedule.itemsize, topology)
             results = self._results(schedule, ranks, buffers, output, op)
         except Exception as error:  # late chunks of it are dropped from now on
@@ -137,7 +137,7 @@ class ScheduleRunner:
         return results
 
     def _run_phase(self, collective: str, index: int, phase: Phase, buffers: Buffers,
-                   op: str, deadline_s: float, itemsize: int,
+                   op: str, deadline_seconds: float, itemsize: int,
                    topology: Topology) -> np.ndarray:
         """Run one phase's supersteps; return the bytes sent per directed link."""
         mine = np.array(self.ipus)
@@ -148,17 +148,17 @@ class ScheduleRunner:
             local, remote = self._outgoing(moves, outgoing, buffers, itemsize)
             encoded = {peer: list(encode_transfers(collective, index, step, transfers))
                        for peer, transfers in remote.items()}  # views, no copies
-            pushes = [self.endpoint.push(peer, messages, deadline_s)
+            pushes = [self.endpoint.push(peer, messages, deadline_seconds)
                       for peer, messages in encoded.items()]
             self._incoming(TransferKey(collective, index, step, -1), moves, incoming,
-                           buffers, local, op, deadline_s, itemsize)
+                           buffers, local, op, deadline_seconds, itemsize)
             for peer, push in zip(encoded, pushes):
                 try:
-                    push.result(timeout=deadline_s)
+                    push.result(timeout=deadline_seconds)
                 except FutureTimeout:
                     raise LinkTimeout(
                         f"the link to {self.endpoint.name_of(peer)} did not take step {step} "
-                        f"of phase {index} within {deadline_s:g} s") from None
+                        f"of phase {index} within {deadline_seconds:g} s") from None
         for ipu in buffers:
             self.counters.add(ipu, "supersteps", phase.steps)
         return self._link_bytes(phase, outgoing, itemsize, topology)
@@ -195,20 +195,20 @@ class ScheduleRunner:
         return local, remote
 
     def _incoming(self, step_key: TransferKey, moves: Moves, incoming: np.ndarray,
-                  buffers: Buffers, local: dict[int, np.ndarray], op: str, deadline_s: float,
+                  buffers: Buffers, local: dict[int, np.ndarray], op: str, deadline_seconds: float,
                   itemsize: int) -> None:
         """Land this superstep's transfers into this device's IPUs as they arrive
         (``step_key``: the superstep's key, its transfer left -1)."""
         dtype = next(iter(buffers.values()))[WORK].dtype if buffers else None
         landed: dict[int, float] = {}
         try:
-            self._land_all(step_key, moves, incoming, buffers, local, op, deadline_s,
+            self._land_all(step_key, moves, incoming, buffers, local, op, deadline_seconds,
                            itemsize, dtype, landed)
         finally:  # what landed counts, even if a later transfer fails
             self.counters.add_each("bytes_in", landed)
 
     def _land_all(self, step_key: TransferKey, moves: Moves, incoming: np.ndarray,
-                  buffers: Buffers, local: dict[int, np.ndarray], op: str, deadline_s: float,
+                  buffers: Buffers, local: dict[int, np.ndarray], op: str, deadline_seconds: float,
                   itemsize: int, dtype: np.dtype | None, landed: dict[int, float]) -> None:
         """Land each incoming transfer, chunk by chunk; ``landed`` counts bytes per IPU."""
         for t in incoming.tolist():
@@ -219,7 +219,7 @@ class ScheduleRunner:
             else:  # chunks land as they arrive, in place: no reassembly
                 sender = f"IPU {self.topology.ipu_name(src)} ({self._device_of(src)})"
                 pieces = ((at // itemsize, np.frombuffer(data, dtype=dtype)) for at, data in
-                          self.mailbox.chunks(step_key._replace(transfer=t), deadline_s,
+                          self.mailbox.chunks(step_key._replace(transfer=t), deadline_seconds,
                                               sender))
             for at, piece in pieces:
                 land(target, offset + at, piece, moves.reduce, op)

@@ -29,8 +29,8 @@ CALL = [(":method", "POST"), (":scheme", "http"), (":authority", "localhost"),
 class Peer:
     """One connection to ``port``; with ``handshake`` it says the preface and SETTINGS."""
 
-    def __init__(self, port: int, handshake: bool = True, timeout_s: float = 10.0) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+    def __init__(self, port: int, handshake: bool = True, timeout_seconds: float = 10.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_seconds)
         self.encoder, self.decoder = hpack.Encoder(), hpack.Decoder()
         if handshake:
             self.sock.sendall(PREFACE + frame_header(0, SETTINGS, 0, 0))
@@ -85,10 +85,10 @@ class Peer:
                 return struct.unpack(">II", payload[:8])[1]
         return None
 
-    def closed(self, within_s: float = 10.0) -> bool:
-        """Whether the server closes the connection within ``within_s``."""
-        self.sock.settimeout(within_s)
-        limit = time.monotonic() + within_s
+    def closed(self, within_seconds: float = 10.0) -> bool:
+        """Whether the server closes the connection within ``within_seconds``."""
+        self.sock.settimeout(within_seconds)
+        limit = time.monotonic() + within_seconds
         while time.monotonic() < limit:
             try:
                 if not self.sock.recv(1 << 16):
@@ -138,9 +138,9 @@ def answers(server, device: str = "victim") -> bool:
         client.close()
 
 
-def wait_until(condition, within_s: float = 10.0) -> bool:
-    """Whether ``condition()`` holds within ``within_s`` (a generous deadline, polled)."""
-    limit = time.monotonic() + within_s
+def wait_until(condition, within_seconds: float = 10.0) -> bool:
+    """Whether ``condition()`` holds within ``within_seconds`` (a generous deadline, polled)."""
+    limit = time.monotonic() + within_seconds
     while not condition():
         if time.monotonic() > limit:
             return False

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from cluster.cli.main import cli, main
 
-DEADLINE_S = 60  # an example still running after this long has hung
+DEADLINE_SECONDS = 60  # an example still running after this long has hung
 
 EXPECTED_COMMANDS = {
     "bench", "calibrate", "create partition", "devices", "fault cut", "fault degrade",
@@ -114,7 +114,7 @@ class WouldStartRay(BaseException):
 
 
 class Hung(BaseException):
-    """Raised when an example runs past ``DEADLINE_S``."""
+    """Raised when an example runs past ``DEADLINE_SECONDS``."""
 
 
 def _hung(*_: object) -> None:
@@ -196,7 +196,7 @@ def run(argv: list[str]) -> tuple[int | str, str, str]:
     runner = CliRunner()
     status: int | str
     with runner.isolation() as (out, err, _):
-        signal.alarm(DEADLINE_S)
+        signal.alarm(DEADLINE_SECONDS)
         try:
             main(argv)
             status = 0
@@ -216,7 +216,7 @@ def check_ending(argv: list[str], status: int | str, out: str, err: str) -> None
     """The property: exit 0, 1 or 2 (or stopped where Ray would start), no traceback, and a
     failure ends in exactly one ``error:`` / ``Error:`` line."""
     shown = f"{[a[:80] for a in argv]} -> {status}\n{err[-2000:]}"
-    assert status != "hung", f"still running after {DEADLINE_S} s: {shown}"
+    assert status != "hung", f"still running after {DEADLINE_SECONDS} s: {shown}"
     assert status in (0, 1, 2, "ray"), shown
     assert "Traceback (most recent call last)" not in out + err, shown
     if status in (1, 2):

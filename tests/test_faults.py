@@ -24,7 +24,7 @@ from ipu_node.pod import EmulatedPod
 
 KILL_TRIALS = 20
 ELEMENTS = 4 << 20  # int32 per IPU: 16 MiB, an allreduce of about a second here
-FAIL_WITHIN_S = 10.0  # the issue's bound on a failure's arrival (the default deadline)
+FAIL_WITHIN_SECONDS = 10.0  # the issue's bound on a failure's arrival (the default deadline)
 
 
 @pytest.fixture(scope="module")
@@ -41,23 +41,23 @@ def two_level(ray_session):
     launched.shutdown()
 
 
-def _wait_healthy(pod, within_s: float = 60.0) -> float:
+def _wait_healthy(pod, within_seconds: float = 60.0) -> float:
     started = time.monotonic()
-    while time.monotonic() - started < within_s:
+    while time.monotonic() - started < within_seconds:
         if all(d.state == "healthy" for d in pod.health()):
             return time.monotonic() - started
         time.sleep(0.2)
-    raise AssertionError(f"not healthy within {within_s} s: {pod.health()}")
+    raise AssertionError(f"not healthy within {within_seconds} s: {pod.health()}")
 
 
-def _until_running(pod, name: str, within_s: float = 30.0) -> None:
+def _until_running(pod, name: str, within_seconds: float = 30.0) -> None:
     """Wait until device ``name`` is running a collective (so a kill lands in flight)."""
-    limit = time.monotonic() + within_s
+    limit = time.monotonic() + within_seconds
     while time.monotonic() < limit:
         if {s["name"]: s for s in pod.stats()}[name]["collectives_running"]:
             return
         time.sleep(0.01)
-    raise AssertionError(f"{name} did not start the collective within {within_s} s")
+    raise AssertionError(f"{name} did not start the collective within {within_seconds} s")
 
 
 def _in_background(fn):
@@ -92,7 +92,7 @@ def test_twenty_cards_killed_mid_collective_fail_fast_name_the_card_and_recover(
         _until_running(pod, card.name)
         killed_at = time.monotonic()
         pod.kill_card(card.name)
-        thread.join(FAIL_WITHIN_S + 20)
+        thread.join(FAIL_WITHIN_SECONDS + 20)
         if thread.is_alive():
             hangs += 1
             continue
@@ -100,7 +100,7 @@ def test_twenty_cards_killed_mid_collective_fail_fast_name_the_card_and_recover(
         assert isinstance(error, DeviceDied), f"trial {trial}: {box}"
         assert card.name in str(error)
         assert "IPUs " + ", ".join(map(str, card.ipus)) in str(error)
-        assert box["ended"] - killed_at < FAIL_WITHIN_S
+        assert box["ended"] - killed_at < FAIL_WITHIN_SECONDS
         down = {d.name: d.state for d in pod.health()}
         assert down[card.name] in ("restarting", "healthy")  # it may be back already
         recovery = _wait_healthy(pod)
@@ -129,7 +129,7 @@ def test_a_card_that_hangs_mid_collective_is_named_within_the_deadline(pod):
     pid = {s["name"]: s["pid"] for s in pod.stats()}[victim.name]
     data = [np.full(ELEMENTS, i, dtype=np.int32) for i in range(16)]
     thread, box = _in_background(lambda: pod.collective(
-        "allreduce", data, algorithm="clockwise_ring", deadline_s=3.0))
+        "allreduce", data, algorithm="clockwise_ring", deadline_seconds=3.0))
     _until_running(pod, victim.name)
     os.kill(pid, signal.SIGSTOP)  # hung, not dead: Ray does not notice, the deadlines must
     stopped = time.monotonic()
@@ -139,7 +139,7 @@ def test_a_card_that_hangs_mid_collective_is_named_within_the_deadline(pod):
         assert isinstance(box.get("error"), DeviceError), box
         assert victim.name in str(box["error"])
         # deadline 3 s: the waits, the others' stop and asking who is alive fit in it
-        assert box["ended"] - stopped < FAIL_WITHIN_S
+        assert box["ended"] - stopped < FAIL_WITHIN_SECONDS
     finally:
         os.kill(pid, signal.SIGCONT)
     _wait_healthy(pod)
@@ -152,7 +152,7 @@ def test_a_degraded_link_slows_real_mode_exactly_as_the_cost_model_says(pod):
     data = [np.full(1 << 16, i, dtype=np.float32) for i in range(16)]
     before = pod.collective("allreduce", data, algorithm="clockwise_ring").sim_seconds
     link = "s0.card0.ipu0--s0.card0.ipu1"
-    pod.degrade_link(link, bandwidth_factor=0.25, added_latency_s=2e-6)
+    pod.degrade_link(link, bandwidth_factor=0.25, added_latency_seconds=2e-6)
     try:
         after = pod.collective("allreduce", data, algorithm="clockwise_ring")
         schedule = plan(collective("allreduce"), pod.topology, 1 << 16, dtype="float32",
@@ -246,9 +246,9 @@ def test_a_hung_card_is_named_within_the_collectives_own_deadline(pod):
     victim = next(spec for spec in pod.specs if spec.ipus and spec.name.endswith("card6"))
     pid = {s["name"]: s["pid"] for s in pod.stats()}[victim.name]
     data = [np.full(ELEMENTS, i, dtype=np.int32) for i in range(16)]
-    deadline_s = 4.0
+    deadline_seconds = 4.0
     thread, box = _in_background(lambda: pod.collective(
-        "allreduce", data, algorithm="clockwise_ring", deadline_s=deadline_s))
+        "allreduce", data, algorithm="clockwise_ring", deadline_seconds=deadline_seconds))
     _until_running(pod, victim.name)
     os.kill(pid, signal.SIGSTOP)
     stopped = time.monotonic()
@@ -259,7 +259,7 @@ def test_a_hung_card_is_named_within_the_collectives_own_deadline(pod):
         # the waits that see it take 60% of the deadline, stopping the others and asking
         # who is alive 20% each: named within the deadline, give or take Ray's own calls
         # on a loaded machine (unsplit, it took the deadline plus 4 s: 8 s here)
-        assert box["ended"] - stopped < deadline_s + 2.0
+        assert box["ended"] - stopped < deadline_seconds + 2.0
     finally:
         os.kill(pid, signal.SIGCONT)
     _wait_healthy(pod)

@@ -237,11 +237,11 @@ def test_a_ring_across_two_racks_costs_what_its_gw_link_crossing_costs_by_hand()
     chunk = 2 * count / n  # bytes each IPU sends each step
     gw = hw.gw_link_100g()
     crossing = (chunk / (hw.ipu_m2000().gw_link_ports * gw.bandwidth_Bps)
-                + 2 * hw.pcie_gen4_x16().latency_s + 2 * gw.latency_s)
+                + 2 * hw.pcie_gen4_x16().latency_seconds + 2 * gw.latency_seconds)
     reduce = REDUCE_MEMORY_PASSES * chunk / hw.gc200().memory_bandwidth_Bps
     steps = n - 1
-    by_hand = (steps * (hw.GLOBAL_SYNC_S + crossing + reduce)
-               + steps * (hw.GLOBAL_SYNC_S + crossing))
+    by_hand = (steps * (hw.GLOBAL_SYNC_SECONDS + crossing + reduce)
+               + steps * (hw.GLOBAL_SYNC_SECONDS + crossing))
     assert timing.sim_seconds == pytest.approx(by_hand, rel=1e-9)
     # two crossings (rack 0 -> 1, 1 -> 0), two GW-Link hops each (gateway, switch, gateway),
     # every step of both phases

@@ -21,8 +21,8 @@ MiB = 1 << 20
 # ring8: N = 8 IPUs, a = 1000 ns and B = 50 GB/s per link and direction, no sync or reduce.
 N, A, B = 8, 1e-6, 50e9
 PCIE_GEN3 = 8e9 * 16 * 128 / 130 / 8  # 15.75 GB/s each way
-IPU_LINK_S = 300e-9
-TREE_HOP_S = 1e-6  # PCIe and InfiniBand
+IPU_LINK_SECONDS = 300e-9
+TREE_HOP_SECONDS = 1e-6  # PCIe and InfiniBand
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_halving_one_ring_link_makes_every_ring_step_run_at_half_bandwidth(ring8
 
 def test_added_latency_adds_it_once_per_step_when_each_step_crosses_the_link_once(ring8):
     size, added = 8 * MiB, 2.5e-6
-    late = faulted(ring8, "ipu3--ipu4", added_latency_s=added)
+    late = faulted(ring8, "ipu3--ipu4", added_latency_seconds=added)
     expected = 2 * (N - 1) * (A + added + size / (N * B))
     assert allreduce_seconds(late, size) == pytest.approx(expected, rel=1e-9)
     assert allreduce_seconds(late, size) - allreduce_seconds(ring8, size) == pytest.approx(
@@ -74,7 +74,7 @@ def test_added_latency_adds_it_once_per_step_when_each_step_crosses_the_link_onc
 def test_a_send_over_a_degraded_link_takes_latency_plus_added_plus_bytes_at_the_lower_rate(
         ring8):
     nbytes, factor, added = 3e6, 0.25, 4e-6
-    worse = faulted(ring8, "ipu5--ipu6", bandwidth_factor=factor, added_latency_s=added)
+    worse = faulted(ring8, "ipu5--ipu6", bandwidth_factor=factor, added_latency_seconds=added)
     expected = A + added + nbytes / (B * factor)
     assert send_seconds(worse, 5, 6, nbytes) == pytest.approx(expected, rel=1e-12)
     assert send_seconds(worse, 6, 5, nbytes) == pytest.approx(expected, rel=1e-12)  # both ways
@@ -87,9 +87,9 @@ def test_one_of_two_infiniband_adapters_down_halves_the_bundle(dss8440x2):
     nbytes = 100e6
     half = faulted(dss8440x2, "s0.host--ib-switch", bandwidth_factor=0.5)
     assert send_seconds(half, 1, 17, nbytes) == pytest.approx(
-        8 * TREE_HOP_S + nbytes / 12.5e9, rel=1e-12)
+        8 * TREE_HOP_SECONDS + nbytes / 12.5e9, rel=1e-12)
     assert send_seconds(dss8440x2, 1, 17, nbytes) == pytest.approx(
-        8 * TREE_HOP_S + nbytes / PCIE_GEN3, rel=1e-12)
+        8 * TREE_HOP_SECONDS + nbytes / PCIE_GEN3, rel=1e-12)
 
 
 def test_a_degraded_rung_on_pod16_sets_the_pace_of_the_ring():
@@ -98,7 +98,7 @@ def test_a_degraded_rung_on_pod16_sets_the_pace_of_the_ring():
     link_Bps, memory_Bps = 32e9, 47.5e12  # one Mk2 IPU-Link each way; GC200 tiles
     chunk = size / n
     slow = faulted(pod16, "r0.m0.ipu0--r0.m0.ipu1", bandwidth_factor=factor)  # ring hop 1 -> 0
-    step = pod16.sync_local_s + IPU_LINK_S + chunk / (factor * link_Bps)
+    step = pod16.sync_local_seconds + IPU_LINK_SECONDS + chunk / (factor * link_Bps)
     expected = (n - 1) * (step + 3 * chunk / memory_Bps) + (n - 1) * step
     assert allreduce_seconds(slow, size) == pytest.approx(expected, rel=1e-9)
 
@@ -125,7 +125,7 @@ def test_a_cut_rail_reroutes_inside_its_server_and_leaves_the_other_server_alone
     assert labels(cut, 0, 2) == ["s0.card0.ipu0 -> s0.card0.ipu1 (ipu-link-rung)",
                                  "s0.card0.ipu1 -> s0.card1.ipu1 (ipu-link-rail)",
                                  "s0.card1.ipu1 -> s0.card1.ipu0 (ipu-link-rung)"]
-    assert send_seconds(cut, 0, 2, 1e6) == pytest.approx(3 * IPU_LINK_S + 1e6 / 64e9,
+    assert send_seconds(cut, 0, 2, 1e6) == pytest.approx(3 * IPU_LINK_SECONDS + 1e6 / 64e9,
                                                          rel=1e-12)
     # Server 0's domain has lost an edge, so it no longer shares server 1's routing table.
     shapes = router_of(cut)._domains.shape_of_domain
@@ -146,7 +146,7 @@ def test_cutting_both_rails_between_two_cards_splits_the_server_into_two_domains
                                    "s0.card3 -> s0.pcie (pcie-gen3-x16)",
                                    "s0.pcie -> s0.card4 (pcie-gen3-x16)",
                                    "s0.card4 -> s0.card4.ipu0 (pcie-gen3-x16)"]
-    assert send_seconds(split, 6, 8, 1e6) == pytest.approx(4 * TREE_HOP_S + 1e6 / PCIE_GEN3,
+    assert send_seconds(split, 6, 8, 1e6) == pytest.approx(4 * TREE_HOP_SECONDS + 1e6 / PCIE_GEN3,
                                                            rel=1e-12)
 
 
@@ -202,7 +202,7 @@ def test_no_faults_is_the_base_topology_itself(ring8):
 def test_healing_gives_the_healthy_times_and_the_base_is_never_changed(dss8440x2):
     base = dss8440x2
     bandwidth = base.directed_bandwidth_Bps.copy()
-    latency = base.directed_latency_s.copy()
+    latency = base.directed_latency_seconds.copy()
     router = router_of(base)
     healthy = allreduce_seconds(base, 4 * MiB, "auto")
     rail = find_link(base, "s0.card2.ipu1--s0.card3.ipu1")
@@ -218,7 +218,7 @@ def test_healing_gives_the_healthy_times_and_the_base_is_never_changed(dss8440x2
     # The base: same router, same figures, no faults.
     assert router_of(base) is router and not base.faults and not base.cut_links
     assert np.array_equal(base.directed_bandwidth_Bps, bandwidth)
-    assert np.array_equal(base.directed_latency_s, latency)
+    assert np.array_equal(base.directed_latency_seconds, latency)
     assert allreduce_seconds(base, 4 * MiB, "auto") == healthy
 
 
@@ -245,9 +245,9 @@ def test_links_are_found_by_their_two_nodes_in_either_order_or_by_index(dss8440x
     (dict(bandwidth_factor=0), "give cut=True"),
     (dict(bandwidth_factor=1.5), "at most 1"),
     (dict(bandwidth_factor=float("nan")), "more than 0 and at most 1"),
-    (dict(added_latency_s=-1e-6), "0 or more"),
-    (dict(added_latency_s=float("nan")), "finite"),
-    (dict(added_latency_s=float("inf")), "finite"),
+    (dict(added_latency_seconds=-1e-6), "0 or more"),
+    (dict(added_latency_seconds=float("nan")), "finite"),
+    (dict(added_latency_seconds=float("inf")), "finite"),
     (dict(cut="yes"), "True or False"),
 ])
 def test_bad_fault_figures_are_refused_with_what_to_give_instead(fault, words):

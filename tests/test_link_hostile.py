@@ -171,7 +171,7 @@ def test_a_push_into_a_full_mailbox_is_refused_with_resource_exhausted():
 
 def test_chunks_of_a_collective_that_never_runs_are_dropped_after_the_deadline_and_counted():
     now = [0.0]
-    mailbox = Mailbox(LinkLimits(stale_chunks_s=30.0), clock=lambda: now[0])
+    mailbox = Mailbox(LinkLimits(stale_chunks_seconds=30.0), clock=lambda: now[0])
     for step in range(3):
         mailbox.deposit(TransferKey("orphan", 0, step, 0), 0, 8 << 20, b"x" * 1024)
     now[0] = 10.0
@@ -186,14 +186,14 @@ def test_chunks_of_a_collective_that_never_runs_are_dropped_after_the_deadline_a
 
 
 def test_connections_that_go_quiet_in_the_handshake_are_closed_within_seconds():
-    server = LinkServer("victim", Mailbox(), limits=LinkLimits(handshake_timeout_s=1.0))
+    server = LinkServer("victim", Mailbox(), limits=LinkLimits(handshake_timeout_seconds=1.0))
     server.start()
     threads = threading.active_count()
     peers = [Peer(server.port, handshake=False) for _ in range(20)]
     try:
         for peer in peers:
             peer.sock.sendall(f.PREFACE[:5])  # 5 bytes, then nothing
-        assert all(peer.closed(within_s=10) for peer in peers)
+        assert all(peer.closed(within_seconds=10) for peer in peers)
         assert wait_until(lambda: server.connections == 0)
         assert wait_until(lambda: threading.active_count() <= threads)
         assert answers(server)
@@ -205,11 +205,11 @@ def test_connections_that_go_quiet_in_the_handshake_are_closed_within_seconds():
 
 def test_an_idle_connection_is_closed_after_the_idle_timeout():
     server = LinkServer("victim", Mailbox(),
-                        limits=LinkLimits(idle_timeout_s=1.0, client_reuse_s=0.5))
+                        limits=LinkLimits(idle_timeout_seconds=1.0, client_reuse_seconds=0.5))
     server.start()
     peer = Peer(server.port)
     try:
-        assert peer.closed(within_s=10)
+        assert peer.closed(within_seconds=10)
         assert wait_until(lambda: server.connections == 0)
     finally:
         peer.close()

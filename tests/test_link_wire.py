@@ -58,7 +58,7 @@ def test_payloads_cross_a_real_grpc_link_in_chunks_and_arrive_whole():
         client.close()
         server.stop()
     with pytest.raises(DeviceError, match="link to receiver"):
-        LinkClient("receiver", server.address).ping(deadline_s=1)
+        LinkClient("receiver", server.address).ping(deadline_seconds=1)
 
 
 def test_grpcio_clients_push_and_ping_our_link_server():
@@ -109,7 +109,7 @@ def test_our_link_client_pushes_to_a_grpcio_server():
         assert received[0].collective == "c3" and received[0].src_ipu == 4
         np.testing.assert_array_equal(np.frombuffer(received[0].data, np.float32), payload)
         with pytest.raises(DeviceError, match="gRPC status 12"):  # UNIMPLEMENTED
-            client.ping(deadline_s=5)
+            client.ping(deadline_seconds=5)
     finally:
         client.close()
         server.stop(0)
@@ -123,7 +123,7 @@ def test_a_link_to_a_server_that_stopped_answering_times_out():
     silent.listen()  # accepts connections, never speaks HTTP/2
     try:
         with pytest.raises(LinkTimeout, match="did not take the data in time"):
-            LinkClient("mute", f"127.0.0.1:{silent.getsockname()[1]}").ping(deadline_s=0.5)
+            LinkClient("mute", f"127.0.0.1:{silent.getsockname()[1]}").ping(deadline_seconds=0.5)
     finally:
         silent.close()
 

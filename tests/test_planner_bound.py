@@ -69,8 +69,8 @@ def test_the_bound_of_one_flow_is_its_bytes_over_the_link_plus_latency_and_sync(
     link = topology.link_types[0]
     nbytes = 1e6
     bound = superstep_lower_bound(topology, np.array([0]), np.array([1]), np.array([nbytes]))
-    sync = min(topology.sync_local_s, topology.sync_global_s)
-    assert bound == pytest.approx(sync + nbytes / link.bandwidth_Bps + link.latency_s)
+    sync = min(topology.sync_local_seconds, topology.sync_global_seconds)
+    assert bound == pytest.approx(sync + nbytes / link.bandwidth_Bps + link.latency_seconds)
     actual = superstep_cost(topology, np.array([0]), np.array([1]), np.array([nbytes]))
     assert bound == pytest.approx(actual.seconds)  # a neighbour, alone: the bound is exact
 

@@ -103,7 +103,7 @@ def test_link_overrides_change_one_link_type():
     options = PresetOptions(link_overrides=(("infiniband-100g", LinkOverride(latency_ns=2500)),))
     topology = build_preset("dss8440x2", options)
     ib = next(t for t in topology.link_types if t.name == "infiniband-100g")
-    assert ib.latency_s == pytest.approx(2.5e-6)
+    assert ib.latency_seconds == pytest.approx(2.5e-6)
 
 
 def test_an_override_for_a_missing_link_type_is_refused():

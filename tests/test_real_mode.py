@@ -146,7 +146,7 @@ def test_a_dead_card_is_named_and_nothing_hangs(ray_session):
     try:
         ray_session.kill(pod.actors[2])
         with pytest.raises(DeviceError, match="r0.m2"):
-            pod.collective("allreduce", [np.ones(64, np.float32)] * 16, deadline_s=5)
+            pod.collective("allreduce", [np.ones(64, np.float32)] * 16, deadline_seconds=5)
     finally:
         pod.shutdown()
 

@@ -95,7 +95,7 @@ def test_the_client_and_the_cli_take_a_ca(servers, certs):
     client = Client("localhost", servers["tls"], certs / "token", tls_ca=str(certs / "ca.pem"))
     assert client.call("GetStatus", control_pb2.StatusRequest()).ipus == 16
     with pytest.raises(ServiceError):
-        Client("localhost", servers["tls"], certs / "token", deadline_s=10).call(
+        Client("localhost", servers["tls"], certs / "token", deadline_seconds=10).call(
             "GetStatus", control_pb2.StatusRequest())
     env = {**os.environ, "IPUPOD_TOKEN_FILE": str(certs / "token")}
     run = subprocess.run([sys.executable, "-m", "cluster.cli.main", "status", "--host",

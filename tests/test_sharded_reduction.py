@@ -34,8 +34,10 @@ def _in_rack_ring(nbytes: int, reduce: bool) -> float:
     rack at once: 63 supersteps, each IPU sending ``nbytes`` one IPU-Link hop (the racks'
     rings use disjoint links, so they cost what one does)."""
     link = hw.ipu_link_mk2()
-    reduce_s = REDUCE_MEMORY_PASSES * nbytes / hw.gc200().memory_bandwidth_Bps if reduce else 0
-    return 63 * (hw.LOCAL_SYNC_S + link.latency_s + nbytes / link.bandwidth_Bps + reduce_s)
+    reduce_seconds = (REDUCE_MEMORY_PASSES * nbytes / hw.gc200().memory_bandwidth_Bps
+                      if reduce else 0)
+    return 63 * (hw.LOCAL_SYNC_SECONDS + link.latency_seconds + nbytes / link.bandwidth_Bps
+                 + reduce_seconds)
 
 
 def _cross_rack_pairs(shard: int) -> float:
@@ -53,9 +55,9 @@ def _cross_rack_pairs(shard: int) -> float:
     is not the bottleneck. The reduce-scatter's receiver reduces the half it gets."""
     pcie, gw_link, m2000 = hw.pcie_gen4_x16(), hw.gw_link_100g(), hw.ipu_m2000()
     half = math.ceil(shard / 2) * 2  # bytes: float16
-    latency = 2 * pcie.latency_s + 2 * gw_link.latency_s
+    latency = 2 * pcie.latency_seconds + 2 * gw_link.latency_seconds
     rate = min(pcie.bandwidth_Bps, m2000.gw_link_ports * gw_link.bandwidth_Bps / m2000.ipus)
-    superstep = hw.GLOBAL_SYNC_S + latency + half / rate
+    superstep = hw.GLOBAL_SYNC_SECONDS + latency + half / rate
     return 2 * superstep + REDUCE_MEMORY_PASSES * half / hw.gc200().memory_bandwidth_Bps
 
 

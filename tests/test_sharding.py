@@ -10,7 +10,7 @@ import pytest
 
 from cluster.errors import UserError
 from cluster.model.costmodel import REDUCE_MEMORY_PASSES
-from cluster.model.hardware import IPU_LINK_LATENCY_S, LOCAL_SYNC_S, c2_rung, gc2
+from cluster.model.hardware import IPU_LINK_LATENCY_SECONDS, LOCAL_SYNC_SECONDS, c2_rung, gc2
 from cluster.model.presets import build_preset
 from cluster.training.config import TrainConfig
 from cluster.training.data import make_dataset, train_reference
@@ -103,7 +103,7 @@ def rung_seconds(nbytes, reduced=False):
     """One superstep over a C2 card's rung (cluster/model/hardware.py: 96 GB/s each way,
     300 ns, 0.5 us local sync; GC2 memory at 45 TB/s for a reduction)."""
     reduce = REDUCE_MEMORY_PASSES * nbytes / gc2().memory_bandwidth_Bps if reduced else 0.0
-    return LOCAL_SYNC_S + IPU_LINK_LATENCY_S + nbytes / c2_rung().bandwidth_Bps + reduce
+    return LOCAL_SYNC_SECONDS + IPU_LINK_LATENCY_SECONDS + nbytes / c2_rung().bandwidth_Bps + reduce
 
 
 def test_two_ipus_of_a_c2_card_exchange_over_its_rung_as_costed_by_hand():

@@ -103,7 +103,7 @@ def test_hierarchical_on_two_dss8440_local_phases_follow_the_formula_and_infinib
                       topology)
     phases = {p.label: p for p in timing.phases}
     memory = 45e12  # GC2 tiles (000)
-    sync_local, sync_global = topology.sync_local_s, topology.sync_global_s
+    sync_local, sync_global = topology.sync_local_seconds, topology.sync_global_seconds
 
     # Local: a ring over the 16-IPU ladder, one link per hop, nothing shared. The slowest hop
     # is a rail (64 GB/s each way), 300 ns. Each step moves S/16.

@@ -72,9 +72,9 @@ def test_ring8_is_eight_gc200_ipus_in_a_textbook_ring():
     assert {p.name for p in topo.ipu_processors} == {"GC200"}
     assert [t.name for t in topo.link_types] == ["ring-link"]
     assert topo.link_types[0].bandwidth_Bps == 50 * GB
-    assert topo.link_types[0].latency_s == 1000e-9
+    assert topo.link_types[0].latency_seconds == 1000e-9
     assert topo.link_count_physical == 8 and (topo.link_count == 1).all()
-    assert topo.sync_local_s == topo.sync_global_s == 0
+    assert topo.sync_local_seconds == topo.sync_global_seconds == 0
     assert np.isinf(topo.ipu_memory_bandwidth_Bps).all()
 
 
@@ -97,7 +97,7 @@ def test_switch16_routes_every_transfer_up_and_down_through_the_switch():
     assert topo.link_types[0].bandwidth_Bps == 12.5 * GB
     routes = router_of(topo).route(np.array([0]), np.array([1]))
     assert len(routes.pair_link) == 2
-    assert routes.latency_s[0] == pytest.approx(2000e-9)
+    assert routes.latency_seconds[0] == pytest.approx(2000e-9)
 
 
 def test_two_level_has_server_rings_and_one_private_switch_link_per_ipu():
@@ -126,7 +126,7 @@ def test_dss8440x2_public_takes_public_figures_and_overrides_a_link():
     assert topo.ipu_count == 32
     types = {t.name: t for t in topo.link_types}
     assert types["ipu-link-rail"].bandwidth_Bps == 128 * GB / 4  # public: 128 GB/s card to card
-    assert types["infiniband-100g"].latency_s == pytest.approx(2000e-9)
+    assert types["infiniband-100g"].latency_seconds == pytest.approx(2000e-9)
     assert topo.ipu_processors[0].fp16_flops_per_second == 124.5e12
 
 
@@ -148,7 +148,7 @@ def test_a_ring_routes_a_flow_between_neighbours_over_exactly_one_link(tmp_path,
     topo = load_yaml_topology(write(tmp_path, data))
     routes = router_of(topo).route(np.array([0]), np.array([1]))
     assert len(routes.pair_link) == 1
-    assert routes.latency_s[0] == pytest.approx(1000e-9)
+    assert routes.latency_seconds[0] == pytest.approx(1000e-9)
 
 
 def test_a_ring_of_two_is_one_link_not_two_parallel_ones(tmp_path):
@@ -181,7 +181,7 @@ def test_explicit_links_counts_roles_processors_and_sync_are_applied(tmp_path):
     old = topo.node_names.index("old")
     bundle = (topo.link_a == 1) & (topo.link_b == old)
     assert topo.link_count[bundle].tolist() == [2]
-    assert topo.sync_global_s == pytest.approx(2.5e-6)
+    assert topo.sync_global_seconds == pytest.approx(2.5e-6)
     assert topo.ipu_memory_bandwidth_Bps.tolist() == [10 * GB] * 3
 
 
@@ -190,8 +190,8 @@ def test_a_preset_file_takes_its_name_sync_and_memory_override(tmp_path):
     data["spec"]["memory_bandwidth_GBps"] = float("inf")
     topo = load_yaml_topology(write(tmp_path, data))
     assert topo.name == "p"
-    assert topo.sync_local_s == pytest.approx(100e-9)
-    assert topo.sync_global_s == pytest.approx(1000e-9)
+    assert topo.sync_local_seconds == pytest.approx(100e-9)
+    assert topo.sync_global_seconds == pytest.approx(1000e-9)
     assert np.isinf(topo.ipu_memory_bandwidth_Bps).all()
 
 

@@ -59,7 +59,7 @@ def traced_ring(path, sizes_bytes, detail="auto"):
 
 
 def spans_on(trace, process, track):
-    return [(s.name, s.start_s, s.duration_s) for s in trace.spans
+    return [(s.name, s.start_seconds, s.duration_seconds) for s in trace.spans
             if (s.process, s.track) == (process, track)]
 
 
@@ -200,11 +200,11 @@ def test_train_trace_spans_add_up_to_the_step_parts_json_prints(tmp_path, shape)
         spans = [s for s in trace.spans
                  if (s.process, s.track) == (STEP, PARTS) and s.args["step"] == row["step"]]
         parts = [(part.label, row[part.key]) for part in STEP_PARTS if row[part.key] > 0]
-        assert [(s.name, s.duration_s) for s in spans] == parts  # exactly, part by part
-        assert sum(s.duration_s for s in spans) == row["sim_seconds"]  # exactly
+        assert [(s.name, s.duration_seconds) for s in spans] == parts  # exactly, part by part
+        assert sum(s.duration_seconds for s in spans) == row["sim_seconds"]  # exactly
         for before, after in itertools.pairwise(spans):  # one after the other, no gap
-            assert after.start_s == before.start_s + before.duration_s
-    starts = [s.start_s for s in trace.spans if s.name == STEP_PARTS[0].label]
+            assert after.start_seconds == before.start_seconds + before.duration_seconds
+    starts = [s.start_seconds for s in trace.spans if s.name == STEP_PARTS[0].label]
     assert starts == pytest.approx([k * record["steps"][0]["sim_seconds"] for k in range(3)],
                                    rel=1e-12)
     document = json.loads(path.read_text())
@@ -212,7 +212,7 @@ def test_train_trace_spans_add_up_to_the_step_parts_json_prints(tmp_path, shape)
     written = [e for e in document["traceEvents"] if e["ph"] == "X" and e["pid"] == 1
                and e["tid"] == 1]  # the parts' track
     assert [e["dur"] for e in written] == pytest.approx(
-        [s.duration_s * 1e6 for s in trace.spans if (s.process, s.track) == (STEP, PARTS)],
+        [s.duration_seconds * 1e6 for s in trace.spans if (s.process, s.track) == (STEP, PARTS)],
         abs=1e-6)
     stages = {e["args"]["name"] for e in document["traceEvents"] if e["name"] == "thread_name"
               and e["pid"] == 2}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster.errors import SpecError
-from cluster.model.hardware import GLOBAL_SYNC_S, LOCAL_SYNC_S, LinkType, Processor
+from cluster.model.hardware import GLOBAL_SYNC_SECONDS, LOCAL_SYNC_SECONDS, LinkType, Processor
 from cluster.model.routing import router_of
 from cluster.model.topology import FABRIC, ROLES, Server, Topology, Unit
 
@@ -41,8 +41,8 @@ class TopologyBuilder:
     units: list[Unit] = field(default_factory=list)
     servers: list[Server] = field(default_factory=list)
     ring_order: list[int] | None = None  # builder ids of IPUs, the preferred ring
-    sync_local_s: float = LOCAL_SYNC_S
-    sync_global_s: float = GLOBAL_SYNC_S
+    sync_local_seconds: float = LOCAL_SYNC_SECONDS
+    sync_global_seconds: float = GLOBAL_SYNC_SECONDS
     memory_bandwidth_override_Bps: float | None = None
 
     def add_ipus(self, names: list[str], processor: Processor) -> np.ndarray:
@@ -123,8 +123,8 @@ class TopologyBuilder:
             units=tuple(units),
             servers=tuple(self.servers),
             ring_order=ring if ring is not None else np.arange(ipu_count),
-            sync_local_s=self.sync_local_s,
-            sync_global_s=self.sync_global_s,
+            sync_local_seconds=self.sync_local_seconds,
+            sync_global_seconds=self.sync_global_seconds,
             memory_bandwidth_override_Bps=self.memory_bandwidth_override_Bps,
         )
         router_of(topology)  # validates reachability (and keeps the router for later)

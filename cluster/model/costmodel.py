@@ -132,13 +132,15 @@ def superstep_cost(topology: Topology, src: np.ndarray, dst: np.ndarray, nbytes:
     if (src == dst).any():
         raise ValueError("a transfer from an IPU to itself is not a network transfer")
     routes = router_of(topology).route(src, dst)
-    exchange = float((transmission_seconds(routes, nbytes, topology) + routes.latency_s).max())
-    sync = topology.sync_global_s if routes.crosses_domains.any() else topology.sync_local_s
-    reduce_s = _reduce_seconds(topology, dst, nbytes, reduce)
+    transmission = transmission_seconds(routes, nbytes, topology)
+    exchange = float((transmission + routes.latency_seconds).max())
+    crosses = routes.crosses_domains.any()
+    sync = topology.sync_global_seconds if crosses else topology.sync_local_seconds
+    reduce_seconds = _reduce_seconds(topology, dst, nbytes, reduce)
     per_type = np.bincount(topology.directed_type[routes.pair_link],
                            weights=nbytes[routes.pair_flow], minlength=len(topology.link_types))
     link_bytes = {t.name: float(v) for t, v in zip(topology.link_types, per_type) if v}
-    return StepCost(sync + exchange + reduce_s, sync, exchange, reduce_s, link_bytes)
+    return StepCost(sync + exchange + reduce_seconds, sync, exchange, reduce_seconds, link_bytes)
 
 
 def _reduce_seconds(topology: Topology, dst: np.ndarray, nbytes: np.ndarray,
@@ -176,7 +178,7 @@ def superstep_lower_bound(topology: Topology, src: np.ndarray, dst: np.ndarray,
     hops = router_of(topology).min_hops(src[moving], np.asarray(dst, dtype=np.int64)[moving])
     volume = float(nbytes[moving] @ hops) / float(topology.directed_bandwidth_Bps.sum())
     exchange = float(max(single.max(), shared.max(), volume))
-    sync = min(topology.sync_local_s, topology.sync_global_s)
+    sync = min(topology.sync_local_seconds, topology.sync_global_seconds)
     return sync + exchange + _reduce_seconds(topology, np.asarray(dst, dtype=np.int64)[moving],
                                              nbytes[moving], reduce[moving])
 
@@ -190,7 +192,7 @@ def _egress(topology: Topology) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     leaving = topology.directed_src < topology.ipu_count
     ipu = topology.directed_src[leaving]
     bandwidth = topology.directed_bandwidth_Bps[leaving]
-    latency = topology.directed_latency_s[leaving]
+    latency = topology.directed_latency_seconds[leaving]
     fastest = np.zeros(topology.ipu_count)
     np.maximum.at(fastest, ipu, bandwidth)
     nearest = np.full(topology.ipu_count, np.inf)

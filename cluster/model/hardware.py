@@ -127,43 +127,43 @@ class LinkType:
 
     name: str
     bandwidth_Bps: float
-    latency_s: float
+    latency_seconds: float
     source: str
 
     def with_overrides(
-        self, bandwidth_Bps: float | None = None, latency_s: float | None = None
+        self, bandwidth_Bps: float | None = None, latency_seconds: float | None = None
     ) -> LinkType:
         """A copy with a different bandwidth or latency (both must be positive)."""
         bandwidth = self.bandwidth_Bps if bandwidth_Bps is None else bandwidth_Bps
-        latency = self.latency_s if latency_s is None else latency_s
+        latency = self.latency_seconds if latency_seconds is None else latency_seconds
         if not 0 < bandwidth < float("inf"):
             raise UserError(f"link type {self.name}: bandwidth must be positive and finite, "
                             f"got {bandwidth}")
         if not latency >= 0:
             raise UserError(f"link type {self.name}: latency must be 0 or more, got {latency}")
-        return replace(self, bandwidth_Bps=bandwidth, latency_s=latency)
+        return replace(self, bandwidth_Bps=bandwidth, latency_seconds=latency)
 
 
 # Latency assumptions (no source gives them). IPU-Links are short chip-to-chip SerDes links
 # with no switch: a few hundred nanoseconds. A PCIe hop through a switch costs roughly a
 # microsecond round the endpoint and switch. A 100 Gbps InfiniBand or Ethernet hop with its
 # adapter is of the order of a microsecond; RoCE to the host a little more.
-IPU_LINK_LATENCY_S = 300e-9
-PCIE_LATENCY_S = 1e-6
-INFINIBAND_LATENCY_S = 1e-6
-GW_LINK_LATENCY_S = 1e-6
-ROCE_LATENCY_S = 1.5e-6
+IPU_LINK_LATENCY_SECONDS = 300e-9
+PCIE_LATENCY_SECONDS = 1e-6
+INFINIBAND_LATENCY_SECONDS = 1e-6
+GW_LINK_LATENCY_SECONDS = 1e-6
+ROCE_LATENCY_SECONDS = 1.5e-6
 
 # Sync (BSP barrier) cost per superstep: within one IPU-Link domain the Sync-Links make it
 # sub-microsecond; across hosts or GW-Links the barrier crosses the network. Assumptions.
-LOCAL_SYNC_S = 0.5e-6
-GLOBAL_SYNC_S = 5e-6
+LOCAL_SYNC_SECONDS = 0.5e-6
+GLOBAL_SYNC_SECONDS = 5e-6
 
 
 def c2_rung() -> LinkType:
     """The IPU-Links joining the two IPUs of a C2 card: 192 GB/s (000, 001), taken as the
     bidirectional total, so 96 GB/s each way."""
-    return LinkType("ipu-link-rung", 192 * GB / 2, IPU_LINK_LATENCY_S, "000, 001")
+    return LinkType("ipu-link-rung", 192 * GB / 2, IPU_LINK_LATENCY_SECONDS, "000, 001")
 
 
 def c2_rail(figures: FigureChoice = SEED_FIGURES) -> LinkType:
@@ -174,39 +174,40 @@ def c2_rail(figures: FigureChoice = SEED_FIGURES) -> LinkType:
     """
     total = 256 * GB if figures.c2_card_to_card == "seed" else 128 * GB
     source = "000, 001" if figures.c2_card_to_card == "seed" else "public docs"
-    return LinkType("ipu-link-rail", total / 4, IPU_LINK_LATENCY_S, source)
+    return LinkType("ipu-link-rail", total / 4, IPU_LINK_LATENCY_SECONDS, source)
 
 
 def ipu_link_mk2() -> LinkType:
     """One Mk2 IPU-Link: 64 GB/s bidirectional (public docs), 32 GB/s each way; ten of them
     make the GC200's 320 GB/s chip to chip (003)."""
-    return LinkType("ipu-link", 64 * GB / 2, IPU_LINK_LATENCY_S, "public docs, 003")
+    return LinkType("ipu-link", 64 * GB / 2, IPU_LINK_LATENCY_SECONDS, "public docs, 003")
 
 
 def pcie_gen3_x16() -> LinkType:
     """PCIe Gen3 x16: 8 GT/s x 16 lanes with 128b/130b coding, 15.75 GB/s each way (PCIe 3.0
     specification). The DSS 8440's switch fabric is Gen3 (000)."""
-    return LinkType("pcie-gen3-x16", 8e9 * 16 * 128 / 130 / 8, PCIE_LATENCY_S, "000, PCIe 3.0")
+    return LinkType("pcie-gen3-x16", 8e9 * 16 * 128 / 130 / 8, PCIE_LATENCY_SECONDS,
+                    "000, PCIe 3.0")
 
 
 def pcie_gen4_x16() -> LinkType:
     """PCIe Gen4 x16: 64 GB/s bidirectional (003), 32 GB/s each way."""
-    return LinkType("pcie-gen4-x16", 64 * GB / 2, PCIE_LATENCY_S, "003")
+    return LinkType("pcie-gen4-x16", 64 * GB / 2, PCIE_LATENCY_SECONDS, "003")
 
 
 def infiniband_100g() -> LinkType:
     """One 100 Gbps InfiniBand adapter: 12.5 GB/s each way, 200 Gbps bidirectional (000)."""
-    return LinkType("infiniband-100g", 100 * Gbps, INFINIBAND_LATENCY_S, "000, 001")
+    return LinkType("infiniband-100g", 100 * Gbps, INFINIBAND_LATENCY_SECONDS, "000, 001")
 
 
 def gw_link_100g() -> LinkType:
     """One GW-Link port, 100 GbE: 12.5 GB/s each way (public docs, 004)."""
-    return LinkType("gw-link-100g", 100 * Gbps, GW_LINK_LATENCY_S, "public docs, 004")
+    return LinkType("gw-link-100g", 100 * Gbps, GW_LINK_LATENCY_SECONDS, "public docs, 004")
 
 
 def host_roce_100g() -> LinkType:
     """The IPU-M2000's 100 GbE RoCEv2 NIC to its host: 12.5 GB/s each way (public docs)."""
-    return LinkType("host-roce-100g", 100 * Gbps, ROCE_LATENCY_S, "public docs")
+    return LinkType("host-roce-100g", 100 * Gbps, ROCE_LATENCY_SECONDS, "public docs")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ A fault applies to both directions of one physical link ``l`` (directed links ``
 
 - ``bandwidth_factor`` multiplies the bundle's bandwidth (a lane down, a link trained at a
   lower speed);
-- ``added_latency_s`` is added to every crossing (retries, a longer cable);
+- ``added_latency_seconds`` is added to every crossing (retries, a longer cable);
 - ``cut`` takes the link away. Without a cut IPU-Link, traffic takes the shortest IPU-Link
   path left in its domain, and if the cut splits the domain, its parts route between each
   other through the network tree as any two domains do. A cut tree link (PCIe, InfiniBand,

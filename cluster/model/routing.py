@@ -53,13 +53,13 @@ _DENSE_LINKS_LIMIT = 1024  # topologies up to this many IPUs: an IPU x IPU link 
 class Routes:
     """The routes of a set of flows, as (flow, directed link) incidence pairs.
 
-    ``pair_flow[i]`` crosses ``pair_link[i]``; ``latency_s[f]`` is the sum of the latencies
+    ``pair_flow[i]`` crosses ``pair_link[i]``; ``latency_seconds[f]`` is the sum of the latencies
     of flow ``f``'s links; ``crosses_domains[f]`` says it left its IPU-Link domain.
     """
 
     pair_flow: np.ndarray
     pair_link: np.ndarray
-    latency_s: np.ndarray
+    latency_seconds: np.ndarray
     crosses_domains: np.ndarray
 
 
@@ -75,14 +75,14 @@ class _Cuts:
 
 @dataclass(frozen=True, eq=False)
 class _Latency:
-    """Seconds per crossing of a link, as ``Topology.directed_latency_s`` gives them (its
-    type's latency, plus its fault's ``added_latency_s``), looked up per route: a router
+    """Seconds per crossing of a link, as ``Topology.directed_latency_seconds`` gives them (its
+    type's latency, plus its fault's ``added_latency_seconds``), looked up per route: a router
     built with its topology does not make that array for a topology that never routes."""
 
     per_type: np.ndarray  # by index into the topology's link_types
     link_type: np.ndarray  # the topology's, per physical link
     fault_links: np.ndarray  # physical links with a fault, sorted
-    added_s: np.ndarray  # their faults' added latency
+    added_seconds: np.ndarray  # their faults' added latency
 
     def of(self, directed: np.ndarray) -> np.ndarray:
         """Latency of each directed link in ``directed``, seconds."""
@@ -92,7 +92,7 @@ class _Latency:
             pos = np.minimum(np.searchsorted(self.fault_links, physical),
                              len(self.fault_links) - 1)
             hit = self.fault_links[pos] == physical
-            latency[hit] += self.added_s[pos[hit]]
+            latency[hit] += self.added_seconds[pos[hit]]
         return latency
 
 
@@ -362,9 +362,10 @@ def build_router(topology: Topology) -> Router:
     for array in (domain_of_ipu, ipu_keys, ipu_links):
         array.flags.writeable = False
     faults = sorted(topology.faults.items())
-    latency = _Latency(np.array([t.latency_s for t in topology.link_types]), topology.link_type,
+    type_latencies = np.array([t.latency_seconds for t in topology.link_types])
+    latency = _Latency(type_latencies, topology.link_type,
                        np.array([link for link, _ in faults], dtype=np.int64),
-                       np.array([fault.added_latency_s for _, fault in faults], dtype=float))
+                       np.array([fault.added_latency_seconds for _, fault in faults], dtype=float))
     return Router(n_ipu, domain_count, domain_of_ipu, tree, topology.node_names, (a, b),
                   latency, ipu_keys, ipu_links, domains, cuts)
 

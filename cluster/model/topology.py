@@ -62,17 +62,17 @@ class Server:
 class LinkFault:
     """A fault on one physical link (bundle), the same in both directions.
 
-    ``bandwidth_factor`` (0 < f <= 1) multiplies its bandwidth, bytes/s; ``added_latency_s``
+    ``bandwidth_factor`` (0 < f <= 1) multiplies its bandwidth, bytes/s; ``added_latency_seconds``
     (seconds, >= 0) is added to each crossing; ``cut`` takes the link away altogether.
     ``LinkFault()`` is a healthy link.
     """
 
     bandwidth_factor: float = 1.0
-    added_latency_s: float = 0.0
+    added_latency_seconds: float = 0.0
     cut: bool = False
 
     def __post_init__(self) -> None:
-        factor, latency = self.bandwidth_factor, self.added_latency_s
+        factor, latency = self.bandwidth_factor, self.added_latency_seconds
         if not _is_number(factor) or not 0 < factor <= 1:
             hint = " (a link with no bandwidth is cut: give cut=True)" if factor == 0 else ""
             raise UserError(
@@ -80,7 +80,7 @@ class LinkFault:
                 f"the link's bandwidth left, not {factor!r}{hint}: e.g. 0.5 halves it")
         if not _is_number(latency) or not math.isfinite(latency) or latency < 0:
             raise UserError(
-                f"added_latency_s must be a finite number of seconds, 0 or more, not "
+                f"added_latency_seconds must be a finite number of seconds, 0 or more, not "
                 f"{latency!r}: e.g. 2e-6 adds 2 us to every crossing of the link")
         if not isinstance(self.cut, (bool, np.bool_)):
             raise UserError(f"cut must be True or False, not {self.cut!r}")
@@ -109,8 +109,8 @@ class Topology:
     units: tuple[Unit, ...]
     servers: tuple[Server, ...]
     ring_order: np.ndarray
-    sync_local_s: float
-    sync_global_s: float
+    sync_local_seconds: float
+    sync_global_seconds: float
     memory_bandwidth_override_Bps: float | None = None
     faults: Mapping[int, LinkFault] = field(default_factory=dict)  # by physical link
 
@@ -145,12 +145,12 @@ class Topology:
         return np.repeat(bandwidth, 2)
 
     @cached_property
-    def directed_latency_s(self) -> np.ndarray:
-        """Latency per crossing of every directed link, its fault's ``added_latency_s`` in."""
-        per_type = np.array([t.latency_s for t in self.link_types])
+    def directed_latency_seconds(self) -> np.ndarray:
+        """Latency per crossing of every directed link, its fault's ``added_latency_seconds`` in."""
+        per_type = np.array([t.latency_seconds for t in self.link_types])
         latency = per_type[self.link_type]
         if self.faults:
-            latency[list(self.faults)] += [f.added_latency_s for f in self.faults.values()]
+            latency[list(self.faults)] += [f.added_latency_seconds for f in self.faults.values()]
         return np.repeat(latency, 2)
 
     @cached_property

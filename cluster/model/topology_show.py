@@ -70,7 +70,7 @@ def _link_records(topology: Topology) -> list[dict[str, Any]]:
             "count": int(members[index]),
             "bundles": int(bundles[index]),
             "bandwidth_GBps_per_direction": _clean(link_type.bandwidth_Bps / GB),
-            "latency_ns": _clean(link_type.latency_s / NANOSECOND),
+            "latency_ns": _clean(link_type.latency_seconds / NANOSECOND),
             "role": "+".join(ROLES[int(r)] for r in roles),
         })
     return records
@@ -97,8 +97,8 @@ def summarize(topology: Topology) -> dict[str, Any]:
         "nodes": dict(Counter(topology.node_kinds)),
         "links": _link_records(topology),
         "sync_ns": {
-            "local": _clean(topology.sync_local_s / NANOSECOND),
-            "global": _clean(topology.sync_global_s / NANOSECOND),
+            "local": _clean(topology.sync_local_seconds / NANOSECOND),
+            "global": _clean(topology.sync_global_seconds / NANOSECOND),
         },
         "bisection_bandwidth_GBps": _clean(bisection_bandwidth_Bps(topology) / GB),
     }

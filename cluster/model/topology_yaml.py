@@ -185,8 +185,8 @@ def _load_graph(r: _Reader, spec: Any, name: str) -> Topology:
     graph.check_pairs()
     graph.read_ring_and_units(spec)
     b = graph.b
-    b.sync_local_s = b.sync_local_s if local is None else local
-    b.sync_global_s = b.sync_global_s if glob is None else glob
+    b.sync_local_seconds = b.sync_local_seconds if local is None else local
+    b.sync_global_seconds = b.sync_global_seconds if glob is None else glob
     b.memory_bandwidth_override_Bps = memory
     try:
         return b.build()  # its Router checks that every IPU can reach every other

@@ -28,25 +28,25 @@ PICOSECOND_DIGITS = 6  # decimals of a microsecond written
 
 @dataclass(frozen=True)
 class Span:
-    """``name`` on track ``track`` of process ``process``, from ``start_s`` for
-    ``duration_s`` seconds of the trace's clock; ``args`` are shown with it."""
+    """``name`` on track ``track`` of process ``process``, from ``start_seconds`` for
+    ``duration_seconds`` seconds of the trace's clock; ``args`` are shown with it."""
 
     process: str
     track: str
     name: str
-    start_s: float
-    duration_s: float
+    start_seconds: float
+    duration_seconds: float
     args: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class CounterSample:
-    """The values of counter ``name`` of process ``process`` from ``time_s`` on (a series
+    """The values of counter ``name`` of process ``process`` from ``time_seconds`` on (a series
     per key of ``values``)."""
 
     process: str
     name: str
-    time_s: float
+    time_seconds: float
     values: Mapping[str, float]
 
 
@@ -66,18 +66,18 @@ class Trace:
         tracks = self._tracks.setdefault(process, {})
         tracks.setdefault(track, len(tracks) + 1)
 
-    def span(self, process: str, track: str, name: str, start_s: float, duration_s: float,
-             **args: Any) -> Span:
+    def span(self, process: str, track: str, name: str, start_seconds: float,
+             duration_seconds: float, **args: Any) -> Span:
         """Add a span (seconds of the trace's clock) and return it."""
         self.track(process, track)
-        added = Span(process, track, name, start_s, duration_s, args)
+        added = Span(process, track, name, start_seconds, duration_seconds, args)
         self.spans.append(added)
         return added
 
-    def counter(self, process: str, name: str, time_s: float, **values: float) -> None:
-        """Add a counter sample: each of ``values`` from ``time_s`` on."""
+    def counter(self, process: str, name: str, time_seconds: float, **values: float) -> None:
+        """Add a counter sample: each of ``values`` from ``time_seconds`` on."""
         self._tracks.setdefault(process, {})
-        self.counters.append(CounterSample(process, name, time_s, values))
+        self.counters.append(CounterSample(process, name, time_seconds, values))
 
     def tracks(self) -> dict[str, list[str]]:
         """Each process's tracks, in the order they appeared."""
@@ -95,10 +95,10 @@ class Trace:
                 events.append(_meta("thread_name", pid, tid, name=track))
                 events.append(_meta("thread_sort_index", pid, tid, sort_index=tid))
         events.extend({"name": s.name, "ph": "X", "pid": pids[s.process],
-                       "tid": self._tracks[s.process][s.track], "ts": _us(s.start_s),
-                       "dur": _us(s.duration_s), "args": dict(s.args)} for s in self.spans)
+                       "tid": self._tracks[s.process][s.track], "ts": _us(s.start_seconds),
+                       "dur": _us(s.duration_seconds), "args": dict(s.args)} for s in self.spans)
         events.extend({"name": c.name, "ph": "C", "pid": pids[c.process], "tid": 0,
-                       "ts": _us(c.time_s), "args": dict(c.values)}
+                       "ts": _us(c.time_seconds), "args": dict(c.values)}
                       for c in self.counters)
         return events
 

@@ -134,7 +134,7 @@ def _free_memory(pod: EmulatedPod, ipus: Sequence[int]) -> dict[int, int]:
     and Streaming Memory; the capacity when a device does not answer)."""
     devices = sorted({pod.owner[ipu] for ipu in ipus})
     memory: dict[int, IpuMemoryStats] = {}
-    for stats in pod.stats(deadline_s=30, devices=devices):
+    for stats in pod.stats(deadline_seconds=30, devices=devices):
         memory.update(stats["memory"])
     capacity = device_capacity(pod.topology)
     return {i: int(memory[i]["free_bytes"]) if i in memory else capacity[i] for i in ipus}

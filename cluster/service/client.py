@@ -47,21 +47,21 @@ class Client:
     """A connection to a running service, with the token attached to every call."""
 
     def __init__(self, host: str | None = None, port: int | None = None,
-                 token_file: str | Path | None = None, deadline_s: float = 600.0,
+                 token_file: str | Path | None = None, deadline_seconds: float = 600.0,
                  tls_ca: str | None = None) -> None:
         self.host, self.port = service_address(host, port)
         token = read_token(Path(token_file) if token_file else default_token_file(self.port))
         self.metadata = bearer_metadata(token)
         self.channel = client_channel(f"{self.host}:{self.port}", tls_ca)
         self.stub = control_pb2_grpc.ControlStub(self.channel)
-        self.deadline_s = deadline_s
+        self.deadline_seconds = deadline_seconds
 
     def stream(self, method: str, request: Any) -> Iterator[Any]:
         """Call server-streaming ``method``; its answers as they come, then a
         :class:`ServiceError` if the stream ended with one."""
         try:
             yield from getattr(self.stub, method)(request, metadata=self.metadata,
-                                                  timeout=self.deadline_s)
+                                                  timeout=self.deadline_seconds)
         except grpc.RpcError as error:
             raise self._refusal(error) from None
 
@@ -79,6 +79,6 @@ class Client:
         :class:`ServiceError` saying why not."""
         try:
             return getattr(self.stub, method)(request, metadata=self.metadata,
-                                              timeout=self.deadline_s)
+                                              timeout=self.deadline_seconds)
         except grpc.RpcError as error:
             raise self._refusal(error) from None

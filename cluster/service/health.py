@@ -53,8 +53,8 @@ def describe_fault(fault: LinkFault) -> str:
     parts = []
     if fault.bandwidth_factor != 1.0:
         parts.append(f"bandwidth x{fault.bandwidth_factor:g}")
-    if fault.added_latency_s:
-        parts.append(f"+{fault.added_latency_s * 1e6:g} us latency")
+    if fault.added_latency_seconds:
+        parts.append(f"+{fault.added_latency_seconds * 1e6:g} us latency")
     return ", ".join(parts)
 
 

@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from ipu_node.answers import DeviceStats, IpuCounters, IpuMemoryStats, zero_counters
 
 # Collective durations span microseconds (small simulated allreduces) to seconds.
-DURATION_BUCKETS_S = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
+DURATION_BUCKETS_SECONDS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
                       2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MAX_LINK_SERIES = 4096  # per-link series up to this many directed links, else per type
 FAULT_KINDS = ("card_killed", "link_degraded", "link_cut")  # ipu_node.faults counts them
@@ -34,7 +34,7 @@ class PodCollector:
     def collect(self):
         stats: list[DeviceStats]
         try:
-            stats = self.pod.stats(deadline_s=10)
+            stats = self.pod.stats(deadline_seconds=10)
         except Exception:  # noqa: BLE001 - a scrape must not fail: report what is known
             stats = []
         memory: dict[int, IpuMemoryStats] = {}
@@ -156,15 +156,15 @@ class ServiceMetrics:
                              "run (nccl-tests' size).", names, registry=self.registry)
         self.sim = Histogram("ipupod_collective_sim_duration_seconds",
                              "Simulated duration of a collective on the emulated hardware.",
-                             names, buckets=DURATION_BUCKETS_S, registry=self.registry)
+                             names, buckets=DURATION_BUCKETS_SECONDS, registry=self.registry)
         walls = ["collective", "op", "algorithm", "partition"]
         self.wall = Histogram("ipupod_collective_wall_duration_seconds",
                               "Wall-clock duration of a real-mode collective on the devices.",
-                              walls, buckets=DURATION_BUCKETS_S, registry=self.registry)
+                              walls, buckets=DURATION_BUCKETS_SECONDS, registry=self.registry)
         self.phantom_wall = Histogram(
             "ipupod_collective_phantom_wall_duration_seconds",
             "Wall-clock seconds the service took to cost a phantom-mode collective.", walls,
-            buckets=DURATION_BUCKETS_S, registry=self.registry)
+            buckets=DURATION_BUCKETS_SECONDS, registry=self.registry)
         info = Info("ipupod_build", "The service's version and Python.", registry=self.registry)
         info.info({"version": version("ipupod"), "python": platform.python_version()})
 

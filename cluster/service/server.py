@@ -184,7 +184,7 @@ class ControlService(control_pb2_grpc.ControlServicer):
         memory: dict[int, IpuMemoryStats] = {}
         reachable = True
         try:
-            for stats in self.pod.stats(deadline_s=10):
+            for stats in self.pod.stats(deadline_seconds=10):
                 memory.update(stats["memory"])
         except Exception:  # noqa: BLE001 - whatever the devices did, list them as unreachable
             reachable = False
@@ -225,7 +225,7 @@ class ControlService(control_pb2_grpc.ControlServicer):
                 target=topo.node_names[topo.link_b[index]], type=kind.name,
                 count=int(topo.link_count[index]),
                 bandwidth_bytes_per_second=float(topo.directed_bandwidth_Bps[2 * index]),
-                latency_seconds=float(topo.directed_latency_s[2 * index]), state=state,
+                latency_seconds=float(topo.directed_latency_seconds[2 * index]), state=state,
                 bytes_carried=float(carried[2 * index] + carried[2 * index + 1])))
         return control_pb2.LinkList(links=links)
 
@@ -296,7 +296,7 @@ class ControlService(control_pb2_grpc.ControlServicer):
         """Link faults in force, and cards that are down or have restarted."""
         links = [control_pb2.LinkFault(link=link_name(self.topology, i),
                                        bandwidth_factor=f.bandwidth_factor,
-                                       added_latency_seconds=f.added_latency_s, cut=f.cut)
+                                       added_latency_seconds=f.added_latency_seconds, cut=f.cut)
                  for i, f in sorted(dict(self.pod.link_faults).items())]
         cards = [control_pb2.CardState(card=d.name, ipus=list(d.ipus), health=d.state,
                                        restarts=d.restarts, detail=d.detail)

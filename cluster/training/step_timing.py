@@ -281,7 +281,7 @@ def host_io_seconds(topology: Topology, ipus: list[int], nbytes: float) -> float
         flows += [flow] * len(path)
         links += path
     pair_flow, pair_link = np.array(flows, dtype=np.int64), np.array(links, dtype=np.int64)
-    latency = np.bincount(pair_flow, weights=topology.directed_latency_s[pair_link],
+    latency = np.bincount(pair_flow, weights=topology.directed_latency_seconds[pair_link],
                           minlength=len(ipus))
     routes = Routes(pair_flow, pair_link, latency, np.zeros(len(ipus), dtype=bool))
     finish = transmission_seconds(routes, np.full(len(ipus), float(nbytes)), topology)

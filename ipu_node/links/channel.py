@@ -82,13 +82,13 @@ class LinkClient:
         self._lock = threading.Lock()
         self._closed = False
 
-    def ping(self, deadline_s: float = 10.0) -> str:
-        return link_pb2.PingReply.FromString(self._call(PING, [b""], deadline_s)).device
+    def ping(self, deadline_seconds: float = 10.0) -> str:
+        return link_pb2.PingReply.FromString(self._call(PING, [b""], deadline_seconds)).device
 
-    def push(self, messages: Iterable, deadline_s: float) -> int:
+    def push(self, messages: Iterable, deadline_seconds: float) -> int:
         """Send chunks (:func:`encode_transfers`, or serialized ``Chunk`` messages) in one
         stream; return the payload bytes the peer acknowledged."""
-        return link_pb2.PushReply.FromString(self._call(PUSH, messages, deadline_s)).bytes
+        return link_pb2.PushReply.FromString(self._call(PUSH, messages, deadline_seconds)).bytes
 
     def _connect(self, limit: float) -> h2.Connection:
         if self.address.startswith("unix:"):
@@ -116,8 +116,8 @@ class LinkClient:
             raise
         return connection
 
-    def _call(self, path: str, messages: Iterable, deadline_s: float) -> bytes:
-        limit = time.monotonic() + deadline_s
+    def _call(self, path: str, messages: Iterable, deadline_seconds: float) -> bytes:
+        limit = time.monotonic() + deadline_seconds
         connection = self._reuse()
         try:
             if connection is None:
@@ -127,7 +127,7 @@ class LinkClient:
             connection.send_headers(stream, [
                 (":method", "POST"), (":scheme", "http"), (":path", path),
                 (":authority", "localhost"), ("content-type", "application/grpc"),
-                ("te", "trailers"), ("grpc-timeout", f"{max(1, int(deadline_s * 1000))}m"),
+                ("te", "trailers"), ("grpc-timeout", f"{max(1, int(deadline_seconds * 1000))}m"),
                 self._authorization], end=False)
             connection.send_messages(stream, messages, end=True)
             reply, trailers = self._response(connection, stream)
@@ -160,7 +160,7 @@ class LinkClient:
         with self._lock:
             while self._idle:
                 connection, used = self._idle.pop()
-                if time.monotonic() - used < self.limits.client_reuse_s:
+                if time.monotonic() - used < self.limits.client_reuse_seconds:
                     break
                 stale.append(connection)
             else:

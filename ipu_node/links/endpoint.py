@@ -41,9 +41,9 @@ class LinkEndpoint:
     def name_of(self, peer: int) -> str:
         return self.peers.names[peer]
 
-    def push(self, peer: int, messages: Iterable, deadline_s: float) -> Future:
+    def push(self, peer: int, messages: Iterable, deadline_seconds: float) -> Future:
         """Send ``messages`` to device ``peer`` on a pushing thread."""
-        return self._pool.submit(self.peers.to(peer).push, messages, deadline_s)
+        return self._pool.submit(self.peers.to(peer).push, messages, deadline_seconds)
 
     def close(self) -> None:
         self.peers.close()

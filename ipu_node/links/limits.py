@@ -33,11 +33,11 @@ class LinkLimits:
     max_message_bytes: int = 8 << 20  # one gRPC message (a 4 MiB chunk and its header)
     max_pending_message_bytes: int = 256 << 20  # messages begun, not yet whole, per server
     max_connections: int = 128  # per server (one thread each)
-    handshake_timeout_s: float = 5.0  # preface and first SETTINGS, from accept
-    idle_timeout_s: float = 60.0  # no byte for this long: the server closes the connection
-    client_reuse_s: float = 20.0  # a client reuses an idle connection this long at most
+    handshake_timeout_seconds: float = 5.0  # preface and first SETTINGS, from accept
+    idle_timeout_seconds: float = 60.0  # no byte for this long: the server closes the connection
+    client_reuse_seconds: float = 20.0  # a client reuses an idle connection this long at most
     max_buffered_bytes: int = 2 << 30  # chunks a mailbox holds, not yet taken
-    stale_chunks_s: float = 120.0  # chunks of a collective nobody waits on: dropped after
+    stale_chunks_seconds: float = 120.0  # chunks of a collective nobody waits on: dropped after
 
     def __post_init__(self) -> None:
         if not MIN_FRAME_BYTES <= self.max_frame_bytes <= MAX_FRAME_BYTES:
@@ -53,8 +53,9 @@ class LinkLimits:
         if self.max_pending_message_bytes < self.max_message_bytes:
             raise UserError("link limits: max_pending_message_bytes must hold one whole "
                             "message (max_message_bytes)")
-        if self.client_reuse_s >= self.idle_timeout_s:
-            raise UserError("link limits: client_reuse_s must be shorter than idle_timeout_s, "
+        if self.client_reuse_seconds >= self.idle_timeout_seconds:
+            raise UserError("link limits: client_reuse_seconds must be shorter than "
+                            "idle_timeout_seconds, "
                             "or clients would reuse connections the server has closed")
 
 

@@ -2,7 +2,7 @@
 the link server receives them, handed to the executor as they arrive, with deadlines and
 aborts. What it holds is bounded: in bytes (beyond, a push is refused with
 RESOURCE_EXHAUSTED), and in time (chunks of a collective nobody waits on are dropped
-after :attr:`~ipu_node.links.limits.LinkLimits.stale_chunks_s`, and counted)."""
+after :attr:`~ipu_node.links.limits.LinkLimits.stale_chunks_seconds`, and counted)."""
 
 from __future__ import annotations
 
@@ -70,11 +70,11 @@ class Mailbox:
             self.bytes_received += len(data)
             self._ready.notify_all()
 
-    def chunks(self, key: TransferKey, deadline_s: float,
+    def chunks(self, key: TransferKey, deadline_seconds: float,
                sender: str) -> Iterator[tuple[int, Chunk]]:
         """The chunks ``(byte offset, data)`` of ``key`` as they arrive, until the transfer
-        is whole, waiting at most ``deadline_s`` in all."""
-        limit = time.monotonic() + deadline_s
+        is whole, waiting at most ``deadline_seconds`` in all."""
+        limit = time.monotonic() + deadline_seconds
         while True:
             with self._ready:
                 self._waiting[key.collective] = self._waiting.get(key.collective, 0) + 1
@@ -93,7 +93,7 @@ class Mailbox:
                 if not arrived:
                     raise LinkTimeout(
                         f"no data from {sender} for step {key.step} of phase {key.phase} "
-                        f"within {deadline_s:g} s (collective {key.collective}): is {sender} "
+                        f"within {deadline_seconds:g} s (collective {key.collective}): is {sender} "
                         "alive?")
                 batch = self._chunks[key]
                 self._chunks[key] = []
@@ -105,10 +105,10 @@ class Mailbox:
             if whole:
                 return
 
-    def take(self, key: TransferKey, deadline_s: float,
+    def take(self, key: TransferKey, deadline_seconds: float,
              sender: str) -> list[tuple[int, Chunk]]:
-        """The chunks ``(byte offset, data)`` of ``key``, waiting at most ``deadline_s``."""
-        return list(self.chunks(key, deadline_s, sender))
+        """The chunks ``(byte offset, data)`` of ``key``, waiting at most ``deadline_seconds``."""
+        return list(self.chunks(key, deadline_seconds, sender))
 
     def discard(self, collective: str) -> None:
         """Drop everything of a collective (after a failure), so nothing stale is left."""
@@ -117,19 +117,19 @@ class Mailbox:
             self._touched.pop(collective, None)
 
     def sweep(self) -> None:
-        """Drop the chunks of collectives nobody has waited on for ``stale_chunks_s``."""
+        """Drop the chunks of collectives nobody has waited on for ``stale_chunks_seconds``."""
         with self._ready:
             self._last_sweep = -float("inf")
             self._sweep(self._clock())
 
     def _sweep(self, now: float) -> None:
-        """:meth:`sweep`, at most every quarter of ``stale_chunks_s`` (lock held)."""
-        stale_s = self.limits.stale_chunks_s
-        if now - self._last_sweep < stale_s / 4:
+        """:meth:`sweep`, at most every quarter of ``stale_chunks_seconds`` (lock held)."""
+        stale_seconds = self.limits.stale_chunks_seconds
+        if now - self._last_sweep < stale_seconds / 4:
             return
         self._last_sweep = now
         stale = {name for name, touched in self._touched.items()
-                 if now - touched > stale_s and name not in self._waiting}
+                 if now - touched > stale_seconds and name not in self._waiting}
         if stale:
             keys = [k for k in self._received if k.collective in stale]
             self.dropped_chunks += sum(len(self._chunks.get(k, ())) for k in keys)

@@ -209,7 +209,7 @@ class LinkServer:
         """``sock`` in TLS (ALPN h2), within the handshake timeout, if the server has TLS."""
         if self._tls is None:
             return sock
-        sock.settimeout(self.limits.handshake_timeout_s)
+        sock.settimeout(self.limits.handshake_timeout_seconds)
         secure = self._tls.wrap_socket(sock, server_side=True)
         with self._lock:
             self._connections.discard(sock)
@@ -242,10 +242,10 @@ class LinkServer:
 
     def _handshake(self, connection: h2.Connection) -> None:
         """The preface and the client's SETTINGS, within the handshake timeout in all."""
-        connection.deadline = time.monotonic() + self.limits.handshake_timeout_s
+        connection.deadline = time.monotonic() + self.limits.handshake_timeout_seconds
         connection.handshake()
         connection.deadline = None
-        connection.sock.settimeout(self.limits.idle_timeout_s)
+        connection.sock.settimeout(self.limits.idle_timeout_seconds)
 
     def _calls(self, connection: h2.Connection) -> bool:
         """Serve calls one after another; True once a call was refused for want of the

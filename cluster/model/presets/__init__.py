@@ -35,8 +35,8 @@ class PresetOptions:
 
     figures: FigureChoice = SEED_FIGURES
     link_overrides: tuple[tuple[str, LinkOverride], ...] = ()
-    sync_local_s: float | None = None
-    sync_global_s: float | None = None
+    sync_local_seconds: float | None = None
+    sync_global_seconds: float | None = None
 
     def link(self, link_type: LinkType) -> LinkType:
         """The link type with this preset's overrides for it applied."""
@@ -120,10 +120,10 @@ def build_preset(spec: str, options: PresetOptions = PresetOptions()) -> Topolog
 
 def apply_sync(builder: TopologyBuilder, options: PresetOptions) -> None:
     """Copy sync overrides from the options onto a builder."""
-    if options.sync_local_s is not None:
-        builder.sync_local_s = options.sync_local_s
-    if options.sync_global_s is not None:
-        builder.sync_global_s = options.sync_global_s
+    if options.sync_local_seconds is not None:
+        builder.sync_local_seconds = options.sync_local_seconds
+    if options.sync_global_seconds is not None:
+        builder.sync_global_seconds = options.sync_global_seconds
 
 
 __all__ = ["LinkOverride", "PresetOptions", "build_preset", "is_preset", "preset", "presets"]
