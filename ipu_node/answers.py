@@ -47,8 +47,8 @@ class IpuMemoryStats(TypedDict):
 
 class DeviceInfo(TypedDict):
     """Who a device is (its ``info`` answer): name, ``kind`` of card or machine (a host
-    relay holds no IPUs), its control and link addresses, its Ray node (None outside Ray)
-    and process id (which incarnation answered)."""
+    relay holds no IPUs), its control and link addresses, its Ray node's id and address
+    (None outside Ray) and process id (which incarnation answered)."""
 
     name: str
     kind: str
@@ -56,6 +56,7 @@ class DeviceInfo(TypedDict):
     address: str
     link_address: str
     node_id: str | None
+    node_ip: str | None
     pid: int
 
 
@@ -68,14 +69,17 @@ class _DeviceDetails(TypedDict):
 class DeviceDetails(_DeviceDetails, total=False):
     """What a kind of device adds to its counters: memory per IPU, collectives running on
     it now, link chunks it dropped (nobody waited for them); a host relay also says how
-    many payload bytes it relayed (``relayed_bytes``)."""
+    many payload bytes it relayed (``relayed_bytes``). A device on Ray says its node
+    (``node_id``, ``node_ip``)."""
 
     relayed_bytes: int
+    node_id: str | None
+    node_ip: str | None
 
 
 class DeviceStats(DeviceDetails):
-    """A device's ``stats`` answer: who answered, its counters per IPU, the bytes per
-    directed link of the topology, and its details."""
+    """A device's ``stats`` answer: who answered (and on which Ray node), its counters per
+    IPU, the bytes per directed link of the topology, and its details."""
 
     name: str
     address: str

@@ -36,6 +36,7 @@ from ipu_node.links.endpoint import LinkEndpoint
 from ipu_node.links.mailbox import Mailbox
 from ipu_node.links.tls import LinkTLS
 from ipu_node.ownership import Ownership
+from ipu_node.placement import resolve_link_host
 from ipu_node.runner import ScheduleRunner
 from ipu_node.store import TensorStore
 
@@ -52,9 +53,10 @@ class Card(DeviceControl):
         ``link_tls``: TLS for its links (off by default)."""
         keep_freed_memory()
         self.mailbox = Mailbox()
+        host, node_socket = resolve_link_host(host)
         super().__init__(spec, topology, LinkEndpoint(spec.name, self.mailbox, host,
                                                       PUSH_THREADS, secret=link_secret,
-                                                      tls=link_tls),
+                                                      tls=link_tls, local_socket=node_socket),
                          Counters(spec.ipus, directed_links(topology)))
         self.store = TensorStore(topology, spec.ipus, spec.streaming_bytes_per_ipu)
         self.runner = ScheduleRunner(spec.name, spec.ipus, topology, self.store,

@@ -58,12 +58,11 @@ class DeviceControl:
     @ray.method(concurrency_group=CONTROL)
     def info(self) -> DeviceInfo:
         """Who this device is, and which process of it answers."""
-        # Outside Ray (a plain object in a test) there is no node, and asking would start Ray.
-        node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        node, node_ip = ray_node()
         return DeviceInfo(name=self.spec.name, kind=self.spec.kind, ipus=list(self.spec.ipus),
                           address=self.endpoint.address,
                           link_address=self.endpoint.link_address, node_id=node,
-                          pid=os.getpid())
+                          node_ip=node_ip, pid=os.getpid())
 
     @ray.method(concurrency_group=CONTROL)
     def connect(self, names: list[str], addresses: list[str], index: int,
@@ -125,6 +124,7 @@ class DeviceControl:
                             counters=counters, link_bytes=link_bytes, memory={},
                             collectives_running=0, dropped_chunks=0)
         stats.update(self._details())
+        stats["node_id"], stats["node_ip"] = ray_node()
         return stats
 
     def _details(self) -> DeviceDetails:
@@ -134,6 +134,14 @@ class DeviceControl:
     def shutdown(self) -> None:
         """Close the links (the server first stops taking chunks)."""
         self.endpoint.close()
+
+
+def ray_node() -> tuple[str | None, str | None]:
+    """The id and address of the Ray node this device runs on. Outside Ray (a plain object
+    in a test) there is none, and asking would start Ray."""
+    if not ray.is_initialized():
+        return None, None
+    return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
 
 def directed_links(topology: Topology) -> int:

@@ -23,6 +23,7 @@ from ipu_node.device_spec import DeviceSpec
 from ipu_node.links.endpoint import LinkEndpoint
 from ipu_node.links.tls import LinkTLS
 from ipu_node.links.wire import decode_chunk
+from ipu_node.placement import resolve_link_host
 
 RELAY_DEADLINE_SECONDS = 60.0
 RELAY_THREADS = 16
@@ -38,9 +39,10 @@ class HostRelay(DeviceControl):
         keep_freed_memory()
         self.relayed_bytes = 0
         self._owned_links: dict[tuple[int, int], np.ndarray] = {}
+        host, node_socket = resolve_link_host(host)
         super().__init__(spec, topology,
                          LinkEndpoint(spec.name, self._deliver, host, RELAY_THREADS,
-                                      secret=link_secret, tls=link_tls),
+                                      secret=link_secret, tls=link_tls, local_socket=node_socket),
                          Counters((), directed_links(topology)))
 
     def _faults_changed(self) -> None:

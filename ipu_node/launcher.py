@@ -3,7 +3,7 @@
 A private local Ray by default (nothing to set up), or an existing Ray cluster by address
 (``ray_address=`` or ``RAY_ADDRESS``): :mod:`ipu_node.ray_session`. Every actor asks for
 the custom resource ``IPU`` (one per IPU it emulates) and is gang-placed: one placement
-group per server or rack, packed onto one node where the cluster allows.
+group per server or rack, on one node (:mod:`ipu_node.placement`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,13 @@ from ipu_node.ipu_memory import available_ram_bytes
 from ipu_node.links.auth import new_secret
 from ipu_node.links.tls import LinkTLS
 from ipu_node.ownership import Ownership, ownership
+from ipu_node.placement import (
+    check_servers_fit,
+    link_host_for,
+    live_nodes,
+    peer_addresses,
+    strategy,
+)
 from ipu_node.ray_session import ensure_ray, uses_local_ray
 
 LAUNCH_DEADLINE_SECONDS = 120.0
@@ -64,11 +71,14 @@ def check_room(topology: Topology, specs: list[DeviceSpec], ray_address: str | N
 
 def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | None,
           link_host: str, deadline_seconds: float, max_restarts: int,
-          link_tls: LinkTLS | None = None) -> Placed:
+          link_tls: LinkTLS | None = None, allow_split_server: bool = False) -> Placed:
     """Start one actor per spec, server by server, and wire their links; on any failure
-    every actor and placement group started so far is removed again."""
+    every actor and placement group started so far is removed again. Each server's (or
+    rack's) devices go on one Ray node unless ``allow_split_server``."""
     check_room(topology, specs, ray_address)
     started_ray = ensure_ray(ray_address, topology.ipu_count)
+    nodes = live_nodes()
+    check_servers_fit(specs, nodes, allow_split_server)  # a private Ray always fits
     available = ray.available_resources().get("IPU", 0)
     if available < topology.ipu_count:
         raise UserError(
@@ -85,8 +95,8 @@ def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | Non
     try:
         for server, members in _by_server(specs).items():
             _start_server(topology, specs, server, members, Launch(
-                pod_id, kinds, actors, groups, link_host, deadline_seconds, max_restarts,
-                link_secret, link_tls))
+                pod_id, kinds, actors, groups, link_host_for(link_host, nodes), deadline_seconds,
+                max_restarts, link_secret, link_tls, strategy(allow_split_server)))
         infos = wait_all([a.info.remote() for a in actors], specs, deadline_seconds, "start")
         owns = _wire(topology, specs, actors, infos, deadline_seconds)
     except BaseException:
@@ -115,17 +125,19 @@ class Launch:
     max_restarts: int
     link_secret: str = field(repr=False)  # never printed
     link_tls: LinkTLS | None = None  # TLS on every link, when asked
+    strategy: str = "STRICT_PACK"  # a server's devices on one node (ipu_node.placement)
 
 
 def _start_server(topology: Topology, specs: list[DeviceSpec], server: str,
                   members: list[int], launch: Launch) -> None:
     """Gang-place one server's (or rack's) devices: a placement group, then its actors."""
     group = placement_group([{"IPU": len(specs[i].ipus)} for i in members if specs[i].ipus],
-                            strategy="PACK", name=f"{launch.pod_id}-{server}")
+                            strategy=launch.strategy, name=f"{launch.pod_id}-{server}")
     launch.groups.append(group)
     if not ray.wait([group.ready()], timeout=launch.deadline_seconds)[0]:
-        raise DeviceError(f"Ray could not place server {server} of {topology.name} "
-                          f"within {launch.deadline_seconds:g} s: not enough IPU resources?")
+        raise DeviceError(f"Ray could not place server {server} of {topology.name} on one "
+                          f"node within {launch.deadline_seconds:g} s: not enough free IPU "
+                          "resources on any node? (`ray status` shows them)")
     cards = [i for i in members if specs[i].ipus]
     for index in members:
         spec = specs[index]
@@ -140,14 +152,17 @@ def _start_server(topology: Topology, specs: list[DeviceSpec], server: str,
 
 def _wire(topology: Topology, specs: list[DeviceSpec], actors: list, infos: list[DeviceInfo],
           deadline_seconds: float) -> Ownership:
-    """Tell every device every device's name and link address, and who owns what."""
+    """Tell every device every device's name and link address (TCP to peers on other
+    Ray nodes), and who owns what."""
     names = [info["name"] for info in infos]
-    addresses = [info.get("link_address", info["address"]) for info in infos]
+    addresses = peer_addresses([info["node_id"] for info in infos],
+                               [info["address"] for info in infos],
+                               [info.get("link_address", info["address"]) for info in infos])
     owner_of_ipu = np.array([next(i for i, s in enumerate(specs) if ipu in s.ipus)
                              for ipu in range(topology.ipu_count)])
     hosts = {topology.node_names.index(s.name): i for i, s in enumerate(specs) if not s.ipus}
     owns = ownership(topology, owner_of_ipu, hosts)
-    wait_all([a.connect.remote(names, addresses, i, owns) for i, a in enumerate(actors)],
+    wait_all([a.connect.remote(names, addresses[i], i, owns) for i, a in enumerate(actors)],
              specs, deadline_seconds, "connect")
     return owns
 

@@ -33,6 +33,7 @@ from ipu_node.faults import FaultInjector
 from ipu_node.health import HEALTH_DEADLINE_SECONDS, DeviceHealth, check_health
 from ipu_node.launcher import LAUNCH_DEADLINE_SECONDS, place, release
 from ipu_node.links.tls import LinkTLS
+from ipu_node.placement import short_id
 from ipu_node.roster import Roster
 
 TENSOR_DEADLINE_SECONDS = 120.0
@@ -56,16 +57,19 @@ class EmulatedPod:
     @classmethod
     def launch(cls, spec: str | Topology = "dss8440x2", *, ray_address: str | None = None,
                link_host: str = "127.0.0.1", deadline_seconds: float = LAUNCH_DEADLINE_SECONDS,
-               max_restarts: int = -1, link_tls: LinkTLS | None = None) -> EmulatedPod:
+               max_restarts: int = -1, link_tls: LinkTLS | None = None,
+               allow_split_server: bool = False) -> EmulatedPod:
         """Start one actor per card or machine of ``spec`` and wire their links. Ray
         restarts a dead device up to ``max_restarts`` times (-1: always). With
         ``link_tls`` every link speaks TLS, both ends checking the other's certificate
-        (its files must be readable wherever the devices run; ``docs/links.md``)."""
+        (its files must be readable wherever the devices run; ``docs/links.md``). Each
+        server's (or rack's) devices share one Ray node unless ``allow_split_server``
+        (:mod:`ipu_node.placement`)."""
         topology = load_topology(spec) if isinstance(spec, str) else spec
         specs = device_specs(topology)
         placed = place(topology, specs, ray_address=ray_address, link_host=link_host,
                        deadline_seconds=deadline_seconds, max_restarts=max_restarts,
-                       link_tls=link_tls)
+                       link_tls=link_tls, allow_split_server=allow_split_server)
         roster = Roster.wired(specs, placed.actors, placed.infos, placed.ownership)
         owner = {ipu: i for i, s in enumerate(specs) for ipu in s.ipus}
         return cls(specs, roster, FaultInjector(roster, topology, max_restarts),
@@ -105,8 +109,14 @@ class EmulatedPod:
         return self.specs[self.owner[ipu]].name
 
     def nodes(self) -> dict[str, str | None]:
-        """Which Ray node each device runs on (None outside Ray)."""
-        return {info["name"]: info["node_id"] for info in self.infos}
+        """Which Ray node each device runs on now, by id (None outside Ray)."""
+        with self.roster.lock:
+            return dict(zip(self.roster.names, self.roster.nodes))
+
+    def node_of(self, index: int) -> tuple[str, str]:
+        """The Ray node device ``index`` runs on now: short id and address ("" unknown)."""
+        with self.roster.lock:
+            return short_id(self.roster.nodes[index]), self.roster.node_ips[index] or ""
 
     # -- asking the devices ------------------------------------------------------------
     def stats(self, deadline_seconds: float = 30.0,

@@ -23,6 +23,7 @@ from ipu_node.calls import settle, succeeded, wait_all
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.errors import DeviceError, DeviceRestarting
 from ipu_node.ownership import Ownership
+from ipu_node.placement import peer_addresses
 
 REWIRE_DEADLINE_SECONDS = 30.0
 RESTART_POLL_SECONDS = 0.2
@@ -48,11 +49,14 @@ class Roster:
     specs: list[DeviceSpec]
     actors: list
     names: list[str]
-    addresses: list[str]
+    addresses: list[str]  # link addresses for peers on the device's own node
     ownership: Ownership
     incarnations: list[str]
     restarts: list[int]
     down: dict[int, str] = field(default_factory=dict)  # device -> why it is known down
+    nodes: list[str | None] = field(default_factory=list)  # each device's Ray node id
+    node_ips: list[str | None] = field(default_factory=list)
+    tcp_addresses: list[str] = field(default_factory=list)  # for peers on other nodes
     lock: threading.RLock = field(default_factory=threading.RLock)
     _rewire_lock: threading.Lock = field(default_factory=threading.Lock)
     _last_stats: dict[int, DeviceStats] = field(default_factory=dict)  # as last heard
@@ -64,7 +68,17 @@ class Roster:
         """The roster of freshly launched devices (``infos``: their ``info`` answers)."""
         return cls(specs, actors, [i["name"] for i in infos],
                    [i.get("link_address", i["address"]) for i in infos], ownership,
-                   [incarnation(i) for i in infos], [0] * len(specs))
+                   [incarnation(i) for i in infos], [0] * len(specs),
+                   nodes=[i.get("node_id") for i in infos],
+                   node_ips=[i.get("node_ip") for i in infos],
+                   tcp_addresses=[i["address"] for i in infos])
+
+    def peer_addresses(self) -> list[list[str]]:
+        """For each device, the address it reaches every peer at (TCP across nodes)."""
+        with self.lock:
+            if len(self.nodes) != len(self.addresses):  # built without node information
+                return [list(self.addresses) for _ in self.addresses]
+            return peer_addresses(self.nodes, self.tcp_addresses, self.addresses)
 
     def ask(self, method: str, deadline_seconds: float, indices: list[int] | None = None,
             *args: Any) -> dict[int, Any]:
@@ -104,12 +118,12 @@ class Roster:
                     return
                 for index, new in fresh.items():
                     self.incarnations[index] = new
-                    self.addresses[index] = answers[index]["link_address"]
+                    self._moved(index, answers[index])
                     self.restarts[index] += 1
                     self._fold_counters(index)
                     self.down.pop(index, None)
-                addresses = list(self.addresses)
-            refs = [actor.connect.remote(self.names, addresses, i, self.ownership, faults,
+            addresses = self.peer_addresses()
+            refs = [actor.connect.remote(self.names, addresses[i], i, self.ownership, faults,
                                          version) for i, actor in enumerate(self.actors)]
             # A device that is down now gets wired when it comes back (its own restart).
             ready = set(settle(refs, deadline_seconds))
@@ -118,6 +132,14 @@ class Roster:
                     with self.lock:  # not wired: try again next time
                         self.incarnations[index] = "unwired"
                         self.restarts[index] -= 1
+
+    def _moved(self, index: int, answer: DeviceInfo | DeviceStats) -> None:
+        """A new incarnation's addresses and node (it may have restarted on another)."""
+        self.addresses[index] = answer["link_address"]
+        if len(self.nodes) == len(self.addresses):
+            self.nodes[index] = answer.get("node_id")
+            self.node_ips[index] = answer.get("node_ip")
+            self.tcp_addresses[index] = answer["address"]
 
     def _fold_counters(self, index: int) -> None:
         """A restarted device counts from 0 again: keep what its last incarnation had

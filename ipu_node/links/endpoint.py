@@ -16,14 +16,17 @@ class LinkEndpoint:
     """Receives through ``receive`` (a mailbox, or a function that takes a stream of
     chunks), sends to peers by index; bound to ``host`` (loopback by default), speaking
     the link transport named ``transport_name``. Links carry and check ``secret`` (the
-    POD's; this process's own if None), and with ``tls`` speak TLS both ways."""
+    POD's; this process's own if None), and with ``tls`` speak TLS both ways. With
+    ``local_socket`` a server bound beyond loopback also listens on a Unix socket (for
+    peers on its own machine)."""
 
     def __init__(self, name: str, receive: Receiver, host: str, push_threads: int,
                  transport_name: str = DEFAULT_TRANSPORT, secret: str | None = None,
-                 tls: LinkTLS | None = None) -> None:
+                 tls: LinkTLS | None = None, local_socket: bool = False) -> None:
         chosen = transport(transport_name)
         secret = secret or local_secret()
-        self.server = chosen.server(name, receive, host, secret, tls=tls)
+        extra = {"local_socket": True} if local_socket else {}
+        self.server = chosen.server(name, receive, host, secret, tls=tls, **extra)
         self.address = self.server.start()
         self.peers = PeerLinks(lambda peer, address: chosen.client(peer, address, secret,
                                                                    tls=tls))

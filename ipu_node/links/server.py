@@ -99,11 +99,13 @@ class LinkServer:
     ``receive`` is a :class:`Mailbox` (cards, machines) or a function that takes a stream
     of chunk messages and returns (payload bytes, chunks) (relaying hosts). Calls must
     carry ``secret`` (this process's :func:`~ipu_node.links.auth.local_secret` if None).
-    With ``tls`` connections are TLS (ALPN h2) and there is no Unix socket."""
+    With ``tls`` connections are TLS (ALPN h2) and there is no Unix socket; with
+    ``local_socket`` there is one even when ``host`` is not loopback (peers on this
+    machine use it, others the TCP port)."""
 
     def __init__(self, device: str, receive: Mailbox | Callable, host: str = "127.0.0.1",
                  secret: str | None = None, limits: LinkLimits | None = None,
-                 tls: LinkTLS | None = None) -> None:
+                 tls: LinkTLS | None = None, local_socket: bool = False) -> None:
         self.device, self.host = device, host
         self._tls = tls.server_context() if tls is not None else None
         self._secret = secret or auth.local_secret()
@@ -125,7 +127,7 @@ class LinkServer:
         self.port = tcp.getsockname()[1]
         self._listeners.append(tcp)
         self.unix_path: str | None = None
-        if host in LOOPBACK and hasattr(socket, "AF_UNIX") and tls is None:  # cheaper
+        if (host in LOOPBACK or local_socket) and hasattr(socket, "AF_UNIX") and tls is None:
             unix = _unix_listener(self.port)
             if unix is not None:
                 self._listeners.append(unix[0])
