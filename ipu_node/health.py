@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from cluster.model.link_faults import LinkFault
 from ipu_node.answers import HealthState
 from ipu_node.calls import poll
+from ipu_node.node_loss import loss_notes
 from ipu_node.roster import Roster
 
 HEALTH_DEADLINE_SECONDS = 2.0
@@ -26,6 +27,7 @@ class DeviceHealth:
     state: HealthState
     restarts: int
     detail: str = ""
+    lost_node: str = ""  # "node 3f2a9c1e (10.0.0.7) lost: cards ..." when its node is gone
 
 
 def check_health(roster: Roster, faults: dict[int, LinkFault], fault_version: int,
@@ -41,6 +43,12 @@ def check_health(roster: Roster, faults: dict[int, LinkFault], fault_version: in
                 roster.down.pop(index, None)
             else:
                 roster.down[index] = state.value
+        nodes, node_ips = list(roster.nodes), list(roster.node_ips)
+    lost = (loss_notes(roster.specs, nodes, node_ips,
+                       [i for i, state in enumerate(states) if state != HealthState.HEALTHY])
+            if len(nodes) == len(states) else {})
+    with roster.lock:
         return [DeviceHealth(spec.name, spec.ipus, state, roster.restarts[i],
-                             "" if state == HealthState.HEALTHY else roster.down.get(i, ""))
+                             "" if state == HealthState.HEALTHY else roster.down.get(i, ""),
+                             lost.get(i, ""))
                 for i, (spec, state) in enumerate(zip(roster.specs, states))]

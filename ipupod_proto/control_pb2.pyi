@@ -81,7 +81,7 @@ class ListDevicesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Device(_message.Message):
-    __slots__ = ("id", "name", "ipu_type", "unit", "server", "partition", "health", "memory_used_bytes", "memory_free_bytes", "memory_capacity_bytes")
+    __slots__ = ("id", "name", "ipu_type", "unit", "server", "partition", "health", "memory_used_bytes", "memory_free_bytes", "memory_capacity_bytes", "node_id", "node_ip")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     IPU_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -92,6 +92,8 @@ class Device(_message.Message):
     MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MEMORY_CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_IP_FIELD_NUMBER: _ClassVar[int]
     id: int
     name: str
     ipu_type: str
@@ -102,7 +104,9 @@ class Device(_message.Message):
     memory_used_bytes: int
     memory_free_bytes: int
     memory_capacity_bytes: int
-    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., ipu_type: _Optional[str] = ..., unit: _Optional[str] = ..., server: _Optional[str] = ..., partition: _Optional[str] = ..., health: _Optional[str] = ..., memory_used_bytes: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., memory_capacity_bytes: _Optional[int] = ...) -> None: ...
+    node_id: str
+    node_ip: str
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., ipu_type: _Optional[str] = ..., unit: _Optional[str] = ..., server: _Optional[str] = ..., partition: _Optional[str] = ..., health: _Optional[str] = ..., memory_used_bytes: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., memory_capacity_bytes: _Optional[int] = ..., node_id: _Optional[str] = ..., node_ip: _Optional[str] = ...) -> None: ...
 
 class DeviceList(_message.Message):
     __slots__ = ("devices",)

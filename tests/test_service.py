@@ -154,8 +154,9 @@ def test_vipu_verbs_devices_in_bytes_people_read_and_links_filtered(service):
     assert "IPU-Link domain size (ILD): 4 IPUs" in cli(service, "show", "partition",
                                                         "verbs").stdout
     devices = cli(service, "devices").stdout.splitlines()
-    assert devices[0].split()[-3:] == ["used", "free", "capacity"]
-    assert any(line.endswith("M") and "verbs" in line for line in devices[1:]), devices
+    assert devices[0].split()[-4:] == ["used", "free", "capacity", "node"]
+    assert any(line.split()[-2].endswith("M") and "verbs" in line for line in devices[1:]), devices
+    assert all(re.fullmatch(r"[0-9a-f]{8}@[0-9.]+", line.split()[-1]) for line in devices[1:])
     every = cli(service, "links").stdout.splitlines()[1:]
     mine = cli(service, "links", "--partition", "verbs").stdout.splitlines()[1:]
     machine = cli(service, "links", "--device", "r0.m0").stdout.splitlines()[1:]

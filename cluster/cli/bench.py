@@ -124,7 +124,8 @@ def _echo_table(rows: Iterator[BenchRow], heading: Callable[[], str], out: TextI
 
 def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGroup,
                byte_sizes: list[int], stack: ExitStack, ray_address: str | None,
-               trace: SweepTrace | None = None) -> Iterator[BenchRow]:
+               trace: SweepTrace | None = None,
+               allow_split_server: bool = False) -> Iterator[BenchRow]:
     """The rows, costed in this process (phantom) or run on devices it launches (real);
     what must be undone afterwards goes on ``stack``; ``trace`` (phantom) gets each size."""
     options: dict[str, Any] = dict(dtype=sweep.dtype, op=sweep.op,
@@ -138,7 +139,8 @@ def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGr
     from ipu_node.pod import EmulatedPod
     from ipu_node.real_bench import run_real
 
-    pod = EmulatedPod.launch(topology, ray_address=ray_address)
+    pod = EmulatedPod.launch(topology, ray_address=ray_address,
+                             allow_split_server=allow_split_server)
     stack.callback(pod.shutdown, stop_ray=True)
     return run_real(pod, coll, byte_sizes, iterations=sweep.iterations, warmup=sweep.warmup,
                     check=sweep.check, **options)
@@ -153,7 +155,8 @@ class TraceRequest:
 
 
 def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str | None,
-               as_json: bool, trace_request: TraceRequest | None = None) -> None:
+               as_json: bool, trace_request: TraceRequest | None = None,
+               allow_split_server: bool = False) -> None:
     """``ipupod bench`` without ``--partition``: check the request, run it, print it (and
     write its timeline, if asked)."""
     coll = lookup(sweep.collective)
@@ -172,7 +175,8 @@ def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str 
     trace = (SweepTrace(topology, trace_request.detail) if trace_request else None)
     with ExitStack() as stack:
         out = stack.enter_context(ray_chatter_to_stderr()) if sweep.mode == "real" else sys.stdout
-        rows = _rows_here(sweep, coll, topology, group, byte_sizes, stack, ray_address, trace)
+        rows = _rows_here(sweep, coll, topology, group, byte_sizes, stack, ray_address, trace,
+                          allow_split_server)
         if as_json:
             click.echo(rows_to_json(list(rows)), file=out)
         else:
@@ -281,6 +285,10 @@ def _given(*options: tuple[str, str]) -> tuple[str, ...]:
                    "devices (Ray actors, gRPC links).")
 @click.option("--ray-address", default=None,
               help="Real mode: an existing Ray cluster (default: RAY_ADDRESS, else local Ray).")
+@click.option("--allow-split-server", is_flag=True,
+              help="On a Ray cluster: let one server's (or rack's) devices spread over several "
+                   "nodes when no node has room for all of them (its IPU-Links then cross the "
+                   "network; default: refuse).")
 @click.option("-b", "--minbytes", "min_bytes", type=SizeType(), default="1M", show_default=True,
               help="Smallest size, bytes (K/M/G = powers of 1024).")
 @click.option("-e", "--maxbytes", "max_bytes", type=SizeType(), default=None,
@@ -323,8 +331,8 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
                   max_bytes: int | None, factor: float, algorithm: str, dtype: str, op: str,
                   group_text: str, root: int, iterations: int, warmup: int, check: int,
                   figures: str, as_json: bool, trace_path: Path | None, trace_detail: str,
-                  ray_address: str | None, partition: str | None, host: str | None,
-                  port: int | None, token_file: str | None) -> None:
+                  ray_address: str | None, allow_split_server: bool, partition: str | None,
+                  host: str | None, port: int | None, token_file: str | None) -> None:
     """Sweep sizes of a COLLECTIVE and print simulated time and bandwidth per size."""
     sweep = Sweep(collective=collective, mode=mode, min_bytes=min_bytes,
                   max_bytes=DEFAULT_MAX_BYTES if max_bytes is None else max_bytes,
@@ -336,13 +344,16 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
     trace_request = _trace_request(trace_path, trace_detail, mode, partition)
     if partition:
         given = click.get_current_context().get_parameter_source("topology_spec")
-        if given is not click.core.ParameterSource.DEFAULT or ray_address or figures != "seed":
-            raise UserError("--partition runs on the service's POD: --topology, --figures and "
-                            "--ray-address belong to the service (`ipupod serve`), not to "
+        if (given is not click.core.ParameterSource.DEFAULT or ray_address or figures != "seed"
+                or allow_split_server):
+            raise UserError("--partition runs on the service's POD: --topology, --figures, "
+                            "--ray-address and --allow-split-server belong to the service "
+                            "(`ipupod serve`), not to "
                             "the bench; drop them, or drop --partition to bench here")
         bench_on_partition(sweep, partition, as_json, host, port, token_file)
     else:
-        bench_here(sweep, topology_spec, figures, ray_address, as_json, trace_request)
+        bench_here(sweep, topology_spec, figures, ray_address, as_json, trace_request,
+                   allow_split_server)
 
 
 def _trace_request(path: Path | None, detail: str, mode: str,

@@ -26,6 +26,10 @@ from ipu_node.pod import EmulatedPod
 @click.command("serve")
 @click.option("--topology", "topology_spec", default="dss8440x2", show_default=True)
 @click.option("--ray-address", default=None)
+@click.option("--allow-split-server", is_flag=True,
+              help="On a Ray cluster: let one server's (or rack's) devices spread over several "
+                   "nodes when no node has room for all of them (its IPU-Links then cross the "
+                   "network; default: refuse).")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (loopback unless you say otherwise).")
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
@@ -38,7 +42,8 @@ from ipu_node.pod import EmulatedPod
               help="TLS on every device link: a folder with cert.pem, key.pem and ca.pem "
                    "(readable wherever the devices run; docs/links.md).")
 @share_options
-def serve_command(topology_spec: str, ray_address: str | None, host: str, port: int,
+def serve_command(topology_spec: str, ray_address: str | None, allow_split_server: bool,
+                  host: str, port: int,
                   token_file: Path | None, metrics_port: int,
                   link_tls_dir: Path | None, **sharing: Any) -> None:
     """Launch the emulated POD and serve its control API until SIGTERM or Ctrl-C."""
@@ -48,7 +53,8 @@ def serve_command(topology_spec: str, ray_address: str | None, host: str, port: 
         check_port_free(host, metrics_port, "--metrics-port")
     share = share_from(host, port, token_file, topology_spec, **sharing)
     with ray_chatter_to_stderr() as out:
-        pod = EmulatedPod.launch(topology_spec, ray_address=ray_address, link_tls=link_tls)
+        pod = EmulatedPod.launch(topology_spec, ray_address=ray_address, link_tls=link_tls,
+                                 allow_split_server=allow_split_server)
         try:
             _serve(pod, token_file, host, port, None if metrics_port < 0 else metrics_port, out,
                    share)

@@ -32,14 +32,16 @@ def status_command(host: str | None, port: int | None, token_file: str | None,
 @client_options
 def devices_command(host: str | None, port: int | None, token_file: str | None,
                     as_json: bool) -> None:
-    """IPUs like `gc-info --list-devices`: id, type, card or machine, partition, memory."""
+    """IPUs like `gc-info --list-devices`: id, type, card or machine, partition, memory, and
+    the Ray node its card or machine runs on (short id @ address)."""
     listed = Client(host, port, token_file).call("ListDevices", control_pb2.ListDevicesRequest())
     lines = [f"{'id':>5} {'type':<6} {'unit':<12} {'server':<8} {'partition':<16} {'health':<11} "
-             f"{'used':>8} {'free':>8} {'capacity':>9}"]
+             f"{'used':>8} {'free':>8} {'capacity':>9}  node"]
     lines += [f"{d.id:>5} {d.ipu_type:<6} {d.unit:<12} {d.server:<8} {d.partition or '-':<16} "
               f"{d.health:<11} {format_size(d.memory_used_bytes):>8} "
               f"{format_size(d.memory_free_bytes):>8} "
-              f"{format_size(d.memory_capacity_bytes):>9}"
+              f"{format_size(d.memory_capacity_bytes):>9}  "
+              f"{d.node_id or '-'}{'@' + d.node_ip if d.node_ip else ''}"
               for d in listed.devices]
     echo_message(listed, as_json, "\n".join(lines))
 

@@ -32,7 +32,8 @@ from cluster.training.trainer import train
 from gcl.modes import Mode
 
 
-def run(config: TrainConfig, ray_address: str | None, on_step: Progress) -> RunRecord:
+def run(config: TrainConfig, ray_address: str | None, on_step: Progress,
+        allow_split_server: bool = False) -> RunRecord:
     """Launch the servers if the run needs devices, train, shut them down."""
     if config.mode != "real":
         return train(config, on_step=on_step)
@@ -41,7 +42,8 @@ def run(config: TrainConfig, ray_address: str | None, on_step: Progress) -> RunR
 
     topology = checked_topology(config)  # before any actor starts
     check_fits(config, topology, stage_memory(config, topology))
-    pod = EmulatedPod.launch(topology, ray_address=ray_address)
+    pod = EmulatedPod.launch(topology, ray_address=ray_address,
+                             allow_split_server=allow_split_server)
     try:
         return train(config, pod=pod, on_step=on_step)
     finally:
@@ -97,16 +99,20 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
 @click.option("--json", "as_json", is_flag=True,
               help="Print the run's report as JSON (the step's parts in seconds).")
 @trace_option
+@click.option("--allow-split-server", is_flag=True,
+              help="On a Ray cluster: let one server's (or rack's) devices spread over several "
+                   "nodes when no node has room for all of them (its IPU-Links then cross the "
+                   "network; default: refuse).")
 @common_options
 def train_command(servers: int | None, topology_spec: str | None, mode: str | None,
                   check: bool, as_json: bool, trace_path: Path | None,
-                  ray_address: str | None, **options: Any) -> None:
+                  allow_split_server: bool, ray_address: str | None, **options: Any) -> None:
     """Train an MLP data-parallel across emulated DSS 8440 servers (or a POD)."""
     config = make_config(servers, mode, check, topology=topology_spec, **options)
     check_trace_path(trace_path)
     assumed = settings_record(command_settings(config))
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
-        record = {**run(config, ray_address, on_step), **assumed}
+        record = {**run(config, ray_address, on_step, allow_split_server), **assumed}
     echo = partial(click.echo, file=out)
     if as_json:
         echo(json.dumps(record, indent=2))

@@ -58,9 +58,10 @@ class PodCollector:
 
     def _ipus(self, memory: dict[int, IpuMemoryStats], counters: dict[int, IpuCounters]):
         """Memory, health, supersteps and busy time of every IPU, from the devices' answers
-        (an IPU whose device did not answer reports 0 and unhealthy)."""
+        (an IPU whose device did not answer reports 0 and unhealthy); labelled with its
+        card or machine, server, and the Ray node it runs on (short id and address)."""
         topo, pod = self.pod.topology, self.pod
-        labels = ["ipu", "unit", "server"]
+        labels = ["ipu", "unit", "server", "node", "node_ip"]
         used = GaugeMetricFamily("ipupod_ipu_memory_used_bytes",
                                  "In-Processor-Memory in use (bytes).", labels=labels)
         capacity = GaugeMetricFamily("ipupod_ipu_memory_capacity_bytes",
@@ -74,7 +75,7 @@ class PodCollector:
                                    labels=labels)
         for ipu in range(topo.ipu_count):
             spec = pod.specs[pod.owner[ipu]]
-            values = [topo.ipu_name(ipu), spec.name, spec.server]
+            values = [topo.ipu_name(ipu), spec.name, spec.server, *pod.node_of(pod.owner[ipu])]
             held, count = memory.get(ipu), counters.get(ipu, zero_counters())
             used.add_metric(values, held["used_bytes"] if held else 0)
             capacity.add_metric(values, int(topo.ipu_memory_bytes[ipu]))

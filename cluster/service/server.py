@@ -138,7 +138,7 @@ class ControlService(control_pb2_grpc.ControlServicer):
         for device in self.pod.health():
             if device.state != HealthState.HEALTHY:
                 for ipu in device.ipus:
-                    down[ipu] = f"{describe(device)} is {device.state}"
+                    down[ipu] = device.lost_node or f"{describe(device)} is {device.state}"
         topology, faults = self.pod.topology, dict(self.pod.link_faults)
         return [partition_health(topology, p.ipus, faults, down) for p in partitions]
 
@@ -199,6 +199,7 @@ class ControlService(control_pb2_grpc.ControlServicer):
                         held: IpuMemoryStats | None) -> control_pb2.Device:
         """IPU ``ipu`` as the API sends it; without memory figures it is unreachable."""
         spec = self.pod.specs[self.pod.owner[ipu]]
+        node_id, node_ip = self.pod.node_of(self.pod.owner[ipu])
         return control_pb2.Device(
             id=ipu, name=self.topology.ipu_name(ipu),
             ipu_type=self.topology.ipu_processors[ipu].name, unit=spec.name,
@@ -207,7 +208,8 @@ class ControlService(control_pb2_grpc.ControlServicer):
                     else HealthState.UNREACHABLE),
             memory_used_bytes=held["used_bytes"] if held else 0,
             memory_free_bytes=held["free_bytes"] if held else 0,
-            memory_capacity_bytes=int(self.topology.ipu_memory_bytes[ipu]))
+            memory_capacity_bytes=int(self.topology.ipu_memory_bytes[ipu]),
+            node_id=node_id, node_ip=node_ip)
 
     @_guarded
     def ListLinks(self, request: control_pb2.ListLinksRequest,
@@ -254,8 +256,11 @@ class ControlService(control_pb2_grpc.ControlServicer):
             try:
                 yield from run_real(self.pod, bench.coll, bench.byte_sizes, **bench.options,
                                     **bench.runs)
-            finally:
-                free_bench_tensors(self.pod, bench.options["ipus"])
+            except BaseException:
+                with contextlib.suppress(Exception):  # the failure to report is the bench's
+                    free_bench_tensors(self.pod, bench.options["ipus"])
+                raise
+            free_bench_tensors(self.pod, bench.options["ipus"])
 
     def _results(self, request: control_pb2.BenchmarkRequest) -> Iterator[
             control_pb2.BenchmarkResult]:
