@@ -89,7 +89,8 @@ def test_the_expected_files_are_there():
     assert {p.name for p in DASHBOARD_FILES} == {"pod-overview.json", "links.json",
                                                  "collectives.json"}
     for name in ["prometheus.yml", "docker-compose.yml", "Dockerfile", "README.md",
-                 "kuberay/raycluster.yaml", "kuberay/README.md",
+                 "kuberay/raycluster.yaml", "kuberay/raycluster-multinode.yaml",
+                 "kuberay/README.md",
                  "grafana/provisioning/datasources/prometheus.yml",
                  "grafana/provisioning/dashboards/dashboards.yml"]:
         assert (DEPLOY / name).is_file(), name
@@ -280,6 +281,23 @@ def test_raycluster_nodes_offer_the_ipu_resource():
     assert {8090, 9464} <= set(head_ports)
     assert all(len(name) <= 15 for name in head_ports.values())  # Kubernetes' limit
     assert head_ports[9464] != "metrics"  # KubeRay takes that name for Ray's own metrics port
+
+
+def test_multinode_raycluster_offers_one_machine_of_ipus_per_worker_pod():
+    cluster = load_yaml(DEPLOY / "kuberay" / "raycluster-multinode.yaml")
+    assert cluster["apiVersion"] == "ray.io/v1" and cluster["kind"] == "RayCluster"
+    spec = cluster["spec"]
+
+    def ipus(group: dict) -> dict:
+        [argument] = shlex.split("--resources=" + group["rayStartParams"]["resources"])
+        return json.loads(argument.removeprefix("--resources="))
+
+    assert ipus(spec["headGroupSpec"]) == {"IPU": 0}  # devices never on the head
+    by_group = {g["groupName"]: ipus(g) for g in spec["workerGroupSpecs"]}
+    assert by_group == {"dss8440-servers": {"IPU": 16}, "pod64-racks": {"IPU": 64}}
+    head_ports = {p["containerPort"]
+                  for p in spec["headGroupSpec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert {6379, 8090, 9464} <= head_ports
 
 
 def test_docs_list_every_metric():

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from cluster.service.client import Client
-from tests.test_ray_cluster import free_port, ray_cli, stop_node
 from ipupod_proto import control_pb2
+from tests.test_ray_cluster import free_port, ray_cli, stop_node
 
 ROOT = Path(__file__).resolve().parent.parent
 IPUPOD = [sys.executable, "-m", "cluster.cli.main"]
