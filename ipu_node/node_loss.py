@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 import ray
 
 from ipu_node.device_spec import DeviceSpec
+from ipu_node.errors import DeviceDied
 from ipu_node.placement import RayNode, raylet_answers, short_id
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,10 @@ def lost_nodes(node_ids: Iterable[str | None]) -> set[str]:
 def loss_notes(specs: Sequence[DeviceSpec], nodes: Sequence[str | None],
                node_ips: Sequence[str | None], suspects: Iterable[int]) -> dict[int, str]:
     """For each device of ``suspects`` (indices of devices not answering) whose node is
-    lost, the line naming the node and every device on it."""
+    lost, the line naming the node and every device on it (none on a single node)."""
     suspects = list(suspects)
+    if len({node for node in nodes if node}) < 2:
+        return {}  # one node (or none): nothing to tell apart, and nothing to ask Ray
     lost = lost_nodes(nodes[i] for i in suspects)
     notes: dict[int, str] = {}
     for node in lost:
@@ -56,6 +59,16 @@ def loss_notes(specs: Sequence[DeviceSpec], nodes: Sequence[str | None],
             log.warning("%s", note)
         notes.update(dict.fromkeys(on_node, note))
     return notes
+
+
+def with_lost_nodes(error: DeviceDied, specs: Sequence[DeviceSpec],
+                    nodes: Sequence[str | None], node_ips: Sequence[str | None]) -> DeviceDied:
+    """``error`` (a device died during a collective), saying first which nodes were lost
+    if that is why; on a single node, ``error`` as it was."""
+    if len(nodes) != len(specs):
+        return error
+    notes = sorted(set(loss_notes(specs, nodes, node_ips, range(len(specs))).values()))
+    return DeviceDied(f"{'; '.join(notes)}: {error}") if notes else error  # the cause first
 
 
 def devices_phrase(specs: Sequence[DeviceSpec]) -> str:

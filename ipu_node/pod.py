@@ -28,11 +28,13 @@ from cluster.model.topology import Topology
 from ipu_node.answers import DeviceInfo, DeviceStats
 from ipu_node.calls import wait_all
 from ipu_node.device_spec import DeviceSpec, device_specs
+from ipu_node.errors import DeviceDied
 from ipu_node.executor import CollectiveResult, run_collective
 from ipu_node.faults import FaultInjector
 from ipu_node.health import HEALTH_DEADLINE_SECONDS, DeviceHealth, check_health
 from ipu_node.launcher import LAUNCH_DEADLINE_SECONDS, place, release
 from ipu_node.links.tls import LinkTLS
+from ipu_node.node_loss import with_lost_nodes
 from ipu_node.placement import short_id
 from ipu_node.roster import Roster
 
@@ -116,6 +118,8 @@ class EmulatedPod:
     def node_of(self, index: int) -> tuple[str, str]:
         """The Ray node device ``index`` runs on now: short id and address ("" unknown)."""
         with self.roster.lock:
+            if index >= len(self.roster.nodes):  # a roster built without node information
+                return "", ""
             return short_id(self.roster.nodes[index]), self.roster.node_ips[index] or ""
 
     # -- asking the devices ------------------------------------------------------------
@@ -172,8 +176,14 @@ class EmulatedPod:
 
     def collective(self, collective: str, inputs: list[np.ndarray] | str,
                    **options: Any) -> CollectiveResult:
-        """Run a collective on this POD: see :func:`ipu_node.executor.run_collective`."""
-        return run_collective(self, collective, inputs, **options)
+        """Run a collective on this POD: see :func:`ipu_node.executor.run_collective`. A
+        device that died with its Ray node says which node was lost."""
+        try:
+            return run_collective(self, collective, inputs, **options)
+        except DeviceDied as error:
+            with self.roster.lock:
+                nodes, node_ips = list(self.roster.nodes), list(self.roster.node_ips)
+            raise with_lost_nodes(error, self.specs, nodes, node_ips) from None
 
     def link_bytes(self) -> np.ndarray:
         """Bytes sent over every directed link so far, summed over devices."""

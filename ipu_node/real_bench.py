@@ -23,7 +23,7 @@ from gcl.bench_rows import (
 from gcl.collectives import Collective, CollectiveName, check_op, dtype_itemsize
 from gcl.groups import CommGroup
 from gcl.planner import AUTO, replica_groups
-from ipu_node.executor import CollectiveResult, run_collective
+from ipu_node.executor import CollectiveResult
 from ipu_node.pod import EmulatedPod
 from ipu_node.store import TensorStore
 
@@ -78,7 +78,7 @@ def _timed(pod: EmulatedPod, coll: Collective, output: str, runs: tuple[int, str
     for run in range(warmup + iterations):
         if run == 0 or output == BENCH_IN:
             _place_inputs(pod, options["ipus"], count, dtype)
-        result = run_collective(pod, coll.name, BENCH_IN, output=output, **options)
+        result = pod.collective(coll.name, BENCH_IN, output=output, **options)
         if run >= warmup:
             walls.append(result.wall_seconds)
     return result, sum(walls) / len(walls)

@@ -8,7 +8,7 @@ import pytest
 from cluster.errors import UserError
 from cluster.model.spec import load_topology
 from ipu_node.device_spec import device_specs
-from ipu_node.node_loss import devices_phrase, name_range
+from ipu_node.node_loss import devices_phrase, loss_notes, name_range
 from ipu_node.placement import (
     NODE_ADDRESS,
     RayNode,
@@ -64,3 +64,8 @@ def test_a_lost_node_names_its_devices_in_ranges():
     assert devices_phrase(specs) == "cards s1.card0..s1.card7; host s1.host"
     assert name_range(["s1.card0", "s1.card2"]) == "s1.card0, s1.card2"
     assert name_range(["r0.m3", "r0.m4", "r0.m6"]) == "r0.m3, r0.m4, r0.m6"
+
+
+def test_on_a_single_node_no_node_is_ever_named_lost():
+    specs = device_specs(load_topology("dss8440x2"))
+    assert loss_notes(specs, ["a"] * len(specs), ["10.0.0.1"] * len(specs), [0, 1]) == {}

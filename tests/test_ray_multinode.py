@@ -249,6 +249,7 @@ def test_service_names_nodes_survives_losing_one_and_heals_when_it_returns(ray_c
     named_seconds = time.monotonic() - lost
     _, err = bench.communicate(timeout=60)  # the collective failed, it did not hang
     assert bench.returncode != 0 and "died during allreduce" in err, err[-3000:]
+    assert note in err  # the collective says why: its node was lost
     table = partitions(client)
     assert table["right"].health == "unhealthy" and table["left"].health == "healthy"
     assert client.call("GetStatus", control_pb2.StatusRequest()).devices == 18  # answering

@@ -126,7 +126,8 @@ def _ipus_here(pod: EmulatedPod, ipus: Sequence[int]) -> int:
     """How many of ``ipus`` have their device on this machine (Ray's node of this
     process)."""
     here = ray.get_runtime_context().get_node_id()
-    return sum(1 for ipu in ipus if pod.infos[pod.owner[ipu]].get("node_id") == here)
+    nodes = pod.nodes()
+    return sum(1 for ipu in ipus if nodes[pod.specs[pod.owner[ipu]].name] == here)
 
 
 def _free_memory(pod: EmulatedPod, ipus: Sequence[int]) -> dict[int, int]:
