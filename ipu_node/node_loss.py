@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 import ray
 
 from ipu_node.device_spec import DeviceSpec
-from ipu_node.errors import DeviceDied
+from ipu_node.errors import DeviceError
 from ipu_node.placement import RayNode, raylet_answers, short_id
 
 log = logging.getLogger(__name__)
@@ -61,14 +61,15 @@ def loss_notes(specs: Sequence[DeviceSpec], nodes: Sequence[str | None],
     return notes
 
 
-def with_lost_nodes(error: DeviceDied, specs: Sequence[DeviceSpec],
-                    nodes: Sequence[str | None], node_ips: Sequence[str | None]) -> DeviceDied:
-    """``error`` (a device died during a collective), saying first which nodes were lost
-    if that is why; on a single node, ``error`` as it was."""
+def with_lost_nodes(error: DeviceError, specs: Sequence[DeviceSpec],
+                    nodes: Sequence[str | None], node_ips: Sequence[str | None]) -> DeviceError:
+    """``error`` (a collective failed: a device died, is restarting, or a link went
+    quiet), saying first which nodes were lost if that is why; on a single node, ``error``
+    as it was."""
     if len(nodes) != len(specs):
         return error
     notes = sorted(set(loss_notes(specs, nodes, node_ips, range(len(specs))).values()))
-    return DeviceDied(f"{'; '.join(notes)}: {error}") if notes else error  # the cause first
+    return type(error)(f"{'; '.join(notes)}: {error}") if notes else error  # the cause first
 
 
 def devices_phrase(specs: Sequence[DeviceSpec]) -> str:

@@ -28,7 +28,7 @@ from cluster.model.topology import Topology
 from ipu_node.answers import DeviceInfo, DeviceStats
 from ipu_node.calls import wait_all
 from ipu_node.device_spec import DeviceSpec, device_specs
-from ipu_node.errors import DeviceDied
+from ipu_node.errors import DeviceError
 from ipu_node.executor import CollectiveResult, run_collective
 from ipu_node.faults import FaultInjector
 from ipu_node.health import HEALTH_DEADLINE_SECONDS, DeviceHealth, check_health
@@ -177,10 +177,10 @@ class EmulatedPod:
     def collective(self, collective: str, inputs: list[np.ndarray] | str,
                    **options: Any) -> CollectiveResult:
         """Run a collective on this POD: see :func:`ipu_node.executor.run_collective`. A
-        device that died with its Ray node says which node was lost."""
+        device lost with its Ray node says which node was lost."""
         try:
             return run_collective(self, collective, inputs, **options)
-        except DeviceDied as error:
+        except DeviceError as error:
             with self.roster.lock:
                 nodes, node_ips = list(self.roster.nodes), list(self.roster.node_ips)
             raise with_lost_nodes(error, self.specs, nodes, node_ips) from None

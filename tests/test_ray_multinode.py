@@ -248,8 +248,7 @@ def test_service_names_nodes_survives_losing_one_and_heals_when_it_returns(ray_c
              NODE_LOSS_NAMED_SECONDS)
     named_seconds = time.monotonic() - lost
     _, err = bench.communicate(timeout=60)  # the collective failed, it did not hang
-    assert bench.returncode != 0 and "died during allreduce" in err, err[-3000:]
-    assert note in err  # the collective says why: its node was lost
+    assert bench.returncode != 0 and note in err, err[-3000:]  # it says why
     table = partitions(client)
     assert table["right"].health == "unhealthy" and table["left"].health == "healthy"
     assert client.call("GetStatus", control_pb2.StatusRequest()).devices == 18  # answering
@@ -264,4 +263,4 @@ def test_service_names_nodes_survives_losing_one_and_heals_when_it_returns(ray_c
     assert all(row["wrong"] == 0 for row in json.loads(again.stdout))
     moved = client.call("ListDevices", control_pb2.ListDevicesRequest()).devices
     assert {d.node_id for d in moved if d.partition == "right"} != {right_id}  # a new node
-    print(f"node loss named after {named_seconds:.1f} s")
+    print(f"node loss named after {named_seconds:.1f} s; the bench said: {err.strip()}")
