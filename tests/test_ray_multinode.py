@@ -29,6 +29,7 @@ import pytest
 
 from cluster.service.client import Client
 from ipupod_proto import control_pb2
+from tests.test_link_tls import tls  # noqa: F401 - the fixture: a CA and a device certificate
 from tests.test_ray_cluster import free_port, ray_cli, stop_node
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,8 +49,10 @@ AGENT_PORTS = ("node-manager-port", "object-manager-port", "metrics-export-port"
 DRIVER = """
 import json, sys
 import numpy as np
+from ipu_node.links.tls import LinkTLS
 from ipu_node.pod import EmulatedPod
-pod = EmulatedPod.launch("dss8440x2", ray_address=sys.argv[1])
+tls = LinkTLS(*sys.argv[2:5]) if len(sys.argv) > 2 else None
+pod = EmulatedPod.launch("dss8440x2", ray_address=sys.argv[1], link_tls=tls)
 rng = np.random.default_rng(7)
 inputs = [rng.standard_normal(1000).astype(np.float32) for _ in range(32)]
 summed = pod.collective("allreduce", inputs).results
@@ -145,8 +148,13 @@ def test_a_server_no_node_can_hold_is_refused_before_anything_starts(ray_cluster
     assert "pod64 needs 64 IPU resources but the Ray cluster has 32 free" in split.stderr
 
 
-def test_each_server_on_one_node_links_across_nodes_over_tcp_results_exact(ray_cluster):
-    run = subprocess.run([sys.executable, "-c", DRIVER, ray_cluster.address], cwd=ROOT,
+@pytest.mark.parametrize("with_tls", [False, True], ids=["plain", "tls"])
+def test_each_server_on_one_node_links_across_nodes_over_tcp_results_exact(ray_cluster,
+                                                                           with_tls, request):
+    certificates = request.getfixturevalue("tls") if with_tls else None
+    files = ([certificates.cert_file, certificates.key_file, certificates.ca_file]
+             if certificates else [])
+    run = subprocess.run([sys.executable, "-c", DRIVER, ray_cluster.address, *files], cwd=ROOT,
                          env=ray_cluster.env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout.strip().splitlines()[-1])
@@ -158,8 +166,8 @@ def test_each_server_on_one_node_links_across_nodes_over_tcp_results_exact(ray_c
     assert {ip for (_, ip) in servers["s0."] | servers["s1."]} == set(WORKER_IPS)
     for mine, peers in zip(report["names"], report["peers"]):
         for theirs, address in zip(report["names"], peers):
-            if node_of[mine] == node_of[theirs]:
-                assert address.startswith("unix:")
+            if node_of[mine] == node_of[theirs] and not with_tls:
+                assert address.startswith("unix:")  # TLS has no Unix socket: TCP everywhere
             else:  # TCP on the peer's node address
                 assert address.startswith(node_of[theirs][1] + ":")
 
