@@ -156,6 +156,7 @@ REAL_ONLY_WHY = {  # a real-mode option phantom mode has no use for, and why
     "-w": "simulated time is exact, nothing to warm up",
     "-c": "no data moves, nothing to check",
     "--ray-address": "no devices are launched",
+    "--allow-split-server": "no devices are placed",
 }
 
 

@@ -7,9 +7,12 @@ The pytest process already runs the session's own Ray, so the cluster is driven 
 subprocesses: `ipupod bench/train/serve --ray-address`, a small driver script, and the
 service's gRPC client. Each node is stopped by its process group (never `ray stop`).
 
-Ray's own `ray.cluster_utils.Cluster` was not used: it starts its nodes from the calling
-process (which would have to be a second Ray driver beside the session's) and puts every
-node on the same address, so links between nodes could not be told from links inside one.
+Ray's own `ray.cluster_utils.Cluster` works here too (tried: with token authentication and
+a node_ip_address per node, run from a process of its own), but it manages its nodes from a
+driver process, which this one cannot be beside the session's Ray: it would need a helper
+process kept alive for the module. `ray start` processes are what users run (the commands of
+docs/real-mode.md), and losing a node is then what happens to a machine: its process group
+killed.
 """
 
 import json
@@ -227,6 +230,7 @@ def test_service_names_nodes_survives_losing_one_and_heals_when_it_returns(ray_c
                for p in ("left", "right")}
     assert all(len(nodes) == 1 for nodes in node_of.values())  # a partition = one server here
     (right_id, right_ip), = node_of["right"]
+    server = next(d.server for d in devices if d.partition == "right")
     assert re.fullmatch(r"[0-9a-f]{8}", right_id) and right_ip in WORKER_IPS
     assert node_of["left"] != node_of["right"]
     listing = ipupod(ray_cluster, "devices", "--port", str(service["port"]), "--token-file",
@@ -251,7 +255,8 @@ def test_service_names_nodes_survives_losing_one_and_heals_when_it_returns(ray_c
     assert bench.poll() is None, bench.communicate()
     ray_cluster.stop(right_ip)
     lost = time.monotonic()
-    note = f"node {right_id} ({right_ip}) lost: cards s1.card0..s1.card7; host s1.host"
+    note = (f"node {right_id} ({right_ip}) lost: cards {server}.card0..{server}.card7; "
+            f"host {server}.host")
     wait_for("the lost node named", lambda: note in partitions(client)["right"].health_detail,
              NODE_LOSS_NAMED_SECONDS)
     named_seconds = time.monotonic() - lost

@@ -340,7 +340,8 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
                   factor=factor, algorithm=algorithm, dtype=dtype, op=op, group=group_text,
                   root=root, iterations=iterations, warmup=warmup, check=bool(check),
                   real_only_given=_given(("iterations", "-n"), ("warmup", "-w"),
-                                         ("check", "-c"), ("ray_address", "--ray-address")))
+                                         ("check", "-c"), ("ray_address", "--ray-address"),
+                                         ("allow_split_server", "--allow-split-server")))
     trace_request = _trace_request(trace_path, trace_detail, mode, partition)
     if partition:
         given = click.get_current_context().get_parameter_source("topology_spec")
