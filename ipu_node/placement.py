@@ -41,10 +41,6 @@ class RayNode:
     ipus: float
     raylet_port: int = 0
 
-    @property
-    def short_id(self) -> str:
-        return short_id(self.node_id)
-
 
 def short_id(node_id: str | None) -> str:
     """A node id as people read it (the first hex digits, as ``ray status`` shows)."""
