@@ -12,7 +12,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
@@ -22,6 +22,7 @@ from cluster.cli.trace_option import (
     save_trace,
     trace_detail_option,
     trace_option,
+    wall_recorder,
 )
 from cluster.errors import UserError
 from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
@@ -50,6 +51,9 @@ from gcl.modes import Mode
 from gcl.planner import replica_groups
 from gcl.sweep_trace import SweepTrace
 from ipu_node.bench_fit import DoesNotFit, RealSweep, check_here
+
+if TYPE_CHECKING:
+    from ipu_node.wall_trace import WallRecorder
 
 COLLECTIVE_NAMES = [name.value for name in CollectiveName]
 DEFAULT_MAX_BYTES = 128 << 20  # -e, as nccl-tests' examples sweep up to
@@ -124,9 +128,11 @@ def _echo_table(rows: Iterator[BenchRow], heading: Callable[[], str], out: TextI
 
 def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGroup,
                byte_sizes: list[int], stack: ExitStack, ray_address: str | None,
-               trace: SweepTrace | None = None) -> Iterator[BenchRow]:
+               trace: SweepTrace | None = None,
+               wall: WallRecorder | None = None) -> Iterator[BenchRow]:
     """The rows, costed in this process (phantom) or run on devices it launches (real);
-    what must be undone afterwards goes on ``stack``; ``trace`` (phantom) gets each size."""
+    what must be undone afterwards goes on ``stack``; ``trace`` gets each size's simulated
+    timeline, ``wall`` (real) what the devices did."""
     options: dict[str, Any] = dict(dtype=sweep.dtype, op=sweep.op,
                                    algorithm_name=sweep.algorithm, group=group, root=sweep.root)
     if sweep.mode != "real":
@@ -140,8 +146,13 @@ def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGr
 
     pod = EmulatedPod.launch(topology, ray_address=ray_address)
     stack.callback(pod.shutdown, stop_ray=True)
-    return run_real(pod, coll, byte_sizes, iterations=sweep.iterations, warmup=sweep.warmup,
-                    check=sweep.check, **options)
+    rows = run_real(pod, coll, byte_sizes, iterations=sweep.iterations, warmup=sweep.warmup,
+                    check=sweep.check, on_costed=trace.add if trace else None, **options)
+    if wall is None:
+        return rows
+    wall.start(pod)
+    stack.callback(wall.stop, pod)  # before the POD shuts down
+    return wall.each(rows, "sizes", lambda row: f"{row.collective} {format_size(row.bytes)}")
 
 
 @dataclass(frozen=True)
@@ -170,15 +181,19 @@ def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str 
         check_here(sweep.real(coll, byte_sizes, group), topology, devices_here=devices_here)
     _notes(sweep.notes(coll, len(replica_groups(topology, group)[0])))
     trace = (SweepTrace(topology, trace_request.detail) if trace_request else None)
+    wall = wall_recorder(sweep.mode, trace_request.path if trace_request else None)
     with ExitStack() as stack:
         out = stack.enter_context(ray_chatter_to_stderr()) if sweep.mode == "real" else sys.stdout
-        rows = _rows_here(sweep, coll, topology, group, byte_sizes, stack, ray_address, trace)
+        rows = _rows_here(sweep, coll, topology, group, byte_sizes, stack, ray_address, trace,
+                          wall)
         if as_json:
             click.echo(rows_to_json(list(rows)), file=out)
         else:
             _echo_table(rows, lambda: preamble(coll, topology, group, sweep.mode, sweep.root),
                         out)
     if trace is not None and trace_request is not None:
+        if wall is not None:
+            wall.add_to(trace.trace)
         save_trace(trace.trace, trace_request.path)
 
 
@@ -348,13 +363,13 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
 def _trace_request(path: Path | None, detail: str, mode: str,
                    partition: str | None) -> TraceRequest | None:
     """``--trace`` and ``--trace-detail`` as given, checked before anything runs: a
-    timeline of simulated time, of a phantom bench here (for now)."""
+    timeline of a bench here (for now), in real mode with the devices' wall clock."""
     if path is None:
         if detail != "auto":
             raise UserError("--trace-detail says how fine a --trace is: give --trace FILE too")
         return None
-    if mode == "real" or partition:
-        raise UserError("--trace draws a phantom bench run here for now: drop --mode real "
-                        "and --partition, or drop --trace")
+    if partition:
+        raise UserError("--trace draws a bench run here for now: drop --partition, or drop "
+                        "--trace")
     check_trace_path(path)
     return TraceRequest(path, detail)

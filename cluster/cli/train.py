@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,7 +14,12 @@ from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
 from cluster.cli.paths import CheckedPath
 from cluster.cli.report_folder import report_folder
-from cluster.cli.trace_option import check_trace_path, save_trace, trace_option
+from cluster.cli.trace_option import (
+    check_trace_path,
+    save_trace,
+    trace_option,
+    wall_recorder,
+)
 from cluster.cli.training_options import common_options, make_config
 from cluster.errors import UserError
 from cluster.training.config import MLP, TrainConfig
@@ -31,9 +36,14 @@ from cluster.training.step_trace import gradient_phases, pipeline_ops, run_trace
 from cluster.training.trainer import train
 from gcl.modes import Mode
 
+if TYPE_CHECKING:
+    from ipu_node.wall_trace import WallRecorder
 
-def run(config: TrainConfig, ray_address: str | None, on_step: Progress) -> RunRecord:
-    """Launch the servers if the run needs devices, train, shut them down."""
+
+def run(config: TrainConfig, ray_address: str | None, on_step: Progress,
+        wall: WallRecorder | None = None) -> RunRecord:
+    """Launch the servers if the run needs devices, train, shut them down; ``wall``
+    (real mode) records what the devices did, a driver span per step."""
     if config.mode != "real":
         return train(config, on_step=on_step)
     # Ray: only for real mode (phantom training needs no devices)
@@ -43,9 +53,25 @@ def run(config: TrainConfig, ray_address: str | None, on_step: Progress) -> RunR
     check_fits(config, topology, stage_memory(config, topology))
     pod = EmulatedPod.launch(topology, ray_address=ray_address)
     try:
-        return train(config, pod=pod, on_step=on_step)
+        if wall is None:
+            return train(config, pod=pod, on_step=on_step)
+        wall.start(pod)
+        try:
+            return train(config, pod=pod, on_step=_marking(wall, on_step))
+        finally:
+            wall.stop(pod)
     finally:
         pod.shutdown()
+
+
+def _marking(wall: WallRecorder, on_step: Progress) -> Progress:
+    """``on_step``, which also marks each step as a span of the driver's wall clock."""
+    last = [wall.origin_ns]
+
+    def marked(step: int, total: int) -> None:
+        last[0] = wall.mark("steps", f"step {step}", last[0], step=step)
+        on_step(step, total)
+    return marked
 
 
 def _echo_record(record: dict[str, Any], config: TrainConfig,
@@ -105,8 +131,9 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
     config = make_config(servers, mode, check, topology=topology_spec, **options)
     check_trace_path(trace_path)
     assumed = settings_record(command_settings(config))
+    wall = wall_recorder(config.mode, trace_path)
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
-        record = {**run(config, ray_address, on_step), **assumed}
+        record = {**run(config, ray_address, on_step, wall), **assumed}
     echo = partial(click.echo, file=out)
     if as_json:
         echo(json.dumps(record, indent=2))
@@ -114,8 +141,10 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
         _echo_record(record, config, echo)
         echo(f"# every setting: {record['made_by']}")
     if trace_path is not None:
-        save_trace(run_trace(record, pipeline_ops(config), gradient_phases(config)),
-                   trace_path)
+        trace = run_trace(record, pipeline_ops(config), gradient_phases(config))
+        if wall is not None:
+            wall.add_to(trace)
+        save_trace(trace, trace_path)
 
 
 def _server_counts(text: str) -> list[int]:

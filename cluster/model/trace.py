@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 SIMULATED = "simulated"  # the clock of the cost model: seconds on the emulated hardware
+WALL = "wall"  # this machine's monotonic clock: what real mode's actors actually did
+BOTH_CLOCKS = "simulated and wall"  # each process on one clock, named for it (real mode)
+WALL_PREFIX = "wall clock: "  # how the name of a process on the wall clock begins
 MICROSECONDS = 1e6  # the format's ts and dur are microseconds
 PICOSECOND_DIGITS = 6  # decimals of a microsecond written
 

@@ -107,9 +107,6 @@ def run_trace(record: Mapping[str, Any], ops: PipelineOps | None = None,
                    "(no op times: one IPU per replica, a column split or a lock-step "
                    "schedule)"),
     })
-    if record["mode"] == "real":
-        trace.metadata["wall_clock"] = ("not drawn: the parts are the simulated ones real "
-                                        "mode also reports")
     trace.track(STEP, PARTS)
     if allreduce is not None:
         trace.track(STEP, ALLREDUCE)
