@@ -120,3 +120,47 @@ def test_bench_in_real_mode_writes_the_simulated_sweep_and_the_wall_clock(tmp_pa
 def _pid(document, process):
     return next(e["pid"] for e in document["traceEvents"]
                 if e["name"] == "process_name" and e["args"]["name"] == process)
+
+
+def both_clocks_trace():
+    trace = Trace()
+    trace.span("sweep", "phases", "reduce-scatter", 0.0, 1e-6)
+    wall = WallRecorder(origin_ns=1_000)
+    wall.mark("sizes", "allreduce 1K", 1_000)
+    wall.add_to(trace)
+    return trace.document()
+
+
+def test_trace_show_draws_each_clock_on_its_own_axis():
+    from cluster.cli.trace import split_clocks
+
+    parts = split_clocks(both_clocks_trace())
+    assert list(parts) == ["simulated", "wall"]
+    names = {clock: {e["args"]["name"] for e in part["traceEvents"]
+                     if e["name"] == "process_name"} for clock, part in parts.items()}
+    assert names == {"simulated": {"sweep"}, "wall": {DRIVER}}
+    assert [part["metadata"]["clock"] for part in parts.values()] == ["simulated", "wall"]
+
+
+@pytest.mark.parametrize("clock", ["", "wall", "simulated"])
+def test_trace_show_draws_a_trace_of_both_clocks(tmp_path, clock):
+    path = tmp_path / "both.json"
+    path.write_text(json.dumps(both_clocks_trace()))
+    chosen = ["--clock", clock] if clock else []
+    result = subprocess.run([sys.executable, "-m", "cluster.cli.main", "trace", "show",
+                             str(path), "--out", str(tmp_path / "c.png"), *chosen],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_trace_show_refuses_a_clock_the_trace_does_not_hold(tmp_path):
+    trace = Trace()
+    trace.span("sweep", "phases", "reduce-scatter", 0.0, 1e-6)
+    path = tmp_path / "sim.json"
+    path.write_text(json.dumps(trace.document()))
+    result = subprocess.run([sys.executable, "-m", "cluster.cli.main", "trace", "show",
+                             str(path), "--out", str(tmp_path / "c.png"), "--clock", "wall"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "no spans on the wall clock" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "c.png").exists()
