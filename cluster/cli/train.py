@@ -14,6 +14,7 @@ from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
 from cluster.cli.paths import CheckedPath
 from cluster.cli.report_folder import report_folder
+from cluster.cli.report_trace import trace_run
 from cluster.cli.trace_option import (
     check_trace_path,
     save_trace,
@@ -22,6 +23,7 @@ from cluster.cli.trace_option import (
 )
 from cluster.cli.training_options import common_options, make_config
 from cluster.errors import UserError
+from cluster.model.units import plural
 from cluster.training.config import MLP, TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.fit import check_fits
@@ -168,23 +170,35 @@ def _server_counts(text: str) -> list[int]:
               help="Folder for the report (README.md and plots); made if missing.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the settings and the table's rows (seconds) as JSON instead.")
+@click.option("--trace", "trace_path", default=None, metavar="FILE",
+              type=CheckedPath(dir_okay=False, path_type=Path),
+              help="Also write the timeline of the run on the most servers to FILE (real "
+                   "mode: with the devices' wall clock) and draw it in the report "
+                   "(docs/traces.md).")
 @common_options
 def train_report_command(server_list: str, real_up_to: int, out_dir: Path, as_json: bool,
-                         ray_address: str | None, **options: Any) -> None:
+                         trace_path: Path | None, ray_address: str | None,
+                         **options: Any) -> None:
     """Scaling report: throughput and efficiency for several server counts, with plots."""
     counts = _server_counts(server_list)
-    runs = []
+    check_trace_path(trace_path)
+    runs, traced = [], []
     with report_folder(out_dir), ray_chatter_to_stderr() as out:  # checked before training
         for servers in counts:
             real = servers <= real_up_to and options["model"] == MLP
             config = make_config(servers, "real" if real else "phantom", False, **options)
+            last = servers == counts[-1]
+            wall = wall_recorder(config.mode, trace_path if last else None)
             with progress(f"{servers} servers ({config.mode})",
                           total=config.steps) as on_step:
-                runs.append(run(config, ray_address, on_step))
+                runs.append(run(config, ray_address, on_step, wall))
             if len(runs) == 1:
                 assumed = command_settings(config, swept=("--servers",))
+            if last and trace_path is not None:
+                traced = trace_run(runs[-1], config, trace_path, out_dir,
+                                   f"the run on {plural(servers, 'server')}", wall)
         paths = write_report(runs, out_dir, made_by("train-report", assumed),
-                             settings_markdown(assumed))
+                             settings_markdown(assumed), traced)
     if as_json:
         click.echo(json.dumps({**settings_record(assumed),
                                "rows": scaling_rows(runs)}, indent=2), file=out)
