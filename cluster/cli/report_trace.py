@@ -15,7 +15,7 @@ from cluster.cli.trace import draw
 from cluster.cli.trace_option import save_trace
 from cluster.training.config import TrainConfig
 from cluster.training.records import RunRecord
-from cluster.training.step_trace import gradient_phases, pipeline_ops, run_trace
+from cluster.training.step_trace import config_trace
 from cluster.training.trainer import train
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def trace_run(record: RunRecord, config: TrainConfig, trace_path: Path, out_dir:
     """Write the trace of ``record`` (a run of ``config``; with ``wall``, real mode's wall
     clock too) to ``trace_path``, draw it into ``out_dir``; the README's lines for it,
     which say it is of ``what``."""
-    trace = run_trace(record, pipeline_ops(config), gradient_phases(config))
+    trace = config_trace(record, config)
     if wall is not None:
         wall.add_to(trace)
     save_trace(trace, trace_path)

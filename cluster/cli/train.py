@@ -34,7 +34,7 @@ from cluster.training.reports.servers import format_table, scaling_rows, write_r
 from cluster.training.reports.settings import made_by
 from cluster.training.reports.settings import markdown as settings_markdown
 from cluster.training.step_parts import parts_spent
-from cluster.training.step_trace import gradient_phases, pipeline_ops, run_trace
+from cluster.training.step_trace import config_trace
 from cluster.training.trainer import train
 from gcl.modes import Mode
 
@@ -143,7 +143,7 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
         _echo_record(record, config, echo)
         echo(f"# every setting: {record['made_by']}")
     if trace_path is not None:
-        trace = run_trace(record, pipeline_ops(config), gradient_phases(config))
+        trace = config_trace(record, config)
         if wall is not None:
             wall.add_to(trace)
         save_trace(trace, trace_path)
