@@ -156,7 +156,6 @@ def test_bench_trace_leaves_the_table_as_it_was(tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (["--trace-detail", "full", "--topology", "pod65536"], "above the 4,096"),
-    (["--partition", "p"], "drop --partition"),
     (["--trace-detail", "servers", "NO-TRACE"], "give --trace FILE too"),
 ])
 def test_bench_trace_refuses_what_it_cannot_draw(tmp_path, args, words):

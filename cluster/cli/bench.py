@@ -245,11 +245,13 @@ def _service_heading(result: Any, sweep: Sweep) -> str:
 
 
 def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | None,
-                       port: int | None, token_file: str | None) -> None:
+                       port: int | None, token_file: str | None,
+                       trace_request: TraceRequest | None = None) -> None:
     """``ipupod bench --partition NAME``: the service runs it on that partition's IPUs and
     streams the rows; each is printed as it comes, under the same heading as a bench here.
     A failure prints the rows done, then the error. (``-e`` not given: 128M; the service
-    refuses, naming a size that fits, what its machine cannot hold.)"""
+    refuses, naming a size that fits, what its machine cannot hold.) With
+    ``trace_request`` the service sends the trace after the rows, in pieces."""
     # gRPC: only for --partition
     from cluster.service.client import Client
     from ipupod_proto import control_pb2
@@ -260,10 +262,15 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
             max_bytes=sweep.max_bytes, factor=sweep.factor, algorithm=sweep.algorithm,
             dtype=sweep.dtype, op=sweep.op, mode=sweep.mode, group=sweep.group,
             root=sweep.root, iterations=sweep.iterations, warmup=sweep.warmup,
-            check=sweep.check))
+            check=sweep.check, trace=trace_request is not None,
+            trace_detail=trace_request.detail if trace_request else ""))
     done: list[BenchRow] = []
+    pieces: list[bytes] = []
     try:
         for result in results:
+            if result.trace_chunk:
+                pieces.append(result.trace_chunk)
+                continue
             if not done:
                 _notes(sweep.notes(lookup(result.collective), _group_size(result)))
             if not done and not as_json:
@@ -277,6 +284,17 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
             click.echo(rows_to_json(done))
         elif done:
             click.echo(summary_line(done))
+    if trace_request is not None:
+        _save_service_trace(pieces, trace_request.path)
+
+
+def _save_service_trace(pieces: list[bytes], path: Path) -> None:
+    """The trace the service sent, written whole, or a UserError if it did not come."""
+    data = b"".join(pieces)
+    if not data:
+        raise UserError("the service sent no trace: is it older than this ipupod? (its "
+                        "BenchmarkResult has no trace_chunk)")
+    save_trace(data, path)
 
 
 def _given(*options: tuple[str, str]) -> tuple[str, ...]:
@@ -348,28 +366,25 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
                   root=root, iterations=iterations, warmup=warmup, check=bool(check),
                   real_only_given=_given(("iterations", "-n"), ("warmup", "-w"),
                                          ("check", "-c"), ("ray_address", "--ray-address")))
-    trace_request = _trace_request(trace_path, trace_detail, mode, partition)
+    trace_request = _trace_request(trace_path, trace_detail)
     if partition:
         given = click.get_current_context().get_parameter_source("topology_spec")
         if given is not click.core.ParameterSource.DEFAULT or ray_address or figures != "seed":
             raise UserError("--partition runs on the service's POD: --topology, --figures and "
                             "--ray-address belong to the service (`ipupod serve`), not to "
                             "the bench; drop them, or drop --partition to bench here")
-        bench_on_partition(sweep, partition, as_json, host, port, token_file)
+        bench_on_partition(sweep, partition, as_json, host, port, token_file, trace_request)
     else:
         bench_here(sweep, topology_spec, figures, ray_address, as_json, trace_request)
 
 
-def _trace_request(path: Path | None, detail: str, mode: str,
-                   partition: str | None) -> TraceRequest | None:
+def _trace_request(path: Path | None, detail: str) -> TraceRequest | None:
     """``--trace`` and ``--trace-detail`` as given, checked before anything runs: a
-    timeline of a bench here (for now), in real mode with the devices' wall clock."""
+    timeline of the bench (here, or by the service with ``--partition``), in real mode with
+    the devices' wall clock."""
     if path is None:
         if detail != "auto":
             raise UserError("--trace-detail says how fine a --trace is: give --trace FILE too")
         return None
-    if partition:
-        raise UserError("--trace draws a bench run here for now: drop --partition, or drop "
-                        "--trace")
     check_trace_path(path)
     return TraceRequest(path, detail)

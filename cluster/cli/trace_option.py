@@ -60,11 +60,13 @@ def wall_recorder(mode: str, path: Path | None) -> WallRecorder | None:
     return WallRecorder()
 
 
-def save_trace(trace: Trace, path: Path) -> None:
-    """Write ``trace`` to ``path`` and say so on stderr (stdout stays the output)."""
+def save_trace(trace: Trace | bytes, path: Path) -> None:
+    """Write ``trace`` (or a trace's JSON, as the service sends it) to ``path`` and say so
+    on stderr (stdout stays the output)."""
     try:
         written = write_trace(trace, path)
     except OSError as error:
         raise UserError(f"--trace {quoted(str(path))}: {error.strerror or error}") from None
-    click.echo(f"note: trace written to {path} ({written:,} bytes, {trace.clock} time; "
+    clock = f"{trace.clock} time" if isinstance(trace, Trace) else "from the service"
+    click.echo(f"note: trace written to {path} ({written:,} bytes, {clock}; "
                "open it in ui.perfetto.dev or chrome://tracing)", err=True)

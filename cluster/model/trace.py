@@ -123,19 +123,25 @@ def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
     return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": args}
 
 
-def write_trace(trace: Trace, path: str | os.PathLike[str]) -> int:
-    """Write ``trace`` to ``path`` atomically (a temporary file beside it, then a rename,
-    so a failure leaves no half-written file); return the bytes written."""
+def trace_json(trace: Trace) -> bytes:
+    """The trace's document as compact JSON (UTF-8): what a trace file holds."""
+    return json.dumps(trace.document(), separators=(",", ":")).encode("utf-8")
+
+
+def write_trace(trace: Trace | bytes, path: str | os.PathLike[str]) -> int:
+    """Write ``trace`` (or its :func:`trace_json`) to ``path`` atomically (a temporary
+    file beside it, then a rename, so a failure leaves no half-written file); return the
+    bytes written."""
     target = Path(path)
-    text = json.dumps(trace.document(), separators=(",", ":"))
+    data = trace if isinstance(trace, bytes) else trace_json(trace)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".tmp",
                                              dir=target.parent)
     try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
-            out.write(text)
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(data)
         os.chmod(temporary, 0o644)  # mkstemp's 0600 is for secrets; a trace is shared
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    return len(text.encode("utf-8"))
+    return len(data)
