@@ -164,3 +164,20 @@ def test_trace_show_refuses_a_clock_the_trace_does_not_hold(tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "no spans on the wall clock" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "c.png").exists()
+
+
+def test_a_trace_says_what_the_actors_dropped_or_could_not_send():
+    from ipu_node.device_spec import DeviceSpec
+
+    card = DeviceSpec(name="card0", kind="C2", ipus=(0, 1), server="s0")
+    wall = WallRecorder(origin_ns=1_000, specs=[card], recorded={0: {
+        "spans": [(SEND, 500, 2_000, {}), (RECEIVE, 2_000, 3_000, {})], "dropped": 7}})
+    trace = Trace()
+    wall.add_to(trace)
+    spans = [(s.name, s.start_seconds, s.duration_seconds) for s in trace.spans]
+    assert spans == [(SEND, 0.0, 1e-6), (RECEIVE, 1e-6, 1e-6)]  # cut at the run's start
+    assert trace.metadata["wall_spans_dropped"] == {"card0": 7}
+    failed = WallRecorder(specs=[card], problem="the actors' spans could not be gathered: x")
+    trace = Trace()
+    failed.add_to(trace)
+    assert trace.tracks()[CARDS] == [describe(card)] and "wall_problem" in trace.metadata
