@@ -20,12 +20,15 @@ from cluster.training.workloads.compute import Efficiencies
 from gcl.collectives import ReduceOp
 from gcl.groups import CommGroupType
 from ipu_node.card import Card
+from ipu_node.control import DeviceControl
 from ipu_node.health import HealthState
 from ipu_node.links.frames import ErrorCode
 
 # Called by name: a card's actor method (``pod.call("execute", ...)``), click (help),
 # gRPC (servicer methods, interceptor) and prometheus_client (a collector).
 Card.execute
+DeviceControl.record_wall  # pod.call("record_wall", ...): a wall-clock trace
+DeviceControl.wall_spans
 LazyGroup.format_commands
 ControlService.ListPartitions
 ControlService.GetPartition

@@ -39,6 +39,7 @@ from ipu_node.ownership import Ownership
 from ipu_node.placement import resolve_link_host
 from ipu_node.runner import ScheduleRunner
 from ipu_node.store import TensorStore
+from ipu_node.wall_spans import COMPUTE
 
 PUSH_THREADS = 8
 T = TypeVar("T")
@@ -60,7 +61,7 @@ class Card(DeviceControl):
                          Counters(spec.ipus, directed_links(topology)))
         self.store = TensorStore(topology, spec.ipus, spec.streaming_bytes_per_ipu)
         self.runner = ScheduleRunner(spec.name, spec.ipus, topology, self.store,
-                                     self.counters, self.endpoint, self.mailbox)
+                                     self.counters, self.endpoint, self.mailbox, self.wall)
 
     def _wired(self, index: int, ownership: Ownership) -> None:
         self.runner.wire(index, ownership)
@@ -110,5 +111,10 @@ class Card(DeviceControl):
 
     def execute(self, task: Callable[..., T], *args: Any) -> T:
         """Run ``task(store, *args)`` on this card's tensors: how training (or any other
-        work) is given to a card without the card knowing it."""
-        return task(self.store, *args)
+        work) is given to a card without the card knowing it. A wall-clock trace sees it
+        as compute."""
+        started = self.wall.begin()
+        try:
+            return task(self.store, *args)
+        finally:
+            self.wall.end(COMPUTE, started, task=getattr(task, "__name__", "task"))

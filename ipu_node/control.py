@@ -23,6 +23,7 @@ from ipu_node.counters import Counters
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.links.endpoint import LinkEndpoint
 from ipu_node.ownership import Ownership
+from ipu_node.wall_spans import RecordedSpans, WallSpans
 
 CONTROL = "control"  # the concurrency group of the control methods
 CONTROL_THREADS = 4
@@ -54,6 +55,7 @@ class DeviceControl:
         self._lock = threading.Lock()
         self._faulted: dict[tuple, Topology] = {}  # per fault set, the topology to count on
         self._faulted_lock = threading.Lock()
+        self.wall = WallSpans()  # what it did on the wall clock, when a trace asks
 
     @ray.method(concurrency_group=CONTROL)
     def info(self) -> DeviceInfo:
@@ -114,6 +116,17 @@ class DeviceControl:
     def tensor_info(self, name: str) -> dict[int, tuple[tuple[int, ...], str]]:
         """Shape and dtype of tensor ``name`` per IPU holding it (a host holds none)."""
         return {}
+
+    @ray.method(concurrency_group=CONTROL)
+    def record_wall(self, capacity: int) -> None:
+        """Record wall-clock spans from now on (forgetting older ones), ``capacity`` at
+        most (:mod:`ipu_node.wall_spans`)."""
+        self.wall.start(capacity)
+
+    @ray.method(concurrency_group=CONTROL)
+    def wall_spans(self) -> RecordedSpans:
+        """Stop recording; the wall-clock spans recorded since :meth:`record_wall`."""
+        return self.wall.take()
 
     @ray.method(concurrency_group=CONTROL)
     def stats(self) -> DeviceStats:

@@ -24,6 +24,7 @@ from ipu_node.links.endpoint import LinkEndpoint
 from ipu_node.links.tls import LinkTLS
 from ipu_node.links.wire import decode_chunk
 from ipu_node.placement import resolve_link_host
+from ipu_node.wall_spans import RECEIVE, SEND
 
 RELAY_DEADLINE_SECONDS = 60.0
 RELAY_THREADS = 16
@@ -72,6 +73,7 @@ class HostRelay(DeviceControl):
         assert self.ownership is not None
         onward: dict[int, list[bytes]] = {}
         total = count = 0
+        started = self.wall.begin()  # receive: the stream's chunks as they arrive
         for message in messages:
             header, payload = decode_chunk(message)
             nxt = self.ownership.next_device(self.index, header.dst_ipu)
@@ -79,9 +81,11 @@ class HostRelay(DeviceControl):
             self._count(header.src_ipu, header.dst_ipu, len(payload))
             total += len(payload)
             count += 1
+        started = self.wall.end(RECEIVE, started, bytes=total, chunks=count, relay=True)
         pushes = [self.endpoint.push(d, batch, RELAY_DEADLINE_SECONDS)
                   for d, batch in onward.items()]
         for push in pushes:
             push.result(timeout=RELAY_DEADLINE_SECONDS)
+        self.wall.end(SEND, started, bytes=total, chunks=count, relay=True)
         self.relayed_bytes += total
         return total, count

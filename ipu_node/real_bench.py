@@ -6,7 +6,7 @@ checked against NumPy (the ``#wrong`` columns). The rows, sizes and table are
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,9 @@ from gcl.bench_rows import (
 )
 from gcl.collectives import Collective, CollectiveName, check_op, dtype_itemsize
 from gcl.groups import CommGroup
+from gcl.phantom import Timing
 from gcl.planner import AUTO, replica_groups
+from gcl.schedule import Schedule
 from ipu_node.executor import CollectiveResult
 from ipu_node.pod import EmulatedPod
 from ipu_node.store import TensorStore
@@ -34,13 +36,16 @@ BENCH_TENSORS = (BENCH_IN, BENCH_OUT)
 def run_real(pod: EmulatedPod, coll: Collective, byte_sizes: list[int], *, dtype: str = "float32",
              op: str = "sum", algorithm_name: str = AUTO, group: CommGroup = CommGroup(),
              root: int = 0, ipus: list[int] | None = None, iterations: int = 1,
-             warmup: int = 0, check: bool = True) -> Iterator[BenchRow]:
+             warmup: int = 0, check: bool = True,
+             on_costed: Callable[[Schedule, Timing], None] | None = None
+             ) -> Iterator[BenchRow]:
     """Run each size on the POD's devices with real data and yield its row: out of place
     (the result in tensor ``bench.out``), then in place (over ``bench.in``). Each
     placement's ``wall`` is the collective alone, the mean of ``iterations`` runs after
     ``warmup`` untimed ones, as nccl-tests' ``-n`` and ``-w``; the last run's results are
     checked unless ``check`` is off (then ``wrong`` is -1). ``ipus``: the replicas' IPUs
-    (default: all)."""
+    (default: all). ``on_costed(schedule, timing)`` hears each size's simulated timing
+    (a trace's, :class:`gcl.sweep_trace.SweepTrace`)."""
     check_runs(iterations, warmup)
     op = check_op(op)  # the text becomes a ReduceOp here, where it enters
     itemsize = dtype_itemsize(dtype)
@@ -62,6 +67,8 @@ def run_real(pod: EmulatedPod, coll: Collective, byte_sizes: list[int], *, dtype
         again, wall = _timed(pod, coll, BENCH_IN, runs, options)
         in_place = Measured(wall, _wrong(pod, again, inputs, BENCH_IN, options)
                             if check else -1)
+        if on_costed is not None:
+            on_costed(result.schedule, result.timing)
         yield make_row(coll, result.schedule, result.timing, group, op,
                        result.link_type_bytes, out_of_place, in_place)
 

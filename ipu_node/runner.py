@@ -22,6 +22,7 @@ from ipu_node.links.endpoint import LinkEndpoint
 from ipu_node.links.mailbox import Mailbox, TransferKey
 from ipu_node.ownership import Ownership
 from ipu_node.store import TensorStore
+from ipu_node.wall_spans import RECEIVE, REDUCE, SEND, WallSpans
 
 Buffers = dict[int, dict[str, np.ndarray]]  # per IPU, the collective's buffers by name
 
@@ -40,8 +41,9 @@ class ScheduleRunner:
 
     def __init__(self, name: str, ipus: tuple[int, ...], topology: Topology,
                  store: TensorStore, counters: Counters, endpoint: LinkEndpoint,
-                 mailbox: Mailbox) -> None:
+                 mailbox: Mailbox, wall: WallSpans | None = None) -> None:
         self.name, self.ipus, self.topology = name, ipus, topology
+        self.wall = wall or WallSpans()  # spans of a wall-clock trace (off unless asked)
         self.store, self.counters, self.endpoint, self.mailbox = (store, counters, endpoint,
                                                                   mailbox)
         self.index = -1
@@ -144,24 +146,43 @@ class ScheduleRunner:
         outgoing = np.flatnonzero(np.isin(phase.src, mine))
         incoming = np.flatnonzero(np.isin(phase.dst, mine))
         for step in range(phase.steps):
+            started = self.wall.begin()
             moves = phase.transfers(step)
             local, remote = self._outgoing(moves, outgoing, buffers, itemsize)
             encoded = {peer: list(encode_transfers(collective, index, step, transfers))
                        for peer, transfers in remote.items()}  # views, no copies
             pushes = [self.endpoint.push(peer, messages, deadline_seconds)
                       for peer, messages in encoded.items()]
+            if started:
+                self._sent_span(started, collective, index, step, remote)
             self._incoming(TransferKey(collective, index, step, -1), moves, incoming,
                            buffers, local, op, deadline_seconds, itemsize)
-            for peer, push in zip(encoded, pushes):
-                try:
-                    push.result(timeout=deadline_seconds)
-                except FutureTimeout:
-                    raise LinkTimeout(
-                        f"the link to {self.endpoint.name_of(peer)} did not take step {step} "
-                        f"of phase {index} within {deadline_seconds:g} s") from None
+            started = self.wall.begin()
+            self._wait_pushes(encoded, pushes, step, index, deadline_seconds)
+            if started:
+                self.wall.end(SEND, started, collective=collective, phase=index, step=step,
+                              waiting_for_peers=len(pushes))
         for ipu in buffers:
             self.counters.add(ipu, "supersteps", phase.steps)
         return self._link_bytes(phase, outgoing, itemsize, topology)
+
+    def _sent_span(self, started: int, collective: str, index: int, step: int,
+                   remote: dict[int, list[Transfer]]) -> None:
+        """The span of a superstep's sending: its payloads taken and handed to the links."""
+        self.wall.end(SEND, started, collective=collective, phase=index, step=step,
+                      bytes=sum(int(t.payload.nbytes) for ts in remote.values() for t in ts),
+                      peers=len(remote))
+
+    def _wait_pushes(self, encoded: dict[int, list], pushes: list, step: int, index: int,
+                     deadline_seconds: float) -> None:
+        """Wait until each peer has taken this superstep's chunks."""
+        for peer, push in zip(encoded, pushes):
+            try:
+                push.result(timeout=deadline_seconds)
+            except FutureTimeout:
+                raise LinkTimeout(
+                    f"the link to {self.endpoint.name_of(peer)} did not take step {step} "
+                    f"of phase {index} within {deadline_seconds:g} s") from None
 
     def _outgoing(self, moves: Moves, outgoing: np.ndarray, buffers: Buffers,
                   itemsize: int) -> tuple[dict[int, np.ndarray], dict[int, list[Transfer]]]:
@@ -214,16 +235,24 @@ class ScheduleRunner:
         for t in incoming.tolist():
             src, dst = int(moves.src[t]), int(moves.dst[t])
             target, offset = buffers[dst][moves.dst_buffer], int(moves.dst_offset[t])
-            if t in local:
+            here = t in local
+            if here:
                 pieces = iter([(0, local.pop(t))])
             else:  # chunks land as they arrive, in place: no reassembly
                 sender = f"IPU {self.topology.ipu_name(src)} ({self._device_of(src)})"
                 pieces = ((at // itemsize, np.frombuffer(data, dtype=dtype)) for at, data in
                           self.mailbox.chunks(step_key._replace(transfer=t), deadline_seconds,
                                               sender))
+            waited = self.wall.begin()  # receive: waiting for a chunk (and a copy's landing)
             for at, piece in pieces:
+                if waited and moves.reduce:
+                    waited = self.wall.end(RECEIVE, waited, src_ipu=src, dst_ipu=dst,
+                                           bytes=piece.nbytes, local=here)
                 land(target, offset + at, piece, moves.reduce, op)
                 landed[dst] = landed.get(dst, 0) + piece.nbytes
+                if waited:
+                    waited = self.wall.end(REDUCE if moves.reduce else RECEIVE, waited,
+                                           src_ipu=src, dst_ipu=dst, bytes=piece.nbytes)
 
     def _device_of(self, ipu: int) -> str:
         assert self.ownership is not None

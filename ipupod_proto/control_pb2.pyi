@@ -155,7 +155,7 @@ class TopologySummary(_message.Message):
     def __init__(self, json: _Optional[str] = ...) -> None: ...
 
 class BenchmarkRequest(_message.Message):
-    __slots__ = ("partition", "collective", "min_bytes", "max_bytes", "factor", "algorithm", "dtype", "op", "mode", "group", "root", "iterations", "warmup", "check")
+    __slots__ = ("partition", "collective", "min_bytes", "max_bytes", "factor", "algorithm", "dtype", "op", "mode", "group", "root", "iterations", "warmup", "check", "trace", "trace_detail")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
     MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +170,8 @@ class BenchmarkRequest(_message.Message):
     ITERATIONS_FIELD_NUMBER: _ClassVar[int]
     WARMUP_FIELD_NUMBER: _ClassVar[int]
     CHECK_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_DETAIL_FIELD_NUMBER: _ClassVar[int]
     partition: str
     collective: str
     min_bytes: int
@@ -184,7 +186,9 @@ class BenchmarkRequest(_message.Message):
     iterations: int
     warmup: int
     check: bool
-    def __init__(self, partition: _Optional[str] = ..., collective: _Optional[str] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., factor: _Optional[float] = ..., algorithm: _Optional[str] = ..., dtype: _Optional[str] = ..., op: _Optional[str] = ..., mode: _Optional[str] = ..., group: _Optional[str] = ..., root: _Optional[int] = ..., iterations: _Optional[int] = ..., warmup: _Optional[int] = ..., check: _Optional[bool] = ...) -> None: ...
+    trace: bool
+    trace_detail: str
+    def __init__(self, partition: _Optional[str] = ..., collective: _Optional[str] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., factor: _Optional[float] = ..., algorithm: _Optional[str] = ..., dtype: _Optional[str] = ..., op: _Optional[str] = ..., mode: _Optional[str] = ..., group: _Optional[str] = ..., root: _Optional[int] = ..., iterations: _Optional[int] = ..., warmup: _Optional[int] = ..., check: _Optional[bool] = ..., trace: _Optional[bool] = ..., trace_detail: _Optional[str] = ...) -> None: ...
 
 class KillCardRequest(_message.Message):
     __slots__ = ("card",)
@@ -291,7 +295,7 @@ class RankPlacement(_message.Message):
     def __init__(self, group: _Optional[int] = ..., rank: _Optional[int] = ..., ipu: _Optional[int] = ..., ipu_name: _Optional[str] = ...) -> None: ...
 
 class BenchmarkResult(_message.Message):
-    __slots__ = ("partition", "ipus", "collective", "mode", "rows", "ranks", "group")
+    __slots__ = ("partition", "ipus", "collective", "mode", "rows", "ranks", "group", "trace_chunk", "trace_bytes")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     IPUS_FIELD_NUMBER: _ClassVar[int]
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
@@ -299,6 +303,8 @@ class BenchmarkResult(_message.Message):
     ROWS_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CHUNK_FIELD_NUMBER: _ClassVar[int]
+    TRACE_BYTES_FIELD_NUMBER: _ClassVar[int]
     partition: str
     ipus: int
     collective: str
@@ -306,7 +312,9 @@ class BenchmarkResult(_message.Message):
     rows: _containers.RepeatedCompositeFieldContainer[BenchmarkRow]
     ranks: _containers.RepeatedCompositeFieldContainer[RankPlacement]
     group: str
-    def __init__(self, partition: _Optional[str] = ..., ipus: _Optional[int] = ..., collective: _Optional[str] = ..., mode: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[BenchmarkRow, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[RankPlacement, _Mapping]]] = ..., group: _Optional[str] = ...) -> None: ...
+    trace_chunk: bytes
+    trace_bytes: int
+    def __init__(self, partition: _Optional[str] = ..., ipus: _Optional[int] = ..., collective: _Optional[str] = ..., mode: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[BenchmarkRow, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[RankPlacement, _Mapping]]] = ..., group: _Optional[str] = ..., trace_chunk: _Optional[bytes] = ..., trace_bytes: _Optional[int] = ...) -> None: ...
 
 class AddUserRequest(_message.Message):
     __slots__ = ("name", "max_ipus")

@@ -59,9 +59,18 @@ def panels(board: dict) -> list[dict]:
     for panel in board["panels"]:
         if panel["type"] == "row":
             found.extend(panel.get("panels", []))
-        else:
+        elif panel["type"] != "text":  # words, no query
             found.append(panel)
     return found
+
+
+def test_the_collectives_dashboard_says_how_to_get_a_trace():
+    board = dashboard(DASHBOARDS / "collectives.json")
+    [text] = [p for p in board["panels"] if p["type"] == "text"]
+    content = text["options"]["content"]
+    assert text["options"]["mode"] == "markdown"
+    assert "ipupod bench allreduce --partition NAME" in content and "--trace" in content
+    assert "StreamBenchmark" in content and "trace_chunk" in content
 
 
 def expressions(board: dict) -> list[str]:

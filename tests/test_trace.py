@@ -14,10 +14,14 @@ from cluster.cli.trace import MAX_ROWS, rows_of
 from cluster.model.spec import load_topology
 from cluster.model.topology_yaml import load_yaml_topology
 from cluster.model.trace import Trace, write_trace
+from cluster.training.config import TrainConfig
+from cluster.training.pipeline.lock_step import lock_step_op_times, lock_step_time
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.timing import op_times, pipeline_time
+from cluster.training.step_collectives import SHARD_EXCHANGE, SHARDED_REDUCTION
 from cluster.training.step_parts import STEP_PARTS
-from cluster.training.step_trace import PARTS, STEP, run_trace
+from cluster.training.step_trace import CYCLES, PARTS, STEP, config_trace, run_trace
+from cluster.training.trainer import train
 from gcl import plan, simulate
 from gcl.sweep_trace import LINKS, MAX_TRACKS, SWEEP, SweepTrace
 
@@ -152,8 +156,6 @@ def test_bench_trace_leaves_the_table_as_it_was(tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (["--trace-detail", "full", "--topology", "pod65536"], "above the 4,096"),
-    (["--mode", "real"], "phantom bench"),
-    (["--partition", "p"], "phantom bench"),
     (["--trace-detail", "servers", "NO-TRACE"], "give --trace FILE too"),
 ])
 def test_bench_trace_refuses_what_it_cannot_draw(tmp_path, args, words):
@@ -341,3 +343,117 @@ def test_train_trace_draws_the_gradient_allreduce_phases_where_its_parts_are(tmp
     for scope in ("local", "global"):  # each phase written to the picosecond
         drawn = sum(e["dur"] for e in phases if e["args"]["scope"] == scope)
         assert drawn == pytest.approx(step[f"{scope}_allreduce_seconds"] * 1e6, abs=1e-5)
+
+
+COMPLETE_STEPS = {  # configurations whose step runs more than compute and one allreduce
+    "popart": ["--topology", "pod16", "--model", "resnet50", "--ipus-per-replica", "4",
+               "--gradient-accumulation", "8", "--pipeline-schedule", "popart"],
+    "sharded": ["--topology", "pod256", "--model", "resnet50", "--optimizer-state", "sharded"],
+    "columns": ["--topology", "pod16", "--model", "mlp", "--ipus-per-replica", "4",
+                "--split", "shard"],
+}
+
+
+def train_trace(tmp_path, args):
+    path = tmp_path / "train.json"
+    result = ipupod("train", "--mode", "phantom", "--steps", "2", *args, "--json", "--trace",
+                    str(path))
+    assert result.returncode == 0, result.stderr
+    document = json.loads(path.read_text())
+    jsonschema.validate(document, SCHEMA)
+    record = json.loads(result.stdout)
+    return record, document
+
+
+def track_spans(document, track, step=0):
+    events = document["traceEvents"]
+    pid, tid = next((e["pid"], e["tid"]) for e in events if e["name"] == "thread_name"
+                    and e["args"]["name"] == track)
+    return [e for e in events if e["ph"] == "X" and (e["pid"], e["tid"]) == (pid, tid)
+            and e["args"]["step"] == step]
+
+
+@pytest.mark.parametrize("name", sorted(COMPLETE_STEPS))
+def test_every_step_trace_adds_up_exactly_to_the_parts_json_prints(tmp_path, name):
+    record, _ = train_trace(tmp_path, COMPLETE_STEPS[name])
+    trace = run_trace(record)
+    for row in record["steps"]:
+        spans = [s for s in trace.spans
+                 if (s.process, s.track) == (STEP, PARTS) and s.args["step"] == row["step"]]
+        parts = [(part.label, row[part.key]) for part in STEP_PARTS if row[part.key] > 0]
+        assert [(s.name, s.duration_seconds) for s in spans] == parts  # exactly
+        assert sum(s.duration_seconds for s in spans) == row["sim_seconds"]  # exactly
+
+
+def test_a_lock_step_pipeline_is_drawn_cycle_by_cycle(tmp_path):
+    record, document = train_trace(tmp_path, COMPLETE_STEPS["popart"])
+    step = record["steps"][0]
+    cycles = track_spans(document, CYCLES)
+    pipeline = (step["compute_seconds"] + step["pipeline_bubble_seconds"]
+                + step["inter_stage_seconds"])
+    rounding = 1e-6 * len(cycles)  # each written to the picosecond
+    assert sum(e["dur"] for e in cycles) == pytest.approx(pipeline * 1e6, abs=rounding)
+    assert sum(e["dur"] for e in cycles if e["name"] == "copies") == pytest.approx(
+        step["inter_stage_seconds"] * 1e6, abs=rounding)
+    ops = [e for e in document["traceEvents"] if e["ph"] == "X" and e["pid"] == 2
+           and e["args"]["step"] == 0]
+    assert len(ops) == 4 * 8 * 3  # stages x micro-batches x (forward, recompute, backward)
+    assert max(e["ts"] + e["dur"] for e in ops) <= pipeline * 1e6 * (1 + 1e-12)
+    for stage, busy in enumerate(step["stage_compute_seconds"]):
+        drawn = sum(e["dur"] for e in ops if e["tid"] == stage + 1)
+        assert drawn == pytest.approx(busy * 1e6, rel=1e-9)
+
+
+# PopART's 2 stages, 3 micro-batches: forward 1 s, backward 2 s, each cycle's copies 0.5 s.
+# Cycles (stage 0's ops; stage 1's): 0 (F0; -), 1 (F1; F0 B0), 2 (F2 B0; F1 B1),
+# 3 (B1; F2 B2), 4 (B2; -); a cycle lasts its busier IPU, then the copies.
+HAND_COSTED_CYCLES = [(0.0, 1.0), (1.5, 3.0), (5.0, 3.0), (8.5, 3.0), (12.0, 2.0)]
+HAND_COSTED_LOCK_STEP = {
+    (0, "forward", 0): (0, 1), (0, "forward", 1): (1.5, 2.5), (1, "forward", 0): (1.5, 2.5),
+    (1, "backward", 0): (2.5, 4.5), (0, "forward", 2): (5, 6), (0, "backward", 0): (6, 8),
+    (1, "forward", 1): (5, 6), (1, "backward", 1): (6, 8), (0, "backward", 1): (8.5, 10.5),
+    (1, "forward", 2): (8.5, 9.5), (1, "backward", 2): (9.5, 11.5),
+    (0, "backward", 2): (12, 14),
+}
+
+
+def test_a_lock_step_pipeline_has_the_hand_costed_cycles_and_op_times():
+    schedule = pipeline_schedule("popart", 2, 3)
+    times, cycles = lock_step_op_times(schedule, [1.0, 1.0], [2.0, 2.0], 0.5)
+    got = {(op.stage, op.pass_.value, op.micro): span for op, span in times.items()}
+    assert got == HAND_COSTED_LOCK_STEP and cycles == HAND_COSTED_CYCLES  # exactly
+    priced = lock_step_time(schedule, [1.0, 1.0], [2.0, 2.0], 0.5)
+    assert sum(w for _, w in cycles) + 0.5 * len(cycles) == priced.span_seconds
+
+
+def test_the_sharded_optimizer_state_collectives_are_each_their_part(tmp_path):
+    record, document = train_trace(tmp_path, COMPLETE_STEPS["sharded"])
+    step = record["steps"][0]
+    assert step["weight_gather_seconds"] > 0 and step["global_allreduce_seconds"] > 0
+    spans = track_spans(document, SHARDED_REDUCTION)
+    parts = {e["args"]["part"]: e for e in track_spans(document, PARTS)}
+    assert [e["name"] for e in spans] == ["reduce-scatter in each rack",
+                                          "allreduce of each shard across racks",
+                                          "all-gather in each rack"]
+    for span in spans:
+        part = parts[span["args"]["part"]]
+        assert (span["ts"], span["dur"]) == (part["ts"], part["dur"])  # exactly
+        assert span["dur"] == round(step[span["args"]["part"]] * 1e6, 6)
+
+
+def test_a_column_split_draws_its_collectives_adding_up_to_the_shard_exchange():
+    config = TrainConfig(topology="pod16", model="mlp", ipus_per_replica=4, split="shard",
+                         mode="phantom", replicas_per_server=0, accumulation=3, steps=2)
+    record = train(config)
+    trace = config_trace(record, config)
+    for row in record["steps"]:
+        drawn = [s for s in trace.spans if s.track == SHARD_EXCHANGE
+                 and s.args["step"] == row["step"]]
+        assert [s.name for s in drawn] == ["broadcast", "all-gather", "reduce-scatter"]
+        assert sum(s.duration_seconds for s in drawn) == row["shard_exchange_seconds"]  # exactly
+        part = next(s for s in trace.spans if s.track == PARTS and s.args["step"] == row["step"]
+                    and s.name == "shard exchange")
+        assert drawn[0].start_seconds == part.start_seconds
+        for before, after in itertools.pairwise(drawn):
+            assert after.start_seconds == before.start_seconds + before.duration_seconds
+    jsonschema.validate(trace.document(), SCHEMA)

@@ -12,7 +12,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
@@ -22,6 +22,7 @@ from cluster.cli.trace_option import (
     save_trace,
     trace_detail_option,
     trace_option,
+    wall_recorder,
 )
 from cluster.errors import UserError
 from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
@@ -50,6 +51,9 @@ from gcl.modes import Mode
 from gcl.planner import replica_groups
 from gcl.sweep_trace import SweepTrace
 from ipu_node.bench_fit import DoesNotFit, RealSweep, check_here
+
+if TYPE_CHECKING:
+    from ipu_node.wall_trace import WallRecorder
 
 COLLECTIVE_NAMES = [name.value for name in CollectiveName]
 DEFAULT_MAX_BYTES = 128 << 20  # -e, as nccl-tests' examples sweep up to
@@ -125,9 +129,11 @@ def _echo_table(rows: Iterator[BenchRow], heading: Callable[[], str], out: TextI
 def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGroup,
                byte_sizes: list[int], stack: ExitStack, ray_address: str | None,
                trace: SweepTrace | None = None,
+               wall: WallRecorder | None = None,
                allow_split_server: bool = False) -> Iterator[BenchRow]:
     """The rows, costed in this process (phantom) or run on devices it launches (real);
-    what must be undone afterwards goes on ``stack``; ``trace`` (phantom) gets each size."""
+    what must be undone afterwards goes on ``stack``; ``trace`` gets each size's simulated
+    timeline, ``wall`` (real) what the devices did."""
     options: dict[str, Any] = dict(dtype=sweep.dtype, op=sweep.op,
                                    algorithm_name=sweep.algorithm, group=group, root=sweep.root)
     if sweep.mode != "real":
@@ -142,8 +148,13 @@ def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGr
     pod = EmulatedPod.launch(topology, ray_address=ray_address,
                              allow_split_server=allow_split_server)
     stack.callback(pod.shutdown, stop_ray=True)
-    return run_real(pod, coll, byte_sizes, iterations=sweep.iterations, warmup=sweep.warmup,
-                    check=sweep.check, **options)
+    rows = run_real(pod, coll, byte_sizes, iterations=sweep.iterations, warmup=sweep.warmup,
+                    check=sweep.check, on_costed=trace.add if trace else None, **options)
+    if wall is None:
+        return rows
+    wall.start(pod)
+    stack.callback(wall.stop, pod)  # before the POD shuts down
+    return wall.each(rows, "sizes", lambda row: f"{row.collective} {format_size(row.bytes)}")
 
 
 @dataclass(frozen=True)
@@ -173,16 +184,19 @@ def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str 
         check_here(sweep.real(coll, byte_sizes, group), topology, devices_here=devices_here)
     _notes(sweep.notes(coll, len(replica_groups(topology, group)[0])))
     trace = (SweepTrace(topology, trace_request.detail) if trace_request else None)
+    wall = wall_recorder(sweep.mode, trace_request.path if trace_request else None)
     with ExitStack() as stack:
         out = stack.enter_context(ray_chatter_to_stderr()) if sweep.mode == "real" else sys.stdout
         rows = _rows_here(sweep, coll, topology, group, byte_sizes, stack, ray_address, trace,
-                          allow_split_server)
+                          wall, allow_split_server)
         if as_json:
             click.echo(rows_to_json(list(rows)), file=out)
         else:
             _echo_table(rows, lambda: preamble(coll, topology, group, sweep.mode, sweep.root),
                         out)
     if trace is not None and trace_request is not None:
+        if wall is not None:
+            wall.add_to(trace.trace)
         save_trace(trace.trace, trace_request.path)
 
 
@@ -234,11 +248,13 @@ def _service_heading(result: Any, sweep: Sweep) -> str:
 
 
 def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | None,
-                       port: int | None, token_file: str | None) -> None:
+                       port: int | None, token_file: str | None,
+                       trace_request: TraceRequest | None = None) -> None:
     """``ipupod bench --partition NAME``: the service runs it on that partition's IPUs and
     streams the rows; each is printed as it comes, under the same heading as a bench here.
     A failure prints the rows done, then the error. (``-e`` not given: 128M; the service
-    refuses, naming a size that fits, what its machine cannot hold.)"""
+    refuses, naming a size that fits, what its machine cannot hold.) With
+    ``trace_request`` the service sends the trace after the rows, in pieces."""
     # gRPC: only for --partition
     from cluster.service.client import Client
     from ipupod_proto import control_pb2
@@ -249,10 +265,15 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
             max_bytes=sweep.max_bytes, factor=sweep.factor, algorithm=sweep.algorithm,
             dtype=sweep.dtype, op=sweep.op, mode=sweep.mode, group=sweep.group,
             root=sweep.root, iterations=sweep.iterations, warmup=sweep.warmup,
-            check=sweep.check))
+            check=sweep.check, trace=trace_request is not None,
+            trace_detail=trace_request.detail if trace_request else ""))
     done: list[BenchRow] = []
+    pieces: list[bytes] = []
     try:
         for result in results:
+            if result.trace_chunk:
+                pieces.append(result.trace_chunk)
+                continue
             if not done:
                 _notes(sweep.notes(lookup(result.collective), _group_size(result)))
             if not done and not as_json:
@@ -266,6 +287,17 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
             click.echo(rows_to_json(done))
         elif done:
             click.echo(summary_line(done))
+    if trace_request is not None:
+        _save_service_trace(pieces, trace_request.path)
+
+
+def _save_service_trace(pieces: list[bytes], path: Path) -> None:
+    """The trace the service sent, written whole, or a UserError if it did not come."""
+    data = b"".join(pieces)
+    if not data:
+        raise UserError("the service sent no trace: is it older than this ipupod? (its "
+                        "BenchmarkResult has no trace_chunk)")
+    save_trace(data, path)
 
 
 def _given(*options: tuple[str, str]) -> tuple[str, ...]:
@@ -342,7 +374,7 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
                   real_only_given=_given(("iterations", "-n"), ("warmup", "-w"),
                                          ("check", "-c"), ("ray_address", "--ray-address"),
                                          ("allow_split_server", "--allow-split-server")))
-    trace_request = _trace_request(trace_path, trace_detail, mode, partition)
+    trace_request = _trace_request(trace_path, trace_detail)
     if partition:
         given = click.get_current_context().get_parameter_source("topology_spec")
         if (given is not click.core.ParameterSource.DEFAULT or ray_address or figures != "seed"
@@ -351,22 +383,19 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
                             "--ray-address and --allow-split-server belong to the service "
                             "(`ipupod serve`), not to "
                             "the bench; drop them, or drop --partition to bench here")
-        bench_on_partition(sweep, partition, as_json, host, port, token_file)
+        bench_on_partition(sweep, partition, as_json, host, port, token_file, trace_request)
     else:
         bench_here(sweep, topology_spec, figures, ray_address, as_json, trace_request,
                    allow_split_server)
 
 
-def _trace_request(path: Path | None, detail: str, mode: str,
-                   partition: str | None) -> TraceRequest | None:
+def _trace_request(path: Path | None, detail: str) -> TraceRequest | None:
     """``--trace`` and ``--trace-detail`` as given, checked before anything runs: a
-    timeline of simulated time, of a phantom bench here (for now)."""
+    timeline of the bench (here, or by the service with ``--partition``), in real mode with
+    the devices' wall clock."""
     if path is None:
         if detail != "auto":
             raise UserError("--trace-detail says how fine a --trace is: give --trace FILE too")
         return None
-    if mode == "real" or partition:
-        raise UserError("--trace draws a phantom bench run here for now: drop --mode real "
-                        "and --partition, or drop --trace")
     check_trace_path(path)
     return TraceRequest(path, detail)

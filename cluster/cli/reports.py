@@ -13,6 +13,8 @@ import click
 from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.paths import CheckedPath
 from cluster.cli.report_folder import report_folder
+from cluster.cli.report_trace import trace_phantom
+from cluster.cli.trace_option import check_trace_path
 from cluster.cli.training_options import (
     ALGORITHM_OPTION,
     EFFICIENCY_SCALE_OPTION,
@@ -69,6 +71,11 @@ MODEL_OPTIONS = [
     click.option("--json", "as_json", is_flag=True,
                  help="Print the settings and the rows (seconds) as JSON instead of the "
                       "table."),
+    click.option("--trace", "trace_path", default=None, metavar="FILE",
+                 type=CheckedPath(dir_okay=False, path_type=Path),
+                 help="Also write the timeline of one step of one configuration (the "
+                      "report says which) to FILE, and draw it in the report "
+                      "(docs/traces.md)."),
 ]
 
 
@@ -123,8 +130,10 @@ def _why_none_runs(rows: list[dict[str, Any]]) -> str:
               help="Gradient accumulation counts: micro-batches in flight.")
 @model_options
 def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batches: str,
-                            out_dir: Path, as_json: bool, **model: Any) -> None:
+                            out_dir: Path, as_json: bool, trace_path: Path | None,
+                            **model: Any) -> None:
     """Pipelining: throughput and bubble against stages, schedule and micro-batches."""
+    check_trace_path(trace_path)
     sweep = (_counts(ks, "--ipus-per-replica"), _items(schedules, "--schedules"),
              _counts(micro_batches, "--micro-batches"))
     for k in sweep[0]:
@@ -144,10 +153,23 @@ def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batche
         if not any(row["fits"] for row in rows):
             raise UserError(f"{model['model']} runs in none of these configurations: "
                             f"{_why_none_runs(rows)}")
+        traced = [] if trace_path is None else _trace_fastest(base, rows, trace_path, out_dir)
     _publish(out_dir, f"Pipelining {model['model']} on {topology} (simulated)",
              command_settings(base, swept=("--ipus-per-replica",), rules=SWEEP_RULES), rows,
              as_json,
-             sweeps.pipeline_table(rows), sweeps.plot_pipeline(rows, out_dir))
+             sweeps.pipeline_table(rows), sweeps.plot_pipeline(rows, out_dir), traced)
+
+
+def _trace_fastest(base: TrainConfig, rows: list[dict[str, Any]], trace_path: Path,
+                   out_dir: Path) -> list[str]:
+    """``--trace``: the pipeline of the highest throughput (the first such row)."""
+    row = max((row for row in rows if row["fits"]), key=lambda row: row["throughput"])
+    config = replace(base, ipus_per_replica=row["ipus_per_replica"],
+                     pipeline_schedule=row["schedule"], accumulation=row["micro_batches"],
+                     replicas_per_server=0)
+    return trace_phantom(config, trace_path, out_dir,
+                         f"the fastest pipeline: {row['ipus_per_replica']} IPUs per replica, "
+                         f"{row['schedule']}, {row['micro_batches']} micro-batches")
 
 
 @click.command("scaling-report")
@@ -170,10 +192,12 @@ def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batche
 def scaling_report_command(topologies: str, k: str | None, gradient_accumulation: int,
                            layers_per_ipu: str | None, final_stage_on_first_ipu: bool,
                            pipeline_schedule: str, algorithm: str, efficiency_scale: float,
-                           out_dir: Path, as_json: bool, **model: Any) -> None:
+                           out_dir: Path, as_json: bool, trace_path: Path | None,
+                           **model: Any) -> None:
     """Scaling: throughput, per-IPU efficiency and the step's parts across topologies
     (with `ipupod calibrate`'s --efficiency-scale and a recipe's settings: a prediction)."""
     names = _items(topologies, "--topologies")
+    check_trace_path(trace_path)
     with report_folder(out_dir):
         base = _base(topology=names[0], ipus_per_replica=None if k is None else int(k),
                      accumulation=gradient_accumulation,
@@ -185,18 +209,23 @@ def scaling_report_command(topologies: str, k: str | None, gradient_accumulation
         if not any(row["fits"] for row in rows):
             raise UserError(f"{model['model']} fits none of these topologies: "
                             f"{rows[0]['why']}")
+        largest = [row for row in rows if row["fits"]][-1]
+        traced = [] if trace_path is None else trace_phantom(
+            replace(base, topology=largest["topology"], replicas_per_server=0), trace_path,
+            out_dir, f"the last topology that fits, {largest['topology']}")
     _publish(out_dir, f"Scaling {model['model']} across PODs (simulated)",
              command_settings(base), rows, as_json, sweeps.topology_table(rows),
-             sweeps.plot_scaling(rows, out_dir))
+             sweeps.plot_scaling(rows, out_dir), traced)
 
 
 def _publish(out_dir: Path, title: str, assumed: list[Setting], rows: list[dict[str, Any]],
-             as_json: bool, table: str, images: list[Path]) -> None:
-    """Write the report's README beside its plots; print its table and where it is, or
-    with ``as_json`` its settings and rows."""
+             as_json: bool, table: str, images: list[Path], traced: list[str]) -> None:
+    """Write the report's README beside its plots (and the lines of its ``traced``
+    timeline, if any); print its table and where it is, or with ``as_json`` its settings
+    and rows."""
     record = settings_record(assumed)
     readme = sweeps.write(out_dir, title, record["made_by"], table, images,
-                                 settings_markdown(assumed))
+                                 settings_markdown(assumed), traced)
     if as_json:
         click.echo(json.dumps({**record, "rows": rows, "readme": str(readme)}, indent=2))
         return

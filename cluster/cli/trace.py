@@ -1,6 +1,7 @@
 """``ipupod trace show FILE --out step.png``: a trace (``--trace``, :mod:`cluster.model.trace`)
-drawn as a Gantt chart without leaving the terminal: a row per track, simulated time
-across, a colour per span name. Readable up to :data:`MAX_ROWS` rows; a larger trace
+drawn as a Gantt chart without leaving the terminal: a row per track, time across, a
+colour per span name; a trace with both clocks (real mode) gets a chart per clock, each
+with its own time axis. Readable up to :data:`MAX_ROWS` rows; a larger trace
 is summarised (a row per process, then only the first processes), and the title says
 so."""
 
@@ -19,6 +20,7 @@ import click
 from cluster.cli.paths import CheckedPath
 from cluster.errors import UserError, quoted
 from cluster.model.files import open_regular
+from cluster.model.trace import SIMULATED, WALL, WALL_PREFIX
 
 MAX_ROWS = 80  # rows a chart draws (pod64's bench: 2 sweep + its link types + 64 IPUs)
 MAX_LEGEND = 16  # span names named in the legend
@@ -108,34 +110,41 @@ def rows_of(document: Mapping[str, Any]) -> tuple[list[Row], str]:
     return rows, "; ".join(notes)
 
 
-def draw(document: Mapping[str, Any], out: Path) -> None:
-    """Draw the trace's chart as a PNG at ``out``, atomically."""
+def split_clocks(document: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The trace as one document per clock it holds (``simulated``, ``wall``: the
+    processes whose names begin ``wall clock:``), each with its processes' events only,
+    so that the two are never drawn on one axis."""
+    processes, _ = _names(document["traceEvents"])
+    wall = {pid for pid, name in processes.items() if name.startswith(WALL_PREFIX)}
+    parts: dict[str, dict[str, Any]] = {}
+    for event in document["traceEvents"]:
+        if isinstance(event, dict):
+            clock = WALL if event.get("pid") in wall else SIMULATED
+            parts.setdefault(clock, {**document, "traceEvents": []})["traceEvents"].append(event)
+    for clock, part in parts.items():
+        part["metadata"] = {**(document.get("metadata") or {}), "clock": clock}
+    return {clock: parts[clock] for clock in (SIMULATED, WALL) if clock in parts}
+
+
+def draw(document: Mapping[str, Any], out: Path, clock: str | None = None) -> None:
+    """Draw the trace's chart as a PNG at ``out``, atomically: a chart per clock the trace
+    holds (each with its own time axis), or only ``clock``'s."""
     from cluster.training.reports.document import pyplot  # matplotlib: only here
 
     plt = pyplot()
-    rows, note = rows_of(document)
-    end = max((start + duration for row in rows for start, duration, _ in row.spans),
-              default=0.0)
-    scale, unit = next(((s, u) for s, u in UNITS if end >= s), UNITS[-1])
-    names = list(dict.fromkeys(name for row in rows for _, _, name in row.spans))
-    colours = [plt.get_cmap(name)(i) for name in ("tab20", "tab20b", "tab20c")
-               for i in range(20)]
-    fig, ax = plt.subplots(figsize=(12, 1.5 + 0.28 * max(len(rows), 1)))
-    for y, row in enumerate(rows):
-        for name in dict.fromkeys(n for _, _, n in row.spans):
-            bars = [(s / scale, d / scale) for s, d, n in row.spans if n == name]
-            colour = colours[names.index(name) % len(colours)]
-            ax.broken_barh(bars, (y - 0.4, 0.8), facecolor=colour, edgecolor="white",
-                           linewidth=0.3,
-                           label=name if y == _first_row(rows, name) else None)
-    ax.set_yticks(range(len(rows)), [row.label for row in rows], fontsize=7)
-    ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlabel(f"{document.get('metadata', {}).get('clock', 'simulated')} time ({unit})")
-    ax.set_title(_title(document, note), fontsize=9)
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(handles[:MAX_LEGEND], labels[:MAX_LEGEND], fontsize=7, loc="upper left",
-                  bbox_to_anchor=(1.0, 1.0))
+    panels = split_clocks(document)
+    if clock is not None:
+        if clock not in panels:
+            raise UserError(f"--clock {clock}: the trace holds no spans on the {clock} clock "
+                            f"(it has {' and '.join(panels) or 'none'})")
+        panels = {clock: panels[clock]}
+    charts: list[tuple[Mapping[str, Any], list[Row], str]] = (
+        [(part, *rows_of(part)) for part in panels.values()] or [(document, [], "")])
+    heights = [1.2 + 0.28 * max(len(rows), 1) for _, rows, _ in charts]
+    fig, axes = plt.subplots(len(charts), 1, figsize=(12, 0.3 + sum(heights)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    for ax, (part, rows, note) in zip(axes[:, 0], charts):
+        _chart(plt, ax, part, rows, note)
     fig.tight_layout()
     descriptor, temporary = tempfile.mkstemp(prefix=f".{out.name}-", suffix=".png",
                                              dir=out.parent)
@@ -149,6 +158,32 @@ def draw(document: Mapping[str, Any], out: Path) -> None:
         plt.close(fig)
 
 
+def _chart(plt: Any, ax: Any, document: Mapping[str, Any], rows: list[Row], note: str) -> None:
+    """One clock's Gantt chart on ``ax``: a row per track, that clock's time across."""
+    end = max((start + duration for row in rows for start, duration, _ in row.spans),
+              default=0.0)
+    scale, unit = next(((s, u) for s, u in UNITS if end >= s), UNITS[-1])
+    names = list(dict.fromkeys(name for row in rows for _, _, name in row.spans))
+    colours = [plt.get_cmap(name)(i) for name in ("tab20", "tab20b", "tab20c")
+               for i in range(20)]
+    for y, row in enumerate(rows):
+        for name in dict.fromkeys(n for _, _, n in row.spans):
+            bars = [(s / scale, d / scale) for s, d, n in row.spans if n == name]
+            colour = colours[names.index(name) % len(colours)]
+            ax.broken_barh(bars, (y - 0.4, 0.8), facecolor=colour, edgecolor="white",
+                           linewidth=0.3,
+                           label=name if y == _first_row(rows, name) else None)
+    ax.set_yticks(range(len(rows)), [row.label for row in rows], fontsize=7)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    clock = document.get("metadata", {}).get("clock", SIMULATED)
+    ax.set_xlabel(f"{'wall-clock' if clock == WALL else clock} time ({unit})")
+    ax.set_title(_title(document, note), fontsize=9)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles[:MAX_LEGEND], labels[:MAX_LEGEND], fontsize=7, loc="upper left",
+                  bbox_to_anchor=(1.0, 1.0))
+
+
 def _first_row(rows: list[Row], name: str) -> int:
     """The first row with a span called ``name`` (where the legend takes it from)."""
     return next(y for y, row in enumerate(rows) if any(n == name for _, _, n in row.spans))
@@ -158,7 +193,9 @@ def _title(document: Mapping[str, Any], note: str) -> str:
     """What the trace is of, from its metadata, and how the chart summarised it."""
     metadata = document.get("metadata") or {}
     words = [str(metadata[key]) for key in ("tool", "topology", "model") if key in metadata]
-    if metadata.get("aggregation"):
+    if metadata.get("clock") == WALL:
+        words.append("wall clock: what the driver and the actors did")
+    elif metadata.get("aggregation"):
         words.append(f"tracks: {metadata['aggregation']}")
     if note:
         words.append(f"drawn: {note}")
@@ -174,14 +211,17 @@ def trace_group() -> None:
 @click.argument("file", type=CheckedPath(dir_okay=False, path_type=Path))
 @click.option("--out", "out", type=CheckedPath(dir_okay=False, path_type=Path),
               required=True, help="The PNG to write (a Gantt chart: tracks down, time across).")
-def trace_show(file: Path, out: Path) -> None:
+@click.option("--clock", type=click.Choice([SIMULATED, WALL]), default=None,
+              help="Draw only this clock's processes (default: a chart per clock the trace "
+                   "holds; real mode's traces hold both).")
+def trace_show(file: Path, out: Path, clock: str | None) -> None:
     """Draw FILE (a trace from --trace) as a Gantt chart in a PNG."""
     document = read_trace(file)
     if not out.parent.is_dir():
         raise UserError(f"--out {quoted(str(out))}: the folder {quoted(str(out.parent))} "
                         "does not exist")
     try:
-        draw(document, out)
+        draw(document, out, clock)
     except OSError as error:
         raise UserError(f"--out {quoted(str(out))}: {error.strerror or error}") from None
     click.echo(f"# {out}", err=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -15,10 +15,14 @@ from cluster.errors import UserError, quoted
 from cluster.model.trace import Trace, write_trace
 from gcl.sweep_trace import DETAILS
 
+if TYPE_CHECKING:
+    from ipu_node.wall_trace import WallRecorder
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 TRACE_HELP = ("Also write a timeline of the simulated time to FILE (Trace Event Format "
-              "JSON: open it in ui.perfetto.dev or chrome://tracing; see docs/traces.md).")
+              "JSON: open it in ui.perfetto.dev or chrome://tracing; see docs/traces.md); "
+              "in real mode also what the devices did, on the wall clock.")
 
 
 def trace_option(function: F) -> F:
@@ -47,11 +51,22 @@ def check_trace_path(path: Path | None) -> None:
                         "does not exist; make it or choose another path")
 
 
-def save_trace(trace: Trace, path: Path) -> None:
-    """Write ``trace`` to ``path`` and say so on stderr (stdout stays the output)."""
+def wall_recorder(mode: str, path: Path | None) -> WallRecorder | None:
+    """What records the devices' wall clock for ``--trace``: in real mode only."""
+    if path is None or mode != "real":
+        return None
+    from ipu_node.wall_trace import WallRecorder  # the runtime: only for real mode
+
+    return WallRecorder()
+
+
+def save_trace(trace: Trace | bytes, path: Path) -> None:
+    """Write ``trace`` (or a trace's JSON, as the service sends it) to ``path`` and say so
+    on stderr (stdout stays the output)."""
     try:
         written = write_trace(trace, path)
     except OSError as error:
         raise UserError(f"--trace {quoted(str(path))}: {error.strerror or error}") from None
-    click.echo(f"note: trace written to {path} ({written:,} bytes, simulated time; "
+    clock = f"{trace.clock} time" if isinstance(trace, Trace) else "from the service"
+    click.echo(f"note: trace written to {path} ({written:,} bytes, {clock}; "
                "open it in ui.perfetto.dev or chrome://tracing)", err=True)

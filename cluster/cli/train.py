@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,9 +14,16 @@ from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
 from cluster.cli.paths import CheckedPath
 from cluster.cli.report_folder import report_folder
-from cluster.cli.trace_option import check_trace_path, save_trace, trace_option
+from cluster.cli.report_trace import trace_run
+from cluster.cli.trace_option import (
+    check_trace_path,
+    save_trace,
+    trace_option,
+    wall_recorder,
+)
 from cluster.cli.training_options import common_options, make_config
 from cluster.errors import UserError
+from cluster.model.units import plural
 from cluster.training.config import MLP, TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.fit import check_fits
@@ -27,14 +34,18 @@ from cluster.training.reports.servers import format_table, scaling_rows, write_r
 from cluster.training.reports.settings import made_by
 from cluster.training.reports.settings import markdown as settings_markdown
 from cluster.training.step_parts import parts_spent
-from cluster.training.step_trace import gradient_phases, pipeline_ops, run_trace
+from cluster.training.step_trace import config_trace
 from cluster.training.trainer import train
 from gcl.modes import Mode
 
+if TYPE_CHECKING:
+    from ipu_node.wall_trace import WallRecorder
+
 
 def run(config: TrainConfig, ray_address: str | None, on_step: Progress,
-        allow_split_server: bool = False) -> RunRecord:
-    """Launch the servers if the run needs devices, train, shut them down."""
+        wall: WallRecorder | None = None, allow_split_server: bool = False) -> RunRecord:
+    """Launch the servers if the run needs devices, train, shut them down; ``wall``
+    (real mode) records what the devices did, a driver span per step."""
     if config.mode != "real":
         return train(config, on_step=on_step)
     # Ray: only for real mode (phantom training needs no devices)
@@ -45,9 +56,25 @@ def run(config: TrainConfig, ray_address: str | None, on_step: Progress,
     pod = EmulatedPod.launch(topology, ray_address=ray_address,
                              allow_split_server=allow_split_server)
     try:
-        return train(config, pod=pod, on_step=on_step)
+        if wall is None:
+            return train(config, pod=pod, on_step=on_step)
+        wall.start(pod)
+        try:
+            return train(config, pod=pod, on_step=_marking(wall, on_step))
+        finally:
+            wall.stop(pod)
     finally:
         pod.shutdown()
+
+
+def _marking(wall: WallRecorder, on_step: Progress) -> Progress:
+    """``on_step``, which also marks each step as a span of the driver's wall clock."""
+    last = [wall.origin_ns]
+
+    def marked(step: int, total: int) -> None:
+        last[0] = wall.mark("steps", f"step {step}", last[0], step=step)
+        on_step(step, total)
+    return marked
 
 
 def _echo_record(record: dict[str, Any], config: TrainConfig,
@@ -111,8 +138,9 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
     config = make_config(servers, mode, check, topology=topology_spec, **options)
     check_trace_path(trace_path)
     assumed = settings_record(command_settings(config))
+    wall = wall_recorder(config.mode, trace_path)
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
-        record = {**run(config, ray_address, on_step, allow_split_server), **assumed}
+        record = {**run(config, ray_address, on_step, wall, allow_split_server), **assumed}
     echo = partial(click.echo, file=out)
     if as_json:
         echo(json.dumps(record, indent=2))
@@ -120,8 +148,10 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
         _echo_record(record, config, echo)
         echo(f"# every setting: {record['made_by']}")
     if trace_path is not None:
-        save_trace(run_trace(record, pipeline_ops(config), gradient_phases(config)),
-                   trace_path)
+        trace = config_trace(record, config)
+        if wall is not None:
+            wall.add_to(trace)
+        save_trace(trace, trace_path)
 
 
 def _server_counts(text: str) -> list[int]:
@@ -145,23 +175,35 @@ def _server_counts(text: str) -> list[int]:
               help="Folder for the report (README.md and plots); made if missing.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the settings and the table's rows (seconds) as JSON instead.")
+@click.option("--trace", "trace_path", default=None, metavar="FILE",
+              type=CheckedPath(dir_okay=False, path_type=Path),
+              help="Also write the timeline of the run on the most servers to FILE (real "
+                   "mode: with the devices' wall clock) and draw it in the report "
+                   "(docs/traces.md).")
 @common_options
 def train_report_command(server_list: str, real_up_to: int, out_dir: Path, as_json: bool,
-                         ray_address: str | None, **options: Any) -> None:
+                         trace_path: Path | None, ray_address: str | None,
+                         **options: Any) -> None:
     """Scaling report: throughput and efficiency for several server counts, with plots."""
     counts = _server_counts(server_list)
-    runs = []
+    check_trace_path(trace_path)
+    runs, traced = [], []
     with report_folder(out_dir), ray_chatter_to_stderr() as out:  # checked before training
         for servers in counts:
             real = servers <= real_up_to and options["model"] == MLP
             config = make_config(servers, "real" if real else "phantom", False, **options)
+            last = servers == counts[-1]
+            wall = wall_recorder(config.mode, trace_path if last else None)
             with progress(f"{servers} servers ({config.mode})",
                           total=config.steps) as on_step:
-                runs.append(run(config, ray_address, on_step))
+                runs.append(run(config, ray_address, on_step, wall))
             if len(runs) == 1:
                 assumed = command_settings(config, swept=("--servers",))
+            if last and trace_path is not None:
+                traced = trace_run(runs[-1], config, trace_path, out_dir,
+                                   f"the run on {plural(servers, 'server')}", wall)
         paths = write_report(runs, out_dir, made_by("train-report", assumed),
-                             settings_markdown(assumed))
+                             settings_markdown(assumed), traced)
     if as_json:
         click.echo(json.dumps({**settings_record(assumed),
                                "rows": scaling_rows(runs)}, indent=2), file=out)

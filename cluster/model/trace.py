@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 SIMULATED = "simulated"  # the clock of the cost model: seconds on the emulated hardware
+WALL = "wall"  # this machine's monotonic clock: what real mode's actors actually did
+BOTH_CLOCKS = "simulated and wall"  # each process on one clock, named for it (real mode)
+WALL_PREFIX = "wall clock: "  # how the name of a process on the wall clock begins
 MICROSECONDS = 1e6  # the format's ts and dur are microseconds
 PICOSECOND_DIGITS = 6  # decimals of a microsecond written
 
@@ -120,19 +123,25 @@ def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
     return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": args}
 
 
-def write_trace(trace: Trace, path: str | os.PathLike[str]) -> int:
-    """Write ``trace`` to ``path`` atomically (a temporary file beside it, then a rename,
-    so a failure leaves no half-written file); return the bytes written."""
+def trace_json(trace: Trace) -> bytes:
+    """The trace's document as compact JSON (UTF-8): what a trace file holds."""
+    return json.dumps(trace.document(), separators=(",", ":")).encode("utf-8")
+
+
+def write_trace(trace: Trace | bytes, path: str | os.PathLike[str]) -> int:
+    """Write ``trace`` (or its :func:`trace_json`) to ``path`` atomically (a temporary
+    file beside it, then a rename, so a failure leaves no half-written file); return the
+    bytes written."""
     target = Path(path)
-    text = json.dumps(trace.document(), separators=(",", ":"))
+    data = trace if isinstance(trace, bytes) else trace_json(trace)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".tmp",
                                              dir=target.parent)
     try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
-            out.write(text)
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(data)
         os.chmod(temporary, 0o644)  # mkstemp's 0600 is for secrets; a trace is shared
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    return len(text.encode("utf-8"))
+    return len(data)

@@ -36,6 +36,7 @@ from cluster.service.bench_run import (
     read_request,
     row_message,
 )
+from cluster.service.bench_trace import BenchTrace, bench_trace
 from cluster.service.client import DEFAULT_PORT
 from cluster.service.decoding import control_handler
 from cluster.service.health import Health, partition_health
@@ -238,49 +239,65 @@ class ControlService(control_pb2_grpc.ControlServicer):
         return control_pb2.TopologySummary(json=json.dumps(summarize(self.topology)))
 
     def _sweep(self, request: control_pb2.BenchmarkRequest) -> tuple[
-            Partition, BenchPlan, Iterator[BenchRow]]:
+            Partition, BenchPlan, Iterator[BenchRow], BenchTrace | None]:
         """Check a benchmark request (sizes and memory before anything is built) and return
-        its partition, what it runs and the rows to come."""
+        its partition, what it runs, the rows to come and its trace (if asked)."""
         partition = self.partitions.get(request.partition)
         bench = read_request(request, partition)
+        traced = bench_trace(request, self.pod.topology, partition.name)
+        on_costed = traced.add if traced else None
         if bench.mode is not Mode.REAL:
             return partition, bench, run_phantom(bench.coll, self.pod.topology,
-                                                 bench.byte_sizes, **bench.options)
+                                                 bench.byte_sizes, on_costed=on_costed,
+                                                 **bench.options), traced
         check_fits(self.pod, bench)
-        return partition, bench, self._real_rows(bench)
+        return partition, bench, self._real_rows(bench, traced), traced
 
-    def _real_rows(self, bench: BenchPlan) -> Iterator[BenchRow]:
+    def _real_rows(self, bench: BenchPlan, traced: BenchTrace | None) -> Iterator[BenchRow]:
         """Real-mode rows, one bench at a time on the devices; the bench tensors are freed
         when it ends, however it ends."""
         with self._bench_lock:
+            if traced:
+                traced.start(self.pod)
             try:
                 yield from run_real(self.pod, bench.coll, bench.byte_sizes, **bench.options,
-                                    **bench.runs)
+                                    on_costed=traced.add if traced else None, **bench.runs)
             except BaseException:
                 with contextlib.suppress(Exception):  # the failure to report is the bench's
-                    free_bench_tensors(self.pod, bench.options["ipus"])
+                    self._end_bench(bench, traced)
                 raise
-            free_bench_tensors(self.pod, bench.options["ipus"])
+            self._end_bench(bench, traced)
+
+    def _end_bench(self, bench: BenchPlan, traced: BenchTrace | None) -> None:
+        """Gather the bench's wall-clock trace (if asked) and free its tensors."""
+        if traced:
+            traced.stop(self.pod)
+        free_bench_tensors(self.pod, bench.options["ipus"])
 
     def _results(self, request: control_pb2.BenchmarkRequest) -> Iterator[
             control_pb2.BenchmarkResult]:
         """A result of one row per size, as each finishes (recorded in the metrics); the
         first also says which IPU each rank runs on."""
-        partition, bench, rows = self._sweep(request)
+        partition, bench, rows, traced = self._sweep(request)
         ranks = rank_messages(self.topology, bench.group, partition.ipus)
+        common: dict[str, Any] = dict(partition=partition.name, ipus=partition.size,
+                                      collective=bench.coll.name, mode=bench.mode.value,
+                                      group=str(bench.group))
         for row in rows:
             if self.metrics is not None:
                 self.metrics.observe(row, partition.name, bench.mode.value)
-            yield control_pb2.BenchmarkResult(
-                partition=partition.name, ipus=partition.size, collective=bench.coll.name,
-                mode=bench.mode.value, rows=[row_message(row)], ranks=ranks,
-                group=str(bench.group))
+            yield control_pb2.BenchmarkResult(rows=[row_message(row)], ranks=ranks, **common)
             ranks = []
+        if traced is not None:
+            yield from traced.results(**common)
 
     @_guarded
     def RunBenchmark(self, request: control_pb2.BenchmarkRequest,
                      context: grpc.ServicerContext) -> control_pb2.BenchmarkResult:
         """Sweep a collective's sizes on a partition's IPUs (phantom or real mode)."""
+        if request.trace:
+            raise UserError("a trace comes in pieces after the rows: ask StreamBenchmark "
+                            "for it (as `ipupod bench --partition NAME --trace FILE` does)")
         answer: control_pb2.BenchmarkResult | None = None
         for result in self._results(request):
             if answer is None:

@@ -29,7 +29,11 @@ from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.pipeline.timing import PipelineTime, pipeline_time
 from cluster.training.placement import gradient_group, replica_ipus
-from cluster.training.sharded_reduction import sharded_reduction, shards_across_racks
+from cluster.training.sharded_reduction import (
+    ShardedReduction,
+    sharded_reduction,
+    shards_across_racks,
+)
 from cluster.training.sharding import ColumnSplit, sharded_time
 from cluster.training.step_parts import StepTime
 from cluster.training.workloads import (
@@ -132,6 +136,17 @@ def gradient_allreduce_timing(config: TrainConfig, topology: Topology) -> Timing
     workload = config.workload()
     return _gradient_allreduce(config, topology, workload, chains,
                                _ipu_params(config, workload))[0]
+
+
+def sharded_reduction_timing(config: TrainConfig, topology: Topology) -> ShardedReduction | None:
+    """The three collectives a step of ``config`` runs instead of the gradient allreduce
+    when the optimiser state is sharded across racks (as :func:`step_time` prices them:
+    the local, global and weight-gather parts), or None when it runs the allreduce."""
+    chains = replica_ipus(config, topology).reshape(config.replicas, config.ipus_per_replica)
+    if not shards_across_racks(config, chains):
+        return None
+    workload = config.workload()
+    return sharded_reduction(config, topology, workload, chains, _ipu_params(config, workload))
 
 
 def _host_io_and_update(config: TrainConfig, topology: Topology, workload: Workload,

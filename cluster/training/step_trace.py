@@ -5,14 +5,17 @@ step that takes time (:data:`~cluster.training.step_parts.STEP_PARTS`, in their 
 each as long as the part ``--json`` prints, so the spans of a step add up to its
 ``sim_seconds``, as the parts do. Process ``stages``: a track per pipeline stage (the
 same IPU of every replica: replicas run alike). With the pipeline's op times
-(:func:`pipeline_ops`: a pipeline whose ops run as soon as they can), a span per op of
-each micro-batch (``forward``, then ``recompute`` and ``backward`` for a backward pass
-that recomputes), from the step's start; otherwise (one IPU per replica, a column split, a
-lock-step schedule) one span, the stage's compute over the step from the step's start.
-Track ``gradient allreduce`` of process ``step``: the phases of the gradient allreduce
-(:func:`gradient_phases`), in the order they run, from where the local allreduce part
-starts; the parts track sums them by scope (local, then global), this track shows their
-order and what each moves.
+(:func:`pipeline_ops`), a span per op of each micro-batch (``forward``, then
+``recompute`` and ``backward`` for a backward pass that recomputes), from the step's
+start; a lock-step schedule's ops cycle by cycle, and track ``pipeline cycles`` of
+process ``step`` holds each cycle's compute and copies (they add up to the pipeline's
+parts). Otherwise (one IPU per replica, a column split) one span, the stage's compute
+over the step from the step's start. Track ``gradient allreduce`` of process ``step``:
+the phases of the gradient allreduce (:func:`gradient_phases`), in the order they run,
+from where the local allreduce part starts; the parts track sums them by scope (local,
+then global), this track shows their order and what each moves. The step's other
+collectives (a sharded optimiser state's three, a column split's) are spans of tracks of
+their own, each from its part's start, adding up to it (:mod:`.step_collectives`).
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from typing import Any
 from cluster.model.topology import Topology
 from cluster.model.trace import Trace
 from cluster.training.config import TrainConfig
+from cluster.training.pipeline.lock_step import lock_step_op_times
 from cluster.training.pipeline.pass_schedule import Op, Pass
 from cluster.training.pipeline.timing import op_times
 from cluster.training.placement import replica_ipus, topology_for
+from cluster.training.step_collectives import PartSpan, step_collectives
 from cluster.training.step_parts import STEP_PARTS
 from cluster.training.step_timing import gradient_allreduce_timing, pipeline_costs
 from cluster.training.trainer import resolve
@@ -36,6 +41,8 @@ STEP, STAGES = "step", "stages"  # process names
 PARTS = "parts"  # the parts' track
 ALLREDUCE = "gradient allreduce"  # the allreduce phases' track
 FIRST_ALLREDUCE_PART = "local_allreduce_seconds"  # where the allreduce's phases start
+CYCLES = "pipeline cycles"  # a lock-step pipeline's cycles' track
+END = ""  # the key, among the parts' starts, of where the step ends
 MAX_STEPS = 1000  # steps drawn at most (every step of a run costs the same)
 MAX_SPANS = 300_000  # and no more steps than this many spans hold
 
@@ -50,19 +57,24 @@ class PipelineOps:
     stage_ipus: Sequence[int]
     forward_seconds: Sequence[float]
     recomputes: bool
+    cycles: Sequence[tuple[float, float]] = ()  # lock-step: each cycle's start, compute
+    copy_seconds: float = 0.0  # lock-step: each cycle's copies, after its compute
 
 
 def pipeline_ops(config: TrainConfig) -> PipelineOps | None:
-    """The op times of ``config``'s pipeline as the step's pricing runs it, or None when
-    it has none to draw: one IPU per replica, a column split, or a lock-step schedule
-    (costed by cycle, :mod:`.pipeline.lock_step`)."""
+    """The op times of ``config``'s pipeline as the step's pricing runs it (a lock-step
+    schedule cycle by cycle, :mod:`.pipeline.lock_step`), or None when it has none to
+    draw: one IPU per replica, or a column split."""
     if config.ipus_per_replica == 1 or config.splits_columns:
         return None
     config, topology = _resolved(config)
     chains = replica_ipus(config, topology).reshape(config.replicas, config.ipus_per_replica)
     costs = pipeline_costs(config, topology, config.workload(), chains)
     if costs.schedule.cycles is not None:
-        return None
+        times, cycles = lock_step_op_times(costs.schedule, costs.forward, costs.backward,
+                                           costs.cycle_copy, config.stage_ipus)
+        return PipelineOps(times, config.stage_ipus, costs.forward, config.recomputes,
+                           cycles, costs.cycle_copy)
     times = op_times(costs.schedule, costs.forward, costs.backward, costs.ahead, costs.back,
                      config.stage_ipus)
     return PipelineOps(times, config.stage_ipus, costs.forward, config.recomputes)
@@ -76,7 +88,8 @@ def _resolved(config: TrainConfig) -> tuple[TrainConfig, Topology]:
 
 def gradient_phases(config: TrainConfig) -> Timing | None:
     """The gradient allreduce's phases as the step's pricing costs them, or None when the
-    optimiser state is sharded across racks (three collectives, not drawn yet)."""
+    optimiser state is sharded across racks (three collectives instead:
+    :func:`~.step_collectives.step_collectives`)."""
     config, topology = _resolved(config)
     return gradient_allreduce_timing(config, topology)
 
@@ -88,13 +101,15 @@ def stage_track(stage: int, ipu: int, replicas: int) -> str:
 
 
 def run_trace(record: Mapping[str, Any], ops: PipelineOps | None = None,
-              allreduce: Timing | None = None) -> Trace:
+              allreduce: Timing | None = None, collectives: Sequence[PartSpan] = ()) -> Trace:
     """The timeline of a run's record (what ``ipupod train --json`` prints), with its
-    pipeline's ``ops`` if it has them (:func:`pipeline_ops`) and its gradient
-    ``allreduce``'s phases (:func:`gradient_phases`)."""
+    pipeline's ``ops`` if it has them (:func:`pipeline_ops`), its gradient
+    ``allreduce``'s phases (:func:`gradient_phases`) and its other ``collectives``
+    (:func:`~.step_collectives.step_collectives`)."""
     steps = record["steps"]
     per_step = (len(STEP_PARTS) + (3 * len(ops.times) if ops else len(record["stage_ipus"]))
-                + (len(allreduce.phases) if allreduce else 0))
+                + (len(allreduce.phases) if allreduce else 0) + len(collectives)
+                + (2 * len(ops.cycles) if ops else 0))
     drawn = min(len(steps), MAX_STEPS, max(1, MAX_SPANS // per_step))
     trace = Trace(metadata={
         "tool": "ipupod train", "topology": record["topology"], "model": record["model"],
@@ -104,13 +119,13 @@ def run_trace(record: Mapping[str, Any], ops: PipelineOps | None = None,
         "steps_drawn": drawn, "steps": len(steps),
         "stages": ("each op of the pipeline, micro-batch by micro-batch" if ops else
                    "each stage's compute over the step as one span from the step's start "
-                   "(no op times: one IPU per replica, a column split or a lock-step "
-                   "schedule)"),
+                   "(no op times: one IPU per replica, or a column split)"),
     })
-    if record["mode"] == "real":
-        trace.metadata["wall_clock"] = ("not drawn: the parts are the simulated ones real "
-                                        "mode also reports")
     trace.track(STEP, PARTS)
+    if ops is not None and ops.cycles:
+        trace.track(STEP, CYCLES)
+    for track in dict.fromkeys(span.track for span in collectives):
+        trace.track(STEP, track)
     if allreduce is not None:
         trace.track(STEP, ALLREDUCE)
         trace.metadata["allreduce"] = (f"{record['algorithm']}: {len(allreduce.phases)} "
@@ -124,9 +139,12 @@ def run_trace(record: Mapping[str, Any], ops: PipelineOps | None = None,
                   for stage, ipu in enumerate(stage_ipus)]
         if ops is not None:
             _ops(trace, ops, tracks, at, row["step"])
+            _cycles(trace, ops, at, row["step"])
         else:
             _busy(trace, row, tracks, at)
-        at, allreduce_at = _parts(trace, row, at)
+        starts = _parts(trace, row, at)
+        _collectives(trace, collectives, starts, row["step"])
+        at, allreduce_at = starts[END], starts[FIRST_ALLREDUCE_PART]
         for phase in allreduce.phases if allreduce else ():
             trace.span(STEP, ALLREDUCE, phase.label, allreduce_at, phase.seconds,
                        step=row["step"], scope=phase.scope, steps=phase.steps,
@@ -136,19 +154,46 @@ def run_trace(record: Mapping[str, Any], ops: PipelineOps | None = None,
     return trace
 
 
-def _parts(trace: Trace, row: Mapping[str, Any], start: float) -> tuple[float, float]:
-    """One step's parts from ``start`` seconds; returns where the next step starts (the
-    parts summed in :data:`STEP_PARTS`' order, as ``sim_seconds`` sums them) and where
-    the allreduce's parts start."""
-    at = allreduce_at = start
+def config_trace(record: Mapping[str, Any], config: TrainConfig) -> Trace:
+    """:func:`run_trace` of a run of ``config``, with everything its pricing works out:
+    the pipeline's ops, the gradient allreduce's phases and the other collectives."""
+    return run_trace(record, pipeline_ops(config), gradient_phases(config),
+                     step_collectives(config))
+
+
+def _parts(trace: Trace, row: Mapping[str, Any], start: float) -> dict[str, float]:
+    """One step's parts from ``start`` seconds; returns where each part starts, by key,
+    and (:data:`END`) where the next step starts: the parts summed in
+    :data:`STEP_PARTS`' order, as ``sim_seconds`` sums them."""
+    at, starts = start, {}
     for part in STEP_PARTS:
-        if part.key == FIRST_ALLREDUCE_PART:
-            allreduce_at = at
+        starts[part.key] = at
         seconds = part.seconds(row)
         if seconds > 0:
             trace.span(STEP, PARTS, part.label, at, seconds, step=row["step"], part=part.key)
         at += seconds
-    return at, allreduce_at
+    starts[END] = at
+    return starts
+
+
+def _collectives(trace: Trace, collectives: Sequence[PartSpan], starts: Mapping[str, float],
+                 step: int) -> None:
+    """Each of ``collectives`` from its part's start, a part's one after the other."""
+    at = dict(starts)
+    for span in collectives:
+        trace.span(STEP, span.track, span.name, at[span.part], span.seconds, step=step,
+                   part=span.part, **span.args)
+        at[span.part] += span.seconds
+
+
+def _cycles(trace: Trace, ops: PipelineOps, start: float, step: int) -> None:
+    """A lock-step pipeline's cycles from ``start``: each cycle's compute (its busiest
+    IPU's), then its copies."""
+    for cycle, (begin, seconds) in enumerate(ops.cycles):
+        trace.span(STEP, CYCLES, f"cycle {cycle}", start + begin, seconds, step=step)
+        if ops.copy_seconds > 0:
+            trace.span(STEP, CYCLES, "copies", start + begin + seconds, ops.copy_seconds,
+                       step=step, cycle=cycle)
 
 
 def _busy(trace: Trace, row: Mapping[str, Any], tracks: list[str], start: float) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cluster.training.pipeline.pass_schedule import Pass, PipelineSchedule
+from cluster.training.pipeline.pass_schedule import Op, Pass, PipelineSchedule
 from cluster.training.pipeline.timing import (
     PipelineTime,
     check_durations,
@@ -45,6 +45,34 @@ def lock_step_time(schedule: PipelineSchedule, forward_seconds: Sequence[float],
     return PipelineTime(compute, max(0.0, float(work.max(axis=1).sum()) - compute),
                         len(work) * copy_seconds,
                         stage_busy_seconds(schedule, forward_seconds, backward_seconds))
+
+
+def lock_step_op_times(schedule: PipelineSchedule, forward_seconds: Sequence[float],
+                       backward_seconds: Sequence[float], copy_seconds: float,
+                       stage_ipus: Sequence[int] | None = None
+                       ) -> tuple[dict[Op, tuple[float, float]], list[tuple[float, float]]]:
+    """When each op starts and ends (seconds from the pipeline's start) as
+    :func:`lock_step_time` prices the cycles, and each cycle's (start, busiest IPU's
+    compute); the cycle's copies follow that compute and last ``copy_seconds``. Cycle
+    ``c`` starts when every earlier cycle's busiest IPU and copies are done; on each IPU
+    its ops of the cycle run one after the other, stage by stage."""
+    if schedule.cycles is None:
+        raise ValueError(f"pipeline schedule {schedule.name!r} is not lock-step")
+    ipus = checked_stage_ipus(schedule.stages, stage_ipus)
+    work = _cycle_work(schedule, schedule.cycles, forward_seconds, backward_seconds, ipus)
+    longest = work.max(axis=1).tolist()
+    starts = [0.0]
+    for seconds in longest[:-1]:
+        starts.append(starts[-1] + seconds + copy_seconds)
+    free: dict[tuple[int, int], float] = {}  # (cycle, IPU): when it is free again
+    times = {}
+    for stage, (ops, stage_cycles) in enumerate(zip(schedule.order, schedule.cycles)):
+        for op, cycle in zip(ops, stage_cycles):
+            begin = free.get((cycle, ipus[stage]), starts[cycle])
+            end = begin + (forward_seconds if op.pass_ is Pass.FORWARD
+                           else backward_seconds)[stage]
+            times[op], free[(cycle, ipus[stage])] = (begin, end), end
+    return times, list(zip(starts, longest))
 
 
 def _cycle_work(schedule: PipelineSchedule, cycles: tuple[tuple[int, ...], ...],

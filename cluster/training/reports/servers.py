@@ -219,13 +219,14 @@ def plot_breakdown_by_servers(rows: list[Record], path: Path) -> Path:
 
 
 def write_report(runs: Sequence[RunRecord], out_dir: Path, command: str,
-                 settings: str = "") -> dict[str, Path]:
+                 settings: str = "", more: Sequence[str] = ()) -> dict[str, Path]:
     """Write loss.png, throughput.png, breakdown.png and README.md into ``out_dir``.
 
     The README (:func:`~.document.write_readme`) gives the command that produced the runs
     (every setting spelt out), says the times are simulated, holds the scaling table in
     Markdown, the ``settings`` table (Markdown: each setting and why) and the three
-    images. Creates ``out_dir``; returns the written paths keyed "loss", "throughput",
+    images, then ``more`` lines (a step's timeline). Creates ``out_dir``; returns the
+    written paths keyed "loss", "throughput",
     "breakdown", "readme".
     """
     out_dir = Path(out_dir)
@@ -252,5 +253,6 @@ def write_report(runs: Sequence[RunRecord], out_dir: Path, command: str,
             "",
             "![Training loss per step](loss.png)",
             "",
+            *more,
         ])
     return paths

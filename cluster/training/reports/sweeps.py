@@ -10,7 +10,7 @@ is simulated seconds on the emulated hardware.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -221,9 +221,9 @@ def plot_scaling(rows: list[Row], out: Path) -> list[Path]:
 
 
 def write(out: Path, title: str, command: str, table: str, images: list[Path],
-          settings: str = "") -> Path:
+          settings: str = "", more: Sequence[str] = ()) -> Path:
     """README.md in ``out`` (:func:`~.document.write_readme`): the title, the command
     (every setting spelt out), the simulated-time note, the table, the ``settings`` table
-    (Markdown), the plots."""
+    (Markdown), the plots, then ``more`` lines (a step's timeline)."""
     body = [line for image in images for line in (f"![{image.stem}]({image.name})", "")]
-    return write_readme(out, title, command, SIM_NOTE, table, settings, body)
+    return write_readme(out, title, command, SIM_NOTE, table, settings, [*body, *more])

@@ -1,0 +1,69 @@
+"""The collectives of a training step besides the gradient allreduce, as spans of the parts
+they make up (``ipupod train --trace``, :mod:`.step_trace`):
+
+- with the optimiser state sharded across racks (:mod:`.sharded_reduction`): the
+  reduce-scatter in each rack (the local allreduce part), the allreduce of each shard
+  across the racks (the global part) and the all-gather of the updated weights in each
+  rack (the weight gather part), a span each, as long as its part;
+- with the widest layer split over each replica's IPUs (:mod:`.sharding`): each of the
+  split's collectives over the step's micro-batches (broadcast, all-gather,
+  reduce-scatter, allreduce), one after the other, adding up to the shard exchange part.
+
+Each span is priced as the step's pricing prices it, so a part's spans add up to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster.training.config import TrainConfig
+from cluster.training.placement import topology_for
+from cluster.training.sharding import sharded_time
+from cluster.training.step_timing import sharded_reduction_timing
+from cluster.training.trainer import resolve
+
+SHARDED_REDUCTION = "gradient reduction (sharded state)"  # the tracks' names
+SHARD_EXCHANGE = "shard exchange"
+
+
+@dataclass(frozen=True)
+class PartSpan:
+    """``name`` on track ``track``, ``seconds`` long, within part ``part`` (a
+    :data:`~.step_parts.STEP_PARTS` key): the spans of a part follow one another from
+    the part's start."""
+
+    track: str
+    part: str
+    name: str
+    seconds: float
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+def step_collectives(config: TrainConfig) -> list[PartSpan]:
+    """The spans of ``config``'s step for its sharded reduction and its column split (none
+    when it has neither)."""
+    topology = topology_for(config)
+    config = resolve(config, topology)
+    spans = []
+    reduction = sharded_reduction_timing(config, topology)
+    if reduction is not None:
+        rack = {"group": f"the {config.replicas_per_server} replicas of each rack or server"}
+        spans += [
+            PartSpan(SHARDED_REDUCTION, "local_allreduce_seconds", "reduce-scatter in each rack",
+                     reduction.reduce_scatter_seconds, rack),
+            PartSpan(SHARDED_REDUCTION, "global_allreduce_seconds",
+                     "allreduce of each shard across racks",
+                     reduction.cross_rack_allreduce_seconds,
+                     {"group": "the same replica of every rack or server"}),
+            PartSpan(SHARDED_REDUCTION, "weight_gather_seconds", "all-gather in each rack",
+                     reduction.all_gather_seconds, rack)]
+    if config.splits_columns:
+        micro = config.accumulation
+        spans += [PartSpan(SHARD_EXCHANGE, "shard_exchange_seconds", name.replace("_", "-"),
+                           seconds, {"micro_batches": micro,
+                                     "group": f"each replica's {config.ipus_per_replica} IPUs"})
+                  for name, seconds in sharded_time(config, topology).by_collective.items()
+                  if seconds > 0]
+    return spans
