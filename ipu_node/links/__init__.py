@@ -4,4 +4,5 @@ loop (:mod:`~ipu_node.links.h2`); the chunk wire format (:mod:`~ipu_node.links.w
 where arriving chunks wait for their collective (:mod:`~ipu_node.links.mailbox`); and the
 link server and clients a device holds (:mod:`~ipu_node.links.server`,
 :mod:`~ipu_node.links.channel`), registered as a transport
-(:mod:`~ipu_node.links.transport`)."""
+(:mod:`~ipu_node.links.transport`, one module each in
+:mod:`~ipu_node.links.transports`)."""

@@ -31,7 +31,6 @@ from ipu_node.links import auth, h2
 from ipu_node.links.limits import LinkLimits
 from ipu_node.links.server import PING, PUSH, LinkServer
 from ipu_node.links.tls import ALPN, LinkTLS
-from ipu_node.links.transport import DEFAULT_TRANSPORT, Transport, register
 from ipu_node.links.wire import encode_header, payload_prefix
 from ipupod_proto import link_pb2
 
@@ -185,5 +184,3 @@ class LinkClient:
         for connection, _ in idle:
             connection.close()
 
-
-register(Transport(DEFAULT_TRANSPORT, LinkServer, LinkClient))
