@@ -3,7 +3,7 @@
 Every mistake in user input (a topology spec, a size, an algorithm name) raises a
 :class:`UserError` whose message says what was wrong and what to do. The CLI prints the
 message without a traceback and exits with status 2; programs can catch the class. Failures
-of the emulated devices and links are :class:`ipu_node.errors.DeviceError`, also an
+of the emulated devices and links are :class:`ipu_node.device_errors.DeviceError`, also an
 ``IpupodError``: ``except IpupodError`` catches everything the emulator raises on purpose.
 """
 

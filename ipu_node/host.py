@@ -21,7 +21,7 @@ from ipu_node.control import DeviceControl, directed_links, keep_freed_memory
 from ipu_node.counters import Counters
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.links.endpoint import LinkEndpoint
-from ipu_node.links.tls import LinkTLS
+from ipu_node.links.link_tls import LinkTLS
 from ipu_node.links.wire import decode_chunk
 
 RELAY_DEADLINE_SECONDS = 60.0

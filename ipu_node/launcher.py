@@ -24,12 +24,12 @@ from ipu_node.answers import DeviceInfo
 from ipu_node.calls import wait_all
 from ipu_node.card import Card
 from ipu_node.control import CONTROL, CONTROL_THREADS
+from ipu_node.device_errors import DeviceError
 from ipu_node.device_spec import DeviceSpec
-from ipu_node.errors import DeviceError
 from ipu_node.host import HostRelay
 from ipu_node.ipu_memory import available_ram_bytes
-from ipu_node.links.auth import new_secret
-from ipu_node.links.tls import LinkTLS
+from ipu_node.links.link_secret import new_secret
+from ipu_node.links.link_tls import LinkTLS
 from ipu_node.ownership import Ownership, ownership
 from ipu_node.ray_session import ensure_ray, uses_local_ray
 

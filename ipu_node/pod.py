@@ -9,7 +9,7 @@ composed of parts, each testable on its own:
   restarts, counters across restarts); restarted devices are wired in again whenever the
   POD hears from them (:meth:`stats`, :meth:`health`);
 - :class:`~ipu_node.faults.FaultInjector`: link faults and card kills;
-- :func:`~ipu_node.health.check_health`: each device's state;
+- :func:`~ipu_node.device_health.check_health`: each device's state;
 - :func:`~ipu_node.executor.run_collective`: collectives on the devices.
 """
 
@@ -27,12 +27,12 @@ from cluster.model.spec import load_topology
 from cluster.model.topology import Topology
 from ipu_node.answers import DeviceInfo, DeviceStats
 from ipu_node.calls import wait_all
+from ipu_node.device_health import HEALTH_DEADLINE_SECONDS, DeviceHealth, check_health
 from ipu_node.device_spec import DeviceSpec, device_specs
 from ipu_node.executor import CollectiveResult, run_collective
 from ipu_node.faults import FaultInjector
-from ipu_node.health import HEALTH_DEADLINE_SECONDS, DeviceHealth, check_health
 from ipu_node.launcher import LAUNCH_DEADLINE_SECONDS, place, release
-from ipu_node.links.tls import LinkTLS
+from ipu_node.links.link_tls import LinkTLS
 from ipu_node.roster import Roster
 
 TENSOR_DEADLINE_SECONDS = 120.0
@@ -119,7 +119,7 @@ class EmulatedPod:
         return [self.roster.with_offsets(i, a) for i, a in answers.items()]
 
     def health(self, deadline_seconds: float = HEALTH_DEADLINE_SECONDS) -> list[DeviceHealth]:
-        """Every device's state (:mod:`ipu_node.health`); restarted ones are wired in."""
+        """Every device's state (:mod:`ipu_node.device_health`); restarted ones are wired in."""
         return check_health(self.roster, *self.fault_injector.current(), deadline_seconds)
 
     def note_down(self, index: int, why: str) -> None:

@@ -20,8 +20,8 @@ from cluster.errors import UserError
 from cluster.model.link_faults import LinkFault
 from ipu_node.answers import DeviceInfo, DeviceStats, IpuCounters, add_counters, zero_counters
 from ipu_node.calls import settle, succeeded, wait_all
+from ipu_node.device_errors import DeviceError, DeviceRestarting
 from ipu_node.device_spec import DeviceSpec
-from ipu_node.errors import DeviceError, DeviceRestarting
 from ipu_node.ownership import Ownership
 
 REWIRE_DEADLINE_SECONDS = 30.0

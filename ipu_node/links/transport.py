@@ -48,7 +48,7 @@ class LinkClientLike(Protocol):
 class Transport:
     """``server(device name, receiver, host, secret, tls=...)`` and ``client(peer name,
     address, secret, tls=...)``: ``secret`` is the POD's link secret, which every call
-    carries and every server checks; ``tls`` a :class:`~ipu_node.links.tls.LinkTLS` or
+    carries and every server checks; ``tls`` a :class:`~ipu_node.links.link_tls.LinkTLS` or
     None (plain)."""
 
     name: str
