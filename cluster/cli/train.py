@@ -34,7 +34,7 @@ from gcl.modes import Mode
 
 def run(config: TrainConfig, ray_address: str | None, on_step: Progress) -> RunRecord:
     """Launch the servers if the run needs devices, train, shut them down."""
-    if config.mode != "real":
+    if config.mode != Mode.REAL:
         return train(config, on_step=on_step)
     # Ray: only for real mode (phantom training needs no devices)
     from ipu_node.pod import EmulatedPod

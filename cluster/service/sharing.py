@@ -28,6 +28,7 @@ from cluster.service.rate_limits import CallLimiter, Limited, Limits
 from cluster.service.state import StateStore
 from cluster.service.token_auth import BearerToken
 from cluster.service.users import ADMIN, Caller, UserBook, UserRecord
+from gcl.modes import Mode
 from ipupod_proto import control_pb2
 
 Behaviour = Callable[[Any, grpc.ServicerContext], Any]
@@ -60,7 +61,7 @@ def _target(request: Any) -> str:
 
 
 def _is_real(request: Any) -> bool:
-    return str(getattr(request, "mode", "")).strip().lower() == "real"
+    return str(getattr(request, "mode", "")).strip().lower() == Mode.REAL
 
 
 class SharedControl:
