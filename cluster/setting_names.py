@@ -36,5 +36,10 @@ SETTING_NAMES: dict[str, str] = {
     "hidden": "--hidden",
     "sequence_length": "--sequence-length",
     "topology": "--topology",
+    "group": "--group",
+    "max_bytes": "-e",
+    "ray_address": "--ray-address",
+    "format": "--format",
+    "level": "--level",
 }
 """Each setting's name as people use it, by field."""

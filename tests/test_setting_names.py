@@ -33,7 +33,7 @@ def _options(group: click.Group) -> set[str]:
 
 def test_every_option_the_table_names_is_an_option_of_a_command():
     options = _options(cli)
-    flags = {name for name in SETTING_NAMES.values() if name.startswith("--")}
+    flags = {name for name in SETTING_NAMES.values() if name.startswith("-")}
     assert flags and flags <= options, sorted(flags - options)
 
 
