@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from itertools import chain
@@ -35,7 +35,6 @@ from gcl.bench_rows import (
     format_row,
     groups_words,
     heading,
-    phantom_note,
     preamble,
     rank_lines,
     rows_to_json,
@@ -55,6 +54,25 @@ from ipu_node.bench_fit import DoesNotFit, RealSweep, check_here
 COLLECTIVE_NAMES = [name.value for name in CollectiveName]
 DEFAULT_MAX_BYTES = 128 << 20  # -e, as nccl-tests' examples sweep up to
 PROGRESS_MIN_PHASES = 200  # a progress bar for sizes with at least this many phases
+
+
+REAL_ONLY_WHY = {  # a real-mode option phantom mode has no use for, and why
+    "-n": "simulated time is exact, nothing to repeat",
+    "-w": "simulated time is exact, nothing to warm up",
+    "-c": "no data moves, nothing to check",
+    "--ray-address": "no devices are launched",
+}
+
+
+def phantom_note(given: Sequence[str]) -> list[str]:
+    """A ``note:`` line naming the real-mode options given (of :data:`REAL_ONLY_WHY`) that
+    phantom mode does not use, and why."""
+    if not given:
+        return []
+    why = "; ".join(f"{option}: {REAL_ONLY_WHY[option]}" for option in given)
+    verb = "applies" if len(given) == 1 else "apply"
+    return [f"note: {' and '.join(given)} {verb} only in real mode (--mode real), not in "
+            f"phantom mode ({why})"]
 
 
 class SizeType(click.ParamType):
