@@ -12,16 +12,16 @@ from benchmarks.phantom_speed import Case
 from cluster.cli.main import LazyGroup
 from cluster.model.hardware import IpuM2000, Processor
 from cluster.service.audit import _PrivateRotatingFile
-from cluster.service.auth import BearerToken
+from cluster.service.control_server import ControlService
 from cluster.service.metrics import PodCollector
-from cluster.service.server import ControlService
+from cluster.service.token_auth import BearerToken
 from cluster.training.fidelity.published import PublishedStep
 from cluster.training.workloads.compute import Efficiencies
 from gcl.collectives import ReduceOp
 from gcl.groups import CommGroupType
 from ipu_node.card import Card
 from ipu_node.control import DeviceControl
-from ipu_node.health import HealthState
+from ipu_node.device_health import HealthState
 from ipu_node.links.frames import ErrorCode
 
 # Called by name: a card's actor method (``pod.call("execute", ...)``), click (help),

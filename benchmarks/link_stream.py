@@ -177,8 +177,8 @@ def _receiver(target: Callable[..., None], *args: object) -> Iterator[tuple[int,
 
 def link(size: int, repeats: int) -> dict[str, Any]:
     """``size`` bytes over this project's link (LinkClient to LinkServer): :func:`_measure`."""
-    from ipu_node.links.auth import new_secret
     from ipu_node.links.channel import LinkClient, Transfer, encode_transfers
+    from ipu_node.links.link_secret import new_secret
 
     source = np.ones(size // 4, dtype=np.float32)
     secret = new_secret()

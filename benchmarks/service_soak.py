@@ -17,8 +17,8 @@ from tempfile import TemporaryDirectory
 
 import grpc
 
-from cluster.service.auth import write_token
-from cluster.service.server import start_server
+from cluster.service.control_server import start_server
+from cluster.service.token_auth import write_token
 from ipu_node.pod import EmulatedPod
 from ipupod_proto import control_pb2, control_pb2_grpc
 

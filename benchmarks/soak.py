@@ -135,7 +135,7 @@ def soak_partition(pod: EmulatedPod, tally: Tally, count: int, seed: int, max_by
 def _soak(pod: EmulatedPod, tally: Tally, count: int, seed: int, max_bytes: int,
           killed: dict[str, int]) -> None:
     from cluster.errors import ScheduleError
-    from ipu_node.errors import DeviceError
+    from ipu_node.device_errors import DeviceError
 
     rng = np.random.default_rng(seed)
     ipus = list(tally.ipus)

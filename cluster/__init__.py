@@ -4,4 +4,5 @@ service (:mod:`cluster.service`), training priced in simulated time or run for r
 (:mod:`cluster.training`) and the command line (:mod:`cluster.cli`). The collectives
 (:mod:`gcl`) and the emulated devices (:mod:`ipu_node`) are packages of their own, between
 the model and the service and training; :mod:`cluster.errors`, below all of them, holds
-the errors a user's mistake raises."""
+the errors a user's mistake raises, and :mod:`cluster.setting_names` how those errors word
+each setting."""

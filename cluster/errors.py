@@ -3,11 +3,15 @@
 Every mistake in user input (a topology spec, a size, an algorithm name) raises a
 :class:`UserError` whose message says what was wrong and what to do. The CLI prints the
 message without a traceback and exits with status 2; programs can catch the class. Failures
-of the emulated devices and links are :class:`ipu_node.errors.DeviceError`, also an
+of the emulated devices and links are :class:`ipu_node.device_errors.DeviceError`, also an
 ``IpupodError``: ``except IpupodError`` catches everything the emulator raises on purpose.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+from cluster.setting_names import SETTING_NAMES
 
 QUOTE_LIMIT = 100  # characters of a user's input repeated in a message
 
@@ -35,3 +39,26 @@ class SpecError(UserError):
 
 class ScheduleError(UserError):
     """A collective that cannot be scheduled as asked (group, algorithm, sizes)."""
+
+
+class SettingError(UserError):
+    """One setting that cannot be used as given. ``field`` names it as the code does (a
+    :class:`~cluster.training.config.TrainConfig` field, e.g. ``micro_batch``), so a
+    program can tell which without reading the message; the message's ``{field}``
+    placeholders are worded as people name each setting
+    (:data:`cluster.setting_names.SETTING_NAMES`: its command-line option)."""
+
+    def __init__(self, field: str, template: str, **values: object) -> None:
+        self.field = field
+        self.template = template
+        self.values = values
+        super().__init__(template.format_map({**SETTING_NAMES, **values}))
+
+    def __reduce__(self) -> tuple[Any, tuple[type[SettingError], str, str, dict[str, object]]]:
+        return _setting_error, (type(self), self.field, self.template, self.values)
+
+
+def _setting_error(kind: type[SettingError], field: str, template: str,
+                   values: dict[str, object]) -> SettingError:
+    """A :class:`SettingError` again (across processes, Ray, whole)."""
+    return kind(field, template, **values)

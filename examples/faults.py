@@ -25,7 +25,7 @@ try:
 
     from cluster.cli.output import errors_as_lines
     from cluster.model.link_faults import find_link
-    from ipu_node.errors import DeviceDied
+    from ipu_node.device_errors import DeviceDied
     from ipu_node.pod import EmulatedPod
 except ModuleNotFoundError as missing:  # not the Python the package is installed in
     print(f"error: cannot import {missing.name!r}: run the examples with the Python of the "

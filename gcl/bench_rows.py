@@ -151,26 +151,6 @@ def _elements(coll: Collective, nbytes: int, n: int, itemsize: int, dtype: str) 
     return f"{n} blocks of {words}" if coll.blocks_per_size else words
 
 
-REAL_ONLY_WHY = {  # a real-mode option phantom mode has no use for, and why
-    "-n": "simulated time is exact, nothing to repeat",
-    "-w": "simulated time is exact, nothing to warm up",
-    "-c": "no data moves, nothing to check",
-    "--ray-address": "no devices are launched",
-    "--allow-split-server": "no devices are placed",
-}
-
-
-def phantom_note(given: Sequence[str]) -> list[str]:
-    """A ``note:`` line naming the real-mode options given (of :data:`REAL_ONLY_WHY`) that
-    phantom mode does not use, and why."""
-    if not given:
-        return []
-    why = "; ".join(f"{option}: {REAL_ONLY_WHY[option]}" for option in given)
-    verb = "applies" if len(given) == 1 else "apply"
-    return [f"note: {' and '.join(given)} {verb} only in real mode (--mode real), not in "
-            f"phantom mode ({why})"]
-
-
 def check_runs(iterations: int, warmup: int) -> None:
     """Refuse timed (``-n``) or warm-up (``-w``) run counts out of range, saying the range."""
     if not 1 <= iterations <= MAX_RUNS:

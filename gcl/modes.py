@@ -3,7 +3,7 @@ they report the same simulated time by construction (``docs/real-mode.md``)."""
 
 from __future__ import annotations
 
-from cluster.errors import UserError
+from cluster.errors import SettingError
 from cluster.model.text_enum import TextEnum
 
 
@@ -15,10 +15,11 @@ class Mode(TextEnum):
     REAL = "real"
 
     @classmethod
-    def parse(cls, text: str, option: str = "--mode") -> Mode:
-        """The mode named ``text``, or a UserError naming the choices."""
+    def parse(cls, text: str, option: str = "{mode}") -> Mode:
+        """The mode named ``text``, or a SettingError naming the choices (and the setting
+        as ``option`` words it: by default as people name ``mode``)."""
         try:
             return cls(text)
         except ValueError:
-            raise UserError(f"{option} is {' or '.join(m.value for m in cls)}, "
-                            f"not {text!r}") from None
+            raise SettingError("mode", option + " is {choices}, not {given!r}",
+                               choices=" or ".join(m.value for m in cls), given=text) from None

@@ -11,6 +11,7 @@ import numpy as np
 from cluster.errors import ScheduleError
 from cluster.model.link_faults import LinkDown
 from cluster.model.topology import Topology
+from cluster.setting_names import SETTING_NAMES
 from gcl.algorithms import GroupContext, algorithm, for_collective
 from gcl.collectives import Collective, CollectiveName, dtype_itemsize
 from gcl.collectives import collective as lookup_collective
@@ -142,7 +143,7 @@ def _build(coll: Collective, topology: Topology, count: int, dtype: str, name: s
         raise ScheduleError(
             f"an all-to-all of {len(groups)} x {n:,} IPUs is {len(groups) * n * (n - 1):,} "
             f"distinct transfers, more than the {MAX_TRANSFERS:,} that fit in memory here: use "
-            "smaller replica groups (--group consecutive:K) or fewer IPUs")
+            f"smaller replica groups ({SETTING_NAMES['group']} consecutive:K) or fewer IPUs")
     slots = chosen.slots(coll, n)
     per_slot = count if coll.blocks_per_size else -(-count // slots)
     grain = chosen.granularity

@@ -1,7 +1,7 @@
 """The runtime: emulated hardware on Ray (``docs/architecture.md``).
 
 - :mod:`ipu_node.pod`: a launched POD, composed of a :mod:`~ipu_node.roster` of its
-  devices, a :mod:`~ipu_node.faults` injector and :mod:`~ipu_node.health` checks, placed
+  devices, a :mod:`~ipu_node.faults` injector and :mod:`~ipu_node.device_health` checks, placed
   by :mod:`ipu_node.launcher`;
 - :mod:`ipu_node.card`: a card (C2) or machine (IPU-M2000) actor, a thin Ray facade over a
   :mod:`~ipu_node.store` of tensors, :mod:`~ipu_node.counters` and a

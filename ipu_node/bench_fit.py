@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.model.units import format_size
+from cluster.setting_names import SETTING_NAMES
 from gcl.collectives import Collective, CollectiveName, dtype_itemsize
 from gcl.groups import CommGroup
 from gcl.planner import plan, replica_groups
@@ -166,8 +167,9 @@ def _smaller(largest: int, share: float) -> str:
     fits: the largest power of two that does, as a -e option."""
     fits = int(largest * share)
     if fits < 1:
-        return "choose a smaller -e/--maxbytes"
-    return f"choose -e {format_size(1 << (fits.bit_length() - 1))} or less"
+        return f"choose a smaller {SETTING_NAMES['max_bytes']}"
+    size = format_size(1 << (fits.bit_length() - 1))
+    return f"choose {SETTING_NAMES['max_bytes']} {size} or less"
 
 
 def check_here(sweep: RealSweep, topology: Topology, devices_here: bool) -> None:
@@ -177,4 +179,5 @@ def check_here(sweep: RealSweep, topology: Topology, devices_here: bool) -> None
     check_devices(sweep, topology, device_capacity(topology))
     ipus = len(sweep.replicas(topology))
     check_host(sweep, ipus, ipus if devices_here else 0, available_ram_bytes(),
-               "use phantom mode (sizes only, any size), or a Ray cluster (--ray-address)")
+               "use phantom mode (sizes only, any size), or a Ray cluster "
+               f"({SETTING_NAMES['ray_address']})")

@@ -22,8 +22,8 @@ import ray
 
 from cluster.errors import ScheduleError, UserError
 from ipu_node.answers import HealthState
+from ipu_node.device_errors import DeviceDied, DeviceError, DeviceRestarting
 from ipu_node.device_spec import DeviceSpec, describe
-from ipu_node.errors import DeviceDied, DeviceError, DeviceRestarting
 
 ABORT_GRACE_SECONDS = 2.0  # after a failure: how long the other devices get to stop
 

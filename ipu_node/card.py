@@ -33,10 +33,10 @@ from ipu_node.control import CONTROL, DeviceControl, directed_links, keep_freed_
 from ipu_node.counters import Counters
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.links.endpoint import LinkEndpoint
+from ipu_node.links.link_tls import LinkTLS
 from ipu_node.links.mailbox import Mailbox
-from ipu_node.links.tls import LinkTLS
+from ipu_node.node_placement import resolve_link_host
 from ipu_node.ownership import Ownership
-from ipu_node.placement import resolve_link_host
 from ipu_node.runner import ScheduleRunner
 from ipu_node.store import TensorStore
 from ipu_node.wall_spans import COMPUTE

@@ -34,9 +34,9 @@ from gcl.planner import AUTO, plan_timed, replica_groups
 from gcl.schedule import Schedule
 from ipu_node.answers import DeviceStats, HealthState
 from ipu_node.calls import ABORT_GRACE_SECONDS, died_during, gather
+from ipu_node.device_errors import DeviceDied, DeviceError, OutOfMemory
+from ipu_node.device_health import HEALTH_DEADLINE_SECONDS, DeviceHealth
 from ipu_node.device_spec import DeviceSpec, describe
-from ipu_node.errors import DeviceDied, DeviceError, OutOfMemory
-from ipu_node.health import HEALTH_DEADLINE_SECONDS, DeviceHealth
 from ipu_node.ipu_memory import available_ram_bytes
 
 DEFAULT_DEADLINE_SECONDS = 10.0  # a failed collective is named within this (split_deadline)
@@ -206,7 +206,8 @@ def split_deadline(deadline_seconds: float) -> tuple[float, float, float]:
     """A collective's deadline, split so that a failure is named within it: each wait on a
     link gets the rest of it after the time the other devices get to stop (at most
     :data:`~ipu_node.calls.ABORT_GRACE_SECONDS`) and the time to ask who is alive (at most
-    :data:`~ipu_node.health.HEALTH_DEADLINE_SECONDS`), each at most a fifth of it. Seconds."""
+    :data:`~ipu_node.device_health.HEALTH_DEADLINE_SECONDS`), each at most a fifth of it.
+    Seconds."""
     grace_seconds = min(ABORT_GRACE_SECONDS, DEADLINE_SHARE * deadline_seconds)
     probe_seconds = min(HEALTH_DEADLINE_SECONDS, DEADLINE_SHARE * deadline_seconds)
     return deadline_seconds - grace_seconds - probe_seconds, grace_seconds, probe_seconds

@@ -27,8 +27,8 @@ from cluster.model.faulted import with_faults
 from cluster.model.link_faults import LinkFault, find_link, link_name
 from cluster.model.topology import Topology
 from ipu_node.calls import settle
+from ipu_node.device_health import DeviceHealth, HealthState
 from ipu_node.device_spec import describe
-from ipu_node.health import DeviceHealth, HealthState
 from ipu_node.roster import REWIRE_DEADLINE_SECONDS, Roster
 
 

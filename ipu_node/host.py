@@ -21,9 +21,9 @@ from ipu_node.control import DeviceControl, directed_links, keep_freed_memory
 from ipu_node.counters import Counters
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.links.endpoint import LinkEndpoint
-from ipu_node.links.tls import LinkTLS
+from ipu_node.links.link_tls import LinkTLS
 from ipu_node.links.wire import decode_chunk
-from ipu_node.placement import resolve_link_host
+from ipu_node.node_placement import resolve_link_host
 from ipu_node.wall_spans import RECEIVE, SEND
 
 RELAY_DEADLINE_SECONDS = 60.0

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ipu_node.errors import OutOfMemory
+from ipu_node.device_errors import OutOfMemory
 
 
 @dataclass

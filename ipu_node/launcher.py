@@ -3,7 +3,7 @@
 A private local Ray by default (nothing to set up), or an existing Ray cluster by address
 (``ray_address=`` or ``RAY_ADDRESS``): :mod:`ipu_node.ray_session`. Every actor asks for
 the custom resource ``IPU`` (one per IPU it emulates) and is gang-placed: one placement
-group per server or rack, on one node (:mod:`ipu_node.placement`).
+group per server or rack, on one node (:mod:`ipu_node.node_placement`).
 """
 
 from __future__ import annotations
@@ -24,20 +24,20 @@ from ipu_node.answers import DeviceInfo
 from ipu_node.calls import wait_all
 from ipu_node.card import Card
 from ipu_node.control import CONTROL, CONTROL_THREADS
+from ipu_node.device_errors import DeviceError
 from ipu_node.device_spec import DeviceSpec
-from ipu_node.errors import DeviceError
 from ipu_node.host import HostRelay
 from ipu_node.ipu_memory import available_ram_bytes
-from ipu_node.links.auth import new_secret
-from ipu_node.links.tls import LinkTLS
-from ipu_node.ownership import Ownership, ownership
-from ipu_node.placement import (
+from ipu_node.links.link_secret import new_secret
+from ipu_node.links.link_tls import LinkTLS
+from ipu_node.node_placement import (
     check_servers_fit,
     link_host_for,
     live_nodes,
     peer_addresses,
     strategy,
 )
+from ipu_node.ownership import Ownership, ownership
 from ipu_node.ray_session import ensure_ray, uses_local_ray
 
 LAUNCH_DEADLINE_SECONDS = 120.0
@@ -125,7 +125,7 @@ class Launch:
     max_restarts: int
     link_secret: str = field(repr=False)  # never printed
     link_tls: LinkTLS | None = None  # TLS on every link, when asked
-    strategy: str = "STRICT_PACK"  # a server's devices on one node (ipu_node.placement)
+    strategy: str = "STRICT_PACK"  # a server's devices on one node (ipu_node.node_placement)
 
 
 def _start_server(topology: Topology, specs: list[DeviceSpec], server: str,

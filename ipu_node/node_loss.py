@@ -18,9 +18,9 @@ from collections.abc import Iterable, Sequence
 
 import ray
 
+from ipu_node.device_errors import DeviceError
 from ipu_node.device_spec import DeviceSpec
-from ipu_node.errors import DeviceError
-from ipu_node.placement import RayNode, raylet_answers, short_id
+from ipu_node.node_placement import RayNode, raylet_answers, short_id
 
 log = logging.getLogger(__name__)
 _announced: set[str] = set()  # nodes already logged as lost (once each)

@@ -9,7 +9,7 @@ composed of parts, each testable on its own:
   restarts, counters across restarts); restarted devices are wired in again whenever the
   POD hears from them (:meth:`stats`, :meth:`health`);
 - :class:`~ipu_node.faults.FaultInjector`: link faults and card kills;
-- :func:`~ipu_node.health.check_health`: each device's state;
+- :func:`~ipu_node.device_health.check_health`: each device's state;
 - :func:`~ipu_node.executor.run_collective`: collectives on the devices.
 """
 
@@ -27,15 +27,15 @@ from cluster.model.spec import load_topology
 from cluster.model.topology import Topology
 from ipu_node.answers import DeviceInfo, DeviceStats
 from ipu_node.calls import wait_all
+from ipu_node.device_errors import DeviceError
+from ipu_node.device_health import HEALTH_DEADLINE_SECONDS, DeviceHealth, check_health
 from ipu_node.device_spec import DeviceSpec, device_specs
-from ipu_node.errors import DeviceError
 from ipu_node.executor import CollectiveResult, run_collective
 from ipu_node.faults import FaultInjector
-from ipu_node.health import HEALTH_DEADLINE_SECONDS, DeviceHealth, check_health
 from ipu_node.launcher import LAUNCH_DEADLINE_SECONDS, place, release
-from ipu_node.links.tls import LinkTLS
+from ipu_node.links.link_tls import LinkTLS
 from ipu_node.node_loss import with_lost_nodes
-from ipu_node.placement import short_id
+from ipu_node.node_placement import short_id
 from ipu_node.roster import Roster
 
 TENSOR_DEADLINE_SECONDS = 120.0
@@ -66,7 +66,7 @@ class EmulatedPod:
         ``link_tls`` every link speaks TLS, both ends checking the other's certificate
         (its files must be readable wherever the devices run; ``docs/links.md``). Each
         server's (or rack's) devices share one Ray node unless ``allow_split_server``
-        (:mod:`ipu_node.placement`)."""
+        (:mod:`ipu_node.node_placement`)."""
         topology = load_topology(spec) if isinstance(spec, str) else spec
         specs = device_specs(topology)
         placed = place(topology, specs, ray_address=ray_address, link_host=link_host,
@@ -133,7 +133,7 @@ class EmulatedPod:
         return [self.roster.with_offsets(i, a) for i, a in answers.items()]
 
     def health(self, deadline_seconds: float = HEALTH_DEADLINE_SECONDS) -> list[DeviceHealth]:
-        """Every device's state (:mod:`ipu_node.health`); restarted ones are wired in."""
+        """Every device's state (:mod:`ipu_node.device_health`); restarted ones are wired in."""
         return check_health(self.roster, *self.fault_injector.current(), deadline_seconds)
 
     def note_down(self, index: int, why: str) -> None:

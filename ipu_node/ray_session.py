@@ -22,6 +22,7 @@ import grpc
 import ray
 
 from cluster.errors import UserError, quoted
+from cluster.setting_names import SETTING_NAMES
 
 LOCAL_IPU_SLOTS = 256  # the IPU resource a private local Ray offers (or the POD's size)
 PROBE_TIMEOUT_SECONDS = 5.0  # each step of checking an address: TCP connect, HTTP/2, one call
@@ -50,7 +51,7 @@ def ensure_ray(ray_address: str | None, ipus_needed: int) -> bool:
         return False
     address = address_given(ray_address)
     if address:
-        _join(address, "--ray-address" if ray_address else "RAY_ADDRESS")
+        _join(address, SETTING_NAMES["ray_address"] if ray_address else "RAY_ADDRESS")
         return False
     _start_private(ipus_needed)
     return True
@@ -113,8 +114,9 @@ def check_gcs_answers(address: str, source: str) -> None:
     except OSError as error:
         reason = error.strerror or type(error).__name__
         raise UserError(f"cannot reach {where}: {reason.lower()}; start one with `ray start "
-                        "--head` and give its address (host:port), or leave --ray-address "
-                        "and RAY_ADDRESS unset for a private local Ray") from None
+                        "--head` and give its address (host:port), or leave "
+                        f"{SETTING_NAMES['ray_address']} and RAY_ADDRESS unset for a private "
+                        "local Ray") from None
     _check_grpc_gcs(f"{host}:{port}" if ":" not in host else f"[{host}]:{port}", where)
 
 

@@ -20,10 +20,10 @@ from cluster.errors import UserError
 from cluster.model.link_faults import LinkFault
 from ipu_node.answers import DeviceInfo, DeviceStats, IpuCounters, add_counters, zero_counters
 from ipu_node.calls import settle, succeeded, wait_all
+from ipu_node.device_errors import DeviceError, DeviceRestarting
 from ipu_node.device_spec import DeviceSpec
-from ipu_node.errors import DeviceError, DeviceRestarting
+from ipu_node.node_placement import peer_addresses
 from ipu_node.ownership import Ownership
-from ipu_node.placement import peer_addresses
 
 REWIRE_DEADLINE_SECONDS = 30.0
 RESTART_POLL_SECONDS = 0.2

@@ -16,7 +16,7 @@ from gcl.local_executor import extract, land, layout
 from gcl.schedule import WORK, Phase, Schedule
 from gcl.schedule import Transfers as Moves
 from ipu_node.counters import Counters
-from ipu_node.errors import DeviceError, LinkTimeout
+from ipu_node.device_errors import DeviceError, LinkTimeout
 from ipu_node.links.channel import Transfer, encode_transfers
 from ipu_node.links.endpoint import LinkEndpoint
 from ipu_node.links.mailbox import Mailbox, TransferKey

@@ -9,7 +9,7 @@ import numpy as np
 
 from cluster.model.topology import Topology
 from ipu_node.answers import IpuMemoryStats
-from ipu_node.errors import DeviceError
+from ipu_node.device_errors import DeviceError
 from ipu_node.ipu_memory import IpuMemory
 
 SPARE_BUFFERS_PER_SHAPE = 4  # buffers of one size and dtype kept for reuse

@@ -9,7 +9,7 @@ import time
 
 import hpack
 
-from ipu_node.links import auth
+from ipu_node.links import link_secret
 from ipu_node.links.frames import (
     DATA,
     END_HEADERS,
@@ -20,7 +20,7 @@ from ipu_node.links.frames import (
     SETTINGS,
     frame_header,
 )
-from ipu_node.links.server import PING, PUSH
+from ipu_node.links.link_server import PING, PUSH
 
 CALL = [(":method", "POST"), (":scheme", "http"), (":authority", "localhost"),
         ("content-type", "application/grpc"), ("te", "trailers")]
@@ -49,7 +49,7 @@ class Peer:
         """A call's HEADERS, carrying ``secret`` (this process's link secret by default)."""
         fields = [*CALL, (":path", path)]
         if secret != "":
-            fields.append(auth.bearer(secret or auth.local_secret()))
+            fields.append(link_secret.bearer(secret or link_secret.local_secret()))
         self.send(HEADERS, END_HEADERS | (END_STREAM if end else 0), stream,
                   self.encoder.encode(fields))
 

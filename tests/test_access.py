@@ -3,7 +3,7 @@
 import pytest
 
 from cluster.service.access import METHOD_VERBS, Reach, Role, Verb, allowed, denial
-from cluster.service.limits import CallLimiter, Limited, Limits
+from cluster.service.rate_limits import CallLimiter, Limited, Limits
 
 N, O, X = Reach.NONE, Reach.OWN, Reach.OTHERS
 # verb: (what a user may reach); the administrator may everything

@@ -13,8 +13,8 @@ from cluster.model.spec import load_topology
 from gcl import plan
 from gcl.reference import expected
 from ipu_node.card import Card
+from ipu_node.device_errors import DeviceError, OutOfMemory
 from ipu_node.device_spec import describe, device_specs
-from ipu_node.errors import DeviceError, OutOfMemory
 from ipu_node.links.transport import Transport, register, transport
 from ipu_node.ownership import ownership
 from ipu_node.store import TensorStore

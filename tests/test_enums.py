@@ -8,7 +8,7 @@ import pytest
 from cluster.errors import UserError
 from gcl.collectives import COLLECTIVES, CollectiveName, ReduceOp, check_op
 from gcl.modes import Mode
-from ipu_node.health import HealthState
+from ipu_node.device_health import HealthState
 
 
 @pytest.mark.parametrize("member", [*CollectiveName, *ReduceOp, *Mode, *HealthState])

@@ -18,7 +18,7 @@ from cluster.model.link_faults import LinkDown, find_link
 from gcl.collectives import collective
 from gcl.phantom import simulate
 from gcl.planner import plan
-from ipu_node.errors import DeviceDied, DeviceError
+from ipu_node.device_errors import DeviceDied, DeviceError
 from ipu_node.executor import split_deadline
 from ipu_node.pod import EmulatedPod
 

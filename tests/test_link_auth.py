@@ -7,12 +7,12 @@ import os
 import numpy as np
 import pytest
 
-from ipu_node.errors import DeviceError
+from ipu_node.device_errors import DeviceError
 from ipu_node.links import frames as f
-from ipu_node.links.auth import new_secret
 from ipu_node.links.channel import LinkClient, LinkServer, Transfer, encode_transfers
+from ipu_node.links.link_secret import new_secret
+from ipu_node.links.link_server import PUSH
 from ipu_node.links.mailbox import Mailbox
-from ipu_node.links.server import PUSH
 from tests.link_peer import Peer, push_data
 
 

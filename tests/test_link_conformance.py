@@ -10,11 +10,11 @@ import h2.connection
 import h2.events
 import numpy as np
 
-from ipu_node.links import auth
+from ipu_node.links import link_secret
 from ipu_node.links.channel import LinkClient, LinkServer, Transfer, encode_transfers
+from ipu_node.links.grpc_messages import grpc_prefix
+from ipu_node.links.link_server import PUSH
 from ipu_node.links.mailbox import Mailbox, TransferKey
-from ipu_node.links.messages import grpc_prefix
-from ipu_node.links.server import PUSH
 from ipu_node.links.wire import decode_chunk, encode_chunk, encode_header
 from ipupod_proto import link_pb2
 
@@ -46,7 +46,7 @@ def test_frames_the_h2_package_builds_are_accepted_by_our_server():
             pass
         conn.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":path", PUSH),
                               (":authority", "localhost"), ("content-type", "application/grpc"),
-                              ("te", "trailers"), auth.bearer(auth.local_secret())])
+                              ("te", "trailers"), link_secret.bearer(link_secret.local_secret())])
         at = 0
         while at < len(body):  # within the windows the server gives, as a peer must
             room = min(conn.local_flow_control_window(1), conn.max_outbound_frame_size)

@@ -11,12 +11,12 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from ipu_node.errors import DeviceError
+from ipu_node.device_errors import DeviceError
 from ipu_node.links import frames as f
 from ipu_node.links.channel import LinkClient, LinkServer, Transfer, encode_transfers
-from ipu_node.links.limits import LinkLimits
+from ipu_node.links.link_limits import LinkLimits
+from ipu_node.links.link_server import PING, PUSH
 from ipu_node.links.mailbox import Mailbox, TransferKey
-from ipu_node.links.server import PING, PUSH
 from tests.link_peer import Peer, answers, push_data, wait_until
 
 

@@ -6,10 +6,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from ipu_node.errors import DeviceError
+from ipu_node.device_errors import DeviceError
 from ipu_node.links.channel import LinkClient, LinkServer, Transfer, encode_transfers
+from ipu_node.links.link_tls import LinkTLS
 from ipu_node.links.mailbox import Mailbox, TransferKey
-from ipu_node.links.tls import LinkTLS
 from ipu_node.pod import EmulatedPod
 
 

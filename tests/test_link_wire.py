@@ -5,7 +5,7 @@ grpcio's clients and servers."""
 import numpy as np
 import pytest
 
-from ipu_node.errors import DeviceError, LinkTimeout
+from ipu_node.device_errors import DeviceError, LinkTimeout
 from ipu_node.links.channel import CHUNK_BYTES, LinkClient, LinkServer, Transfer, encode_transfers
 from ipu_node.links.mailbox import Mailbox, TransferKey
 from ipu_node.links.wire import decode_chunk, encode_chunk, encode_header
@@ -232,7 +232,7 @@ def test_a_slow_receiver_makes_a_push_time_out_within_its_whole_deadline():
 def test_a_reset_of_a_finished_stream_is_old_news_and_the_connection_carries_on():
     import socket
 
-    from ipu_node.links import auth, h2
+    from ipu_node.links import h2, link_secret
     from ipu_node.links.frames import ErrorCode
 
     server = LinkServer("receiver", Mailbox())
@@ -245,7 +245,7 @@ def test_a_reset_of_a_finished_stream_is_old_news_and_the_connection_carries_on(
         connection.send_headers(stream, [(":method", "POST"), (":scheme", "http"),
                                          (":path", "/ipupod.link.v1.Link/Ping"),
                                          ("content-type", "application/grpc"),
-                                         auth.bearer(auth.local_secret())], end=False)
+                                         link_secret.bearer(link_secret.local_secret())], end=False)
         connection.send_messages(stream, [b""], end=True)
         reply = [bytes(m) for m in connection.messages(stream)]
         return {"reply": reply, **connection.trailers}

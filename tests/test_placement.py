@@ -9,7 +9,7 @@ from cluster.errors import UserError
 from cluster.model.spec import load_topology
 from ipu_node.device_spec import device_specs
 from ipu_node.node_loss import devices_phrase, loss_notes, name_range
-from ipu_node.placement import (
+from ipu_node.node_placement import (
     NODE_ADDRESS,
     RayNode,
     check_servers_fit,

@@ -52,7 +52,7 @@ AGENT_PORTS = ("node-manager-port", "object-manager-port", "metrics-export-port"
 DRIVER = """
 import json, sys
 import numpy as np
-from ipu_node.links.tls import LinkTLS
+from ipu_node.links.link_tls import LinkTLS
 from ipu_node.pod import EmulatedPod
 tls = LinkTLS(*sys.argv[2:5]) if len(sys.argv) > 2 else None
 pod = EmulatedPod.launch("dss8440x2", ray_address=sys.argv[1], link_tls=tls)

@@ -11,7 +11,7 @@ from gcl.algorithms import for_collective
 from gcl.collectives import COLLECTIVES
 from gcl.local_executor import run_in_memory
 from gcl.reference import expected
-from ipu_node.errors import DeviceError, OutOfMemory
+from ipu_node.device_errors import DeviceError, OutOfMemory
 from ipu_node.pod import EmulatedPod
 
 TOPOLOGIES = ("dss8440", "dss8440x2", "pod16")

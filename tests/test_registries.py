@@ -20,8 +20,11 @@ from cluster.training.workloads.registry import Builtin, builtin_workload
 from gcl.algorithms import _REGISTRY as ALGORITHMS
 from gcl.algorithms import Algorithm, register
 from gcl.planner import plan
+from ipu_node.links.mailbox import Mailbox
+from ipu_node.links.transport import TRANSPORTS
 
-PLUGIN_PACKAGES = {"algorithms": ALGORITHMS, "presets": _PRESETS, "schedules": SCHEDULES}
+PLUGIN_PACKAGES = {"algorithms": ALGORITHMS, "presets": _PRESETS, "schedules": SCHEDULES,
+                   "transports": TRANSPORTS}
 
 
 @pytest.mark.parametrize("registry", PLUGIN_PACKAGES.values(), ids=PLUGIN_PACKAGES.keys())
@@ -80,6 +83,14 @@ def test_every_registered_entry_builds() -> None:
     for name, algorithm in ALGORITHMS.items():
         collective = sorted(algorithm.collectives)[0]
         assert plan(collective, topology, 1 << 12, algorithm_name=name).algorithm == name
+    for name, transport in TRANSPORTS.items():  # a server listens, a client reaches it
+        server = transport.server("d0", Mailbox(), "127.0.0.1", "secret")
+        address = server.start()
+        try:
+            transport.client("d1", address, "secret").close()
+            assert address.startswith("127.0.0.1:"), name
+        finally:
+            server.stop()
 
 
 def test_the_named_schedules_are_registered() -> None:

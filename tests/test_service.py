@@ -17,8 +17,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster.service.auth import write_token
-from cluster.service.server import start_server
+from cluster.service.control_server import start_server
+from cluster.service.token_auth import write_token
 from ipu_node.pod import EmulatedPod
 from ipupod_proto import control_pb2, control_pb2_grpc
 
@@ -510,7 +510,7 @@ def test_a_serve_whose_port_is_busy_fails_at_once_and_leaves_the_token_alone(tmp
 
 def test_tokens_are_written_atomically_in_a_private_folder_replacing_a_symlink(tmp_path,
                                                                                 monkeypatch):
-    from cluster.service.auth import default_token_file, read_token, save_token
+    from cluster.service.token_auth import default_token_file, read_token, save_token
 
     monkeypatch.delenv("IPUPOD_TOKEN_FILE", raising=False)
     monkeypatch.setenv("IPUPOD_STATE_DIR", str(tmp_path / "state"))

@@ -12,8 +12,8 @@ import urllib.request
 import grpc
 import pytest
 
-from cluster.service.auth import write_token
-from cluster.service.server import start_server
+from cluster.service.control_server import start_server
+from cluster.service.token_auth import write_token
 from gcl.bench_rows import run_phantom
 from gcl.collectives import collective
 from ipu_node.pod import EmulatedPod

@@ -10,8 +10,8 @@ import sys
 import grpc
 import pytest
 
-from cluster.service.auth import write_token
-from cluster.service.server import start_server
+from cluster.service.control_server import start_server
+from cluster.service.token_auth import write_token
 from ipu_node.pod import EmulatedPod
 from ipupod_proto import control_pb2, control_pb2_grpc
 from tests.test_bench_refusals import too_big_for_this_machine

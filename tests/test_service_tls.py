@@ -10,11 +10,11 @@ import grpc
 import pytest
 
 from cluster.errors import UserError
-from cluster.service.auth import write_token
 from cluster.service.client import Client, ServiceError
-from cluster.service.server import start_server
+from cluster.service.control_server import start_server
+from cluster.service.control_tls import ServiceTLS, check_exposure, client_channel
 from cluster.service.sharing import ShareOptions
-from cluster.service.tls import ServiceTLS, check_exposure, client_channel
+from cluster.service.token_auth import write_token
 from ipu_node.pod import EmulatedPod
 from ipupod_proto import control_pb2, control_pb2_grpc
 

@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 
 from cluster.service import bench_trace
-from cluster.service.auth import write_token
-from cluster.service.server import start_server
+from cluster.service.control_server import start_server
+from cluster.service.token_auth import write_token
 from ipu_node.pod import EmulatedPod
 from ipu_node.wall_trace import CARDS
 from ipupod_proto import control_pb2, control_pb2_grpc

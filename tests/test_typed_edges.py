@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cluster.errors import ScheduleError
-from cluster.service.health import PartitionState
+from cluster.service.partition_health import PartitionState
 from gcl.collectives import CollectiveName, ReduceOp
 from gcl.groups import CommGroup
 from ipu_node.answers import DeviceStats, HealthState, IpuCounters, zero_counters

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from itertools import chain
@@ -25,6 +25,7 @@ from cluster.cli.trace_option import (
     wall_recorder,
 )
 from cluster.errors import UserError
+from cluster.model.hardware import FIGURE_SOURCES
 from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
 from cluster.model.topology import Topology
 from cluster.model.units import format_size, parse_size, plural
@@ -35,7 +36,6 @@ from gcl.bench_rows import (
     format_row,
     groups_words,
     heading,
-    phantom_note,
     preamble,
     rank_lines,
     rows_to_json,
@@ -60,6 +60,26 @@ DEFAULT_MAX_BYTES = 128 << 20  # -e, as nccl-tests' examples sweep up to
 PROGRESS_MIN_PHASES = 200  # a progress bar for sizes with at least this many phases
 
 
+REAL_ONLY_WHY = {  # a real-mode option phantom mode has no use for, and why
+    "-n": "simulated time is exact, nothing to repeat",
+    "-w": "simulated time is exact, nothing to warm up",
+    "-c": "no data moves, nothing to check",
+    "--ray-address": "no devices are launched",
+    "--allow-split-server": "no devices are placed",
+}
+
+
+def phantom_note(given: Sequence[str]) -> list[str]:
+    """A ``note:`` line naming the real-mode options given (of :data:`REAL_ONLY_WHY`) that
+    phantom mode does not use, and why."""
+    if not given:
+        return []
+    why = "; ".join(f"{option}: {REAL_ONLY_WHY[option]}" for option in given)
+    verb = "applies" if len(given) == 1 else "apply"
+    return [f"note: {' and '.join(given)} {verb} only in real mode (--mode real), not in "
+            f"phantom mode ({why})"]
+
+
 class SizeType(click.ParamType):
     """A byte count with an optional K/M/G suffix (powers of 1024)."""
 
@@ -79,7 +99,7 @@ class Sweep:
     """What to run, as the command line says it: a collective over sizes, with options."""
 
     collective: str
-    mode: str
+    mode: Mode
     min_bytes: int
     max_bytes: int
     factor: float
@@ -97,7 +117,7 @@ class Sweep:
     def notes(self, coll: Collective, group_size: int) -> list[str]:
         """The ``note:`` lines for stderr: options phantom mode does not use, sizes that
         do not run as asked."""
-        unused = phantom_note(self.real_only_given) if self.mode != "real" else []
+        unused = phantom_note(self.real_only_given) if self.mode != Mode.REAL else []
         return unused + size_notes(coll, sizes(self.min_bytes, self.max_bytes, self.factor),
                                    group_size, self.dtype)
 
@@ -136,7 +156,7 @@ def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGr
     timeline, ``wall`` (real) what the devices did."""
     options: dict[str, Any] = dict(dtype=sweep.dtype, op=sweep.op,
                                    algorithm_name=sweep.algorithm, group=group, root=sweep.root)
-    if sweep.mode != "real":
+    if sweep.mode != Mode.REAL:
         on_phase = stack.enter_context(progress("simulating supersteps",
                                                 min_total=PROGRESS_MIN_PHASES))
         return run_phantom(coll, topology, byte_sizes, on_phase=on_phase,
@@ -176,17 +196,18 @@ def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str 
     group = CommGroup.parse(sweep.group)
     topology = load_topology(topology_spec, figures)
     devices_here = not (ray_address or os.environ.get("RAY_ADDRESS"))
-    if not sweep.max_bytes_given and sweep.mode == "real":
+    if not sweep.max_bytes_given and sweep.mode == Mode.REAL:
         sweep = replace(sweep, max_bytes=_default_max_bytes(sweep, coll, group, topology,
                                                              devices_here))
     byte_sizes = sizes(sweep.min_bytes, sweep.max_bytes, sweep.factor)
-    if sweep.mode == "real":  # before Ray is imported: a refusal starts nothing
+    if sweep.mode == Mode.REAL:  # before Ray is imported: a refusal starts nothing
         check_here(sweep.real(coll, byte_sizes, group), topology, devices_here=devices_here)
     _notes(sweep.notes(coll, len(replica_groups(topology, group)[0])))
     trace = (SweepTrace(topology, trace_request.detail) if trace_request else None)
     wall = wall_recorder(sweep.mode, trace_request.path if trace_request else None)
     with ExitStack() as stack:
-        out = stack.enter_context(ray_chatter_to_stderr()) if sweep.mode == "real" else sys.stdout
+        out = (stack.enter_context(ray_chatter_to_stderr()) if sweep.mode == Mode.REAL
+               else sys.stdout)
         rows = _rows_here(sweep, coll, topology, group, byte_sizes, stack, ray_address, trace,
                           wall, allow_split_server)
         if as_json:
@@ -346,7 +367,7 @@ def _given(*options: tuple[str, str]) -> tuple[str, ...]:
               show_default=True, help="Real mode: untimed runs per size before those.")
 @click.option("-c", "--check", type=click.IntRange(0, 1), default=1, show_default=True,
               help="Real mode: check results against NumPy (#wrong), 1 or 0.")
-@click.option("--figures", type=click.Choice(["seed", "public"]), default="seed",
+@click.option("--figures", type=click.Choice(FIGURE_SOURCES), default="seed",
               show_default=True,
               help="Where seed and public figures disagree, which to use (presets; a YAML "
                    "file says its own).")
@@ -366,7 +387,7 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
                   ray_address: str | None, allow_split_server: bool, partition: str | None,
                   host: str | None, port: int | None, token_file: str | None) -> None:
     """Sweep sizes of a COLLECTIVE and print simulated time and bandwidth per size."""
-    sweep = Sweep(collective=collective, mode=mode, min_bytes=min_bytes,
+    sweep = Sweep(collective=collective, mode=Mode(mode), min_bytes=min_bytes,
                   max_bytes=DEFAULT_MAX_BYTES if max_bytes is None else max_bytes,
                   max_bytes_given=max_bytes is not None,
                   factor=factor, algorithm=algorithm, dtype=dtype, op=op, group=group_text,

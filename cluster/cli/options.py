@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from cluster.service.client import DEFAULT_PORT, HOST_VARIABLE, PORT_VARIABLE
-from cluster.service.tls import CA_VARIABLE
+from cluster.service.control_tls import CA_VARIABLE
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 import click
 
 from cluster.errors import UserError
-from ipu_node.errors import DeviceError
+from ipu_node.device_errors import DeviceError
 
 Progress = Callable[[int, int], None]
 

@@ -125,7 +125,7 @@ def _why_none_runs(rows: list[dict[str, Any]]) -> str:
 @click.command("pipeline-report")
 @click.option("--topology", default="pod16", show_default=True)
 @click.option("--ipus-per-replica", "ks", default="2,4,8,16", show_default=True)
-@click.option("--schedules", default="fill-drain,1f1b,popart", show_default=True)
+@click.option("--schedules", default=",".join(schedule_names()), show_default=True)
 @click.option("--micro-batches", default="1,2,4,8,16,32", show_default=True,
               help="Gradient accumulation counts: micro-batches in flight.")
 @model_options

@@ -1,5 +1,5 @@
 """``ipupod serve``: launch the emulated POD and serve its control API until SIGTERM or
-Ctrl-C (:mod:`cluster.service.server`); clients find it through ``--host/--port`` or
+Ctrl-C (:mod:`cluster.service.control_server`); clients find it through ``--host/--port`` or
 ``IPUOF_VIPU_API_HOST`` / ``IPUOF_VIPU_API_PORT`` and read the token it writes."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import click
 from cluster.cli.output import ray_chatter_to_stderr
 from cluster.cli.paths import CheckedPath
 from cluster.cli.serve_share import share_from, share_options
-from cluster.service.auth import default_token_file, new_token, save_token
 from cluster.service.client import DEFAULT_PORT
+from cluster.service.control_server import start_server
 from cluster.service.ports import check_port_free
-from cluster.service.server import start_server
 from cluster.service.sharing import ShareOptions
-from ipu_node.links.tls import LinkTLS
+from cluster.service.token_auth import default_token_file, new_token, save_token
+from ipu_node.links.link_tls import LinkTLS
 from ipu_node.pod import EmulatedPod
 
 

@@ -14,10 +14,10 @@ import click
 
 from cluster.cli.paths import CheckedPath
 from cluster.errors import UserError
-from cluster.service.auth import TOKEN_FILE_VARIABLE, state_dir
-from cluster.service.limits import Limits
+from cluster.service.control_tls import ServiceTLS, check_exposure
+from cluster.service.rate_limits import Limits
 from cluster.service.sharing import ShareOptions
-from cluster.service.tls import ServiceTLS, check_exposure
+from cluster.service.token_auth import TOKEN_FILE_VARIABLE, state_dir
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 _FILE = CheckedPath(dir_okay=False, path_type=Path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from cluster.model.hardware import FIGURE_SOURCES
 from cluster.model.presets import presets
 from cluster.model.rack_drawing import render_dot
 from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
@@ -21,7 +22,7 @@ def topology_group() -> None:
 @click.argument("spec", default=DEFAULT_TOPOLOGY)
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "dot"]), default="text",
               show_default=True)
-@click.option("--figures", type=click.Choice(["seed", "public"]), default="seed",
+@click.option("--figures", type=click.Choice(FIGURE_SOURCES), default="seed",
               show_default=True)
 @click.option("--level", type=click.Choice(["ipu", "unit"]), default="ipu", show_default=True,
               help="With --format dot: a node per IPU, or per card or machine (readable "

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from cluster.cli.paths import CheckedPath
 from cluster.errors import UserError, quoted
 from cluster.model.trace import Trace, write_trace
+from gcl.modes import Mode
 from gcl.sweep_trace import DETAILS
-
-if TYPE_CHECKING:
-    from ipu_node.wall_trace import WallRecorder
+from ipu_node.wall_trace import WallRecorder
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,10 +52,8 @@ def check_trace_path(path: Path | None) -> None:
 
 def wall_recorder(mode: str, path: Path | None) -> WallRecorder | None:
     """What records the devices' wall clock for ``--trace``: in real mode only."""
-    if path is None or mode != "real":
+    if path is None or mode != Mode.REAL:
         return None
-    from ipu_node.wall_trace import WallRecorder  # the runtime: only for real mode
-
     return WallRecorder()
 
 

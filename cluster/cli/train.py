@@ -46,7 +46,7 @@ def run(config: TrainConfig, ray_address: str | None, on_step: Progress,
         wall: WallRecorder | None = None, allow_split_server: bool = False) -> RunRecord:
     """Launch the servers if the run needs devices, train, shut them down; ``wall``
     (real mode) records what the devices did, a driver span per step."""
-    if config.mode != "real":
+    if config.mode != Mode.REAL:
         return train(config, on_step=on_step)
     # Ray: only for real mode (phantom training needs no devices)
     from ipu_node.pod import EmulatedPod

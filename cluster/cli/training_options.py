@@ -18,6 +18,7 @@ from cluster.training.defaults import DEFAULTS
 from cluster.training.fit import default_topology, resolve
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import schedule_names
+from cluster.training.workloads import DType
 from cluster.training.workloads.arithmetic import whole_numbers
 from cluster.training.workloads.registry import hidden_widths
 from cluster.training.workloads.workload_yaml import MAX_LAYERS
@@ -62,7 +63,7 @@ OPTIMIZER_STATE_OPTION = click.option(
          "update), or sharded over the replicas of a server or rack (PopART's replicated "
          "tensor sharding: each updates its share), or both.")
 GRADIENT_DTYPE_OPTION = click.option(
-    "--gradient-dtype", type=click.Choice(["float16", "float32"]), default=None,
+    "--gradient-dtype", type=click.Choice([str(dtype) for dtype in DType]), default=None,
     help="Number format of the gradients allreduced (default: the model's).")
 MICRO_BATCH_OPTION = click.option(
     "--micro-batch", "--batch-size", "micro_batch", type=int, default=None,

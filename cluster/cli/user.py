@@ -20,8 +20,8 @@ from cluster.cli.options import client_options
 from cluster.cli.output import echo_message
 from cluster.cli.paths import CheckedPath
 from cluster.errors import UserError
-from cluster.service.auth import save_token
 from cluster.service.client import Client
+from cluster.service.token_auth import save_token
 from ipupod_proto import control_pb2
 
 CREDENTIAL_FILE = click.option(

@@ -9,19 +9,20 @@ any source: they are this project's assumptions, stated below with their reasoni
 every preset lets them be overridden.
 
 Units are in the names: ``_bytes``, ``_Bps`` (bytes per second, per direction unless the
-name says ``bidirectional``), ``_s`` (seconds), ``_flops_per_second`` (floating-point
+name says ``bidirectional``), ``_seconds``, ``_flops_per_second`` (floating-point
 operations per second).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, get_args
 
 from cluster.errors import SpecError, UserError
 from cluster.model.units import GB, MB, Gbps, KiB
 
 FigureSource = Literal["seed", "public"]
+FIGURE_SOURCES: tuple[str, ...] = get_args(FigureSource)  # what ``--figures`` takes
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Registries of named plugins: collective algorithms, topology presets, pipeline schedules
-and built-in workloads all register the same way.
+"""Registries of named plugins: collective algorithms, topology presets, pipeline schedules,
+built-in workloads and link transports all register the same way.
 
 A plugin is a module in its registry's package that registers its entries when imported
 (usually with a decorator). The registry finds its modules by walking that package on
@@ -45,8 +45,8 @@ class Registry(Mapping[str, T]):
         if not isinstance(name, str) or not name:
             raise ValueError(f"a {self.kind}'s name is a non-empty string, not {name!r}")
         if name in self._entries:
-            raise ValueError(f"{self.kind} {name!r} is registered twice: by "
-                             f"{self._origins[name]} and by {origin}")
+            raise ValueError(f"{self.kind} {name!r} is registered twice: registered already "
+                             f"by {self._origins[name]}, again by {origin}")
         if self._check is not None:
             self._check(entry)
         self._entries[name] = entry
@@ -101,19 +101,3 @@ class Registry(Mapping[str, T]):
         self.load()
         return len(self._entries)
 
-
-class PluginModules:
-    """The named modules whose import registers the plugins of one registry (the link
-    transports' older style: a list of module names; the other registries use
-    :class:`Registry`)."""
-
-    def __init__(self, *modules: str) -> None:
-        self._modules = modules
-        self._loaded = False
-
-    def load(self) -> None:
-        """Import every module, the first time only."""
-        if not self._loaded:
-            for module in self._modules:
-                importlib.import_module(module)
-            self._loaded = True

@@ -19,7 +19,7 @@ import math
 from collections import Counter, defaultdict
 from html import escape
 
-from cluster.errors import UserError
+from cluster.errors import SettingError
 from cluster.model.topology import HOST, ROLES, Topology
 from cluster.model.units import GB
 
@@ -38,14 +38,15 @@ how many servers stand in a row."""
 def render_dot(topology: Topology) -> str:
     """The DOT drawing (an undirected ``graph``) the module docstring describes.
 
-    Raises :class:`UserError` above ``DOT_MAX_NODES`` nodes: such a drawing is unreadable.
+    Raises :class:`SettingError` (``format``) above ``DOT_MAX_NODES`` nodes: such a drawing
+    is unreadable.
     """
     if topology.node_count > DOT_MAX_NODES:
-        raise UserError(
-            f"topology {topology.name!r} has {topology.node_count:,} nodes: a DOT drawing of "
-            f"more than {DOT_MAX_NODES:,} would be unreadable; use --format json (or text), "
-            "--level unit, or a smaller topology"
-        )
+        raise SettingError(
+            "format", "topology {name!r} has {nodes:,} nodes: a DOT drawing of more than "
+            "{most:,} would be unreadable; use {format} json (or text), {level} unit, or a "
+            "smaller topology", name=topology.name, nodes=topology.node_count,
+            most=DOT_MAX_NODES)
     layout = _Layout(topology)
     racked = bool(layout.racks)
     title = f"{topology.name}: one node per IPU; boxes are servers, cards and machines"

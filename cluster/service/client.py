@@ -2,9 +2,9 @@
 
 It finds the service through ``host``/``port`` or ``IPUOF_VIPU_API_HOST`` /
 ``IPUOF_VIPU_API_PORT`` (V-IPU's variables; default 127.0.0.1:8090), reads the token from
-``token_file`` (default: :func:`cluster.service.auth.default_token_file`, the token of the
+``token_file`` (default: :func:`cluster.service.token_auth.default_token_file`, the token of the
 service on that port), speaks TLS when given a CA (``tls_ca`` or ``IPUPOD_TLS_CA``;
-:mod:`cluster.service.tls`) and turns every
+:mod:`cluster.service.control_tls`) and turns every
 refusal into a :class:`ServiceError` a person can act on.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 import grpc
 
 from cluster.errors import UserError, quoted
-from cluster.service.auth import bearer_metadata, default_token_file, read_token
-from cluster.service.tls import client_channel
+from cluster.service.control_tls import client_channel
+from cluster.service.token_auth import bearer_metadata, default_token_file, read_token
 from ipupod_proto import control_pb2_grpc
 
 DEFAULT_PORT = 8090

@@ -16,6 +16,7 @@ from importlib.metadata import version
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from gcl.modes import Mode
 from ipu_node.answers import DeviceStats, IpuCounters, IpuMemoryStats, zero_counters
 
 # Collective durations span microseconds (small simulated allreduces) to seconds.
@@ -175,7 +176,7 @@ class ServiceMetrics:
         self.runs.labels(*labels).inc()
         self.bytes.labels(*labels).inc(row.bytes)
         self.sim.labels(*labels).observe(row.sim_seconds)
-        wall = self.wall if mode == "real" else self.phantom_wall
+        wall = self.wall if mode == Mode.REAL else self.phantom_wall
         wall.labels(row.collective, row.op, row.algorithm, partition).observe(row.wall_seconds)
 
     def serve(self, host: str, port: int):

@@ -1,9 +1,9 @@
 """A POD several people share: the control API behind a gate that knows who is calling.
 
-:class:`SharedControl` stands in front of :class:`cluster.service.server.ControlService`:
+:class:`SharedControl` stands in front of :class:`cluster.service.control_server.ControlService`:
 for each call it finds the caller (:mod:`cluster.service.users`), asks the rules
 (:mod:`cluster.service.access`) whether they may, checks the quota and the expensive-call
-limits (:mod:`cluster.service.limits`), records who owns each partition (persisted by
+limits (:mod:`cluster.service.rate_limits`), records who owns each partition (persisted by
 :mod:`cluster.service.state` before the call answers), shows each user their own partitions,
 serves the user calls, and writes the audit log (:mod:`cluster.service.audit`). Someone who
 never adds a user is the administrator in every call and sees the service as before.
@@ -22,12 +22,13 @@ import grpc
 
 from cluster.service.access import METHOD_VERBS, STATE_CHANGING, Reach, Role, Verb, allowed, denial
 from cluster.service.audit import AuditLog
-from cluster.service.auth import BearerToken
-from cluster.service.limits import CallLimiter, Limited, Limits
+from cluster.service.control_tls import ServiceTLS
 from cluster.service.partitions import PartitionError
+from cluster.service.rate_limits import CallLimiter, Limited, Limits
 from cluster.service.state import StateStore
-from cluster.service.tls import ServiceTLS
+from cluster.service.token_auth import BearerToken
 from cluster.service.users import ADMIN, Caller, UserBook, UserRecord
+from gcl.modes import Mode
 from ipupod_proto import control_pb2
 
 Behaviour = Callable[[Any, grpc.ServicerContext], Any]
@@ -60,7 +61,7 @@ def _target(request: Any) -> str:
 
 
 def _is_real(request: Any) -> bool:
-    return str(getattr(request, "mode", "")).strip().lower() == "real"
+    return str(getattr(request, "mode", "")).strip().lower() == Mode.REAL
 
 
 class SharedControl:

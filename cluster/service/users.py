@@ -5,7 +5,7 @@ look-up, and the service keeps only ``sha256(salt + secret)`` with a random salt
 per credential (the secret is random, so a fast hash is enough: nothing to guess from a
 dictionary). Credentials are compared in constant time. Removing or rotating a user takes
 effect on the next call: every call looks the caller up again. The administrator is whoever
-holds the token ``ipupod serve`` wrote (``cluster.service.auth``).
+holds the token ``ipupod serve`` wrote (``cluster.service.token_auth``).
 """
 
 from __future__ import annotations

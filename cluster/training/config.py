@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cluster.errors import UserError
+from cluster.errors import SettingError
 from cluster.model.topology import Topology
 from cluster.training.defaults import DEFAULTS
 from cluster.training.numpy_mlp import MLPSpec
@@ -28,7 +28,7 @@ from gcl.modes import Mode
 
 IPUS_PER_SERVER = 16
 IPUS_PER_REPLICA = (1, 2, 4, 8, 16)  # a replica spans an aligned power-of-two block
-DEFAULT_WIDTH = 128  # of each hidden layer, unless --hidden says otherwise
+DEFAULT_WIDTH = 128  # of each hidden layer, unless ``hidden`` says otherwise
 MAX_STEPS = 1_000_000  # a run's steps: each keeps its figures
 MAX_ACCUMULATION = 1 << 16  # micro-batches a step: its schedule holds every one's passes
 MAX_MICRO_BATCH = 1 << 20  # samples a micro-batch: far past any IPU's memory, and a bound
@@ -82,7 +82,7 @@ class TrainConfig:
             object.__setattr__(self, "optimizer_state", OptimizerState(self.optimizer_state))
 
     def validate(self, topology: Topology | None = None, server_size: int | None = None) -> None:
-        """UserError naming the option to change if this run cannot go ahead; a server
+        """A SettingError naming the setting to change if this run cannot go ahead; a server
         (or rack) of ``server_size`` IPUs bounds the replicas per server."""
         self._check_placement(server_size or IPUS_PER_SERVER)
         self._check_counts()
@@ -93,90 +93,100 @@ class TrainConfig:
         self._check_schedule()
 
     def _check_placement(self, server_ipus: int) -> None:
-        """UserError unless whole replicas fit a server of ``server_ipus`` IPUs."""
+        """A SettingError unless whole replicas fit a server of ``server_ipus`` IPUs."""
         if self.servers < 1:
-            raise UserError("--servers must be 1 or more")
+            raise SettingError("servers", "{servers} must be 1 or more")
         if self.ipus_per_replica not in IPUS_PER_REPLICA:
-            raise UserError(f"--ipus-per-replica (or --gcd) is one of "
-                            f"{', '.join(map(str, IPUS_PER_REPLICA))}, not "
-                            f"{self.ipus_per_replica}")
+            raise SettingError("ipus_per_replica", "{ipus_per_replica} (or {gcd}) is one of "
+                               "{choices}, not {given}",
+                               choices=", ".join(map(str, IPUS_PER_REPLICA)),
+                               given=self.ipus_per_replica)
         per_server = server_ipus // self.ipus_per_replica
         if per_server < 1:
-            raise UserError(f"a replica of {self.ipus_per_replica} IPUs does not fit a server "
-                            f"of {server_ipus}: use fewer --ipus-per-replica")
+            raise SettingError("ipus_per_replica", "a replica of {given} IPUs does not fit a "
+                               "server of {server}: use fewer {ipus_per_replica}",
+                               given=self.ipus_per_replica, server=server_ipus)
         if not 1 <= self.replicas_per_server <= per_server:
-            raise UserError(f"--replicas-per-server runs from 1 to {per_server} with "
-                            f"--ipus-per-replica {self.ipus_per_replica} on this topology")
+            raise SettingError("replicas_per_server", "{replicas_per_server} runs from 1 to "
+                               "{most} with {ipus_per_replica} {given} on this topology",
+                               most=per_server, given=self.ipus_per_replica)
 
     def _check_counts(self) -> None:
-        """UserError unless every count is positive and the optimiser's numbers in range."""
-        for name, option in (("micro_batch", "--micro-batch (--batch-size)"),
-                             ("accumulation", "--gradient-accumulation"), ("steps", "--steps"),
-                             ("input_size", "input-size"), ("classes", "classes"),
-                             ("samples", "samples")):
+        """A SettingError unless every count is positive and the optimiser's numbers in range."""
+        for name in ("micro_batch", "accumulation", "steps", "input_size", "classes",
+                     "samples"):
             if getattr(self, name) < 1:
-                raise UserError(f"{option} must be 1 or more")
+                also = " ({batch_size})" if name == "micro_batch" else ""
+                raise SettingError(name, f"{{{name}}}{also} must be 1 or more")
         if self.steps > MAX_STEPS:
-            raise UserError(f"--steps runs to {MAX_STEPS:,} (a run keeps each step's "
-                            f"figures), not {self.steps}")
+            raise SettingError("steps", "{steps} runs to {most:,} (a run keeps each step's "
+                               "figures), not {given}", most=MAX_STEPS, given=self.steps)
         if self.micro_batch > MAX_MICRO_BATCH:
-            raise UserError(f"--micro-batch runs to {MAX_MICRO_BATCH:,} samples (a replica's "
-                            "micro-batch), no more")
+            raise SettingError("micro_batch", "{micro_batch} runs to {most:,} samples (a "
+                               "replica's micro-batch), no more", most=MAX_MICRO_BATCH)
         if self.accumulation > MAX_ACCUMULATION:
-            raise UserError(f"--gradient-accumulation runs to {MAX_ACCUMULATION} (a step's "
-                            f"schedule holds every micro-batch's passes), not "
-                            f"{self.accumulation}")
+            raise SettingError("accumulation", "{accumulation} runs to {most} (a step's "
+                               "schedule holds every micro-batch's passes), not {given}",
+                               most=MAX_ACCUMULATION, given=self.accumulation)
         if not self.lr > 0 or not 0 <= self.momentum < 1:
-            raise UserError("the learning rate must be positive and momentum in [0, 1)")
+            raise SettingError("lr" if not self.lr > 0 else "momentum",
+                               "the learning rate must be positive and momentum in [0, 1)")
 
     def _check_modes(self) -> None:
-        """UserError if the mode, dtype and optimiser state do not go together."""
+        """A SettingError if the mode, dtype and optimiser state do not go together."""
         if self.mode not in tuple(Mode):
-            raise UserError("--mode is real or phantom")
+            raise SettingError("mode", "{mode} is real or phantom")
         if self.model != MLP and self.mode == Mode.REAL:
-            raise UserError(f"--model {self.model[:60]} trains in phantom mode only (a "
-                            "workload has counts, not weights): add --mode phantom, or train "
-                            "the MLP in real mode")
+            raise SettingError("mode", "{model} {given} trains in phantom mode only (a "
+                               "workload has counts, not weights): add {mode} phantom, or "
+                               "train the MLP in real mode", given=self.model[:60])
         if self.gradient_dtype not in (None, *tuple(DType)):
-            raise UserError(f"--gradient-dtype is {' or '.join(DType)}")
+            raise SettingError("gradient_dtype", "{gradient_dtype} is {choices}",
+                               choices=" or ".join(DType))
         if self.gradient_dtype == DType.FLOAT16 and self.mode == Mode.REAL:
-            raise UserError("real mode trains in float32: --gradient-dtype float16 needs "
-                            "--mode phantom")
+            raise SettingError("gradient_dtype", "real mode trains in float32: "
+                               "{gradient_dtype} float16 needs {mode} phantom")
         if self.optimizer_state not in OPTIMIZER_STATE:
-            raise UserError(f"--optimizer-state is {' or '.join(OPTIMIZER_STATE)}")
+            raise SettingError("optimizer_state", "{optimizer_state} is {choices}",
+                               choices=" or ".join(OPTIMIZER_STATE))
         if self.check and self.mode != Mode.REAL:
-            raise UserError("--check compares real training with the reference: use --mode real")
+            raise SettingError("check", "{check} compares real training with the reference: "
+                               "use {mode} real")
 
     def _check_split(self) -> None:
-        """UserError if a sharded layer is asked for what only pipelines do."""
+        """A SettingError if a sharded layer is asked for what only pipelines do."""
         if self.split not in SPLITS:
-            raise UserError(f"--split is {' or '.join(SPLITS)}")
+            raise SettingError("split", "{split} is {choices}", choices=" or ".join(SPLITS))
         if self.splits_columns and self.model != MLP:
-            raise UserError("--split shard splits the MLP's widest layer: use it without "
-                            "--model, or pipeline the workload (--split pipeline)")
+            raise SettingError("split", "{split} shard splits the MLP's widest layer: use it "
+                               "without {model}, or pipeline the workload ({split} pipeline)")
         if self.splits_columns and (self.recompute or self.pipeline_schedule != DEFAULT):
-            raise UserError("--recompute and --pipeline-schedule apply to pipeline stages, not "
-                            "to a sharded layer: leave them out with --split shard")
+            raise SettingError("split", "{recompute} and {pipeline_schedule} apply to pipeline "
+                               "stages, not to a sharded layer: leave them out with {split} "
+                               "shard")
 
     def _check_workload(self, built: Workload) -> None:
-        """UserError if the workload (``built``) has no weights: no gradient to reduce."""
+        """A SettingError if the workload (``built``) has no weights: no gradient to reduce."""
         if self.model != MLP and built.parameter_count == 0:
-            raise UserError(f"--model {self.model[:60]}: the workload has no parameters, so "
-                            "there is nothing to train: give a layer parameters")
+            raise SettingError("model", "{model} {given}: the workload has no parameters, so "
+                               "there is nothing to train: give a layer parameters",
+                               given=self.model[:60])
 
     def _check_efficiency(self) -> None:
-        """UserError if --efficiency-scale has nothing to scale or scales past the peak."""
+        """A SettingError if --efficiency-scale has nothing to scale or scales past the peak."""
         if self.efficiency_scale != 1.0:
             if self.model == MLP:
-                raise UserError("--efficiency-scale scales a workload's efficiencies: give "
-                                "--model, or leave it out for the MLP (priced at peak)")
+                raise SettingError("efficiency_scale", "{efficiency_scale} scales a workload's "
+                                   "efficiencies: give {model}, or leave it out for the MLP "
+                                   "(priced at peak)")
             _ = self.efficiencies  # a UserError if it puts a kind past the peak
 
     def _check_schedule(self) -> None:
-        """UserError unless the schedule is known and fits the stages and micro-batches."""
+        """A SettingError unless the schedule is known and fits the stages and micro-batches."""
         if self.pipeline_schedule not in schedule_names():
-            raise UserError(f"unknown --pipeline-schedule {self.pipeline_schedule[:40]!r}: "
-                            f"choose {' or '.join(schedule_names())}")
+            raise SettingError("pipeline_schedule", "unknown {pipeline_schedule} {given!r}: "
+                               "choose {choices}", given=self.pipeline_schedule[:40],
+                               choices=" or ".join(schedule_names()))
         if self.splits_columns:
             return
         try:
@@ -190,25 +200,28 @@ class TrainConfig:
                 "IPUs' and the final stage back on the first IPU", error.needed) from None
 
     def _check_stages(self) -> Workload:
-        """This run's workload, or a UserError naming the option if its layers cannot go
+        """This run's workload, or a SettingError naming the setting if its layers cannot go
         on the pipeline's stages as asked (``--layers-per-ipu``,
         ``--final-stage-on-first-ipu``)."""
         if self.final_stage_on_first_ipu and (self.splits_columns or self.model == MLP
                                               or self.ipus_per_replica < 2):
-            raise UserError("--final-stage-on-first-ipu runs a workload's last pipeline stage "
-                            "on the replica's first IPU: give --model and --ipus-per-replica "
-                            "2 or more, and leave out --split shard")
+            raise SettingError("final_stage_on_first_ipu", "{final_stage_on_first_ipu} runs a "
+                               "workload's last pipeline stage on the replica's first IPU: "
+                               "give {model} and {ipus_per_replica} 2 or more, and leave "
+                               "out {split} shard")
         built = self.workload()
         layers = len(built.layers)
         if self.layers_per_ipu is not None:
             stage_layers([0] * layers, self.pipeline_stages, self.layers_per_ipu)
         if layers < self.pipeline_stages and not self.splits_columns:
-            raise UserError(f"the model has {layers} layers: {self.pipeline_stages} pipeline "
-                            f"stages need at least {self.pipeline_stages} (add hidden layers "
-                            "with --hidden, or use fewer --ipus-per-replica)")
+            raise SettingError("ipus_per_replica", "the model has {layers} layers: {stages} "
+                               "pipeline stages need at least {stages} (add hidden layers "
+                               "with {hidden}, or use fewer {ipus_per_replica})",
+                               layers=layers, stages=self.pipeline_stages)
         if self.layers_per_ipu is not None and (self.splits_columns or self.model == MLP):
-            raise UserError("--layers-per-ipu places a workload's layers on pipeline stages: "
-                            "give --model, and leave out --split shard")
+            raise SettingError("layers_per_ipu", "{layers_per_ipu} places a workload's layers "
+                               "on pipeline stages: give {model}, and leave out {split} "
+                               "shard")
         return built
 
     @property
@@ -290,8 +303,8 @@ class TrainConfig:
         sequence length and gradient dtype asked for."""
         if self.model == MLP:
             if self.sequence_length is not None:
-                raise UserError("--sequence-length applies to bert-base, bert-large and "
-                                "gpt2-xl, not to the MLP")
+                raise SettingError("sequence_length", "{sequence_length} applies to bert-base, "
+                                   "bert-large and gpt2-xl, not to the MLP")
             built = mlp_workload(self.spec)
             return built if self.gradient_dtype is None else replace(
                 built, gradient_dtype=DType(self.gradient_dtype))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import DEFAULT as DEFAULT_SCHEDULE
+from gcl.algorithms.hierarchical import Hierarchical
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Defaults:
     micro_batches: tuple[int, ...] = (32, 16, 8, 4, 2, 1)  # tried in turn: the first fits
     ipus_per_replica: tuple[int, ...] = (1, 2, 4, 8, 16)  # tried in turn: the first fits
     optimizer_state: OptimizerState = OptimizerState.IN_PROCESSOR
-    algorithm: str = "hierarchical"
+    algorithm: str = Hierarchical.name
     pipeline_schedule: str = DEFAULT_SCHEDULE
     split: str = "pipeline"
     accumulation: int = 1
@@ -53,7 +54,7 @@ RULES: dict[str, str] = {
                          "recipes' and the only one a DSS 8440 has (Streaming Memory is an "
                          "IPU-M2000's, and costs a transfer each update)",
     "--algorithm": "hierarchical: IPU-Links inside a server or rack, then between them",
-    "--pipeline-schedule": "fill-drain (GPipe)",
+    "--pipeline-schedule": f"{DEFAULT_SCHEDULE} (GPipe)",
     "--split": "pipeline stages",
     "--recompute": "as the model's published recipe (on for a workload, off for the MLP)",
     "--gradient-dtype": "the model's number format",

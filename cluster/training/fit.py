@@ -15,6 +15,7 @@ from typing import Any
 
 from cluster.errors import UserError
 from cluster.model.topology import Topology
+from cluster.setting_names import SETTING_NAMES
 from cluster.training.config import IPUS_PER_REPLICA, MLP, OPTIMIZER_STATE, TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.memory_plan import (
@@ -28,8 +29,6 @@ from cluster.training.placement import server_ipus, topology_for
 
 FREE = frozenset({"micro_batch", "ipus_per_replica"})
 """The defaults :func:`resolve` chooses to fit: each tried in the order DEFAULTS gives."""
-_OPTIONS = {"ipus_per_replica": "--ipus-per-replica", "micro_batch": "--micro-batch",
-            "recomputes": "--recompute", "optimizer_state": "--optimizer-state"}
 HINTS = 3  # alternatives a hint names at most
 
 
@@ -97,13 +96,15 @@ def hint(config: TrainConfig, topology: Topology) -> str:
         pod_topology = topology_for(pod)
         if fits(pod, pod_topology):
             memory = decimal(int(pod_topology.ipu_processors[0].in_processor_memory_bytes))
-            return (f"nothing tried fits these IPUs; on an IPU-POD16 ({memory} each) it "
-                    f"fits with --topology {DEFAULTS.workload_topology} "
-                    f"--ipus-per-replica {pod.ipus_per_replica} --micro-batch "
-                    f"{pod.micro_batch}")
+            return ("nothing tried fits these IPUs; on an IPU-POD16 ({memory} each) it "
+                    "fits with {topology} {pod} {ipus_per_replica} {ipus} {micro_batch} "
+                    "{micro}").format_map({**SETTING_NAMES, "memory": memory,
+                                           "pod": DEFAULTS.workload_topology,
+                                           "ipus": pod.ipus_per_replica,
+                                           "micro": pod.micro_batch})
     return ("nothing tried fits (up to 16 IPUs per replica, micro-batch 1, recomputation, "
-            "every --optimizer-state): make the model smaller (a shorter --sequence-length, "
-            "a workload file) or use IPUs with more memory")
+            "every {optimizer_state}): make the model smaller (a shorter {sequence_length}, "
+            "a workload file) or use IPUs with more memory").format_map(SETTING_NAMES)
 
 
 def _fitting_changes(config: TrainConfig, topology: Topology) -> list[dict[str, Any]]:
@@ -162,8 +163,10 @@ def _changed(config: TrainConfig, topology: Topology, changes: dict[str, Any]) -
 
 
 def _as_options(changes: dict[str, Any]) -> str:
-    """The command-line options of ``changes``: ``--micro-batch 16 --recompute``."""
-    return " ".join(_OPTIONS[name] if value is True else f"{_OPTIONS[name]} {value}"
+    """The settings of ``changes`` as people name them: ``--micro-batch 16 --recompute``."""
+    named = {name: SETTING_NAMES["recompute" if name == "recomputes" else name]
+             for name in changes}
+    return " ".join(named[name] if value is True else f"{named[name]} {value}"
                     for name, value in changes.items())
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cluster.errors import UserError
+from cluster.errors import SettingError, UserError
 from cluster.model.topology import Topology
 from cluster.training.config import TrainConfig
 from cluster.training.pipeline.schedules import pipeline_schedule
@@ -111,14 +111,14 @@ def _sharded_memory(config: TrainConfig, topology: Topology) -> list[StageMemory
 def unfit_stage(config: TrainConfig, topology: Topology,
                 plan: list[StageMemory]) -> StageMemory | None:
     """The first stage of ``plan`` that does not fit its IPU's In-Processor-Memory, or
-    None; a UserError if the optimiser's values are to live in Streaming Memory the
+    None; a SettingError if the optimiser's values are to live in Streaming Memory the
     topology's IPUs do not have."""
     machines = [set(u.ipus) for u in topology.units if u.kind == "IPU-M2000"]
     if config.optimizer_offchip and not all(
             any(stage.ipu in ipus for ipus in machines) for stage in plan):
-        raise UserError(f"the IPUs of {topology.name} have no Streaming Memory (an "
-                        "IPU-M2000's): keep --optimizer-state in-processor, or train on a "
-                        "POD preset")
+        raise SettingError("optimizer_state", "the IPUs of {name} have no Streaming Memory "
+                           "(an IPU-M2000's): keep {optimizer_state} in-processor, or train "
+                           "on a POD preset", name=topology.name)
     return next((stage for stage in plan if stage.use.total_bytes > stage.capacity_bytes),
                 None)
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cluster.errors import UserError
+from cluster.errors import SettingError
 from cluster.training.config import IPUS_PER_SERVER, TrainConfig
 from cluster.training.data import make_dataset, replica_slice, step_batch, train_reference
 from cluster.training.fit import check_fits
@@ -74,7 +74,7 @@ def train(config: TrainConfig, pod: EmulatedPod | None = None,
     """Run ``config``; return the record ``ipupod train --json`` prints. In real mode
     ``pod`` is a launched :class:`~ipu_node.pod.EmulatedPod` of ``topology_for(config)``."""
     if config.servers < 1 and not config.topology:
-        raise UserError("--servers must be 1 or more")
+        raise SettingError("servers", "{servers} must be 1 or more")
     topology = pod.topology if pod is not None else topology_for(config)
     config = resolve(config, topology)
     memory = stage_memory(config, topology)

@@ -10,9 +10,9 @@ gives that as its link address (same gRPC; fewer page faults than TCP loopback).
 Incoming chunks go to a :class:`ipu_node.links.mailbox.Mailbox`. The service is
 ``ipupod.link.v1.Link`` of ``proto/``, spoken by :mod:`ipu_node.links.h2` (gRPC's
 HTTP/2 protocol without grpcio's copies; grpcio clients and servers interoperate). The
-server is :class:`ipu_node.links.server.LinkServer`; here are the client, the chunking,
+server is :class:`ipu_node.links.link_server.LinkServer`; here are the client, the chunking,
 and the ``grpc-h2`` transport that puts them together. Every call carries the POD's link
-secret (:mod:`ipu_node.links.auth`).
+secret (:mod:`ipu_node.links.link_secret`).
 """
 
 from __future__ import annotations
@@ -26,12 +26,11 @@ from urllib.parse import unquote
 
 import numpy as np
 
-from ipu_node.errors import DeviceError, LinkTimeout
-from ipu_node.links import auth, h2
-from ipu_node.links.limits import LinkLimits
-from ipu_node.links.server import PING, PUSH, LinkServer
-from ipu_node.links.tls import ALPN, LinkTLS
-from ipu_node.links.transport import DEFAULT_TRANSPORT, Transport, register
+from ipu_node.device_errors import DeviceError, LinkTimeout
+from ipu_node.links import h2, link_secret
+from ipu_node.links.link_limits import LinkLimits
+from ipu_node.links.link_server import PING, PUSH, LinkServer
+from ipu_node.links.link_tls import ALPN, LinkTLS
 from ipu_node.links.wire import encode_header, payload_prefix
 from ipupod_proto import link_pb2
 
@@ -67,7 +66,7 @@ def encode_transfers(collective: str, phase: int, step: int,
 class LinkClient:
     """The sending end of the links from one device to one peer device: a few HTTP/2
     connections (one per stream in flight), reused while the server would keep them. Every
-    call carries ``secret`` (this process's :func:`~ipu_node.links.auth.local_secret` if
+    call carries ``secret`` (this process's :func:`~ipu_node.links.link_secret.local_secret` if
     None). With ``tls`` connections are TLS (ALPN h2), the server's certificate checked.
     Thread-safe."""
 
@@ -76,7 +75,7 @@ class LinkClient:
         self.peer, self.address = peer, address
         self._tls = tls.client_context() if tls is not None else None
         self._server_name = tls.server_name if tls is not None else ""
-        self._authorization = auth.bearer(secret or auth.local_secret())
+        self._authorization = link_secret.bearer(secret or link_secret.local_secret())
         self.limits = limits or LinkLimits()
         self._idle: list[tuple[h2.Connection, float]] = []  # and when it was last used
         self._lock = threading.Lock()
@@ -185,5 +184,3 @@ class LinkClient:
         for connection, _ in idle:
             connection.close()
 
-
-register(Transport(DEFAULT_TRANSPORT, LinkServer, LinkClient))

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ipu_node.links.auth import local_secret
-from ipu_node.links.tls import LinkTLS
+from ipu_node.links.link_secret import local_secret
+from ipu_node.links.link_tls import LinkTLS
 from ipu_node.links.transport import DEFAULT_TRANSPORT, LinkClientLike, Receiver, transport
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from ipu_node.links import events as ev
 from ipu_node.links.frames import ErrorCode, ProtocolError, StreamReset
-from ipu_node.links.limits import ByteBudget, LinkLimits, ResourceExhausted
+from ipu_node.links.link_limits import ByteBudget, LinkLimits, ResourceExhausted
 from ipu_node.links.protocol import H2Protocol
 
 __all__ = ["Connection", "ProtocolError", "StreamReset"]

@@ -2,7 +2,7 @@
 the link server receives them, handed to the executor as they arrive, with deadlines and
 aborts. What it holds is bounded: in bytes (beyond, a push is refused with
 RESOURCE_EXHAUSTED), and in time (chunks of a collective nobody waits on are dropped
-after :attr:`~ipu_node.links.limits.LinkLimits.stale_chunks_seconds`, and counted)."""
+after :attr:`~ipu_node.links.link_limits.LinkLimits.stale_chunks_seconds`, and counted)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
-from ipu_node.errors import DeviceError, LinkTimeout
-from ipu_node.links.limits import LinkLimits, ResourceExhausted
+from ipu_node.device_errors import DeviceError, LinkTimeout
+from ipu_node.links.link_limits import LinkLimits, ResourceExhausted
 from ipu_node.links.wire import decode_chunk
 
 _ABORTED_KEPT = 1024  # aborted collectives remembered, so their late chunks are dropped

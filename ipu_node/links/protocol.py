@@ -9,7 +9,7 @@ how many arrived; :meth:`H2Protocol.receive_data` takes ``bytes``. Out,
 :meth:`H2Protocol.data_to_send` gives frame headers and the caller's own buffers.
 
 Every frame is checked (:mod:`ipu_node.links.frames`) before it is acted on; every size is
-bounded by :class:`~ipu_node.links.limits.LinkLimits`. One stream at a time (a server says
+bounded by :class:`~ipu_node.links.link_limits.LinkLimits`. One stream at a time (a server says
 so with ``SETTINGS_MAX_CONCURRENT_STREAMS = 1`` and refuses a second), no compression, no
 push. The stream in progress is over once the server has answered it, the client has its
 whole answer, or it was reset; what comes on it afterwards is dropped.
@@ -26,10 +26,10 @@ import hpack
 from ipu_node.links import events as ev
 from ipu_node.links import frames as f
 from ipu_node.links.frames import ConnectionViolation, ErrorCode, FrameType, ProtocolError, Setting
+from ipu_node.links.grpc_messages import MessageReader, grpc_prefix
 from ipu_node.links.headers import HeaderBlock
 from ipu_node.links.incoming import Incoming
-from ipu_node.links.limits import ByteBudget, LinkLimits, ResourceExhausted
-from ipu_node.links.messages import MessageReader, grpc_prefix
+from ipu_node.links.link_limits import ByteBudget, LinkLimits, ResourceExhausted
 from ipu_node.links.windows import ReceiveWindow, SendWindows
 
 OUR_TABLE_BYTES = 4096  # the HPACK table we keep for the peer (the default: not sent)

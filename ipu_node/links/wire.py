@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ipu_node.errors import DeviceError
+from ipu_node.device_errors import DeviceError
 
 _VARINT, _LENGTH = 0, 2
 _PAYLOAD_TAG = bytes([(9 << 3) | _LENGTH])

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from cluster.errors import UserError
+from cluster.errors import SettingError, UserError
 from cluster.model.topology import Topology
 from cluster.training.config import MLP, TrainConfig
 from cluster.training.step_timing import step_time
@@ -46,8 +46,8 @@ def calibrate(config: TrainConfig, topology: Topology,
     ``measured_step_seconds`` (bisection on its logarithm: the step only shrinks as the
     efficiencies grow)."""
     if config.model == MLP:
-        raise UserError("calibration prices a workload's compute: give --model (resnet50, "
-                        "bert-large, ... or a workload file), not the MLP")
+        raise SettingError("model", "calibration prices a workload's compute: give {model} "
+                           "(resnet50, bert-large, ... or a workload file), not the MLP")
     if not (isinstance(measured_step_seconds, (int, float)) and measured_step_seconds > 0
             and math.isfinite(measured_step_seconds)):
         raise UserError(f"the measured step time must be a positive number of seconds, not "

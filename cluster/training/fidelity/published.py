@@ -28,7 +28,6 @@ from gcl.algorithms.ring import ClockwiseRing
 from gcl.modes import Mode
 
 TABLE = Path(__file__).with_name("published_steps.json")
-IPUS_PER_RACK = IPUS_PER_POD64  # a rack of the published systems is an IPU-POD64
 BERT_SEQUENCE_LENGTH = 512  # MLPerf's BERT-Large: sequence 512 (the logs' max_sequence_length)
 MAX_TABLE_BYTES = 1 << 20
 MAX_TABLE_NUMBER = 10**9  # no whole number in a table comes near: IPUs, steps, layers
@@ -164,7 +163,7 @@ def train_config(entry: PublishedStep, efficiency_scale: float = 1.0) -> TrainCo
     recomputation as both recipes run; BERT at sequence 512 with PopART's lock-step
     pipeline (``popart``), as its PopART recipe runs. ResNet-50's recipe is TensorFlow's,
     so a pipelined ResNet entry keeps the default schedule."""
-    per_rack = min(entry.ipus, IPUS_PER_RACK)
+    per_rack = min(entry.ipus, IPUS_PER_POD64)  # a published rack: an IPU-POD64
     bert = entry.model.startswith("bert")
     return TrainConfig(
         model=entry.model, topology=entry.topology, mode=Mode.PHANTOM,

@@ -14,10 +14,11 @@ from itertools import groupby, pairwise
 from typing import Any
 
 from cluster.errors import UserError
+from cluster.model.hardware import IPUS_PER_POD64
 from cluster.model.spec import load_topology
 from cluster.training.config import TrainConfig
 from cluster.training.fidelity.calibration import calibrate
-from cluster.training.fidelity.published import IPUS_PER_RACK, PublishedStep, train_config
+from cluster.training.fidelity.published import PublishedStep, train_config
 from cluster.training.fit import check_fits
 from cluster.training.memory_plan import stage_memory
 from cluster.training.step_timing import StepTime, step_time
@@ -64,7 +65,7 @@ def _checked(entry: PublishedStep, scale: float = 1.0) -> TrainConfig:
     config = train_config(entry, scale)
     try:
         topology = load_topology(entry.topology)
-        config.validate(topology, min(entry.ipus, IPUS_PER_RACK))
+        config.validate(topology, min(entry.ipus, IPUS_PER_POD64))
         check_fits(config, topology, stage_memory(config, topology))
     except UserError as error:
         raise UserError(f"published entry {entry.label}: {error} (the table's fields "

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import pairwise
 
-from cluster.errors import UserError
+from cluster.errors import SettingError, UserError
 from cluster.model.text_enum import TextEnum
 
 
@@ -178,9 +178,10 @@ def _check_cycles(schedule: PipelineSchedule, cycles: tuple[tuple[int, ...], ...
 
 
 def check_shape(stages: int, micro_batches: int) -> None:
-    """UserError unless there is at least one stage and one micro-batch."""
+    """A SettingError unless there is at least one stage and one micro-batch."""
     if stages < 1:
-        raise UserError("a pipeline needs at least one stage (--ipus-per-replica 1 or more)")
+        raise SettingError("ipus_per_replica", "a pipeline needs at least one stage "
+                           "({ipus_per_replica} 1 or more)")
     if micro_batches < 1:
-        raise UserError("a pipeline needs at least one micro-batch (--gradient-accumulation "
-                        "1 or more)")
+        raise SettingError("accumulation", "a pipeline needs at least one micro-batch "
+                           "({accumulation} 1 or more)")

@@ -14,20 +14,21 @@ from itertools import accumulate, pairwise
 
 import numpy as np
 
-from cluster.errors import UserError
+from cluster.errors import SettingError
 from cluster.model.routing import router_of
 from cluster.model.topology import Topology
 
 
 def split_layers(layer_flops: Sequence[int], stages: int) -> list[range]:
     """Contiguous layer ranges, one per stage, minimising the largest stage's FLOPs
-    (among equal splits, later stages take fewer layers); a UserError if there are fewer layers
+    (among equal splits, later stages take fewer layers); a SettingError if there are fewer layers
     than stages."""
     count = len(layer_flops)
     if stages > count:
-        raise UserError(f"the model has {count} layer{'s' if count != 1 else ''}: {stages} "
-                        f"pipeline stages need at least {stages} (add hidden layers with "
-                        "--hidden, or use fewer --ipus-per-replica)")
+        raise SettingError("ipus_per_replica", "the model has {count} layer{plural}: "
+                           "{stages} pipeline stages need at least {stages} (add hidden "
+                           "layers with {hidden}, or use fewer {ipus_per_replica})",
+                           count=count, plural="s" if count != 1 else "", stages=stages)
     prefix = np.concatenate([[0], np.cumsum(np.asarray(layer_flops, dtype=np.float64))])
     # best[k][j]: the least possible largest stage when layers [0, j) make k stages
     best = np.full((stages + 1, count + 1), np.inf)
@@ -50,14 +51,16 @@ def stage_layers(layer_flops: Sequence[int], stages: int,
                  layers_per_stage: Sequence[int] | None = None) -> list[range]:
     """The layers of each stage: ``layers_per_stage`` consecutive layers each when given
     (Graphcore's ``layers_per_ipu``: a recipe's own placement), else balanced on FLOPs
-    (:func:`split_layers`); a UserError if the counts do not cover the model."""
+    (:func:`split_layers`); a SettingError if the counts do not cover the model."""
     if layers_per_stage is None:
         return split_layers(layer_flops, stages)
     counts = list(layers_per_stage)
     if len(counts) != stages or min(counts, default=0) < 1 or sum(counts) != len(layer_flops):
-        raise UserError(f"--layers-per-ipu gives {len(counts)} stage(s) of "
-                        f"{'+'.join(map(str, counts[:16]))} layers: it needs {stages} counts "
-                        f"of 1 or more that add up to the model's {len(layer_flops)} layers")
+        raise SettingError("layers_per_ipu", "{layers_per_ipu} gives {given} stage(s) of "
+                           "{counts} layers: it needs {stages} counts of 1 or more that add "
+                           "up to the model's {layers} layers", given=len(counts),
+                           counts="+".join(map(str, counts[:16])), stages=stages,
+                           layers=len(layer_flops))
     bounds = [0, *accumulate(counts)]
     return [range(a, b) for a, b in pairwise(bounds)]
 

@@ -38,7 +38,7 @@ from typing import cast
 
 import numpy as np
 
-from cluster.errors import UserError
+from cluster.errors import SettingError
 from cluster.training.numpy_mlp import DTYPE, MLPSpec
 from cluster.training.pipeline import stage_math
 
@@ -53,13 +53,14 @@ def widest_layer(spec: MLPSpec) -> int:
 
 def shard_columns(fan_out: int, shards: int) -> tuple[range, ...]:
     """Contiguous column ranges, one per shard: the first ``fan_out % shards`` take one
-    column more than the others (as :func:`numpy.array_split`); a UserError if there are
+    column more than the others (as :func:`numpy.array_split`); a SettingError if there are
     fewer columns than shards."""
     if shards < 1:
         raise ValueError(f"a layer splits into 1 or more shards, not {shards}")
     if fan_out < shards:
-        raise UserError(f"the widest layer has {fan_out} output columns: it cannot be split "
-                        f"over {shards} IPUs (widen it with --hidden, or use fewer IPUs)")
+        raise SettingError("hidden", "the widest layer has {fan_out} output columns: it "
+                           "cannot be split over {shards} IPUs (widen it with {hidden}, or "
+                           "use fewer IPUs)", fan_out=fan_out, shards=shards)
     base, extra = divmod(fan_out, shards)
     bounds = np.cumsum([0] + [base + (k < extra) for k in range(shards)])
     return tuple(range(int(a), int(b)) for a, b in pairwise(bounds))

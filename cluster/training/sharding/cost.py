@@ -21,6 +21,10 @@ from cluster.training.placement import replica_ipus
 from cluster.training.sharding.columns import ColumnSplit
 from cluster.training.sharding.exchange import (
     ALGORITHM,
+    ALL_GATHER,
+    ALLREDUCE,
+    BROADCAST,
+    REDUCE_SCATTER,
     Exchange,
     backward_exchanges,
     forward_exchanges,
@@ -55,9 +59,10 @@ class ShardedTime:
     @property
     def by_collective(self) -> dict[str, float]:
         """The exchange seconds per step, by collective."""
-        return {"broadcast": self.broadcast_seconds, "all_gather": self.all_gather_seconds,
-                "reduce_scatter": self.reduce_scatter_seconds,
-                "allreduce": self.allreduce_seconds}
+        return {BROADCAST.label: self.broadcast_seconds,
+                ALL_GATHER.label: self.all_gather_seconds,
+                REDUCE_SCATTER.label: self.reduce_scatter_seconds,
+                ALLREDUCE.label: self.allreduce_seconds}
 
 
 def sharded_time(config: TrainConfig, topology: Topology) -> ShardedTime:
@@ -73,9 +78,10 @@ def sharded_time(config: TrainConfig, topology: Topology) -> ShardedTime:
     ipus = ipu_compute_seconds(split, topology, chains, config.micro_batch, config.accumulation)
     return ShardedTime(
         compute_seconds=max(ipus), exchange_seconds=sum(seconds.values()),
-        broadcast_seconds=seconds["broadcast"], all_gather_seconds=seconds["all_gather"],
-        reduce_scatter_seconds=seconds["reduce_scatter"],
-        allreduce_seconds=seconds.get("allreduce", 0.0), ipu_compute_seconds=ipus)
+        broadcast_seconds=seconds[BROADCAST.label],
+        all_gather_seconds=seconds[ALL_GATHER.label],
+        reduce_scatter_seconds=seconds[REDUCE_SCATTER.label],
+        allreduce_seconds=seconds.get(ALLREDUCE.label, 0.0), ipu_compute_seconds=ipus)
 
 
 def exchange_seconds(exchange: Exchange, split: ColumnSplit, topology: Topology,

@@ -15,6 +15,7 @@ the copies"). Stage ``s`` keeps ``2(K - 1 - s) + 1`` micro-batches' activations 
 
 from __future__ import annotations
 
+from cluster.setting_names import SETTING_NAMES
 from cluster.training.pipeline.pass_schedule import Op, Pass, PipelineSchedule, TooFewMicroBatches
 from cluster.training.pipeline.schedules import schedule
 
@@ -27,8 +28,8 @@ def check_micro_batches(stages: int, micro_batches: int) -> None:
     if micro_batches < needed:
         raise TooFewMicroBatches(
             f"PopART's pipeline of {stages} stages runs {needed} pipeline stages and needs "
-            f"at least as many micro-batches: --gradient-accumulation {needed} or more "
-            f"(got {micro_batches})", needed)
+            f"at least as many micro-batches: {SETTING_NAMES['accumulation']} {needed} or "
+            f"more (got {micro_batches})", needed)
 
 
 @schedule(NAME, check_micro_batches)

@@ -2,9 +2,9 @@
 port of its own (and a Unix socket on loopback), one thread per connection.
 
 A connection must say HTTP/2's preface and SETTINGS within the handshake timeout, then
-carry the POD's link secret on every call (:mod:`ipu_node.links.auth`); it is closed when
+carry the POD's link secret on every call (:mod:`ipu_node.links.link_secret`); it is closed when
 it breaks the protocol (GOAWAY with RFC 9113's code), goes quiet past the idle timeout, or
-comes beyond the cap on connections. Limits: :class:`~ipu_node.links.limits.LinkLimits`.
+comes beyond the cap on connections. Limits: :class:`~ipu_node.links.link_limits.LinkLimits`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ipu_node.errors import DeviceError
-from ipu_node.links import auth, h2
+from ipu_node.device_errors import DeviceError
+from ipu_node.links import h2, link_secret
 from ipu_node.links.events import HeadersReceived
 from ipu_node.links.frames import (
     ConnectionViolation,
@@ -28,9 +28,9 @@ from ipu_node.links.frames import (
     frame_header,
     goaway_payload,
 )
-from ipu_node.links.limits import RESOURCE_EXHAUSTED, ByteBudget, LinkLimits, ResourceExhausted
+from ipu_node.links.link_limits import RESOURCE_EXHAUSTED, ByteBudget, LinkLimits, ResourceExhausted
+from ipu_node.links.link_tls import ALPN, LinkTLS
 from ipu_node.links.mailbox import Mailbox, deliver_to
-from ipu_node.links.tls import ALPN, LinkTLS
 from ipupod_proto import link_pb2
 
 SERVICE = "ipupod.link.v1.Link"
@@ -98,8 +98,8 @@ class LinkServer:
     """The ``Link`` gRPC service of one device, on an ephemeral port of ``host``.
     ``receive`` is a :class:`Mailbox` (cards, machines) or a function that takes a stream
     of chunk messages and returns (payload bytes, chunks) (relaying hosts). Calls must
-    carry ``secret`` (this process's :func:`~ipu_node.links.auth.local_secret` if None).
-    With ``tls`` connections are TLS (ALPN h2) and there is no Unix socket; with
+    carry ``secret`` (this process's :func:`~ipu_node.links.link_secret.local_secret` if
+    None). With ``tls`` connections are TLS (ALPN h2) and there is no Unix socket; with
     ``local_socket`` there is one even when ``host`` is not loopback (peers on this
     machine use it, others the TCP port)."""
 
@@ -108,7 +108,7 @@ class LinkServer:
                  tls: LinkTLS | None = None, local_socket: bool = False) -> None:
         self.device, self.host = device, host
         self._tls = tls.server_context() if tls is not None else None
-        self._secret = secret or auth.local_secret()
+        self._secret = secret or link_secret.local_secret()
         self.limits = limits or LinkLimits()
         self._budget = ByteBudget(self.limits.max_pending_message_bytes)
         self._deliver = deliver_to(receive) if isinstance(receive, Mailbox) else receive
@@ -258,8 +258,8 @@ class LinkServer:
                     and event.stream == connection.protocol.current):
                 continue  # a request opens a stream; the rest is news of old ones
             stream, headers = event.stream, event.headers
-            if not auth.authorized(headers, self._secret):
-                self._answer(connection, stream, auth.UNAUTHENTICATED,
+            if not link_secret.authorized(headers, self._secret):
+                self._answer(connection, stream, link_secret.UNAUTHENTICATED,
                              f"{self.device}: this link needs the POD's link secret")
                 connection.goaway(ErrorCode.NO_ERROR, "unauthenticated")
                 return True

@@ -2,7 +2,7 @@
 
 V-IPU's vocabulary (partitions, devices, links) over the contract in
 ``proto/ipupod_proto/control.proto``, plus grpc.health.v1 and server reflection. Every call
-needs ``authorization: Bearer <token>`` (:mod:`cluster.service.auth`); the service binds to
+needs ``authorization: Bearer <token>`` (:mod:`cluster.service.token_auth`); the service binds to
 127.0.0.1 unless told otherwise. A bad request gets INVALID_ARGUMENT, NOT_FOUND,
 ALREADY_EXISTS or RESOURCE_EXHAUSTED with a message a person can act on, and never takes the
 service down.
@@ -38,13 +38,13 @@ from cluster.service.bench_run import (
 )
 from cluster.service.bench_trace import BenchTrace, bench_trace
 from cluster.service.client import DEFAULT_PORT
+from cluster.service.control_tls import bind
 from cluster.service.decoding import control_handler
-from cluster.service.health import Health, partition_health
-from cluster.service.messages import first_line, short_message
+from cluster.service.error_messages import first_line, short_message
 from cluster.service.metrics import ServiceMetrics
+from cluster.service.partition_health import Health, partition_health
 from cluster.service.partitions import Partition, PartitionError, PartitionTable
 from cluster.service.sharing import ShareOptions, open_shared
-from cluster.service.tls import bind
 from gcl.bench_rows import BenchRow, run_phantom
 from gcl.modes import Mode
 from ipu_node.answers import HealthState, IpuMemoryStats

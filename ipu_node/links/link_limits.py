@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass, fields
 
 from cluster.errors import UserError
-from ipu_node.errors import DeviceError
+from ipu_node.device_errors import DeviceError
 
 RESOURCE_EXHAUSTED = 8  # the gRPC status of a message or buffer beyond its limit
 MIN_FRAME_BYTES, MAX_FRAME_BYTES = 1 << 14, (1 << 24) - 1  # RFC 9113 §6.5.2

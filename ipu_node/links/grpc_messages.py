@@ -1,6 +1,6 @@
 """gRPC's length-prefixed messages (gRPC's PROTOCOL-HTTP2) on a stream's DATA bytes: the
 5-byte prefix, then the body landed straight in a buffer of its own, allocated only once
-the prefix is whole and the size within :class:`~ipu_node.links.limits.LinkLimits` and the
+the prefix is whole and the size within :class:`~ipu_node.links.link_limits.LinkLimits` and the
 server's budget for messages in flight. No socket and no frames: the connection's state
 machine (:mod:`ipu_node.links.protocol`) asks where the next bytes go and says when they
 have landed."""
@@ -12,7 +12,7 @@ import struct
 import numpy as np
 
 from ipu_node.links.frames import ProtocolError
-from ipu_node.links.limits import ByteBudget, LinkLimits, ResourceExhausted
+from ipu_node.links.link_limits import ByteBudget, LinkLimits, ResourceExhausted
 
 PREFIX_BYTES = 5
 _PREFIX = struct.Struct(">BI")

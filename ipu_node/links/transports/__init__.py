@@ -1,0 +1,3 @@
+"""The link transports: one module each, which registers its :class:`Transport` with
+:func:`ipu_node.links.transport.register` when imported (the registry imports every module
+here on first use, and ``tests/test_registries.py`` checks each registered one)."""
