@@ -15,6 +15,7 @@ from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
 from cluster.cli.paths import CheckedPath
 from cluster.cli.report_folder import report_folder
 from cluster.cli.trace_option import check_trace_path, save_trace, trace_option
+from cluster.cli.train_torch import run_torch
 from cluster.cli.training_options import common_options, make_config
 from cluster.errors import UserError
 from cluster.training.config import MLP, TrainConfig
@@ -96,12 +97,25 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
                    "difference of the losses.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the run's report as JSON (the step's parts in seconds).")
+@click.option("--torch", "torch_factory", default=None, metavar="FILE.py:FACTORY",
+              help="Train your PyTorch classifier instead, in real mode: a function in FILE.py "
+                   "returning a torch.nn.Module whose output is (batch, classes); needs "
+                   "--sample-shape and the extra: pip install -e '.[torch]' "
+                   "(docs/torch-training.md).")
+@click.option("--sample-shape", "shape_text", default=None, metavar="SIZES",
+              help="With --torch: one sample's shape, no batch dimension, e.g. 3,32,32.")
 @trace_option
 @common_options
 def train_command(servers: int | None, topology_spec: str | None, mode: str | None,
-                  check: bool, as_json: bool, trace_path: Path | None,
+                  check: bool, as_json: bool, torch_factory: str | None,
+                  shape_text: str | None, trace_path: Path | None,
                   ray_address: str | None, **options: Any) -> None:
-    """Train an MLP data-parallel across emulated DSS 8440 servers (or a POD)."""
+    """Train an MLP (or your PyTorch model: --torch) data-parallel across emulated DSS 8440
+    servers (or a POD)."""
+    if torch_factory is not None or shape_text is not None:
+        run_torch(torch_factory, shape_text, servers, topology_spec, mode, check, as_json,
+                  trace_path is not None, {**options, "ray_address": ray_address})
+        return
     config = make_config(servers, mode, check, topology=topology_spec, **options)
     check_trace_path(trace_path)
     assumed = settings_record(command_settings(config))

@@ -3,8 +3,8 @@
 Everything about the model is checked in this process before a device starts (the factory
 loads and builds a module, a sample of ``sample_shape`` goes through it, its output is
 ``(batch, classes)``); the data is synthetic and deterministic: step ``s``'s global batch
-is drawn from ``seed`` and ``s`` (inputs standard normal, labels uniform over the classes),
-and cut into one block of micro-batches per replica as the MLP's is
+is drawn from ``seed`` and ``s`` (inputs standard normal, labels from a fixed random
+linear teacher), and cut into one block of micro-batches per replica as the MLP's is
 (:func:`~cluster.training.data.replica_slice`). The loss is cross-entropy; the optimiser is
 SGD with momentum (``--lr``, ``--momentum``), as the MLP's.
 """
@@ -91,10 +91,15 @@ def load_model(spec: str, shape: tuple[int, ...]) -> TorchModel:
 
 def step_data(model: TorchModel, seed: int, step: int,
               samples: int) -> tuple[np.ndarray, np.ndarray]:
-    """Step ``step``'s global batch: ``samples`` inputs and labels, from ``seed``."""
-    rng = np.random.default_rng([seed, step])
-    x = rng.standard_normal((samples, *model.sample_shape), dtype=np.float32)
-    return x, rng.integers(0, model.classes, samples, dtype=np.int64)
+    """Step ``step``'s global batch: ``samples`` standard-normal inputs drawn from ``seed``
+    and ``step``, each labelled by a fixed random linear teacher drawn from ``seed`` (the
+    class its projection scores highest), so that the problem can be learnt."""
+    features = int(np.prod(model.sample_shape))
+    teacher = np.random.default_rng([seed]).standard_normal((features, model.classes),
+                                                            dtype=np.float32)
+    x = np.random.default_rng([seed, step]).standard_normal((samples, *model.sample_shape),
+                                                            dtype=np.float32)
+    return x, np.argmax(x.reshape(samples, features) @ teacher, axis=1).astype(np.int64)
 
 
 def _replica_work(config: TrainConfig, x: np.ndarray,
@@ -112,14 +117,15 @@ def price(model: TorchModel, config: TrainConfig, topology: Topology) -> StepTim
 
 
 def train_torch(model: TorchModel, config: TrainConfig, pod: EmulatedPod,
+                parts: StepTime | None,
                 on_step: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Train ``model`` as ``config`` places it on ``pod``; the record ``--json`` prints."""
+    """Train ``model`` as ``config`` places it on ``pod``, its step priced as ``parts``
+    (:func:`price`; None: not priced); the record ``--json`` prints."""
     settings = {"lr": config.lr, "momentum": config.momentum}
     optimizer = require_torch().optim.SGD
     ipus = replica_ipus(config, pod.topology)[::config.ipus_per_replica].tolist()
     replicas = TorchReplicas(pod, ipus, pickled(model.module, optimizer, settings, LOGITS),
                              config.algorithm)
-    parts = price(model, config, pod.topology)
     steps, identical = [], True
     for step in range(config.steps):
         x, y = step_data(model, config.seed, step, config.global_batch)
