@@ -97,7 +97,7 @@ class TorchReplicas:
         ipu = self.ipus[replica]
         answer = self.pod.call("execute", {self.pod.owner[ipu]: (replica_tasks.weights,
                                                                  self.run, ipu)})
-        return np.asarray(next(iter(answer.values())))
+        return np.array(next(iter(answer.values())))  # a writable copy
 
     def close(self) -> None:
         """Forget the replicas on the cards and free their tensors."""
