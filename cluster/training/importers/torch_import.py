@@ -1,0 +1,282 @@
+"""A ``torch.nn.Module`` as a :class:`Workload`: one traced forward pass, counted by
+PyTorch's own tools.
+
+The module runs once in training mode on a random input of ``input_shape`` (on the device
+of its parameters: a model built under ``torch.device("meta")`` is counted without memory
+or arithmetic). Three PyTorch mechanisms watch it:
+
+- module forward hooks name each op by the module that ran it (``layer1.0.conv1``);
+- a ``TorchDispatchMode`` sees every ATen op: products are counted by
+  ``torch.utils.flop_counter``'s formulas (the ones ``FlopCounterMode`` uses), the rest
+  per element (:mod:`.op_costs`); parameters are counted where first used (a tied weight
+  once); every tensor's bytes, maker and last reader give the bytes crossing each cut;
+- ``torch.autograd.graph.saved_tensors_hooks`` sees what autograd keeps for backward:
+  the stashed bytes (each tensor once, parameters not).
+
+:mod:`.grouping` turns the units into layers. Counts are per sample: divided by
+``input_shape[0]``. The module's buffers (batch-norm statistics) are put back afterwards.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from cluster.errors import UserError
+from cluster.training.importers.grouping import Span, Trace, Unit, build_workload
+from cluster.training.importers.op_costs import (
+    FREE,
+    RESIDUAL_OPS,
+    class_kind,
+    element_kind,
+    is_fused,
+    normal_name,
+    per_element_flops,
+    stronger,
+)
+from cluster.training.importers.torch_factory import one_line, require_torch
+from cluster.training.workloads.layers import DType, LayerKind, Workload
+
+if TYPE_CHECKING:
+    import torch
+
+MAX_INPUT_DIMENSIONS = 8
+
+
+class UncountedOpsWarning(UserWarning):
+    """Ops whose FLOPs the importer does not know: counted as zero, named here."""
+
+
+def uncounted_message(uncounted: dict[str, int]) -> str:
+    """One line naming the ops not counted and how often each ran."""
+    listed = ", ".join(f"{op} (x{times})" for op, times in sorted(uncounted.items()))
+    return f"FLOPs not counted (taken as 0) for ops: {listed}"
+
+
+def check_input_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """A shape of 1 to 8 whole dimensions, each at least 1 (the first is the batch)."""
+    dims = tuple(shape)
+    if not 1 <= len(dims) <= MAX_INPUT_DIMENSIONS or any(
+            isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
+        raise UserError(f"input shape {dims!r} must be 1 to {MAX_INPUT_DIMENSIONS} whole "
+                        "numbers of 1 or more, batch first, e.g. 1,3,224,224")
+    return dims
+
+
+def _dtype_of(module: torch.nn.Module, torch_module: Any) -> Any:
+    for parameter in module.parameters():
+        if parameter.is_floating_point():
+            return parameter.dtype
+    return torch_module.float32
+
+
+def _partials(dtype: Any, torch_module: Any) -> DType:
+    return DType.FLOAT16 if dtype in (torch_module.float16, torch_module.bfloat16) \
+        else DType.FLOAT32
+
+
+class _Recorder:
+    """The trace being built: units, activation spans by tensor identity, parameters."""
+
+    def __init__(self, module: torch.nn.Module, torch_module: Any) -> None:
+        self.torch = torch_module
+        self.trace = Trace()
+        self.params = {id(p): p for p in module.parameters()}
+        self.constants = {id(b) for b in module.buffers()} | set(self.params)
+        self.spans: dict[int, Span] = {}
+        self.alive: list[Any] = []  # keeps traced tensors, so that their ids stay theirs
+        self.stashed: set[int] = set()
+        self.frames: list[tuple[str, Any, bool]] = []  # (path, module, starts a unit)
+
+    def unit(self) -> Unit:
+        if not self.trace.units:
+            self.trace.units.append(Unit("input", LayerKind.ELEMENTWISE))
+        return self.trace.units[-1]
+
+    def scopes(self) -> tuple[str, ...]:
+        return tuple(path for path, _, _ in self.frames if path)
+
+    def enter(self, path: str, module: Any) -> None:
+        """A module's forward begins: a new unit if it is a leaf or an attention module
+        not already inside one."""
+        inside = any(starts or is_fused(type(m).__name__) for _, m, starts in self.frames)
+        name = type(module).__name__
+        starts = not inside and (is_fused(name) or not any(True for _ in module.children()))
+        if starts:
+            kind = class_kind(name) or LayerKind.ELEMENTWISE
+            self.trace.units.append(Unit(path or name, kind, scopes=self.scopes()))
+        self.frames.append((path, module, starts))
+
+    def leave(self) -> None:
+        """A module's forward ended (or raised)."""
+        self.frames.pop()
+
+    def in_unit_module(self) -> bool:
+        return any(starts for _, _, starts in self.frames)
+
+    def tensors(self, value: Any) -> list[Any]:
+        leaves = self.torch.utils._pytree.tree_leaves(value)
+        return [t for t in leaves if isinstance(t, self.torch.Tensor)]
+
+    def produce(self, tensor: Any, index: int) -> None:
+        if id(tensor) in self.constants:
+            return
+        span = Span(tensor.numel() * tensor.element_size(), index, index)
+        self.trace.spans.append(span)
+        self.spans[id(tensor)] = span
+        self.alive.append(tensor)
+
+    def op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """Count one ATen op into the current unit (a new one for a functional op)."""
+        name = normal_name(str(func))
+        inputs, outputs = self.tensors((args, kwargs)), self.tensors(out)
+        activations = [t for t in inputs if id(t) not in self.constants]
+        if not self.in_unit_module() and name not in FREE:
+            self.functional_unit(name, activations, outputs)
+        unit, index = self.unit(), len(self.trace.units) - 1
+        flops, kind = self.flops(func, name, args, kwargs, out, inputs, outputs)
+        unit.forward_flops += flops
+        unit.kind = stronger(unit.kind, kind)
+        for tensor in inputs:
+            if id(tensor) in self.params:
+                unit.parameters += self.params.pop(id(tensor)).numel()
+            elif id(tensor) in self.spans:
+                self.spans[id(tensor)].last_use = index
+        for tensor in outputs:
+            self.produce(tensor, index)
+
+    def functional_unit(self, name: str, activations: list[Any], outputs: list[Any]) -> None:
+        """A new unit for an op run by a container's own ``forward`` (``layer1.0.add``);
+        an addition of two activations of the output's size is a skip connection."""
+        scope = self.scopes()
+        size = outputs[0].numel() if outputs else -1
+        joins = name in RESIDUAL_OPS and sum(t.numel() == size for t in activations) >= 2
+        self.trace.units.append(Unit(f"{scope[-1]}.{name}" if scope else name,
+                                     LayerKind.ELEMENTWISE, scopes=scope,
+                                     joins_activations=joins))
+
+    def flops(self, func: Any, name: str, args: Any, kwargs: Any, out: Any,
+              inputs: list[Any], outputs: list[Any]) -> tuple[int, LayerKind]:
+        """FLOPs and kind of one op: PyTorch's formula for products, else the tables."""
+        from torch.utils.flop_counter import flop_registry, sdpa_flop_count
+
+        packet = func._overloadpacket
+        if packet in flop_registry:
+            count = int(flop_registry[packet](*args, **kwargs, out_val=out))
+            kind = LayerKind.CONV if "conv" in name else (
+                LayerKind.ATTENTION if "attention" in name else LayerKind.DENSE)
+            return count, kind
+        if name.startswith("scaleddotproduct") and len(inputs) >= 3:
+            q, k, v = inputs[:3]
+            return int(sdpa_flop_count(q.shape, k.shape, v.shape)), LayerKind.ATTENTION
+        if name == "embedding":
+            return 0, LayerKind.EMBEDDING
+        window = _window(args) if "pool" in name else 1
+        out_elements = sum(t.numel() for t in outputs[:1])
+        tabled = per_element_flops(name, out_elements, sum(t.numel() for t in inputs[:1]),
+                                   window)
+        if tabled is None:
+            self.trace.not_counted(str(packet).removeprefix("aten."))
+            return 0, LayerKind.ELEMENTWISE
+        return tabled, element_kind(name) or LayerKind.ELEMENTWISE
+
+    def stash(self, tensor: Any) -> Any:
+        """saved_tensors_hooks' pack: count what autograd keeps, once per tensor."""
+        base = tensor._base if tensor._base is not None else tensor
+        if id(base) not in self.constants and id(base) not in self.stashed \
+                and id(base) not in self.params:
+            self.stashed.add(id(base))
+            self.alive.append(base)
+            self.unit().stashed_bytes += base.numel() * base.element_size()
+        return tensor
+
+
+def _window(args: Any) -> int:
+    """The size of a pool's window, from its ``kernel_size`` argument."""
+    kernel = args[1] if len(args) > 1 else 1
+    sizes = kernel if isinstance(kernel, (list, tuple)) else [kernel]
+    product = 1
+    for size in sizes:
+        product *= int(size)
+    return product
+
+
+def _run(module: torch.nn.Module, shape: tuple[int, ...], recorder: _Recorder) -> None:
+    """One forward pass under the hooks and the dispatch mode."""
+    torch = recorder.torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            recorder.op(func, args, kwargs, out)
+            return out
+
+    handles = []
+    for path, child in module.named_modules():
+        handles.append(child.register_forward_pre_hook(
+            lambda m, _args, path=path: recorder.enter(path, m)))
+        handles.append(child.register_forward_hook(
+            lambda _m, _args, _out: recorder.leave(), always_call=True))
+    device = next((p.device for p in module.parameters()), torch.device("cpu"))
+    sample = torch.randn(shape, device=device, dtype=_dtype_of(module, torch))
+    recorder.produce(sample, -1)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(recorder.stash, lambda t: t), Watch():
+            outputs = recorder.tensors(module(sample))
+    finally:
+        for handle in handles:
+            handle.remove()
+    for tensor in outputs:
+        if id(tensor) in recorder.spans:
+            recorder.spans[id(tensor)].last_use = len(recorder.trace.units)
+
+
+def _per_sample(trace: Trace, batch: int) -> Trace:
+    """The trace's counts divided by the batch size."""
+    for unit in trace.units:
+        unit.forward_flops //= batch
+        unit.stashed_bytes //= batch
+    for span in trace.spans:
+        span.nbytes //= batch
+    return trace
+
+
+def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int]) -> tuple[Trace, DType]:
+    """Run ``module`` once on a random ``input_shape`` input and count it, per sample;
+    also the number format it ran in. A failing forward is a UserError."""
+    torch = require_torch()
+    shape = check_input_shape(input_shape)
+    buffers = {name: b.detach().clone() for name, b in module.named_buffers()}
+    was_training = module.training
+    recorder = _Recorder(module, torch)
+    module.train()
+    try:
+        with torch.enable_grad():
+            _run(module, shape, recorder)
+    except Exception as error:  # noqa: BLE001 - the user's network: report it in one line
+        raise UserError(f"the forward pass on an input of shape {','.join(map(str, shape))} "
+                        f"raised {one_line(error)}: check --input-shape") from None
+    finally:
+        module.train(was_training)
+        with torch.no_grad():
+            for name, value in module.named_buffers():
+                value.copy_(buffers[name])
+    recorder.trace.input_bytes = recorder.trace.spans[0].nbytes
+    return _per_sample(recorder.trace, shape[0]), _partials(_dtype_of(module, torch), torch)
+
+
+def import_torch_module(module: torch.nn.Module, input_shape: tuple[int, ...], name: str,
+                        strict: bool = False) -> Workload:
+    """``module`` as a workload named ``name``, ``input_shape`` including the batch (1).
+    Ops it cannot count: an :class:`UncountedOpsWarning` naming them, or with ``strict``
+    a UserError."""
+    trace, partials = trace_torch_module(module, input_shape)
+    if trace.uncounted:
+        if strict:
+            raise UserError(uncounted_message(trace.uncounted) + " (--strict)")
+        warnings.warn(uncounted_message(trace.uncounted), UncountedOpsWarning, stacklevel=2)
+    return build_workload(trace, name, partials)
