@@ -25,9 +25,11 @@ workloads are grouped (``cluster/training/workloads/resnet.py``, ``bert.py``):
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from cluster.errors import UserError
 from cluster.training.workloads.arithmetic import LOSS_FLOPS_PER_LOGIT
 from cluster.training.workloads.layers import DType, Layer, LayerKind, Workload
 
@@ -69,6 +71,16 @@ class Trace:
     spans: list[Span] = field(default_factory=list)
     uncounted: dict[str, int] = field(default_factory=dict)
     input_bytes: int = 0
+
+    def per_sample(self, batch: int) -> Trace:
+        """The counts divided by the batch size (the front ends run a whole batch)."""
+        for unit in self.units:
+            unit.forward_flops //= batch
+            unit.stashed_bytes //= batch
+        for span in self.spans:
+            span.nbytes //= batch
+        self.input_bytes //= batch
+        return self
 
     def not_counted(self, op: str) -> None:
         """Note an op whose FLOPs are unknown (reported, never silently zero)."""
@@ -185,3 +197,25 @@ def build_workload(trace: Trace, name: str, partials: DType) -> Workload:
                     input_bytes=trace.input_bytes, weight_dtype=partials,
                     gradient_dtype=partials, partials_dtype=partials,
                     optimizer_values_per_parameter=1)
+
+
+class UncountedOpsWarning(UserWarning):
+    """Ops whose FLOPs the importer does not know: counted as zero, named here."""
+
+
+def uncounted_message(uncounted: dict[str, int]) -> str:
+    """One line naming the ops not counted and how often each ran."""
+    listed = ", ".join(f"{op} (x{times})" for op, times in sorted(uncounted.items()))
+    return f"FLOPs not counted (taken as 0) for ops: {listed}"
+
+
+def finish_import(trace: Trace, name: str, partials: DType, strict: bool) -> Workload:
+    """The workload of a trace; ops not counted are an :class:`UncountedOpsWarning`
+    naming them, or with ``strict`` a UserError."""
+    if trace.uncounted:
+        message = uncounted_message(trace.uncounted)
+        if strict:
+            raise UserError(f"{message}; --strict refuses a partial count (leave it out "
+                            "to import with these ops at 0 FLOPs)")
+        warnings.warn(message, UncountedOpsWarning, stacklevel=3)
+    return build_workload(trace, name, partials)

@@ -19,12 +19,11 @@ or arithmetic). Three PyTorch mechanisms watch it:
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cluster.errors import UserError
-from cluster.training.importers.grouping import Span, Trace, Unit, build_workload
+from cluster.training.importers.grouping import Span, Trace, Unit, finish_import
 from cluster.training.importers.op_costs import (
     FREE,
     RESIDUAL_OPS,
@@ -42,16 +41,6 @@ if TYPE_CHECKING:
     import torch
 
 MAX_INPUT_DIMENSIONS = 8
-
-
-class UncountedOpsWarning(UserWarning):
-    """Ops whose FLOPs the importer does not know: counted as zero, named here."""
-
-
-def uncounted_message(uncounted: dict[str, int]) -> str:
-    """One line naming the ops not counted and how often each ran."""
-    listed = ", ".join(f"{op} (x{times})" for op, times in sorted(uncounted.items()))
-    return f"FLOPs not counted (taken as 0) for ops: {listed}"
 
 
 def check_input_shape(shape: Sequence[int]) -> tuple[int, ...]:
@@ -235,16 +224,6 @@ def _run(module: torch.nn.Module, shape: tuple[int, ...], recorder: _Recorder) -
             recorder.spans[id(tensor)].last_use = len(recorder.trace.units)
 
 
-def _per_sample(trace: Trace, batch: int) -> Trace:
-    """The trace's counts divided by the batch size."""
-    for unit in trace.units:
-        unit.forward_flops //= batch
-        unit.stashed_bytes //= batch
-    for span in trace.spans:
-        span.nbytes //= batch
-    return trace
-
-
 def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int]) -> tuple[Trace, DType]:
     """Run ``module`` once on a random ``input_shape`` input and count it, per sample;
     also the number format it ran in. A failing forward is a UserError."""
@@ -265,8 +244,8 @@ def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int]) -> t
         with torch.no_grad():
             for name, value in module.named_buffers():
                 value.copy_(buffers[name])
-    recorder.trace.input_bytes = recorder.trace.spans[0].nbytes
-    return _per_sample(recorder.trace, shape[0]), _partials(_dtype_of(module, torch), torch)
+    recorder.trace.input_bytes = recorder.trace.spans[0].nbytes  # before per_sample
+    return recorder.trace.per_sample(shape[0]), _partials(_dtype_of(module, torch), torch)
 
 
 def import_torch_module(module: torch.nn.Module, input_shape: tuple[int, ...], name: str,
@@ -275,8 +254,4 @@ def import_torch_module(module: torch.nn.Module, input_shape: tuple[int, ...], n
     Ops it cannot count: an :class:`UncountedOpsWarning` naming them, or with ``strict``
     a UserError."""
     trace, partials = trace_torch_module(module, input_shape)
-    if trace.uncounted:
-        if strict:
-            raise UserError(uncounted_message(trace.uncounted) + " (--strict)")
-        warnings.warn(uncounted_message(trace.uncounted), UncountedOpsWarning, stacklevel=2)
-    return build_workload(trace, name, partials)
+    return finish_import(trace, name, partials, strict)

@@ -1,0 +1,298 @@
+"""An ONNX file as a :class:`Workload`: shapes from ONNX's own shape inference.
+
+The file is read with ``onnx.load`` and checked with ``onnx.checker``; a batch dimension
+left symbolic is fixed from ``--input-shape``; ``onnx.shape_inference.infer_shapes`` then
+gives every tensor's shape and type. Each node is priced from those shapes: ``Conv``,
+``Gemm`` and ``MatMul`` as ``2 x`` their multiply-adds (the formulas PyTorch's flop
+counter uses), everything else per element (:mod:`.op_costs`). Parameters are the
+floating-point initializers that nodes read (a batch norm's running statistics are not
+parameters; one-element constants are not either). ONNX keeps no backward pass, so the
+stashed bytes follow what PyTorch's autograd keeps, by op type (:data:`SAVES_INPUTS`).
+
+A graph exported by ``torch.onnx.export(..., dynamo=True)`` names each node's modules
+(``pkg.torch.onnx.name_scopes``): its nodes are grouped by module as the PyTorch importer
+groups them, so both give the same layers. Export with ``optimize=False`` to keep batch
+norms apart from convolutions (the optimiser folds them, as inference wants).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+from cluster.errors import UserError, quoted
+from cluster.training.importers.grouping import Span, Trace, Unit, finish_import
+from cluster.training.importers.op_costs import (
+    FREE,
+    RESIDUAL_OPS,
+    class_kind,
+    element_kind,
+    is_fused,
+    normal_name,
+    per_element_flops,
+    stronger,
+)
+from cluster.training.importers.torch_factory import one_line, require_module
+from cluster.training.importers.torch_import import check_input_shape
+from cluster.training.workloads.layers import DType, LayerKind, Workload
+
+PRODUCTS = {"Conv": LayerKind.CONV, "ConvTranspose": LayerKind.CONV,
+            "Gemm": LayerKind.DENSE, "MatMul": LayerKind.DENSE}
+SAVES_INPUTS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization",
+                "LayerNormalization", "GroupNormalization", "InstanceNormalization", "Mul",
+                "Div", "Pow", "Gelu", "Erf", "Sqrt")
+"""Ops whose backward reads their activation inputs (as PyTorch's autograd keeps them)."""
+SAVES_OUTPUT = ("Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp")
+"""Ops whose backward reads their output."""
+ARGMAX_BYTES = 8  # per output of a max pool: the int64 index PyTorch keeps
+RUNNING_STATISTICS = {"BatchNormalization": (3, 4)}  # input positions that are buffers
+FLOAT_TYPES = {1: 4, 10: 2, 11: 8, 16: 2}  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
+SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+CLASSES_KEY = "pkg.torch.onnx.class_hierarchy"
+
+
+def read_model(path: str) -> Any:
+    """The checked ``ModelProto`` in ``path``, or a UserError saying why not."""
+    onnx = require_module("onnx")
+    file = Path(path)
+    if not file.is_file():
+        what = "is a directory" if file.is_dir() else "does not exist"
+        raise UserError(f"ONNX file {quoted(path)} {what}")
+    hint = "export one with torch.onnx.export(model, (sample,), 'model.onnx', dynamo=True)"
+    try:
+        model = onnx.load(path)
+        onnx.checker.check_model(model)
+    except Exception as error:  # noqa: BLE001 - DecodeError, ValidationError, OSError...
+        raise UserError(f"{quoted(path)} is not a valid ONNX model ({one_line(error)[:200]}); "
+                        f"{hint}") from None
+    if not model.graph.node:
+        raise UserError(f"{quoted(path)} holds an ONNX model with no nodes; {hint}")
+    return model
+
+
+def _fix_input_shape(model: Any, input_shape: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The first graph input's shape: from ``input_shape`` (written into the model) or the
+    file; a dimension left symbolic is a UserError asking for --input-shape."""
+    initializers = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in initializers]
+    if not inputs:
+        raise UserError("the ONNX graph has no input")
+    dims = inputs[0].type.tensor_type.shape.dim
+    if input_shape is not None:
+        if len(input_shape) != len(dims):
+            raise UserError(f"--input-shape has {len(input_shape)} dimensions; the model's "
+                            f"input {quoted(inputs[0].name)} has {len(dims)}")
+        for dim, size in zip(dims, input_shape):
+            dim.dim_value = size
+        return input_shape
+    if any(not dim.HasField("dim_value") for dim in dims):
+        names = ",".join(d.dim_param or "?" if not d.HasField("dim_value") else str(d.dim_value)
+                         for d in dims)
+        raise UserError(f"the model's input {quoted(inputs[0].name)} has shape {names}: give "
+                        "--input-shape with every dimension, batch first (e.g. 1,3,224,224)")
+    return tuple(d.dim_value for d in dims)
+
+
+def _shapes(model: Any) -> dict[str, tuple[tuple[int, ...], int]]:
+    """Every tensor's (shape, element type) after ONNX shape inference."""
+    onnx = require_module("onnx")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as error:  # noqa: BLE001 - InferenceError and kin, one line
+        raise UserError(f"ONNX shape inference failed: {one_line(error)[:300]}") from None
+    found: dict[str, tuple[tuple[int, ...], int]] = {}
+    graph = inferred.graph
+    for info in (*graph.input, *graph.value_info, *graph.output):
+        tensor = info.type.tensor_type
+        if all(d.HasField("dim_value") for d in tensor.shape.dim):
+            found[info.name] = (tuple(d.dim_value for d in tensor.shape.dim), tensor.elem_type)
+    for init in graph.initializer:
+        found[init.name] = (tuple(init.dims), init.data_type)
+    return found
+
+
+def _elements(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+def _scopes(node: Any) -> tuple[list[str], list[str]]:
+    """The module paths enclosing a node (root left out) and their classes, from the
+    dynamo exporter's metadata; empty for other files."""
+    meta = {p.key: p.value for p in node.metadata_props}
+    try:
+        paths = ast.literal_eval(meta.get(SCOPES_KEY, "[]"))
+        classes = ast.literal_eval(meta.get(CLASSES_KEY, "[]"))
+    except (ValueError, SyntaxError):
+        return [], []
+    if not isinstance(paths, list) or len(paths) < 2:
+        return [], []
+    return [str(p) for p in paths[1:-1]], [str(c).rsplit(".", 1)[-1] for c in classes[1:-1]]
+
+
+def _op_name(node: Any) -> str:
+    """The op's name as PyTorch would give it (``add``), else the ONNX op type."""
+    meta = {p.key: p.value for p in node.metadata_props}
+    try:
+        classes = ast.literal_eval(meta.get(CLASSES_KEY, "[]"))
+    except (ValueError, SyntaxError):
+        classes = []
+    last = str(classes[-1]) if classes else ""
+    return normal_name(last) if last.startswith("aten.") else normal_name(node.op_type)
+
+
+class _Walker:
+    """Walks the nodes in order, building the trace."""
+
+    def __init__(self, model: Any, shapes: dict[str, tuple[tuple[int, ...], int]]) -> None:
+        graph = model.graph
+        self.shapes = shapes
+        self.trace = Trace()
+        self.initializers = {i.name: i for i in graph.initializer}
+        self.counted: set[str] = set()
+        self.spans: dict[str, Span] = {}
+        self.stashed: set[str] = set()
+        self.unit_key: object = None
+        self.parents = {p for node in graph.node for p in _scopes(node)[0][:-1]}
+
+    def nbytes(self, name: str) -> int:
+        shape, elem = self.shapes.get(name, ((), 0))
+        return _elements(shape) * FLOAT_TYPES.get(elem, 0) if name in self.shapes else 0
+
+    def unit_for(self, node: Any) -> Unit:
+        """The unit a node belongs to: its attention or leaf module's (contiguous nodes of
+        one module call), else a new one of its own (a shape op joins the last unit)."""
+        paths, classes = _scopes(node)
+        for depth, (path, cls) in enumerate(zip(paths, classes)):
+            if is_fused(cls) or (depth == len(paths) - 1 and path not in self.parents):
+                if path != self.unit_key:
+                    kind = class_kind(cls) or LayerKind.ELEMENTWISE
+                    self.trace.units.append(Unit(path, kind, tuple(paths[:depth])))
+                    self.unit_key = path
+                return self.trace.units[-1]
+        free = node.op_type == "Constant" or normal_name(node.op_type) in FREE
+        if not free or not self.trace.units:
+            op = _op_name(node)
+            name = f"{paths[-1]}.{op}" if paths else (node.name or op)
+            self.trace.units.append(Unit(name, LayerKind.ELEMENTWISE, tuple(paths)))
+            self.unit_key = None
+        return self.trace.units[-1]
+
+    def parameters(self, node: Any) -> int:
+        """Floating-point initializers this node is first to read."""
+        skipped = RUNNING_STATISTICS.get(node.op_type, ())
+        count = 0
+        for position, name in enumerate(node.input):
+            init = self.initializers.get(name)
+            if init is None or name in self.counted or position in skipped \
+                    or init.data_type not in FLOAT_TYPES or _elements(tuple(init.dims)) <= 1:
+                continue
+            self.counted.add(name)
+            count += _elements(tuple(init.dims))
+        return count
+
+    def flops(self, node: Any) -> tuple[int, LayerKind]:
+        """A node's FLOPs and kind, from the inferred shapes."""
+        op = node.op_type
+        out = self.shapes.get(node.output[0]) if node.output else None
+        first = self.shapes.get(node.input[0]) if node.input else None
+        if op in PRODUCTS and out is not None and len(node.input) > 1 \
+                and node.input[1] in self.shapes and first is not None:
+            weight = self.shapes[node.input[1]][0]
+            reduced = _reduced_size(op, node, first[0], weight)
+            inner = _elements(first[0]) if op == "ConvTranspose" else _elements(out[0])
+            return 2 * inner * reduced, PRODUCTS[op]
+        if op == "Gather" and node.input and node.input[0] in self.initializers:
+            return 0, LayerKind.EMBEDDING
+        name = normal_name(op)
+        window = 1
+        for attribute in node.attribute:
+            if attribute.name == "kernel_shape":
+                window = _elements(tuple(attribute.ints))
+        count = per_element_flops(name, _elements(out[0]) if out else 0,
+                                  _elements(first[0]) if first else 0, window)
+        if count is None or (out is None and name not in FREE and op != "Constant"):
+            self.trace.not_counted(op)
+            return 0, LayerKind.ELEMENTWISE
+        return count, element_kind(name) or LayerKind.ELEMENTWISE
+
+    def stash(self, node: Any, unit: Unit) -> None:
+        """What PyTorch's autograd would keep for this op's backward."""
+        if node.op_type == "MaxPool" and node.output:
+            shape = self.shapes.get(node.output[0], ((), 0))[0]
+            unit.stashed_bytes += ARGMAX_BYTES * _elements(shape)
+            return
+        names = (list(node.input) if node.op_type in SAVES_INPUTS else
+                 list(node.output[:1]) if node.op_type in SAVES_OUTPUT else [])
+        for name in names:
+            if name and name not in self.initializers and name not in self.stashed:
+                self.stashed.add(name)
+                unit.stashed_bytes += self.nbytes(name)
+
+    def node(self, node: Any) -> None:
+        """Count one node into its unit."""
+        unit = self.unit_for(node)
+        index = len(self.trace.units) - 1
+        flops, kind = self.flops(node)
+        unit.forward_flops += flops
+        unit.kind = stronger(unit.kind, kind)
+        unit.parameters += self.parameters(node)
+        self.stash(node, unit)
+        activations = [n for n in node.input if n in self.spans]
+        for name in activations:
+            self.spans[name].last_use = index
+        if _op_name(node) in RESIDUAL_OPS and node.output and len(activations) >= 2:
+            size = self.nbytes(node.output[0])
+            unit.joins_activations = unit.joins_activations or sum(
+                self.nbytes(n) == size for n in activations) >= 2
+        if node.op_type != "Constant":  # a constant is no activation
+            for name in node.output:
+                self.produce(name, index)
+
+    def produce(self, name: str, index: int) -> None:
+        nbytes = self.nbytes(name)
+        if nbytes:
+            span = Span(nbytes, index, index)
+            self.trace.spans.append(span)
+            self.spans[name] = span
+
+
+def _reduced_size(op: str, node: Any, input_shape: tuple[int, ...],
+                  weight: tuple[int, ...]) -> int:
+    """The multiply-adds per output element of a product (per input for ConvTranspose)."""
+    if op in ("Conv", "ConvTranspose"):
+        return _elements(weight[1:])
+    if op == "Gemm":
+        trans_a = any(a.name == "transA" and a.i for a in node.attribute)
+        return input_shape[0] if trans_a else input_shape[-1]
+    return input_shape[-1]
+
+
+def _partials(model: Any) -> DType:
+    for init in model.graph.initializer:
+        if init.data_type in FLOAT_TYPES:
+            return DType.FLOAT16 if FLOAT_TYPES[init.data_type] == 2 else DType.FLOAT32
+    return DType.FLOAT32
+
+
+def import_onnx_file(path: str, name: str, input_shape: tuple[int, ...] | None = None,
+                     strict: bool = False) -> Workload:
+    """The ONNX model in ``path`` as a workload named ``name``, per sample (counts divided
+    by the first input's batch dimension)."""
+    model = read_model(path)
+    shape = _fix_input_shape(model, check_input_shape(input_shape) if input_shape else None)
+    shapes = _shapes(model)
+    walker = _Walker(model, shapes)
+    first_input = next(i.name for i in model.graph.input if i.name not in walker.initializers)
+    walker.produce(first_input, -1)
+    for node in model.graph.node:
+        walker.node(node)
+    for output in model.graph.output:
+        if output.name in walker.spans:
+            walker.spans[output.name].last_use = len(walker.trace.units)
+    walker.trace.input_bytes = walker.nbytes(first_input)
+    trace = walker.trace.per_sample(shape[0])
+    return finish_import(trace, name, _partials(model), strict)
