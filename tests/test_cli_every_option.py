@@ -38,7 +38,7 @@ EXPECTED_COMMANDS = {
     "partition create", "partition list", "partition remove", "partition show",
     "pipeline-report", "remove partition", "scaling-report", "serve", "show partition",
     "status", "topology list", "topology show", "trace show", "train", "train-report", "user add",
-    "user list", "user remove", "user rotate", "validate",
+    "user list", "user remove", "user rotate", "validate", "workload import",
 }
 SERVICE = ["--host=127.0.0.1", "--port={refused}", "--token-file={token}"]
 BASE: dict[str, list[str]] = {  # what keeps each command fast, off Ray and off real services
@@ -52,6 +52,7 @@ BASE: dict[str, list[str]] = {  # what keeps each command fast, off Ray and off 
     "scaling-report": ["--topologies=pod16", "--model=mlp", "--out={out}"],
     "serve": ["--port=0", "--metrics-port=-1"],
     "monitor": [*SERVICE, "--count=1", "--interval=0.1"],
+    "workload import": ["--out={out}.yaml"],
 }
 ARGUMENTS = {"collective": "allreduce", "name": "p", "card": "s0.card0", "link": "s0.card0.ipu0",
              "spec": "pod16"}

@@ -70,6 +70,8 @@ COMMANDS = {
                          "Train data-parallel (and pipelined) across emulated servers."),
     "train-report": LazyCommand("cluster.cli.train:train_report_command",
                                 "Scaling report: throughput and efficiency per server count."),
+    "workload": LazyCommand("cluster.cli.workload:workload_group",
+                            "Import a PyTorch or ONNX network as a workload file."),
     "user": LazyCommand("cluster.cli.user:user_group",
                         "Add, list, remove users and rotate credentials (administrator)."),
 }

@@ -57,7 +57,8 @@ def read_model(path: str) -> Any:
     onnx = require_module("onnx")
     file = Path(path)
     if not file.is_file():
-        what = "is a directory" if file.is_dir() else "does not exist"
+        what = ("is a directory" if file.is_dir() else "is not a regular file"
+                if file.exists() else "does not exist")
         raise UserError(f"ONNX file {quoted(path)} {what}")
     hint = "export one with torch.onnx.export(model, (sample,), 'model.onnx', dynamo=True)"
     try:

@@ -64,6 +64,8 @@ def _load_file(path: Path) -> ModuleType:
         raise UserError(f"factory file {quoted(str(path))} does not exist")
     if path.is_dir():
         raise UserError(f"factory file {quoted(str(path))} is a directory, not a Python file")
+    if not path.is_file():
+        raise UserError(f"factory file {quoted(str(path))} is not a regular file")
     try:
         source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     import torch
 
 MAX_INPUT_DIMENSIONS = 8
+MAX_INPUT_ELEMENTS = 2**28  # a 1 GiB float32 input: a typo such as 1,3,22400,22400 stops
 
 
 def check_input_shape(shape: Sequence[int]) -> tuple[int, ...]:
@@ -50,6 +51,13 @@ def check_input_shape(shape: Sequence[int]) -> tuple[int, ...]:
             isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
         raise UserError(f"input shape {dims!r} must be 1 to {MAX_INPUT_DIMENSIONS} whole "
                         "numbers of 1 or more, batch first, e.g. 1,3,224,224")
+    elements = 1
+    for size in dims:
+        elements *= size
+    if elements > MAX_INPUT_ELEMENTS:
+        raise UserError(f"input shape {','.join(map(str, dims))} holds {elements:,} elements, "
+                        f"over the {MAX_INPUT_ELEMENTS:,} an import runs; one sample (batch 1) "
+                        "is enough")
     return dims
 
 
@@ -191,7 +199,8 @@ def _window(args: Any) -> int:
     return product
 
 
-def _run(module: torch.nn.Module, shape: tuple[int, ...], recorder: _Recorder) -> None:
+def _run(module: torch.nn.Module, shape: tuple[int, ...], recorder: _Recorder,
+         integer_input: bool) -> None:
     """One forward pass under the hooks and the dispatch mode."""
     torch = recorder.torch
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -211,7 +220,8 @@ def _run(module: torch.nn.Module, shape: tuple[int, ...], recorder: _Recorder) -
         handles.append(child.register_forward_hook(
             lambda _m, _args, _out: recorder.leave(), always_call=True))
     device = next((p.device for p in module.parameters()), torch.device("cpu"))
-    sample = torch.randn(shape, device=device, dtype=_dtype_of(module, torch))
+    sample = (torch.randint(0, 2, shape, device=device) if integer_input  # token ids 0 and 1
+              else torch.randn(shape, device=device, dtype=_dtype_of(module, torch)))
     recorder.produce(sample, -1)
     try:
         with torch.autograd.graph.saved_tensors_hooks(recorder.stash, lambda t: t), Watch():
@@ -224,9 +234,11 @@ def _run(module: torch.nn.Module, shape: tuple[int, ...], recorder: _Recorder) -
             recorder.spans[id(tensor)].last_use = len(recorder.trace.units)
 
 
-def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int]) -> tuple[Trace, DType]:
-    """Run ``module`` once on a random ``input_shape`` input and count it, per sample;
-    also the number format it ran in. A failing forward is a UserError."""
+def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int],
+                       integer_input: bool = False) -> tuple[Trace, DType]:
+    """Run ``module`` once on a random ``input_shape`` input (token ids 0 and 1 if
+    ``integer_input``) and count it, per sample; also the number format it ran in. A
+    failing forward is a UserError."""
     torch = require_torch()
     shape = check_input_shape(input_shape)
     buffers = {name: b.detach().clone() for name, b in module.named_buffers()}
@@ -235,7 +247,7 @@ def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int]) -> t
     module.train()
     try:
         with torch.enable_grad():
-            _run(module, shape, recorder)
+            _run(module, shape, recorder, integer_input)
     except Exception as error:  # noqa: BLE001 - the user's network: report it in one line
         raise UserError(f"the forward pass on an input of shape {','.join(map(str, shape))} "
                         f"raised {one_line(error)}: check --input-shape") from None
@@ -249,9 +261,9 @@ def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int]) -> t
 
 
 def import_torch_module(module: torch.nn.Module, input_shape: tuple[int, ...], name: str,
-                        strict: bool = False) -> Workload:
-    """``module`` as a workload named ``name``, ``input_shape`` including the batch (1).
-    Ops it cannot count: an :class:`UncountedOpsWarning` naming them, or with ``strict``
-    a UserError."""
-    trace, partials = trace_torch_module(module, input_shape)
+                        strict: bool = False, integer_input: bool = False) -> Workload:
+    """``module`` as a workload named ``name``, ``input_shape`` including the batch (1);
+    ``integer_input`` feeds token ids instead of floats. Ops it cannot count: an
+    :class:`UncountedOpsWarning` naming them, or with ``strict`` a UserError."""
+    trace, partials = trace_torch_module(module, input_shape, integer_input)
     return finish_import(trace, name, partials, strict)
