@@ -102,16 +102,13 @@ def echo_torch_record(record: dict[str, Any], echo: Callable[[str], None]) -> No
          "(PyTorch on this machine's CPU, gradients allreduced over the emulated links)")
     echo(f"{'step':>5} {'loss':>10} {'wall(ms)':>10} {'sim(ms)':>10} {'allreduce wall(ms)':>19}")
     for row in record["steps"]:
-        sim = "-" if row["sim_seconds"] is None else f"{row['sim_seconds'] * 1e3:.4f}"
         echo(f"{row['step']:>5} {row['loss']:>10.6f} {row['wall_seconds'] * 1e3:>10.1f} "
-             f"{sim:>10} {row['allreduce_wall_seconds'] * 1e3:>19.1f}")
-    wall = f"{record['wall_step_seconds'] * 1e3:.1f} ms of wall time here (median)"
-    if record["sim_step_seconds"] is None:
-        echo(f"# step: {wall}; no simulated time (the module could not be priced)")
-    else:
-        parts = ", ".join(f"{part.title.strip()} {part.seconds(record['sim_step_parts']) * 1e3:.4f}"
-                          for part in parts_spent([record["sim_step_parts"]]))
-        echo(f"# step: {record['sim_step_seconds'] * 1e3:.4f} ms simulated ({parts}); {wall}")
+             f"{row['sim_seconds'] * 1e3:>10.4f} {row['allreduce_wall_seconds'] * 1e3:>19.1f}")
+    step_parts = record["sim_step_parts"]
+    parts = ", ".join(f"{part.title.strip()} {part.seconds(step_parts) * 1e3:.4f}"
+                      for part in parts_spent([step_parts]))
+    echo(f"# step: {record['sim_step_seconds'] * 1e3:.4f} ms simulated ({parts}); "
+         f"{record['wall_step_seconds'] * 1e3:.1f} ms of wall time here (median)")
     echo(f"# replicas identical after every step: {record['replicas_identical']}")
     if "reference_max_rel_error" in record:
         echo("# largest relative difference of the weights from single-process training: "

@@ -182,7 +182,7 @@ class TrainingModel:
             pod, firsts.tolist(), pickled(model, optimizer_class, optimizer_settings,
                                           MODEL_LOSS), self.settings.algorithm)
         self.last_step: dict[str, Any] = {}
-        self._priced: dict[tuple[int, ...], float | None] = {}
+        self._priced: dict[tuple[int, ...], float] = {}
 
     def __call__(self, inputs: Any, labels: Any) -> Any:
         """One optimiser step per device iteration on every replica; the last one's loss
@@ -211,14 +211,15 @@ class TrainingModel:
                           "sim_seconds": self._step_price(x.shape[1:], micro)}
         return require_torch().tensor(result.loss)
 
-    def _step_price(self, sample_shape: tuple[int, ...], micro_batch: int) -> float | None:
+    def _step_price(self, sample_shape: tuple[int, ...], micro_batch: int) -> float:
         """Simulated seconds of one step with micro-batches of ``micro_batch`` samples of
-        ``sample_shape`` (None: the module has no workload to price)."""
+        ``sample_shape``: the model's imported workload, its stages as ``BeginBlock`` marks
+        them."""
         key = (micro_batch, *sample_shape)
         if key not in self._priced:
             workload = torch_workload(self.model, tuple(sample_shape),
                                       type(self.model).__name__)
-            self._priced[key] = None if workload is None else simulated_step_time(
+            self._priced[key] = simulated_step_time(
                 workload, replace(self.config, micro_batch=micro_batch), self.topology,
                 layers_per_stage(workload, self.marks, self.config.ipus_per_replica)
             ).sim_seconds

@@ -110,17 +110,18 @@ def _replica_work(config: TrainConfig, x: np.ndarray,
             for r in range(config.replicas)]
 
 
-def price(model: TorchModel, config: TrainConfig, topology: Topology) -> StepTime | None:
-    """The step's simulated time from the module's workload (None without an importer)."""
+def price(model: TorchModel, config: TrainConfig, topology: Topology) -> StepTime:
+    """The step's simulated time, from the module's imported workload; an OutOfMemory (a
+    UserError) if the model does not fit an IPU as placed."""
     workload = torch_workload(model.module, model.sample_shape, model.spec)
-    return None if workload is None else simulated_step_time(workload, config, topology)
+    return simulated_step_time(workload, config, topology)
 
 
 def train_torch(model: TorchModel, config: TrainConfig, pod: EmulatedPod,
-                parts: StepTime | None,
+                parts: StepTime,
                 on_step: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Train ``model`` as ``config`` places it on ``pod``, its step priced as ``parts``
-    (:func:`price`; None: not priced); the record ``--json`` prints."""
+    (:func:`price`); the record ``--json`` prints."""
     settings = {"lr": config.lr, "momentum": config.momentum}
     optimizer = require_torch().optim.SGD
     ipus = replica_ipus(config, pod.topology)[::config.ipus_per_replica].tolist()
@@ -134,7 +135,7 @@ def train_torch(model: TorchModel, config: TrainConfig, pod: EmulatedPod,
         identical &= result.identical
         steps.append({"step": step, "loss": result.loss,
                       "wall_seconds": time.perf_counter() - started,
-                      "sim_seconds": None if parts is None else parts.sim_seconds,
+                      "sim_seconds": parts.sim_seconds,
                       "allreduce_wall_seconds": result.allreduce_wall_seconds,
                       "allreduce_sim_seconds": result.allreduce_sim_seconds})
         if on_step:
@@ -152,7 +153,7 @@ def train_torch(model: TorchModel, config: TrainConfig, pod: EmulatedPod,
 
 
 def _record(model: TorchModel, config: TrainConfig, topology: Topology,
-            parts: StepTime | None, steps: list[dict[str, Any]],
+            parts: StepTime, steps: list[dict[str, Any]],
             identical: bool) -> dict[str, Any]:
     """What ``ipupod train --torch ... --json`` prints."""
     return {
@@ -164,8 +165,6 @@ def _record(model: TorchModel, config: TrainConfig, topology: Topology,
         "mode": "real", "algorithm": config.algorithm, "steps": steps,
         "replicas_identical": identical,
         "wall_step_seconds": statistics.median(s["wall_seconds"] for s in steps),
-        "sim_step_seconds": None if parts is None else parts.sim_seconds,
-        "sim_step_parts": None if parts is None else asdict(parts),
-        "throughput_samples_per_sim_second": (None if parts is None else
-                                              config.global_batch / parts.sim_seconds)}
+        "sim_step_seconds": parts.sim_seconds, "sim_step_parts": asdict(parts),
+        "throughput_samples_per_sim_second": config.global_batch / parts.sim_seconds}
 
