@@ -117,15 +117,17 @@ class Options:
         return self
 
 
-def placement(settings: Settings, ipus_per_replica: int) -> tuple[TrainConfig, Topology]:
-    """Where the replicas go, and on what: evenly over the servers (or racks) of the
-    topology; by default as many DSS 8440 servers of 16 IPUs as the replicas fill."""
+def placement(settings: Settings, ipus_per_replica: int,
+              on: Topology | None = None) -> tuple[TrainConfig, Topology]:
+    """Where the replicas go, and on what (``on``, a launched POD's; else the options'
+    topology; else as many DSS 8440 servers of 16 IPUs as the replicas fill): evenly over
+    its servers or racks."""
     replicas = settings.replication_factor
     config = TrainConfig(servers=max(1, math.ceil(replicas * ipus_per_replica / 16)),
                          topology=settings.topology, ipus_per_replica=ipus_per_replica,
                          micro_batch=1, accumulation=settings.gradient_accumulation,
                          mode=Mode.REAL, model=MLP, algorithm=settings.algorithm)
-    topology = topology_for(config)
+    topology = on if on is not None else topology_for(config)
     servers = len(server_ipus(topology))
     if replicas % servers:
         raise UserError(f"replicationFactor {replicas} does not spread evenly over the "
@@ -168,7 +170,8 @@ class TrainingModel:
         optimizer_class, optimizer_settings = _checked_optimizer(model, optimizer)
         self.model, self.settings = model, options.settings
         self.marks = stage_marks(model)
-        self.config, self.topology = placement(self.settings, replica_ipus_needed(self.marks))
+        self.config, self.topology = placement(self.settings, replica_ipus_needed(self.marks),
+                                               None if pod is None else pod.topology)
         if pod is None:
             from ipu_node.pod import EmulatedPod  # Ray: only when devices start
 
