@@ -33,7 +33,11 @@ from cluster.training.importers.op_costs import (
     per_element_flops,
     stronger,
 )
-from cluster.training.importers.torch_factory import one_line, require_module
+from cluster.training.importers.torch_factory import (
+    check_regular_file,
+    one_line,
+    require_module,
+)
 from cluster.training.importers.torch_import import check_input_shape
 from cluster.training.workloads.layers import DType, LayerKind, Workload
 
@@ -54,12 +58,8 @@ CLASSES_KEY = "pkg.torch.onnx.class_hierarchy"
 
 def read_model(path: str) -> Any:
     """The checked ``ModelProto`` in ``path``, or a UserError saying why not."""
+    check_regular_file(Path(path), "ONNX file", "an .onnx file or file.py:factory")
     onnx = require_module("onnx")
-    file = Path(path)
-    if not file.is_file():
-        what = ("is a directory" if file.is_dir() else "is not a regular file"
-                if file.exists() else "does not exist")
-        raise UserError(f"ONNX file {quoted(path)} {what}")
     hint = "export one with torch.onnx.export(model, (sample,), 'model.onnx', dynamo=True)"
     try:
         model = onnx.load(path)

@@ -47,6 +47,19 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
+def check_regular_file(path: Path, what: str, wanted: str) -> None:
+    """A UserError unless ``path`` is a regular file (a FIFO would block the read; a name
+    too long or with a NUL byte cannot even be looked up)."""
+    try:
+        if path.is_file():
+            return
+        problem = ("is a directory" if path.is_dir() else
+                   "is not a regular file" if path.exists() else "does not exist")
+    except (OSError, ValueError) as error:
+        problem = f"cannot be looked up ({one_line(error)[:100]})"
+    raise UserError(f"{what} {quoted(str(path))} {problem}: give {wanted}")
+
+
 def split_spec(spec: str) -> tuple[Path, str]:
     """``file.py:name`` -> (path, name); the last colon splits, so a Windows drive works."""
     path_text, colon, name = spec.rpartition(":")
@@ -60,12 +73,7 @@ def split_spec(spec: str) -> tuple[Path, str]:
 
 def _load_file(path: Path) -> ModuleType:
     """Run a Python file as a fresh module; any failure is a UserError naming the file."""
-    if not path.exists():
-        raise UserError(f"factory file {quoted(str(path))} does not exist")
-    if path.is_dir():
-        raise UserError(f"factory file {quoted(str(path))} is a directory, not a Python file")
-    if not path.is_file():
-        raise UserError(f"factory file {quoted(str(path))} is not a regular file")
+    check_regular_file(path, "factory file", "a Python file")
     try:
         source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:

@@ -80,7 +80,8 @@ class _Recorder:
         self.torch = torch_module
         self.trace = Trace()
         self.params = {id(p): p for p in module.parameters()}
-        self.constants = {id(b) for b in module.buffers()} | set(self.params)
+        self.buffers = {id(b) for b in module.buffers()}
+        self.constants = self.buffers | set(self.params)
         self.spans: dict[int, Span] = {}
         self.alive: list[Any] = []  # keeps traced tensors, so that their ids stay theirs
         self.stashed: set[int] = set()
@@ -133,6 +134,8 @@ class _Recorder:
             self.functional_unit(name, activations, outputs)
         unit, index = self.unit(), len(self.trace.units) - 1
         flops, kind = self.flops(func, name, args, kwargs, out, inputs, outputs)
+        if inputs and all(id(t) in self.buffers for t in inputs):
+            flops = 0  # bookkeeping on buffers (num_batches_tracked += 1), not the network
         unit.forward_flops += flops
         unit.kind = stronger(unit.kind, kind)
         for tensor in inputs:
