@@ -14,6 +14,8 @@ import click
 
 from cluster.cli.paths import CheckedPath
 from cluster.errors import UserError, quoted
+from cluster.training.importers.grouping import UncountedOpsWarning
+from cluster.training.importers.source import import_model, write_workload
 
 MAX_SHAPE_TEXT = 200
 
@@ -51,9 +53,6 @@ def workload_group() -> None:
 def import_command(model: str, out: Path, input_shape: str | None, input_dtype: str,
                    name: str | None, strict: bool) -> None:
     """Import MODEL (file.py:factory or model.onnx) as a workload file."""
-    from cluster.training.importers.grouping import UncountedOpsWarning
-    from cluster.training.importers.source import import_model, write_workload
-
     if name is not None and (not name.strip() or not name.isprintable() or len(name) > 200):
         raise UserError(f"--name must be printable text of 1 to 200 characters, not "
                         f"{quoted(name)}")

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from cluster.errors import UserError, quoted
-from cluster.training.importers.torch_factory import split_spec
+from cluster.training.importers.torch_factory import build_module, split_spec
 from cluster.training.workloads.layers import Workload
 from cluster.training.workloads.workload_yaml import MAX_NAME_CHARS, to_yaml
 
@@ -39,7 +39,6 @@ def import_model(model: str, input_shape: tuple[int, ...] | None, name: str | No
         if input_shape is None:
             raise UserError("a PyTorch factory needs --input-shape: the shape of one input, "
                             "batch first (e.g. 1,3,224,224)")
-        from cluster.training.importers.torch_factory import build_module
         from cluster.training.importers.torch_import import import_torch_module
 
         return import_torch_module(build_module(model), input_shape, title, strict,
