@@ -102,7 +102,7 @@ def step_data(model: TorchModel, seed: int, step: int,
     return x, np.argmax(x.reshape(samples, features) @ teacher, axis=1).astype(np.int64)
 
 
-def _replica_work(config: TrainConfig, x: np.ndarray,
+def replica_work(config: TrainConfig, x: np.ndarray,
                   y: np.ndarray) -> list[list[tuple[np.ndarray, np.ndarray]]]:
     """Each replica's micro-batches of the step's batch ``(x, y)``."""
     return [[replica_slice(x, y, r, config.replicas, config.micro_batch, config.accumulation,
@@ -131,7 +131,7 @@ def train_torch(model: TorchModel, config: TrainConfig, pod: EmulatedPod,
     for step in range(config.steps):
         x, y = step_data(model, config.seed, step, config.global_batch)
         started = time.perf_counter()
-        result = replicas.step(_replica_work(config, x, y))
+        result = replicas.step(replica_work(config, x, y))
         identical &= result.identical
         steps.append({"step": step, "loss": result.loss,
                       "wall_seconds": time.perf_counter() - started,
