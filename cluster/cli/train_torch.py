@@ -7,6 +7,7 @@ are refused by name; the placement, batch and optimiser options are the MLP's.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -15,11 +16,19 @@ import click
 
 from cluster.cli.output import progress, ray_chatter_to_stderr
 from cluster.errors import UserError
+from cluster.model.topology import Topology
 from cluster.training.config import MLP, TrainConfig
 from cluster.training.defaults import DEFAULTS
+from cluster.training.importers.grouping import UncountedOpsWarning
 from cluster.training.placement import topology_for
-from cluster.training.step_parts import parts_spent
-from cluster.training.torch_replicas.run import load_model, price, sample_shape, train_torch
+from cluster.training.step_parts import StepTime, parts_spent
+from cluster.training.torch_replicas.run import (
+    TorchModel,
+    load_model,
+    price,
+    sample_shape,
+    train_torch,
+)
 from cluster.training.trainer import resolve
 from gcl.modes import Mode
 
@@ -77,7 +86,7 @@ def run_torch(factory: str | None, shape_text: str | None, servers: int | None,
     topology = topology_for(config)
     config = resolve(config, topology)  # checked: a UserError naming what to change
     model = load_model(factory, shape)  # everything checked before a device starts
-    parts = price(model, config, topology)
+    parts = _priced(model, config, topology)
     from ipu_node.pod import EmulatedPod  # Ray: only once the run is known to go ahead
 
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
@@ -93,12 +102,25 @@ def run_torch(factory: str | None, shape_text: str | None, servers: int | None,
         echo_torch_record(record, echo)
 
 
+def _priced(model: TorchModel, config: TrainConfig, topology: Topology) -> StepTime:
+    """The step priced (:func:`price`); each op the importer could not count is named in
+    one ``warning:`` line on standard error."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UncountedOpsWarning)
+        parts = price(model, config, topology)
+    for text in sorted({str(w.message) for w in caught
+                        if issubclass(w.category, UncountedOpsWarning)}):
+        click.echo(f"warning: {text}: the simulated compute leaves them out", err=True)
+    return parts
+
+
 def echo_torch_record(record: dict[str, Any], echo: Callable[[str], None]) -> None:
     """A ``--torch`` run as text: the set-up, a line per step, the times and checks."""
     shape = "x".join(map(str, record["sample_shape"]))
     echo(f"# {record['model']} ({record['parameters']:,} parameters, samples {shape}, "
          f"{record['classes']} classes) on {record['topology']} ({record['machines']}): "
-         f"{record['replicas']} replicas, global batch {record['global_batch']}, real mode "
+         f"{record['replicas']} replica{'' if record['replicas'] == 1 else 's'}, "
+         f"global batch {record['global_batch']}, real mode "
          "(PyTorch on this machine's CPU, gradients allreduced over the emulated links)")
     echo(f"{'step':>5} {'loss':>10} {'wall(ms)':>10} {'sim(ms)':>10} {'allreduce wall(ms)':>19}")
     for row in record["steps"]:
