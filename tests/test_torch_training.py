@@ -236,3 +236,14 @@ def test_the_poptorch_style_example_trains_as_one_process_would():
     assert run.stdout.count("replicas identical: True") == 4 and "ms simulated" in run.stdout
     difference = re.search(r"relative difference (\S+)", run.stdout)
     assert difference and float(difference.group(1)) < 1e-5
+
+
+def test_a_model_that_fails_on_its_card_is_one_line_without_the_cards_traceback(
+        factories, two_servers):
+    model = load_factory(f"{factories}:small_cnn")()  # forward(x): takes no labels
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with training_model(model, Options().replicationFactor(2), optimizer,
+                        pod=two_servers) as wrapped, pytest.raises(UserError) as refused:
+        wrapped(torch.zeros(4, 3, 8, 8), torch.zeros(4, dtype=torch.int64))
+    assert "forward pass failed: TypeError" in str(refused.value)
+    assert "\n" not in str(refused.value) and "ray::" not in str(refused.value)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cluster.errors import UserError
 from cluster.training.torch_replicas import replica_tasks
 from cluster.training.torch_replicas.replica_tasks import tensor_names
 from gcl.collectives import CollectiveName, ReduceOp
@@ -64,8 +65,19 @@ class TorchReplicas:
         self.placed: dict[int, list[int]] = {}
         for ipu in self.ipus:
             self.placed.setdefault(pod.owner[ipu], []).append(ipu)
-        pod.call("execute", {device: (replica_tasks.place, self.run, payload, ipus)
-                             for device, ipus in self.placed.items()})
+        self._on_cards({device: (replica_tasks.place, self.run, payload, ipus)
+                        for device, ipus in self.placed.items()})
+
+    def _on_cards(self, tasks: dict[int, tuple]) -> dict[int, Any]:
+        """Run each device's task; a UserError a task raised on its card (the user's model
+        failing there) arrives here as itself: one line, without the card's traceback."""
+        try:
+            return self.pod.call("execute", tasks)
+        except UserError as error:
+            cause = getattr(error, "cause", None)  # Ray's wrapper of a task's exception
+            if isinstance(cause, UserError):
+                raise UserError(str(cause)) from None
+            raise
 
     def step(self, work: list[MicroBatches]) -> StepResult:
         """One step: replica r computes on ``work[r]``; allreduce; every replica updates."""
@@ -73,7 +85,7 @@ class TorchReplicas:
         for ipu, batches in zip(self.ipus, work):
             per_device.setdefault(self.pod.owner[ipu], {})[ipu] = batches
         losses: dict[int, float] = {}
-        for answer in self.pod.call("execute", {
+        for answer in self._on_cards({
                 device: (replica_tasks.gradients, self.run, replicas)
                 for device, replicas in per_device.items()}).values():
             losses.update(answer)
@@ -85,7 +97,7 @@ class TorchReplicas:
                                          group=CommGroup(), ipus=self.ipus)
             wall, sim = result.wall_seconds, result.sim_seconds
         digests: set[str] = set()
-        for answer in self.pod.call("execute", {
+        for answer in self._on_cards({
                 device: (replica_tasks.update, self.run, ipus, len(self.ipus) > 1)
                 for device, ipus in self.placed.items()}).values():
             digests.update(answer.values())
