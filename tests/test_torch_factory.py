@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from cluster.errors import UserError
-from cluster.training.importers.torch_factory import build_module, load_factory, split_spec
+from cluster.training.importers.torch_factory import (
+    build_module,
+    build_module_and_sample,
+    load_factory,
+    split_spec,
+)
 
 
 def write(tmp_path: Path, text: str, name: str = "model.py") -> Path:
@@ -107,3 +112,20 @@ def test_without_torch_the_message_names_the_extra(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "torch", None)  # what an absent package looks like
     with pytest.raises(UserError, match=r"torch is not installed .*pip install -e '\.\[torch\]'"):
         build_module("model.py:make")
+
+
+def test_a_factory_may_return_a_module_and_its_sample(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    path = write(tmp_path, "import torch\ndef make():\n"
+                           "    return torch.nn.Linear(3, 2), torch.ones(1, 3)\n")
+    module, sample = build_module_and_sample(f"{path}:make")
+    assert isinstance(module, torch.nn.Linear) and sample is not None
+    assert sample[0].shape == (1, 3)
+    assert isinstance(build_module(f"{path}:make"), torch.nn.Linear)
+
+
+def test_a_sample_that_is_not_tensors_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    path = write(tmp_path, "import torch\ndef make():\n    return torch.nn.Linear(3, 2), [1]\n")
+    with pytest.raises(UserError, match="sample is not a tensor or a tuple of tensors"):
+        build_module(f"{path}:make")

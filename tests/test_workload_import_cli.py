@@ -159,3 +159,23 @@ def test_a_model_too_big_for_an_ipu_is_one_line_from_train(out: Path) -> None:
     refused("which has 900 MB of In-Processor-Memory", "train", "--mode", "phantom",
             "--model", str(out), "--topology", "pod16", "--ipus-per-replica", "1",
             "--steps", "1")
+
+
+def test_a_factory_may_return_its_sample_input(tmp_path: Path, out: Path) -> None:
+    """``(module, sample)``: the forward's positional arguments, no --input-shape needed;
+    counts are per sample of the sample's batch (2 here)."""
+    from cluster.training.workloads import load_workload
+
+    spec = factory(tmp_path, "    return Two(), (torch.randn(2, 8), torch.randn(2, 4))\n\n\n"
+                             "class Two(torch.nn.Module):\n"
+                             "    def __init__(self):\n"
+                             "        super().__init__()\n"
+                             "        self.linear = torch.nn.Linear(8, 4)\n\n"
+                             "    def forward(self, x, y):\n"
+                             "        return self.linear(x) + y\n")
+    status, _, err = run("workload", "import", spec, "--out", str(out))
+    assert status == 0, err
+    workload = load_workload(out)
+    assert workload.input_bytes == (8 + 4) * 4
+    assert [(layer.name, layer.parameters, layer.forward_flops)
+            for layer in workload.layers[:2]] == [("linear", 36, 2 * 8 * 4), ("add", 0, 4)]

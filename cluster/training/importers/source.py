@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from cluster.errors import UserError, quoted
-from cluster.training.importers.torch_factory import build_module, split_spec
+from cluster.training.importers.torch_factory import build_module_and_sample, split_spec
 from cluster.training.workloads.layers import Workload
 from cluster.training.workloads.workload_yaml import MAX_NAME_CHARS, to_yaml
 
@@ -32,17 +32,20 @@ def default_name(model: str) -> str:
 
 def import_model(model: str, input_shape: tuple[int, ...] | None, name: str | None = None,
                  strict: bool = False, integer_input: bool = False) -> Workload:
-    """The workload of ``model``: a PyTorch factory (``file.py:name``, needs
-    ``input_shape``) or an ONNX file (``input_shape`` fixes a symbolic batch)."""
+    """The workload of ``model``: a PyTorch factory (``file.py:name``; ``input_shape``, or
+    the sample input the factory returns beside its module) or an ONNX file
+    (``input_shape`` fixes a symbolic batch)."""
     title = name or default_name(model)
     if is_factory_spec(model):
-        if input_shape is None:
+        module, sample = build_module_and_sample(model)
+        if input_shape is None and sample is None:
             raise UserError("a PyTorch factory needs --input-shape: the shape of one input, "
-                            "batch first (e.g. 1,3,224,224)")
+                            "batch first (e.g. 1,3,224,224), unless it returns (module, "
+                            "sample input)")
         from cluster.training.importers.torch_import import import_torch_module
 
-        return import_torch_module(build_module(model), input_shape, title, strict,
-                                   integer_input)
+        return import_torch_module(module, input_shape, title, strict, integer_input,
+                                   None if input_shape is not None else sample)
     from cluster.training.importers.onnx_import import import_onnx_file
 
     return import_onnx_file(model, title, input_shape, strict)

@@ -118,15 +118,31 @@ def load_factory(spec: str) -> Callable[..., Any]:
 
 
 def build_module(spec: str) -> torch.nn.Module:
-    """Call the factory named by ``spec`` with no arguments and check it built a module."""
+    """Call the factory named by ``spec`` with no arguments and check it built a module
+    (a factory returning ``(module, sample)`` gives its module)."""
+    return build_module_and_sample(spec)[0]
+
+
+def build_module_and_sample(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...] | None]:
+    """The module the factory builds, and the sample input it returns beside it, if any:
+    a factory returns a module, or ``(module, sample)`` where ``sample`` is a tensor or a
+    tuple of the forward's positional arguments."""
     torch_module = require_torch()
     factory = load_factory(spec)
     try:
         built = factory()
     except Exception as error:  # noqa: BLE001 - the user's code: any failure is reported
         raise UserError(f"factory {spec} raised {one_line(error)}") from None
+    sample: tuple[Any, ...] | None = None
+    if isinstance(built, tuple) and len(built) == 2:
+        built, given = built
+        sample = given if isinstance(given, tuple) else (given,)
+        if not sample or not all(isinstance(t, torch_module.Tensor) for t in sample):
+            raise UserError(f"factory {spec} returned (module, sample) whose sample is not "
+                            "a tensor or a tuple of tensors")
     if not isinstance(built, torch_module.nn.Module):
         raise UserError(
-            f"factory {spec} returned a {type(built).__name__}, not a torch.nn.Module"
+            f"factory {spec} returned a {type(built).__name__}, not a torch.nn.Module "
+            "(or a (module, sample input) pair)"
         )
-    return built
+    return built, sample

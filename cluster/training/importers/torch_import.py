@@ -202,9 +202,8 @@ def _window(args: Any) -> int:
     return product
 
 
-def _run(module: torch.nn.Module, shape: tuple[int, ...], recorder: _Recorder,
-         integer_input: bool) -> None:
-    """One forward pass under the hooks and the dispatch mode."""
+def _run(module: torch.nn.Module, sample: tuple[Any, ...], recorder: _Recorder) -> None:
+    """One forward pass on ``sample`` under the hooks and the dispatch mode."""
     torch = recorder.torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -222,13 +221,11 @@ def _run(module: torch.nn.Module, shape: tuple[int, ...], recorder: _Recorder,
             lambda m, _args, path=path: recorder.enter(path, m)))
         handles.append(child.register_forward_hook(
             lambda _m, _args, _out: recorder.leave(), always_call=True))
-    device = next((p.device for p in module.parameters()), torch.device("cpu"))
-    sample = (torch.randint(0, 2, shape, device=device) if integer_input  # token ids 0 and 1
-              else torch.randn(shape, device=device, dtype=_dtype_of(module, torch)))
-    recorder.produce(sample, -1)
+    for tensor in sample:
+        recorder.produce(tensor, -1)
     try:
         with torch.autograd.graph.saved_tensors_hooks(recorder.stash, lambda t: t), Watch():
-            outputs = recorder.tensors(module(sample))
+            outputs = recorder.tensors(module(*sample))
     finally:
         for handle in handles:
             handle.remove()
@@ -237,20 +234,36 @@ def _run(module: torch.nn.Module, shape: tuple[int, ...], recorder: _Recorder,
             recorder.spans[id(tensor)].last_use = len(recorder.trace.units)
 
 
-def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int],
-                       integer_input: bool = False) -> tuple[Trace, DType]:
-    """Run ``module`` once on a random ``input_shape`` input (token ids 0 and 1 if
-    ``integer_input``) and count it, per sample; also the number format it ran in. A
-    failing forward is a UserError."""
+def _random_sample(module: torch.nn.Module, shape: tuple[int, ...], integer_input: bool,
+                   torch: Any) -> tuple[Any, ...]:
+    """A random input of ``shape`` on the module's device: floats in its number format,
+    or token ids 0 and 1."""
+    device = next((p.device for p in module.parameters()), torch.device("cpu"))
+    if integer_input:
+        return (torch.randint(0, 2, shape, device=device),)
+    return (torch.randn(shape, device=device, dtype=_dtype_of(module, torch)),)
+
+
+def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int] | None,
+                       integer_input: bool = False,
+                       sample: tuple[Any, ...] | None = None) -> tuple[Trace, DType]:
+    """Run ``module`` once and count it, per sample; also the number format it ran in. The
+    input: ``sample`` (the forward's positional arguments) if given, else a random one of
+    ``input_shape`` (token ids 0 and 1 if ``integer_input``). The batch is the first
+    dimension of the first input. A failing forward is a UserError."""
     torch = require_torch()
-    shape = check_input_shape(input_shape)
+    if sample is None:
+        if input_shape is None:
+            raise UserError("give the input's shape (--input-shape, batch first) or a sample")
+        sample = _random_sample(module, check_input_shape(input_shape), integer_input, torch)
+    shape = tuple(sample[0].shape) or (1,)
     buffers = {name: b.detach().clone() for name, b in module.named_buffers()}
     was_training = module.training
     recorder = _Recorder(module, torch)
     module.train()
     try:
         with torch.enable_grad():
-            _run(module, shape, recorder, integer_input)
+            _run(module, sample, recorder)
     except Exception as error:  # noqa: BLE001 - the user's network: report it in one line
         raise UserError(f"the forward pass on an input of shape {','.join(map(str, shape))} "
                         f"raised {one_line(error)}: check --input-shape") from None
@@ -259,14 +272,16 @@ def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int],
         with torch.no_grad():
             for name, value in module.named_buffers():
                 value.copy_(buffers[name])
-    recorder.trace.input_bytes = recorder.trace.spans[0].nbytes  # before per_sample
+    recorder.trace.input_bytes = sum(t.numel() * t.element_size() for t in sample)
     return recorder.trace.per_sample(shape[0]), _partials(_dtype_of(module, torch), torch)
 
 
-def import_torch_module(module: torch.nn.Module, input_shape: tuple[int, ...], name: str,
-                        strict: bool = False, integer_input: bool = False) -> Workload:
+def import_torch_module(module: torch.nn.Module, input_shape: tuple[int, ...] | None,
+                        name: str, strict: bool = False, integer_input: bool = False,
+                        sample: tuple[Any, ...] | None = None) -> Workload:
     """``module`` as a workload named ``name``, ``input_shape`` including the batch (1);
-    ``integer_input`` feeds token ids instead of floats. Ops it cannot count: an
+    ``integer_input`` feeds token ids instead of floats; ``sample`` (the forward's
+    positional arguments) replaces the random input. Ops it cannot count: an
     :class:`UncountedOpsWarning` naming them, or with ``strict`` a UserError."""
-    trace, partials = trace_torch_module(module, input_shape, integer_input)
+    trace, partials = trace_torch_module(module, input_shape, integer_input, sample)
     return finish_import(trace, name, partials, strict)
