@@ -3,6 +3,7 @@ and no workload file written (an existing one left as it was)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,15 @@ def test_a_factory_may_return_its_sample_input(tmp_path: Path, out: Path) -> Non
     assert workload.input_bytes == (8 + 4) * 4
     assert [(layer.name, layer.parameters, layer.forward_flops)
             for layer in workload.layers[:2]] == [("linear", 36, 2 * 8 * 4), ("add", 0, 4)]
+
+
+@pytest.mark.parametrize("missing, model", [("onnx", "ONNX"), ("torch", "FACTORY")])
+def test_without_the_extra_the_command_says_which_to_install(
+        monkeypatch: pytest.MonkeyPatch, onnx_file: Path, out: Path, missing: str,
+        model: str) -> None:
+    monkeypatch.setitem(sys.modules, missing, None)  # what an absent package looks like
+    given = str(onnx_file) if model == "ONNX" else SMALL_CNN
+    line = refused(f"{missing} is not installed", "workload", "import", given, "--input-shape",
+                   "1,3,32,32" if model == "FACTORY" else "1,8", "--out", str(out))
+    assert line.endswith("install the extra with `pip install -e '.[torch]'`")
+    assert not out.exists()
