@@ -4,7 +4,8 @@ The real-mode benchmark compares the emulator against a measured peer: gloo allr
 a float32 tensor (64 MiB by default) over N local processes (16 by default) talking TCP
 over loopback. Each timed repeat is the slowest rank's wall time around dist.all_reduce,
 taken right after a barrier so that every rank starts together. torch is an optional
-extra (`pip install torch==2.13.0`, CPU build); without it the peer says so and exits 2.
+extra (`pip install -e '.[bench]'`: torch 2.13 to 2.15, a CPU build is enough); without
+it the peer says so and exits 2.
 
     python benchmarks/gloo_peer.py                      # 16 ranks, 64 MiB, a table
     python benchmarks/gloo_peer.py --json               # the same as JSON
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
 # ("error", rank, the traceback's text, False).
 Report = tuple[str, int, list[float] | str, bool]
 
-TORCH_MISSING = "torch is not installed: pip install torch==2.13.0 (CPU build) to run the gloo peer"
+TORCH_MISSING = ("torch is not installed: pip install -e '.[bench]' (torch 2.13 to 2.15, a CPU "
+                 "build) to run the gloo peer")
 INIT_TIMEOUT = datetime.timedelta(seconds=120)  # rendezvous and per-collective limit in gloo
 RUN_TIMEOUT_SECONDS = 900.0  # whole run: spawn, rendezvous, warmup and repeats, all ranks
 _POLL_SECONDS = 1.0
