@@ -200,3 +200,43 @@ def test_the_importers_load_without_torch_or_onnx() -> None:
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0, run.stderr
+
+
+def hand_made_onnx(path: Path) -> Path:
+    """A graph from elsewhere (no module names), a symbolic batch and an op without a
+    price: Conv, Relu, GlobalAveragePool, Flatten, Gemm, CumSum."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = [numpy_helper.from_array(np.ones(shape, np.float32), name) for name, shape in
+               [("w", (4, 3, 3, 3)), ("fc.w", (2, 4)), ("fc.b", (2,))]]
+    axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"], name="pool"),
+             helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "fc.w", "fc.b"], ["g"], name="fc", transB=1),
+             helper.make_node("CumSum", ["g", "axis"], ["y"], name="cumsum")]
+    graph = helper.make_graph(
+        nodes, "hand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])],
+        [*weights, axis])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_an_onnx_file_from_elsewhere_is_grouped_node_by_node(tmp_path) -> None:
+    path = str(hand_made_onnx(tmp_path / "hand.onnx"))
+    with pytest.raises(UserError, match="has shape N,3,8,8: give --input-shape"):
+        import_onnx_file(path, "hand")
+    with pytest.warns(UncountedOpsWarning, match=r"for ops: CumSum \(x1\)"):
+        workload = import_onnx_file(path, "hand", (1, 3, 8, 8))
+    assert [(layer.name, layer.kind, layer.parameters, layer.forward_flops)
+            for layer in workload.layers[:3]] == [
+        ("conv", LayerKind.CONV, 108, 2 * 4 * 8 * 8 * 27 + 4 * 8 * 8),  # and the ReLU
+        ("pool", LayerKind.POOL, 0, 4 * 8 * 8),
+        ("fc", LayerKind.DENSE, 10, 2 * 4 * 2)]
+    assert workload.input_bytes == 3 * 8 * 8 * 4
+    with pytest.raises(UserError, match="CumSum"):
+        import_onnx_file(path, "hand", (1, 3, 8, 8), strict=True)

@@ -96,7 +96,7 @@ def element_kind(name: str) -> LayerKind | None:
     """The kind of a per-element op (normalised name), or None if it is not one."""
     if name in NORMS:
         return LayerKind.NORM
-    if name in WINDOW_POOLS:
+    if name in WINDOW_POOLS or (name in REDUCTIONS and "pool" in name):
         return LayerKind.POOL
     if name in PER_ELEMENT or name in REDUCTIONS or name in FREE:
         return LayerKind.ELEMENTWISE
