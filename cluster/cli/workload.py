@@ -42,7 +42,8 @@ def workload_group() -> None:
               help="The workload YAML file to write (replaced atomically).")
 @click.option("--input-shape", default=None,
               help="One input's shape, batch first (1,3,224,224): needed for a PyTorch "
-                   "factory; for ONNX, fixes a symbolic dimension.")
+                   "factory (unless it returns (module, sample)); for ONNX, fixes a "
+                   "symbolic dimension.")
 @click.option("--input-dtype", type=click.Choice(["float", "int64"]), default="float",
               show_default=True, help="A PyTorch factory's input: floats, or token ids "
                                       "(0 and 1) for a model that starts with an embedding.")
