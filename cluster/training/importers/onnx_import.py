@@ -4,7 +4,9 @@ The file is read with ``onnx.load`` and checked with ``onnx.checker``; a batch d
 left symbolic is fixed from ``--input-shape``; ``onnx.shape_inference.infer_shapes`` then
 gives every tensor's shape and type. Each node is priced from those shapes: ``Conv``,
 ``Gemm`` and ``MatMul`` as ``2 x`` their multiply-adds (the formulas PyTorch's flop
-counter uses), everything else per element (:mod:`.op_costs`). Parameters are the
+counter uses; the bias added after one is not counted, as there and in the built-ins),
+everything else per element (:mod:`.op_costs`); nodes computing from constants alone (a
+transposed weight) are folded, not counted. Parameters are the
 floating-point initializers that nodes read (a batch norm's running statistics are not
 parameters; one-element constants are not either). ONNX keeps no backward pass, so the
 stashed bytes follow what PyTorch's autograd keeps, by op type (:data:`SAVES_INPUTS`).
@@ -52,6 +54,7 @@ SAVES_OUTPUT = ("Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp")
 ARGMAX_BYTES = 8  # per output of a max pool: the int64 index PyTorch keeps
 RUNNING_STATISTICS = {"BatchNormalization": (3, 4)}  # input positions that are buffers
 FLOAT_TYPES = {1: 4, 10: 2, 11: 8, 16: 2}  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
+INTEGER_TYPES = {2: 1, 3: 1, 6: 4, 7: 8, 9: 1}  # UINT8, INT8, INT32, INT64, BOOL
 SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 CLASSES_KEY = "pkg.torch.onnx.class_hierarchy"
 
@@ -157,11 +160,16 @@ class _Walker:
         self.spans: dict[str, Span] = {}
         self.stashed: set[str] = set()
         self.unit_key: object = None
+        self.constants = set(self.initializers)  # and what is computed from them alone
+        self.made_by: dict[str, str] = {}  # tensor name -> op type of the node making it
         self.parents = {p for node in graph.node for p in _scopes(node)[0][:-1]}
 
-    def nbytes(self, name: str) -> int:
+    def nbytes(self, name: str, any_type: bool = False) -> int:
+        """Bytes of a tensor of known shape: floating point only (shape and index tensors
+        are no activations), or of ``any_type`` (an input of token ids)."""
         shape, elem = self.shapes.get(name, ((), 0))
-        return _elements(shape) * FLOAT_TYPES.get(elem, 0) if name in self.shapes else 0
+        sizes = {**FLOAT_TYPES, **INTEGER_TYPES} if any_type else FLOAT_TYPES
+        return _elements(shape) * sizes.get(elem, 0) if name in self.shapes else 0
 
     def unit_for(self, node: Any) -> Unit:
         """The unit a node belongs to: its attention or leaf module's (contiguous nodes of
@@ -174,13 +182,18 @@ class _Walker:
                     self.trace.units.append(Unit(path, kind, tuple(paths[:depth])))
                     self.unit_key = path
                 return self.trace.units[-1]
-        free = node.op_type == "Constant" or normal_name(node.op_type) in FREE
+        free = self.is_constant(node) or normal_name(node.op_type) in FREE
         if not free or not self.trace.units:
             op = _op_name(node)
             name = f"{paths[-1]}.{op}" if paths else (node.name or op)
             self.trace.units.append(Unit(name, LayerKind.ELEMENTWISE, tuple(paths)))
             self.unit_key = None
         return self.trace.units[-1]
+
+    def is_constant(self, node: Any) -> bool:
+        """A node computing from constants alone (a transposed weight, a scale): folded
+        once, not run per sample."""
+        return all(name in self.constants for name in node.input if name)
 
     def parameters(self, node: Any) -> int:
         """Floating-point initializers this node is first to read."""
@@ -208,6 +221,9 @@ class _Walker:
             return 2 * inner * reduced, PRODUCTS[op]
         if op == "Gather" and node.input and node.input[0] in self.initializers:
             return 0, LayerKind.EMBEDDING
+        if op == "Add" and any(n in self.constants for n in node.input) and any(
+                self.made_by.get(n) in PRODUCTS for n in node.input):
+            return 0, LayerKind.ELEMENTWISE  # a product's bias: not counted (arithmetic.py)
         name = normal_name(op)
         window = 1
         for attribute in node.attribute:
@@ -229,7 +245,7 @@ class _Walker:
         names = (list(node.input) if node.op_type in SAVES_INPUTS else
                  list(node.output[:1]) if node.op_type in SAVES_OUTPUT else [])
         for name in names:
-            if name and name not in self.initializers and name not in self.stashed:
+            if name and name not in self.constants and name not in self.stashed:
                 self.stashed.add(name)
                 unit.stashed_bytes += self.nbytes(name)
 
@@ -237,6 +253,11 @@ class _Walker:
         """Count one node into its unit."""
         unit = self.unit_for(node)
         index = len(self.trace.units) - 1
+        if self.is_constant(node):
+            unit.parameters += self.parameters(node)
+            self.constants.update(node.output)
+            return
+        self.made_by.update(dict.fromkeys(node.output, node.op_type))
         flops, kind = self.flops(node)
         unit.forward_flops += flops
         unit.kind = stronger(unit.kind, kind)
@@ -249,12 +270,11 @@ class _Walker:
             size = self.nbytes(node.output[0])
             unit.joins_activations = unit.joins_activations or sum(
                 self.nbytes(n) == size for n in activations) >= 2
-        if node.op_type != "Constant":  # a constant is no activation
-            for name in node.output:
-                self.produce(name, index)
+        for name in node.output:
+            self.produce(name, index)
 
-    def produce(self, name: str, index: int) -> None:
-        nbytes = self.nbytes(name)
+    def produce(self, name: str, index: int, any_type: bool = False) -> None:
+        nbytes = self.nbytes(name, any_type)
         if nbytes:
             span = Span(nbytes, index, index)
             self.trace.spans.append(span)
@@ -287,13 +307,14 @@ def import_onnx_file(path: str, name: str, input_shape: tuple[int, ...] | None =
     shape = _fix_input_shape(model, check_input_shape(input_shape) if input_shape else None)
     shapes = _shapes(model)
     walker = _Walker(model, shapes)
-    first_input = next(i.name for i in model.graph.input if i.name not in walker.initializers)
-    walker.produce(first_input, -1)
+    inputs = [i.name for i in model.graph.input if i.name not in walker.initializers]
+    for given in inputs:  # every input, a mask or token types beside the first
+        walker.produce(given, -1, any_type=True)
     for node in model.graph.node:
         walker.node(node)
     for output in model.graph.output:
         if output.name in walker.spans:
             walker.spans[output.name].last_use = len(walker.trace.units)
-    walker.trace.input_bytes = walker.nbytes(first_input)
+    walker.trace.input_bytes = sum(walker.nbytes(given, any_type=True) for given in inputs)
     trace = walker.trace.per_sample(shape[0])
     return finish_import(trace, name, _partials(model), strict)

@@ -71,6 +71,12 @@ FREE = _names("""view unsafeview reshape reshapealias t transpose permute expand
     dropout nonzero viewasreal viewascomplex real imag""")
 """Data movement, shape and random-number ops: no FLOPs (known, not missed)."""
 
+CREATES = _names("""empty emptylike emptystrided zeros zeroslike ones oneslike full fulllike
+    rand randlike randn randnlike bernoulli arange range newempty newzeros newones newfull
+    scalartensor""")
+"""Ops whose output holds none of their inputs' values (a mask, a fill): what is computed
+from it alone is no part of the network's arithmetic (a dropout mask scaled)."""
+
 PER_ELEMENT = {
     **dict.fromkeys(ONE_FLOP, RELU_FLOPS),
     **dict.fromkeys(ACTIVATIONS, ACTIVATION_FLOPS),

@@ -8,8 +8,9 @@ or arithmetic). Three PyTorch mechanisms watch it:
 - module forward hooks name each op by the module that ran it (``layer1.0.conv1``);
 - a ``TorchDispatchMode`` sees every ATen op: products are counted by
   ``torch.utils.flop_counter``'s formulas (the ones ``FlopCounterMode`` uses), the rest
-  per element (:mod:`.op_costs`); parameters are counted where first used (a tied weight
-  once); every tensor's bytes, maker and last reader give the bytes crossing each cut;
+  per element (:mod:`.op_costs`), except what is computed from no input or parameter
+  (a dropout mask made and scaled); parameters are counted where first used (a tied
+  weight once); every tensor's bytes, maker and last reader give the bytes crossing each cut;
 - ``torch.autograd.graph.saved_tensors_hooks`` sees what autograd keeps for backward:
   the stashed bytes (each tensor once, parameters not).
 
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from cluster.errors import UserError
 from cluster.training.importers.grouping import Span, Trace, Unit, finish_import
 from cluster.training.importers.op_costs import (
+    CREATES,
     FREE,
     RESIDUAL_OPS,
     class_kind,
@@ -80,8 +82,8 @@ class _Recorder:
         self.torch = torch_module
         self.trace = Trace()
         self.params = {id(p): p for p in module.parameters()}
-        self.buffers = {id(b) for b in module.buffers()}
-        self.constants = self.buffers | set(self.params)
+        self.constants = {id(b) for b in module.buffers()} | set(self.params)
+        self.derived = set(self.params)  # tensors computed from the input or parameters
         self.spans: dict[int, Span] = {}
         self.alive: list[Any] = []  # keeps traced tensors, so that their ids stay theirs
         self.stashed: set[int] = set()
@@ -134,8 +136,10 @@ class _Recorder:
             self.functional_unit(name, activations, outputs)
         unit, index = self.unit(), len(self.trace.units) - 1
         flops, kind = self.flops(func, name, args, kwargs, out, inputs, outputs)
-        if inputs and all(id(t) in self.buffers for t in inputs):
-            flops = 0  # bookkeeping on buffers (num_batches_tracked += 1), not the network
+        if name not in CREATES and any(id(t) in self.derived for t in inputs):
+            self.derived.update(id(t) for t in outputs)
+        else:  # a dropout mask made and scaled, num_batches_tracked += 1: not the network
+            flops = 0
         unit.forward_flops += flops
         unit.kind = stronger(unit.kind, kind)
         for tensor in inputs:
@@ -163,7 +167,11 @@ class _Recorder:
 
         packet = func._overloadpacket
         if packet in flop_registry:
-            count = int(flop_registry[packet](*args, **kwargs, out_val=out))
+            try:
+                count = int(flop_registry[packet](*args, **kwargs, out_val=out))
+            except Exception:  # noqa: BLE001 - a formula that fails is an op not counted
+                self.trace.not_counted(str(packet).removeprefix("aten."))
+                return 0, LayerKind.DENSE
             kind = LayerKind.CONV if "conv" in name else (
                 LayerKind.ATTENTION if "attention" in name else LayerKind.DENSE)
             return count, kind
@@ -223,6 +231,7 @@ def _run(module: torch.nn.Module, sample: tuple[Any, ...], recorder: _Recorder) 
             lambda _m, _args, _out: recorder.leave(), always_call=True))
     for tensor in sample:
         recorder.produce(tensor, -1)
+        recorder.derived.add(id(tensor))
     try:
         with torch.autograd.graph.saved_tensors_hooks(recorder.stash, lambda t: t), Watch():
             outputs = recorder.tensors(module(*sample))
