@@ -10,12 +10,12 @@ from typing import Any
 
 import click
 
+from cluster.cli import train_torch
 from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
 from cluster.cli.paths import CheckedPath
 from cluster.cli.report_folder import report_folder
 from cluster.cli.trace_option import check_trace_path, save_trace, trace_option
-from cluster.cli.train_torch import run_torch
 from cluster.cli.training_options import common_options, make_config
 from cluster.errors import UserError
 from cluster.training.config import MLP, TrainConfig
@@ -107,14 +107,15 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
 @trace_option
 @common_options
 def train_command(servers: int | None, topology_spec: str | None, mode: str | None,
-                  check: bool, as_json: bool, torch_factory: str | None,
-                  shape_text: str | None, trace_path: Path | None,
+                  check: bool, as_json: bool, trace_path: Path | None,
                   ray_address: str | None, **options: Any) -> None:
-    """Train an MLP (or your PyTorch model: --torch) data-parallel across emulated DSS 8440
-    servers (or a POD)."""
-    if torch_factory is not None or shape_text is not None:
-        run_torch(torch_factory, shape_text, servers, topology_spec, mode, check, as_json,
-                  trace_path is not None, {**options, "ray_address": ray_address})
+    """Train an MLP data-parallel across emulated DSS 8440 servers (or a POD)."""
+
+    torch_factory, shape_text = options.pop("torch_factory"), options.pop("shape_text")
+    if torch_factory is not None or shape_text is not None:  # your model: --torch
+        train_torch.run_torch(torch_factory, shape_text, servers, topology_spec, mode, check,
+                              as_json, trace_path is not None,
+                              {**options, "ray_address": ray_address})
         return
     config = make_config(servers, mode, check, topology=topology_spec, **options)
     check_trace_path(trace_path)
