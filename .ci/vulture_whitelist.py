@@ -16,6 +16,7 @@ from cluster.service.control_server import ControlService
 from cluster.service.metrics import PodCollector
 from cluster.service.token_auth import BearerToken
 from cluster.training.fidelity.published import PublishedStep
+from cluster.training.torch_replicas.poptorch_style import Options
 from cluster.training.workloads.compute import Efficiencies
 from gcl.collectives import ReduceOp
 from gcl.groups import CommGroupType
@@ -74,3 +75,7 @@ Encoder.header_table_size
 
 # logging calls a rotating handler's _open by name when it opens or rotates its file.
 _PrivateRotatingFile._open
+
+# The PopTorch-shaped API's setters a user calls (docs/torch-training.md).
+Options.allreduceAlgorithm
+Options.rayAddress

@@ -283,6 +283,11 @@ def _longest(option: click.Parameter) -> str:
     (["validate", "--published=" + "9" * 4301], "file name too long"),
     (["serve", "--port=0", "--metrics-port=-1", "--host=x\ny"], "cannot listen on host 'x\\ny'"),
     (["status", "--host=x\x1b[2Jy"], "is not a host name"),
+    (["train", "--torch={directory}:f", "--sample-shape=3"], "is a directory"),
+    (["train", "--torch={fifo}:f", "--sample-shape=3"], "not a regular file"),
+    (["train", "--torch={missing}:f", "--sample-shape=3"], "does not exist"),
+    (["train", "--torch={empty}:f", "--sample-shape=3"], "has no 'f'"),
+    (["train", "--torch={binary}:f", "--sample-shape=3"], "cannot read factory file"),
 ])
 def test_a_path_or_host_that_cannot_be_used_is_named_in_one_line(places, argv, says):
     for name, path in places.items():
@@ -290,6 +295,16 @@ def test_a_path_or_host_that_cannot_be_used_is_named_in_one_line(places, argv, s
     status, out, err = run(argv)
     check_ending(argv, status, out, err)
     assert status == 2 and says in err.lower(), (argv, status, err)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(spec=st.one_of(STRINGS, STRINGS.map(lambda text: f"{text}:{text}")))
+def test_any_torch_factory_text_ends_in_one_error_line(places, spec):
+    """``train --torch`` with the shape given, so that the factory itself is loaded."""
+    argv = ["train", f"--torch={spec}", "--sample-shape=3", "--steps=1"]
+    status, out, err = run(argv)
+    check_ending(argv, status, out, err)
+    assert status == 2, (argv, err)
 
 
 def test_an_option_given_through_the_environment_does_not_outlive_its_command():

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from cluster.cli import train_torch
 from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
 from cluster.cli.paths import CheckedPath
@@ -125,6 +126,13 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
                    "difference of the losses.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the run's report as JSON (the step's parts in seconds).")
+@click.option("--torch", "torch_factory", default=None, metavar="FILE.py:FACTORY",
+              help="Train your PyTorch classifier instead, in real mode: a function in FILE.py "
+                   "returning a torch.nn.Module whose output is (batch, classes); needs "
+                   "--sample-shape and the extra: pip install -e '.[torch]' "
+                   "(docs/torch-training.md).")
+@click.option("--sample-shape", "shape_text", default=None, metavar="SIZES",
+              help="With --torch: one sample's shape, no batch dimension, e.g. 3,32,32.")
 @trace_option
 @click.option("--allow-split-server", is_flag=True,
               help="On a Ray cluster: let one server's (or rack's) devices spread over several "
@@ -135,6 +143,13 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
                   check: bool, as_json: bool, trace_path: Path | None,
                   allow_split_server: bool, ray_address: str | None, **options: Any) -> None:
     """Train an MLP data-parallel across emulated DSS 8440 servers (or a POD)."""
+
+    torch_factory, shape_text = options.pop("torch_factory"), options.pop("shape_text")
+    if torch_factory is not None or shape_text is not None:  # your model: --torch
+        train_torch.run_torch(torch_factory, shape_text, servers, topology_spec, mode, check,
+                              as_json, trace_path is not None,
+                              {**options, "ray_address": ray_address})
+        return
     config = make_config(servers, mode, check, topology=topology_spec, **options)
     check_trace_path(trace_path)
     assumed = settings_record(command_settings(config))

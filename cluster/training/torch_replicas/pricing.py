@@ -1,0 +1,58 @@
+"""The simulated time of a PyTorch replica's step: its workload priced as phantom mode prices it.
+
+Real mode runs the module's arithmetic on this machine's CPU, which says nothing about an
+IPU. What the step would take on the emulated hardware comes from the module's
+:class:`~cluster.training.workloads.Workload` (per-layer parameters, FLOPs and activation
+bytes, from the importer) priced by :func:`~cluster.training.step_timing.step_time` with the
+run's placement: exactly what ``ipupod train --model net.yaml --mode phantom`` prints for
+the same workload, replicas and batch. The workload's memory is checked the same way, so a
+model too big for an IPU is refused before anything starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from cluster.model.topology import Topology
+from cluster.training.config import TrainConfig
+from cluster.training.fit import check_fits
+from cluster.training.memory_plan import stage_memory
+from cluster.training.step_parts import StepTime
+from cluster.training.step_timing import step_time
+from cluster.training.trainer import resolve
+from cluster.training.workloads import Workload
+from gcl.modes import Mode
+
+
+@dataclass(frozen=True)
+class WorkloadConfig(TrainConfig):
+    """A run priced on a workload given as an object (an imported module) rather than a
+    built-in name or YAML file: ``model`` is only its label."""
+
+    given: Workload | None = None
+
+    def workload(self) -> Workload:
+        """The given workload (the base class's when none is given)."""
+        return self.given if self.given is not None else super().workload()
+
+
+def priced_config(workload: Workload, placement: TrainConfig,
+                  layers_per_ipu: tuple[int, ...] | None = None) -> WorkloadConfig:
+    """``placement`` (servers or topology, replicas, IPUs per replica, micro-batch,
+    accumulation) priced on ``workload``: phantom mode, no recomputation (PopTorch's
+    default), stages as ``layers_per_ipu`` (None: balanced on FLOPs)."""
+    settings: dict[str, Any] = {field.name: getattr(placement, field.name)
+                                for field in fields(TrainConfig)}
+    settings.update(model=workload.name, mode=Mode.PHANTOM, check=False, recompute=False,
+                    hidden=None, layers_per_ipu=layers_per_ipu, given=workload)
+    return WorkloadConfig(**settings)
+
+
+def simulated_step_time(workload: Workload, placement: TrainConfig, topology: Topology,
+                        layers_per_ipu: tuple[int, ...] | None = None) -> StepTime:
+    """Simulated seconds of one step of ``workload`` placed as ``placement`` on
+    ``topology``, by part; an OutOfMemory (a UserError) if a stage does not fit its IPU."""
+    config = resolve(priced_config(workload, placement, layers_per_ipu), topology)
+    check_fits(config, topology, stage_memory(config, topology))
+    return step_time(config, topology)

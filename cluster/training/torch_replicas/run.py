@@ -1,0 +1,170 @@
+"""``ipupod train --torch file.py:factory``: a user's PyTorch classifier trained data-parallel.
+
+Everything about the model is checked in this process before a device starts (the factory
+loads and builds a module, a sample of ``sample_shape`` goes through it, its output is
+``(batch, classes)``); the data is synthetic and deterministic: step ``s``'s global batch
+is drawn from ``seed`` and ``s`` (inputs standard normal, labels from a fixed random
+linear teacher), and cut into one block of micro-batches per replica as the MLP's is
+(:func:`~cluster.training.data.replica_slice`). The loss is cross-entropy; the optimiser is
+SGD with momentum (``--lr``, ``--momentum``), as the MLP's.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cluster.errors import UserError
+from cluster.training.config import TrainConfig
+from cluster.training.data import replica_slice
+from cluster.training.importers.torch_factory import build_module, one_line, require_torch
+from cluster.training.placement import machines, replica_ipus
+from cluster.training.step_parts import StepTime
+from cluster.training.torch_replicas.pricing import simulated_step_time
+from cluster.training.torch_replicas.reference import relative_difference, train_reference
+from cluster.training.torch_replicas.replica_tasks import LOGITS
+from cluster.training.torch_replicas.replicas import TorchReplicas, pickled
+from cluster.training.torch_replicas.workload import torch_workload
+
+if TYPE_CHECKING:
+    from cluster.model.topology import Topology
+    from ipu_node.pod import EmulatedPod
+
+MAX_SAMPLE_ELEMENTS = 1 << 24  # numbers in one sample: far past any image or sequence
+
+
+@dataclass(frozen=True)
+class TorchModel:
+    """A user's module, checked: what a sample looks like and how many classes it tells."""
+
+    spec: str
+    module: Any  # torch.nn.Module
+    sample_shape: tuple[int, ...]
+    classes: int
+
+    @property
+    def parameters(self) -> int:
+        """Scalars in the module's parameters."""
+        return int(sum(p.numel() for p in self.module.parameters()))
+
+
+def sample_shape(text: str) -> tuple[int, ...]:
+    """One sample's shape from ``--sample-shape`` (``3,32,32``), checked."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() and part.isascii() for part in parts) or len(parts) > 8:
+        raise UserError(f"--sample-shape takes up to 8 sizes separated by commas, such as "
+                        f"3,32,32 (one sample, no batch dimension), not {text[:40]!r}")
+    shape = tuple(int(part) for part in parts)
+    if min(shape) < 1 or int(np.prod(shape, dtype=object)) > MAX_SAMPLE_ELEMENTS:
+        raise UserError(f"--sample-shape sizes must be 1 or more, {MAX_SAMPLE_ELEMENTS:,} "
+                        "numbers at most in all")
+    return shape
+
+
+def load_model(spec: str, shape: tuple[int, ...]) -> TorchModel:
+    """Build the factory's module and run two samples of ``shape`` through it: a UserError
+    if it does not build, is not float32, or does not map samples to ``(batch, classes)``."""
+    torch = require_torch()
+    module = build_module(spec)
+    if any(p.dtype != torch.float32 for p in module.parameters()):
+        raise UserError(f"factory {spec}: real mode trains float32 parameters; call "
+                        ".float() on the module")
+    if not any(True for _ in module.parameters()):
+        raise UserError(f"factory {spec}: the module has no parameters: nothing to train")
+    try:
+        with torch.no_grad():
+            out = module(torch.zeros((2, *shape)))
+    except Exception as error:  # noqa: BLE001 - the user's model: any failure is said
+        raise UserError(f"factory {spec}: the module cannot take samples of shape "
+                        f"{shape} (--sample-shape): {one_line(error)}") from None
+    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[1] < 2:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise UserError(f"factory {spec}: train --torch trains a classifier, whose output is "
+                        f"(batch, classes) with 2 classes or more; it returned {got}")
+    return TorchModel(spec, module, shape, int(out.shape[1]))
+
+
+def step_data(model: TorchModel, seed: int, step: int,
+              samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """Step ``step``'s global batch: ``samples`` standard-normal inputs drawn from ``seed``
+    and ``step``, each labelled by a fixed random linear teacher drawn from ``seed`` (the
+    class its projection scores highest), so that the problem can be learnt."""
+    features = int(np.prod(model.sample_shape))
+    teacher = np.random.default_rng([seed]).standard_normal((features, model.classes),
+                                                            dtype=np.float32)
+    x = np.random.default_rng([seed, step]).standard_normal((samples, *model.sample_shape),
+                                                            dtype=np.float32)
+    return x, np.argmax(x.reshape(samples, features) @ teacher, axis=1).astype(np.int64)
+
+
+def replica_work(config: TrainConfig, x: np.ndarray,
+                  y: np.ndarray) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+    """Each replica's micro-batches of the step's batch ``(x, y)``."""
+    return [[replica_slice(x, y, r, config.replicas, config.micro_batch, config.accumulation,
+                           micro) for micro in range(config.accumulation)]
+            for r in range(config.replicas)]
+
+
+def price(model: TorchModel, config: TrainConfig, topology: Topology) -> StepTime:
+    """The step's simulated time, from the module's imported workload; an OutOfMemory (a
+    UserError) if the model does not fit an IPU as placed."""
+    workload = torch_workload(model.module, model.sample_shape, model.spec)
+    return simulated_step_time(workload, config, topology)
+
+
+def train_torch(model: TorchModel, config: TrainConfig, pod: EmulatedPod,
+                parts: StepTime,
+                on_step: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Train ``model`` as ``config`` places it on ``pod``, its step priced as ``parts``
+    (:func:`price`); the record ``--json`` prints."""
+    settings = {"lr": config.lr, "momentum": config.momentum}
+    optimizer = require_torch().optim.SGD
+    ipus = replica_ipus(config, pod.topology)[::config.ipus_per_replica].tolist()
+    replicas = TorchReplicas(pod, ipus, pickled(model.module, optimizer, settings, LOGITS),
+                             config.algorithm)
+    steps, identical = [], True
+    for step in range(config.steps):
+        x, y = step_data(model, config.seed, step, config.global_batch)
+        started = time.perf_counter()
+        result = replicas.step(replica_work(config, x, y))
+        identical &= result.identical
+        steps.append({"step": step, "loss": result.loss,
+                      "wall_seconds": time.perf_counter() - started,
+                      "sim_seconds": parts.sim_seconds,
+                      "allreduce_wall_seconds": result.allreduce_wall_seconds,
+                      "allreduce_sim_seconds": result.allreduce_sim_seconds})
+        if on_step:
+            on_step(step + 1, config.steps)
+    record = _record(model, config, pod.topology, parts, steps, identical)
+    if config.check:
+        weights, losses = train_reference(
+            model.module, optimizer, settings, LOGITS,
+            (step_data(model, config.seed, step, config.global_batch)
+             for step in range(config.steps)))
+        record["reference_losses"] = losses
+        record["reference_max_rel_error"] = relative_difference(replicas.weights(), weights)
+    replicas.close()
+    return record
+
+
+def _record(model: TorchModel, config: TrainConfig, topology: Topology,
+            parts: StepTime, steps: list[dict[str, Any]],
+            identical: bool) -> dict[str, Any]:
+    """What ``ipupod train --torch ... --json`` prints."""
+    return {
+        "topology": topology.name, "machines": machines(topology), "model": model.spec,
+        "sample_shape": list(model.sample_shape), "classes": model.classes,
+        "parameters": model.parameters, "servers": config.servers,
+        "replicas": config.replicas, "micro_batch": config.micro_batch,
+        "gradient_accumulation": config.accumulation, "global_batch": config.global_batch,
+        "mode": "real", "algorithm": config.algorithm, "steps": steps,
+        "replicas_identical": identical,
+        "wall_step_seconds": statistics.median(s["wall_seconds"] for s in steps),
+        "sim_step_seconds": parts.sim_seconds, "sim_step_parts": asdict(parts),
+        "throughput_samples_per_sim_second": config.global_batch / parts.sim_seconds}
+
