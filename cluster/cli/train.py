@@ -148,7 +148,8 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
     if torch_factory is not None or shape_text is not None:  # your model: --torch
         train_torch.run_torch(torch_factory, shape_text, servers, topology_spec, mode, check,
                               as_json, trace_path is not None,
-                              {**options, "ray_address": ray_address})
+                              {**options, "ray_address": ray_address,
+                               "allow_split_server": allow_split_server})
         return
     config = make_config(servers, mode, check, topology=topology_spec, **options)
     check_trace_path(trace_path)

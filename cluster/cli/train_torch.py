@@ -90,7 +90,8 @@ def run_torch(factory: str | None, shape_text: str | None, servers: int | None,
     from ipu_node.pod import EmulatedPod  # Ray: only once the run is known to go ahead
 
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
-        pod = EmulatedPod.launch(topology, ray_address=options.get("ray_address"))
+        pod = EmulatedPod.launch(topology, ray_address=options.get("ray_address"),
+                                 allow_split_server=options.get("allow_split_server", False))
         try:
             record = train_torch(model, config, pod, parts, on_step)
         finally:
