@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from unittest import mock
 
 import click
@@ -71,14 +72,18 @@ PLACES = ["empty", "binary", "directory", "directory.yaml", "missing", "missing.
           "under-a-file"]
 
 
+def _refill(places: dict[str, str]) -> None:
+    """The hostile files' contents as :func:`places` made them."""
+    Path(places["empty"]).write_bytes(b"")
+    Path(places["binary"]).write_bytes(bytes(range(256)) * 8)
+
+
 @pytest.fixture(scope="module")
 def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """Hostile paths, a token file, a port where nothing listens; the commands run in a
     scratch folder (a report's ``--out ''`` is the working directory) with the service's
     address pointing at that port, and ``ray.init`` refusing."""
     root = tmp_path_factory.mktemp("hostile")
-    (root / "empty").write_bytes(b"")
-    (root / "binary").write_bytes(bytes(range(256)) * 8)
     (root / "directory").mkdir()
     (root / "directory.yaml").mkdir()
     os.mkfifo(root / "fifo")  # no writer: opening it to read blocks
@@ -90,6 +95,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     state.mkdir()
     (state / f"token-{refused}").write_text("a-token\n")
     named = {name: str(root / name) for name in PLACES}
+    _refill(named)
     named["under-a-file"] = str(root / "empty" / "x.yaml")
     named.update(token=str(root / "token"), refused=str(refused), out=str(root / "report"))
     work = root / "work"
@@ -290,6 +296,7 @@ def _longest(option: click.Parameter) -> str:
     (["train", "--torch={binary}:f", "--sample-shape=3"], "cannot read factory file"),
 ])
 def test_a_path_or_host_that_cannot_be_used_is_named_in_one_line(places, argv, says):
+    _refill(places)  # the fuzzing above may have written a command's output over them
     for name, path in places.items():
         argv = [word.replace(f"{{{name}}}", path) for word in argv]
     status, out, err = run(argv)

@@ -24,17 +24,17 @@ torch = pytest.importorskip("torch")
 
 from cluster.training.importers.torch_factory import load_factory  # noqa: E402
 from cluster.training.torch_replicas import BeginBlock, Options, training_model  # noqa: E402
-from cluster.training.torch_replicas.pricing import simulated_step_time  # noqa: E402
-from cluster.training.torch_replicas.reference import (  # noqa: E402
-    relative_difference,
-    train_reference,
-)
-from cluster.training.torch_replicas.replica_tasks import MODEL_LOSS  # noqa: E402
-from cluster.training.torch_replicas.run import load_model, price, train_torch  # noqa: E402
-from cluster.training.torch_replicas.stages import (  # noqa: E402
+from cluster.training.torch_replicas.begin_block import (  # noqa: E402
     layers_per_stage,
     replica_ipus_needed,
     stage_marks,
+)
+from cluster.training.torch_replicas.pricing import simulated_step_time  # noqa: E402
+from cluster.training.torch_replicas.replica_tasks import MODEL_LOSS  # noqa: E402
+from cluster.training.torch_replicas.run import load_model, price, train_torch  # noqa: E402
+from cluster.training.torch_replicas.single_process import (  # noqa: E402
+    relative_difference,
+    train_reference,
 )
 
 FACTORIES = textwrap.dedent('''

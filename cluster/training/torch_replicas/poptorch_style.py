@@ -29,15 +29,15 @@ from cluster.training.config import MLP, TrainConfig
 from cluster.training.data import replica_slice
 from cluster.training.importers.torch_factory import require_torch
 from cluster.training.placement import replica_ipus, server_ipus, topology_for
-from cluster.training.torch_replicas.pricing import simulated_step_time
-from cluster.training.torch_replicas.replica_tasks import MODEL_LOSS
-from cluster.training.torch_replicas.replicas import TorchReplicas, pickled
-from cluster.training.torch_replicas.stages import (
+from cluster.training.torch_replicas.begin_block import (
     BeginBlock,
     layers_per_stage,
     replica_ipus_needed,
     stage_marks,
 )
+from cluster.training.torch_replicas.pricing import simulated_step_time
+from cluster.training.torch_replicas.replica_tasks import MODEL_LOSS
+from cluster.training.torch_replicas.replicas import TorchReplicas, pickled
 from cluster.training.torch_replicas.workload import torch_workload
 from cluster.training.trainer import resolve
 from gcl.modes import Mode

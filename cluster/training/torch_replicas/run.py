@@ -26,9 +26,9 @@ from cluster.training.importers.torch_factory import build_module, one_line, req
 from cluster.training.placement import machines, replica_ipus
 from cluster.training.step_parts import StepTime
 from cluster.training.torch_replicas.pricing import simulated_step_time
-from cluster.training.torch_replicas.reference import relative_difference, train_reference
 from cluster.training.torch_replicas.replica_tasks import LOGITS
 from cluster.training.torch_replicas.replicas import TorchReplicas, pickled
+from cluster.training.torch_replicas.single_process import relative_difference, train_reference
 from cluster.training.torch_replicas.workload import torch_workload
 
 if TYPE_CHECKING:
