@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from itertools import chain
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import click
 
 from cluster.cli.output import progress, ray_chatter_to_stderr
+from cluster.cli.phantom_note import options_given, phantom_note
 from cluster.cli.trace_option import (
     check_trace_path,
     save_trace,
@@ -58,26 +59,6 @@ if TYPE_CHECKING:
 COLLECTIVE_NAMES = [name.value for name in CollectiveName]
 DEFAULT_MAX_BYTES = 128 << 20  # -e, as nccl-tests' examples sweep up to
 PROGRESS_MIN_PHASES = 200  # a progress bar for sizes with at least this many phases
-
-
-REAL_ONLY_WHY = {  # a real-mode option phantom mode has no use for, and why
-    "-n": "simulated time is exact, nothing to repeat",
-    "-w": "simulated time is exact, nothing to warm up",
-    "-c": "no data moves, nothing to check",
-    "--ray-address": "no devices are launched",
-    "--allow-split-server": "no devices are placed",
-}
-
-
-def phantom_note(given: Sequence[str]) -> list[str]:
-    """A ``note:`` line naming the real-mode options given (of :data:`REAL_ONLY_WHY`) that
-    phantom mode does not use, and why."""
-    if not given:
-        return []
-    why = "; ".join(f"{option}: {REAL_ONLY_WHY[option]}" for option in given)
-    verb = "applies" if len(given) == 1 else "apply"
-    return [f"note: {' and '.join(given)} {verb} only in real mode (--mode real), not in "
-            f"phantom mode ({why})"]
 
 
 class SizeType(click.ParamType):
@@ -321,13 +302,6 @@ def _save_service_trace(pieces: list[bytes], path: Path) -> None:
     save_trace(data, path)
 
 
-def _given(*options: tuple[str, str]) -> tuple[str, ...]:
-    """The flags of ``options`` (parameter name, flag) given on the command line."""
-    ctx = click.get_current_context()
-    return tuple(flag for name, flag in options
-                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT)
-
-
 @click.command("bench")
 @click.argument("collective", type=click.Choice(COLLECTIVE_NAMES, case_sensitive=False))
 @click.option("--topology", "topology_spec", default=DEFAULT_TOPOLOGY, show_default=True,
@@ -392,7 +366,7 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
                   max_bytes_given=max_bytes is not None,
                   factor=factor, algorithm=algorithm, dtype=dtype, op=op, group=group_text,
                   root=root, iterations=iterations, warmup=warmup, check=bool(check),
-                  real_only_given=_given(("iterations", "-n"), ("warmup", "-w"),
+                  real_only_given=options_given(("iterations", "-n"), ("warmup", "-w"),
                                          ("check", "-c"), ("ray_address", "--ray-address"),
                                          ("allow_split_server", "--allow-split-server")))
     trace_request = _trace_request(trace_path, trace_detail)

@@ -15,8 +15,10 @@ streamed row by row, and leaving nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -24,6 +26,7 @@ import ray
 
 from cluster.errors import UserError
 from cluster.model.topology import Topology
+from cluster.service.bench_trace import BenchTrace
 from cluster.service.partitions import RESOURCE_EXHAUSTED, Partition, PartitionError
 from gcl.bench_rows import BenchRow, check_runs, sizes
 from gcl.collectives import Collective, CollectiveName, ReduceOp, collective, dtype_itemsize
@@ -40,7 +43,7 @@ from ipu_node.bench_fit import (
 )
 from ipu_node.ipu_memory import available_ram_bytes
 from ipu_node.pod import EmulatedPod
-from ipu_node.real_bench import BENCH_TENSORS, free_tensors
+from ipu_node.real_bench import BENCH_TENSORS, free_tensors, run_real
 from ipupod_proto import control_pb2
 
 
@@ -144,3 +147,27 @@ def _free_memory(pod: EmulatedPod, ipus: Sequence[int]) -> dict[int, int]:
 def free_bench_tensors(pod: EmulatedPod, ipus: Sequence[int]) -> None:
     """Drop the bench tensors (:data:`ipu_node.real_bench.BENCH_TENSORS`) from ``ipus``."""
     free_tensors(pod, BENCH_TENSORS, ipus)
+
+
+def real_rows(pod: EmulatedPod, lock: AbstractContextManager[Any], bench: BenchPlan,
+              traced: BenchTrace | None) -> Iterator[BenchRow]:
+    """Real-mode rows, one bench at a time on the devices (holding ``lock``); the bench's
+    wall-clock trace is gathered and its tensors freed when it ends, however it ends."""
+    with lock:
+        if traced:
+            traced.start(pod)
+        try:
+            yield from run_real(pod, bench.coll, bench.byte_sizes, **bench.options,
+                                on_costed=traced.add if traced else None, **bench.runs)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the failure to report is the bench's
+                _end_bench(pod, bench, traced)
+            raise
+        _end_bench(pod, bench, traced)
+
+
+def _end_bench(pod: EmulatedPod, bench: BenchPlan, traced: BenchTrace | None) -> None:
+    """Gather the bench's wall-clock trace (if asked) and free its tensors."""
+    if traced:
+        traced.stop(pod)
+    free_bench_tensors(pod, bench.options["ipus"])

@@ -34,6 +34,7 @@ from cluster.service.bench_run import (
     free_bench_tensors,
     rank_messages,
     read_request,
+    real_rows,
     row_message,
 )
 from cluster.service.bench_trace import BenchTrace, bench_trace
@@ -50,7 +51,6 @@ from gcl.modes import Mode
 from ipu_node.answers import HealthState, IpuMemoryStats
 from ipu_node.device_spec import describe
 from ipu_node.pod import EmulatedPod
-from ipu_node.real_bench import run_real
 from ipupod_proto import control_pb2, control_pb2_grpc
 
 SERVICE = "ipupod.control.v1.Control"
@@ -251,28 +251,7 @@ class ControlService(control_pb2_grpc.ControlServicer):
                                                  bench.byte_sizes, on_costed=on_costed,
                                                  **bench.options), traced
         check_fits(self.pod, bench)
-        return partition, bench, self._real_rows(bench, traced), traced
-
-    def _real_rows(self, bench: BenchPlan, traced: BenchTrace | None) -> Iterator[BenchRow]:
-        """Real-mode rows, one bench at a time on the devices; the bench tensors are freed
-        when it ends, however it ends."""
-        with self._bench_lock:
-            if traced:
-                traced.start(self.pod)
-            try:
-                yield from run_real(self.pod, bench.coll, bench.byte_sizes, **bench.options,
-                                    on_costed=traced.add if traced else None, **bench.runs)
-            except BaseException:
-                with contextlib.suppress(Exception):  # the failure to report is the bench's
-                    self._end_bench(bench, traced)
-                raise
-            self._end_bench(bench, traced)
-
-    def _end_bench(self, bench: BenchPlan, traced: BenchTrace | None) -> None:
-        """Gather the bench's wall-clock trace (if asked) and free its tensors."""
-        if traced:
-            traced.stop(self.pod)
-        free_bench_tensors(self.pod, bench.options["ipus"])
+        return partition, bench, real_rows(self.pod, self._bench_lock, bench, traced), traced
 
     def _results(self, request: control_pb2.BenchmarkRequest) -> Iterator[
             control_pb2.BenchmarkResult]:
