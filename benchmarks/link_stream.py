@@ -10,6 +10,11 @@ gRPC service, against grpcio and a plain Unix socket moving the same bytes, in t
 - ``unix_socket``: the floor for moving bytes between two processes here: the sender
   writes its buffer to a Unix socket, the receiver reads straight into its buffer (one
   copy into the kernel, one out, the way gloo's TCP transport moves data).
+- ``shared_memory``: the floor if processes on one machine moved the bytes through shared
+  memory (what issue 32 allows links to do): the sender copies each 4 MiB chunk into a
+  free slot of a segment both map (four slots), tells the receiver which one on a Unix
+  socket, and the receiver lands it from there and hands the slot back. One copy in each
+  process, none in the kernel.
 
 Each row gives wall GB/s and the CPU seconds each side spends per GiB.
 
@@ -21,9 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import multiprocessing
 import os
 import socket
+import struct
 import sys
 import tempfile
 import time
@@ -39,6 +46,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 GIB = 1 << 30
+SLOT_BYTES, SLOTS = 4 << 20, 4  # the shared-memory row's chunk and ring
+_SLOT_NOTE = struct.Struct("<QQQ")  # slot, offset in the target, length
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -134,6 +143,38 @@ def _socket_receiver(size: int, path: str, ready: Connection) -> None:
                         break
                     done += got
                 connection.sendall(b"k")
+
+
+def _shared_memory_receiver(size: int, segment: str, path: str, ready: Connection) -> None:
+    """A Unix socket server at ``path``: for each note (slot, offset, length) it lands that
+    slot of the file ``segment`` (mapped) in one buffer, then hands the slot back."""
+    target = np.zeros(size, dtype=np.uint8)
+    with open(segment, "r+b") as file, mmap.mmap(file.fileno(), SLOTS * SLOT_BYTES) as ring, \
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        slots = np.frombuffer(ring, dtype=np.uint8)
+        listener.bind(path)
+        listener.listen()
+        listener.settimeout(0.2)
+        ready.send(path)
+        while not ready.poll():  # until told to stop
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with connection:
+                connection.settimeout(None)
+                _land_slots(connection, slots, target)
+        del slots  # the map closes only when no view of it is left
+
+
+def _land_slots(connection: socket.socket, slots: np.ndarray, target: np.ndarray) -> None:
+    """Land every noted slot until the sender closes the connection."""
+    note = bytearray(_SLOT_NOTE.size)
+    while connection.recv_into(note, _SLOT_NOTE.size, socket.MSG_WAITALL) == len(note):
+        slot, offset, length = _SLOT_NOTE.unpack(note)
+        start = slot * SLOT_BYTES
+        target[offset:offset + length] = slots[start:start + length]
+        connection.sendall(bytes([slot]))
 
 
 def _measure(send: Callable[[], None], receiver_pid: int, size: int,
@@ -240,8 +281,56 @@ def unix_socket(size: int, repeats: int) -> dict[str, Any]:
         Path(path).unlink(missing_ok=True)
 
 
+def shared_memory(size: int, repeats: int) -> dict[str, Any]:
+    """``size`` bytes through a ring of shared-memory slots, notes on a Unix socket:
+    :func:`_measure`."""
+    folder = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    handle, segment = tempfile.mkstemp(prefix="ipupod-bench-", dir=folder)
+    path = os.path.join(tempfile.gettempdir(), f"ipupod-bench-shm-{os.getpid()}.sock")
+    source = np.ones(size, dtype=np.uint8)
+    try:
+        os.ftruncate(handle, SLOTS * SLOT_BYTES)
+        # the map is unmapped when the last view of it goes (closing it would fail first)
+        slots = np.frombuffer(mmap.mmap(handle, SLOTS * SLOT_BYTES), dtype=np.uint8)
+        with _receiver(_shared_memory_receiver, size, segment, path) as (pid, _):
+
+            def send() -> None:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+                    connection.connect(path)
+                    _fill_slots(connection, source, slots)
+
+            return _measure(send, pid, size, repeats)
+    finally:
+        os.close(handle)
+        Path(segment).unlink(missing_ok=True)
+        Path(path).unlink(missing_ok=True)
+
+
+def _fill_slots(connection: socket.socket, source: np.ndarray, slots: np.ndarray) -> None:
+    """Copy ``source`` chunk by chunk into free slots, noting each to the receiver; return
+    once every slot is back."""
+    free = list(range(SLOTS))
+    for offset in range(0, len(source), SLOT_BYTES):
+        if not free:
+            free += _slots_back(connection)
+        slot, length = free.pop(), min(SLOT_BYTES, len(source) - offset)
+        start = slot * SLOT_BYTES
+        slots[start:start + length] = source[offset:offset + length]
+        connection.sendall(_SLOT_NOTE.pack(slot, offset, length))
+    while len(free) < SLOTS:
+        free += _slots_back(connection)
+
+
+def _slots_back(connection: socket.socket) -> bytes:
+    """The slots the receiver has handed back (at least one)."""
+    back = connection.recv(SLOTS)
+    if not back:
+        raise RuntimeError("the shared-memory peer did not take every byte")
+    return back
+
+
 def main() -> None:
-    """Command line: measure the three ways and print a table or JSON."""
+    """Command line: measure the four ways and print a table or JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=1.0, help="bytes per run, in GiB")
     parser.add_argument("--repeats", type=int, default=3)
@@ -251,17 +340,18 @@ def main() -> None:
         parser.error("--gib must be in (0, 8] and --repeats at least 1")
     size = int(args.gib * GIB) // 4 * 4
     rows = {"link": link(size, args.repeats), "grpcio": grpcio_link(size, args.repeats),
-            "unix_socket": unix_socket(size, args.repeats)}
+            "unix_socket": unix_socket(size, args.repeats),
+            "shared_memory": shared_memory(size, args.repeats)}
     report = {"bytes": size, **rows}
     if args.json:
         print(json.dumps(report, indent=2))
         return
     print(f"{size / GIB:g} GiB from one process to another, best of {args.repeats}:")
-    print(f"  {'':<12} {'wall s':>7} {'GB/s':>6} {'sender CPU s/GiB':>17} "
+    print(f"  {'':<13} {'wall s':>7} {'GB/s':>6} {'sender CPU s/GiB':>17} "
           f"{'receiver CPU s/GiB':>19}")
-    for name in ("link", "grpcio", "unix_socket"):
+    for name in rows:
         row = rows[name]
-        print(f"  {name:<12} {row['wall_seconds']:7.3f} {row['gb_per_second']:6.2f} "
+        print(f"  {name:<13} {row['wall_seconds']:7.3f} {row['gb_per_second']:6.2f} "
               f"{row['sender_cpu_seconds_per_gib']:17.2f} "
               f"{row['receiver_cpu_seconds_per_gib']:19.2f}")
 
