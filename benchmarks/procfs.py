@@ -1,7 +1,9 @@
-"""Memory figures from Linux's /proc, for the benchmarks that measure it (bytes)."""
+"""Memory figures (bytes) and CPU seconds from Linux's /proc, for the benchmarks that
+measure them."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -30,3 +32,12 @@ def rollup_bytes(pid: int) -> dict[str, int]:
         pass
     return {"rss": fields["Rss"], "pss": fields["Pss"],
             "uss": fields["Private_Clean"] + fields["Private_Dirty"]}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of process ``pid`` so far (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

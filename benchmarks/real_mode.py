@@ -31,7 +31,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchmarks.procfs import rollup_bytes  # noqa: E402 - needs ROOT on the path
+from benchmarks.procfs import cpu_seconds, rollup_bytes  # noqa: E402 - needs ROOT on the path
 
 ALLREDUCE_BYTES = 64 << 20
 
@@ -117,13 +117,16 @@ def emulator_allreduce(repeats: int, algorithms: list[str], placement: str = "ip
                                 algorithm=algorithm, **options)
 
         result = run()  # warm-up
+        cpu_before = sum(cpu_seconds(int(info["pid"])) for info in pod.infos)
         seconds = [run().wall_seconds for _ in range(repeats)]
+        actors_cpu = sum(cpu_seconds(int(info["pid"])) for info in pod.infos) - cpu_before
         # in place every run sums sums: 136 * 16**k, exact in float32
         expected = 136.0 * 16.0 ** (repeats if in_place else 0)
         correct = bool(np.all(pod.get(output, [5])[0] == expected))
         out[algorithm] = {"seconds": seconds, "best_seconds": min(seconds),
                           "median_seconds": statistics.median(seconds), "correct": correct,
-                          "sim_seconds": result.sim_seconds}
+                          "sim_seconds": result.sim_seconds,
+                          "actors_cpu_seconds_per_allreduce": actors_cpu / repeats}
     pod.shutdown()
     ray.shutdown()
     return out
@@ -174,7 +177,8 @@ def main() -> None:
           f"), 16 IPUs / 16 processes, wall seconds (best, median of {args.repeats}):")
     for name, row in emulator.items():
         print(f"  emulator {name:<26} {row['best_seconds']:7.3f} {row['median_seconds']:7.3f}"
-              f"  correct={row['correct']}  (simulated {row['sim_seconds'] * 1e3:.3f} ms)")
+              f"  correct={row['correct']}  (simulated {row['sim_seconds'] * 1e3:.3f} ms; "
+              f"actors' CPU {row['actors_cpu_seconds_per_allreduce']:.3f} s each)")
     if "skipped" in gloo:
         print(f"  gloo: skipped ({gloo['skipped']})")
     else:
