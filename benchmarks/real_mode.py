@@ -178,7 +178,7 @@ def main() -> None:
     for name, row in emulator.items():
         print(f"  emulator {name:<26} {row['best_seconds']:7.3f} {row['median_seconds']:7.3f}"
               f"  correct={row['correct']}  (simulated {row['sim_seconds'] * 1e3:.3f} ms; "
-              f"actors' CPU {row['actors_cpu_seconds_per_allreduce']:.3f} s each)")
+              f"card actors' CPU {row['actors_cpu_seconds_per_allreduce']:.3f} s a run)")
     if "skipped" in gloo:
         print(f"  gloo: skipped ({gloo['skipped']})")
     else:
