@@ -25,6 +25,7 @@ Each row gives wall GB/s and the CPU seconds each side spends per GiB.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import mmap
 import multiprocessing
@@ -124,6 +125,23 @@ _GRPCIO_OPTIONS = [("grpc.max_send_message_length", 64 << 20),
 def _socket_receiver(size: int, path: str, ready: Connection) -> None:
     """A Unix socket server at ``path`` that reads each stream straight into one buffer."""
     target = np.zeros(size, dtype=np.uint8).data  # a memoryview of the buffer
+
+    def receive(connection: socket.socket) -> None:
+        done = 0
+        while done < size:
+            got = connection.recv_into(target[done:])
+            if not got:
+                break
+            done += got
+        connection.sendall(b"k")
+
+    _serve_unix(path, ready, receive)
+
+
+def _serve_unix(path: str, ready: Connection,
+                handle: Callable[[socket.socket], None]) -> None:
+    """Listen at ``path``, say so on ``ready``, and ``handle`` each connection (blocking)
+    until ``ready`` is told to stop."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
         listener.bind(path)
         listener.listen()
@@ -136,35 +154,17 @@ def _socket_receiver(size: int, path: str, ready: Connection) -> None:
                 continue
             with connection:
                 connection.settimeout(None)
-                done = 0
-                while done < size:
-                    got = connection.recv_into(target[done:])
-                    if not got:
-                        break
-                    done += got
-                connection.sendall(b"k")
+                handle(connection)
 
 
 def _shared_memory_receiver(size: int, segment: str, path: str, ready: Connection) -> None:
     """A Unix socket server at ``path``: for each note (slot, offset, length) it lands that
     slot of the file ``segment`` (mapped) in one buffer, then hands the slot back."""
     target = np.zeros(size, dtype=np.uint8)
-    with open(segment, "r+b") as file, mmap.mmap(file.fileno(), SLOTS * SLOT_BYTES) as ring, \
-            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
-        slots = np.frombuffer(ring, dtype=np.uint8)
-        listener.bind(path)
-        listener.listen()
-        listener.settimeout(0.2)
-        ready.send(path)
-        while not ready.poll():  # until told to stop
-            try:
-                connection, _ = listener.accept()
-            except TimeoutError:
-                continue
-            with connection:
-                connection.settimeout(None)
-                _land_slots(connection, slots, target)
-        del slots  # the map closes only when no view of it is left
+    with open(segment, "r+b") as file, mmap.mmap(file.fileno(), SLOTS * SLOT_BYTES) as ring:
+        _serve_unix(path, ready, functools.partial(
+            _land_slots, slots=np.frombuffer(ring, dtype=np.uint8), target=target))
+        # the partial (and its view of the map) is gone here, so the map can close
 
 
 def _land_slots(connection: socket.socket, slots: np.ndarray, target: np.ndarray) -> None:
