@@ -20,14 +20,13 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-import ray
-
 from cluster.errors import UserError
 from cluster.model.faulted import with_faults
 from cluster.model.link_faults import LinkFault, find_link, link_name
 from cluster.model.topology import Topology
 from ipu_node.calls import settle
 from ipu_node.device_health import DeviceHealth, HealthState
+from ipu_node.device_process import kill_device, process_mates
 from ipu_node.device_spec import describe
 from ipu_node.roster import REWIRE_DEADLINE_SECONDS, Roster
 
@@ -57,17 +56,25 @@ class FaultInjector:
 
     # -- cards ------------------------------------------------------------------------
     def kill_card(self, name: str) -> DeviceHealth:
-        """Kill card ``name``'s actor as a crash would; Ray restarts it empty."""
+        """Kill card ``name``'s actor as a crash would; Ray restarts it empty. Devices
+        that share its process (``devices_per_process``) go down and come back with it."""
         index = self.roster.card_index(name, self.base_topology.name)
-        ray.kill(self.roster.actors[index], no_restart=False)
+        mates = [i for i in process_mates(self.roster.actors, index) if i != index]
+        kill_device(self.roster.actors[index], no_restart=False)
         self.roster.note_down(index, "killed by fault injection")
+        for mate in mates:
+            self.roster.note_down(mate, f"its process died with {name}, killed by fault "
+                                        "injection")
         self._count("card_killed")
         spec, restarts = self.roster.specs[index], self.roster.restarts[index]
+        mate_names = ", ".join(self.roster.specs[i].name for i in mates)
+        with_mates = f" with its process-mates {mate_names}" if mates else ""
         if self.max_restarts == 0:
             return DeviceHealth(spec.name, spec.ipus, HealthState.DEAD, restarts,
-                                f"{describe(spec)} killed: max_restarts is 0, so it stays dead")
+                                f"{describe(spec)} killed{with_mates}: max_restarts is 0, so "
+                                "it stays dead")
         return DeviceHealth(spec.name, spec.ipus, HealthState.RESTARTING, restarts,
-                            f"{describe(spec)} killed: Ray is restarting it")
+                            f"{describe(spec)} killed{with_mates}: Ray is restarting it")
 
     # -- links ------------------------------------------------------------------------
     def degrade_link(self, link: str | int, bandwidth_factor: float = 1.0,

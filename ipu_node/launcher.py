@@ -25,6 +25,7 @@ from ipu_node.calls import wait_all
 from ipu_node.card import Card
 from ipu_node.control import CONTROL, CONTROL_THREADS
 from ipu_node.device_errors import DeviceError
+from ipu_node.device_process import DeviceProcess, MemberHandle, device_class, process_of
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.host import HostRelay
 from ipu_node.ipu_memory import available_ram_bytes
@@ -71,10 +72,12 @@ def check_room(topology: Topology, specs: list[DeviceSpec], ray_address: str | N
 
 def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | None,
           link_host: str, deadline_seconds: float, max_restarts: int,
-          link_tls: LinkTLS | None = None, allow_split_server: bool = False) -> Placed:
-    """Start one actor per spec, server by server, and wire their links; on any failure
-    every actor and placement group started so far is removed again. Each server's (or
-    rack's) devices go on one Ray node unless ``allow_split_server``."""
+          link_tls: LinkTLS | None = None, allow_split_server: bool = False,
+          devices_per_process: int = 1) -> Placed:
+    """Start one actor per spec (or per ``devices_per_process`` specs of a server:
+    :mod:`ipu_node.device_process`), server by server, and wire their links; on any
+    failure every actor and placement group started so far is removed again. Each
+    server's (or rack's) devices go on one Ray node unless ``allow_split_server``."""
     check_room(topology, specs, ray_address)
     started_ray = ensure_ray(ray_address, topology.ipu_count)
     nodes = live_nodes()
@@ -89,20 +92,29 @@ def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | Non
     link_secret = new_secret()  # the POD's links carry it; it leaves only to the devices
     groups: list[PlacementGroup] = []
     actors: list = [None] * len(specs)
-    kinds: dict[type, Any] = {  # ray's stubs do not know concurrency_groups
-        kind: ray.remote(concurrency_groups={CONTROL: CONTROL_THREADS})(kind)  # type: ignore[call-overload]
-        for kind in (Card, HostRelay)}
+    kinds = _actor_classes(devices_per_process)
     try:
         for server, members in _by_server(specs).items():
             _start_server(topology, specs, server, members, Launch(
                 pod_id, kinds, actors, groups, link_host_for(link_host, nodes), deadline_seconds,
-                max_restarts, link_secret, link_tls, strategy(allow_split_server)))
+                max_restarts, link_secret, link_tls, strategy(allow_split_server),
+                devices_per_process))
         infos = wait_all([a.info.remote() for a in actors], specs, deadline_seconds, "start")
         owns = _wire(topology, specs, actors, infos, deadline_seconds)
     except BaseException:
         release(actors, groups)
         raise
     return Placed(pod_id, actors, groups, infos, owns, started_ray)
+
+
+def _actor_classes(devices_per_process: int) -> dict[type, Any]:
+    """Card, HostRelay and DeviceProcess as Ray actor classes (a process of N devices gets
+    N devices' control threads)."""
+    return {  # ray's stubs do not know concurrency_groups
+        kind: ray.remote(  # type: ignore[call-overload]
+            concurrency_groups={CONTROL: CONTROL_THREADS * (
+                devices_per_process if kind is DeviceProcess else 1)})(kind)
+        for kind in (Card, HostRelay, DeviceProcess)}
 
 
 def _by_server(specs: list[DeviceSpec]) -> dict[str, list[int]]:
@@ -126,28 +138,47 @@ class Launch:
     link_secret: str = field(repr=False)  # never printed
     link_tls: LinkTLS | None = None  # TLS on every link, when asked
     strategy: str = "STRICT_PACK"  # a server's devices on one node (ipu_node.node_placement)
+    devices_per_process: int = 1  # devices that share one Ray worker process
 
 
 def _start_server(topology: Topology, specs: list[DeviceSpec], server: str,
                   members: list[int], launch: Launch) -> None:
-    """Gang-place one server's (or rack's) devices: a placement group, then its actors."""
-    group = placement_group([{"IPU": len(specs[i].ipus)} for i in members if specs[i].ipus],
+    """Gang-place one server's (or rack's) devices: a placement group with a bundle per
+    process that holds IPUs, then the processes (a server's host goes in bundle 0)."""
+    per = launch.devices_per_process
+    processes = [members[i:i + per] for i in range(0, len(members), per)]
+    holding = [p for p in processes if any(specs[i].ipus for i in p)]
+    group = placement_group([{"IPU": sum(len(specs[i].ipus) for i in p)} for p in holding],
                             strategy=launch.strategy, name=f"{launch.pod_id}-{server}")
     launch.groups.append(group)
     if not ray.wait([group.ready()], timeout=launch.deadline_seconds)[0]:
         raise DeviceError(f"Ray could not place server {server} of {topology.name} on one "
                           f"node within {launch.deadline_seconds:g} s: not enough free IPU "
                           "resources on any node? (`ray status` shows them)")
-    cards = [i for i in members if specs[i].ipus]
-    for index in members:
-        spec = specs[index]
-        launch.actors[index] = launch.kinds[Card if spec.ipus else HostRelay].options(
-            num_cpus=0, resources={"IPU": len(spec.ipus)} if spec.ipus else {},
-            name=f"{launch.pod_id}-{spec.name}", max_restarts=launch.max_restarts,
-            max_concurrency=max(MIN_DEVICE_THREADS, len(spec.ipus)),
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                group, cards.index(index) if index in cards else 0),
-        ).remote(spec, topology, launch.link_host, launch.link_secret, launch.link_tls)
+    for process in processes:
+        _start_process(topology, [specs[i] for i in process], process, launch,
+                       PlacementGroupSchedulingStrategy(
+                           group, holding.index(process) if process in holding else 0))
+
+
+def _start_process(topology: Topology, members: list[DeviceSpec], indices: list[int],
+                   launch: Launch, where: PlacementGroupSchedulingStrategy) -> None:
+    """One actor for devices ``members`` (``indices`` among the POD's): the device's own
+    class when alone, a :class:`DeviceProcess` when several."""
+    alone = len(members) == 1
+    kind = device_class(members[0]) if alone else DeviceProcess
+    ipus = sum(len(spec.ipus) for spec in members)
+    actor = launch.kinds[kind].options(
+        num_cpus=0, resources={"IPU": ipus} if ipus else {},
+        name=f"{launch.pod_id}-{members[0].name}" + ("" if alone else f"+{len(members) - 1}"),
+        max_restarts=launch.max_restarts,
+        max_concurrency=sum(max(MIN_DEVICE_THREADS, len(spec.ipus)) for spec in members),
+        scheduling_strategy=where,
+    ).remote(members[0] if alone else members, topology, launch.link_host,
+             launch.link_secret, launch.link_tls)
+    for member, index in enumerate(indices):
+        launch.actors[index] = (actor if alone else
+                                MemberHandle(actor, member, device_class(members[member])))
 
 
 def _wire(topology: Topology, specs: list[DeviceSpec], actors: list, infos: list[DeviceInfo],
@@ -169,8 +200,8 @@ def _wire(topology: Topology, specs: list[DeviceSpec], actors: list, infos: list
 
 def release(actors: list, groups: list[PlacementGroup]) -> None:
     """Kill ``actors`` and remove ``groups`` (what a failed or finished launch leaves)."""
-    for actor in actors:
-        if actor is not None:
-            ray.kill(actor)
+    processes = {id(process_of(a)): process_of(a) for a in actors if a is not None}
+    for process in processes.values():
+        ray.kill(process)
     for group in groups:
         remove_placement_group(group)

@@ -18,6 +18,7 @@ import click
 
 from cluster.cli.output import progress, ray_chatter_to_stderr
 from cluster.cli.phantom_note import options_given, phantom_note
+from cluster.cli.placement_flags import Placement, placement_options
 from cluster.cli.trace_option import (
     check_trace_path,
     save_trace,
@@ -131,7 +132,7 @@ def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGr
                byte_sizes: list[int], stack: ExitStack, ray_address: str | None,
                trace: SweepTrace | None = None,
                wall: WallRecorder | None = None,
-               allow_split_server: bool = False) -> Iterator[BenchRow]:
+               placement: Placement = Placement()) -> Iterator[BenchRow]:
     """The rows, costed in this process (phantom) or run on devices it launches (real);
     what must be undone afterwards goes on ``stack``; ``trace`` gets each size's simulated
     timeline, ``wall`` (real) what the devices did."""
@@ -146,8 +147,7 @@ def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGr
     from ipu_node.pod import EmulatedPod
     from ipu_node.real_bench import run_real
 
-    pod = EmulatedPod.launch(topology, ray_address=ray_address,
-                             allow_split_server=allow_split_server)
+    pod = EmulatedPod.launch(topology, ray_address=ray_address, **placement.launch_options())
     stack.callback(pod.shutdown, stop_ray=True)
     rows = run_real(pod, coll, byte_sizes, iterations=sweep.iterations, warmup=sweep.warmup,
                     check=sweep.check, on_costed=trace.add if trace else None, **options)
@@ -168,7 +168,7 @@ class TraceRequest:
 
 def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str | None,
                as_json: bool, trace_request: TraceRequest | None = None,
-               allow_split_server: bool = False) -> None:
+               placement: Placement = Placement()) -> None:
     """``ipupod bench`` without ``--partition``: check the request, run it, print it (and
     write its timeline, if asked)."""
     coll = lookup(sweep.collective)
@@ -190,7 +190,7 @@ def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str 
         out = (stack.enter_context(ray_chatter_to_stderr()) if sweep.mode == Mode.REAL
                else sys.stdout)
         rows = _rows_here(sweep, coll, topology, group, byte_sizes, stack, ray_address, trace,
-                          wall, allow_split_server)
+                          wall, placement)
         if as_json:
             click.echo(rows_to_json(list(rows)), file=out)
         else:
@@ -312,10 +312,7 @@ def _save_service_trace(pieces: list[bytes], path: Path) -> None:
                    "devices (Ray actors, gRPC links).")
 @click.option("--ray-address", default=None,
               help="Real mode: an existing Ray cluster (default: RAY_ADDRESS, else local Ray).")
-@click.option("--allow-split-server", is_flag=True,
-              help="On a Ray cluster: let one server's (or rack's) devices spread over several "
-                   "nodes when no node has room for all of them (its IPU-Links then cross the "
-                   "network; default: refuse).")
+@placement_options
 @click.option("-b", "--minbytes", "min_bytes", type=SizeType(), default="1M", show_default=True,
               help="Smallest size, bytes (K/M/G = powers of 1024).")
 @click.option("-e", "--maxbytes", "max_bytes", type=SizeType(), default=None,
@@ -358,7 +355,7 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
                   max_bytes: int | None, factor: float, algorithm: str, dtype: str, op: str,
                   group_text: str, root: int, iterations: int, warmup: int, check: int,
                   figures: str, as_json: bool, trace_path: Path | None, trace_detail: str,
-                  ray_address: str | None, allow_split_server: bool, partition: str | None,
+                  ray_address: str | None, placement: Placement, partition: str | None,
                   host: str | None, port: int | None, token_file: str | None) -> None:
     """Sweep sizes of a COLLECTIVE and print simulated time and bandwidth per size."""
     sweep = Sweep(collective=collective, mode=Mode(mode), min_bytes=min_bytes,
@@ -368,20 +365,22 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
                   root=root, iterations=iterations, warmup=warmup, check=bool(check),
                   real_only_given=options_given(("iterations", "-n"), ("warmup", "-w"),
                                          ("check", "-c"), ("ray_address", "--ray-address"),
-                                         ("allow_split_server", "--allow-split-server")))
+                                         ("allow_split_server", "--allow-split-server"),
+                                         ("devices_per_process", "--devices-per-process")))
     trace_request = _trace_request(trace_path, trace_detail)
     if partition:
         given = click.get_current_context().get_parameter_source("topology_spec")
         if (given is not click.core.ParameterSource.DEFAULT or ray_address or figures != "seed"
-                or allow_split_server):
+                or placement != Placement()):
             raise UserError("--partition runs on the service's POD: --topology, --figures, "
-                            "--ray-address and --allow-split-server belong to the service "
+                            "--ray-address, --allow-split-server and --devices-per-process "
+                            "belong to the service "
                             "(`ipupod serve`), not to "
                             "the bench; drop them, or drop --partition to bench here")
         bench_on_partition(sweep, partition, as_json, host, port, token_file, trace_request)
     else:
         bench_here(sweep, topology_spec, figures, ray_address, as_json, trace_request,
-                   allow_split_server)
+                   placement)
 
 
 def _trace_request(path: Path | None, detail: str) -> TraceRequest | None:

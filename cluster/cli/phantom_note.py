@@ -13,6 +13,7 @@ REAL_ONLY_WHY = {  # a real-mode option phantom mode has no use for, and why
     "-c": "no data moves, nothing to check",
     "--ray-address": "no devices are launched",
     "--allow-split-server": "no devices are placed",
+    "--devices-per-process": "no devices are started",
 }
 
 

@@ -13,6 +13,7 @@ import click
 
 from cluster.cli.output import ray_chatter_to_stderr
 from cluster.cli.paths import CheckedPath
+from cluster.cli.placement_flags import Placement, placement_options
 from cluster.cli.serve_share import share_from, share_options
 from cluster.service.client import DEFAULT_PORT
 from cluster.service.control_server import start_server
@@ -26,10 +27,7 @@ from ipu_node.pod import EmulatedPod
 @click.command("serve")
 @click.option("--topology", "topology_spec", default="dss8440x2", show_default=True)
 @click.option("--ray-address", default=None)
-@click.option("--allow-split-server", is_flag=True,
-              help="On a Ray cluster: let one server's (or rack's) devices spread over several "
-                   "nodes when no node has room for all of them (its IPU-Links then cross the "
-                   "network; default: refuse).")
+@placement_options
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (loopback unless you say otherwise).")
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
@@ -42,7 +40,7 @@ from ipu_node.pod import EmulatedPod
               help="TLS on every device link: a folder with cert.pem, key.pem and ca.pem "
                    "(readable wherever the devices run; docs/links.md).")
 @share_options
-def serve_command(topology_spec: str, ray_address: str | None, allow_split_server: bool,
+def serve_command(topology_spec: str, ray_address: str | None, placement: Placement,
                   host: str, port: int,
                   token_file: Path | None, metrics_port: int,
                   link_tls_dir: Path | None, **sharing: Any) -> None:
@@ -54,7 +52,7 @@ def serve_command(topology_spec: str, ray_address: str | None, allow_split_serve
     share = share_from(host, port, token_file, topology_spec, **sharing)
     with ray_chatter_to_stderr() as out:
         pod = EmulatedPod.launch(topology_spec, ray_address=ray_address, link_tls=link_tls,
-                                 allow_split_server=allow_split_server)
+                                 **placement.launch_options())
         try:
             _serve(pod, token_file, host, port, None if metrics_port < 0 else metrics_port, out,
                    share)

@@ -14,6 +14,7 @@ from cluster.cli import train_torch
 from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
 from cluster.cli.paths import CheckedPath
+from cluster.cli.placement_flags import Placement, placement_options
 from cluster.cli.report_folder import report_folder
 from cluster.cli.report_trace import trace_run
 from cluster.cli.trace_option import (
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 
 def run(config: TrainConfig, ray_address: str | None, on_step: Progress,
-        wall: WallRecorder | None = None, allow_split_server: bool = False) -> RunRecord:
+        wall: WallRecorder | None = None, placement: Placement = Placement()) -> RunRecord:
     """Launch the servers if the run needs devices, train, shut them down; ``wall``
     (real mode) records what the devices did, a driver span per step."""
     if config.mode != Mode.REAL:
@@ -54,8 +55,7 @@ def run(config: TrainConfig, ray_address: str | None, on_step: Progress,
 
     topology = checked_topology(config)  # before any actor starts
     check_fits(config, topology, stage_memory(config, topology))
-    pod = EmulatedPod.launch(topology, ray_address=ray_address,
-                             allow_split_server=allow_split_server)
+    pod = EmulatedPod.launch(topology, ray_address=ray_address, **placement.launch_options())
     try:
         if wall is None:
             return train(config, pod=pod, on_step=on_step)
@@ -134,14 +134,11 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
 @click.option("--sample-shape", "shape_text", default=None, metavar="SIZES",
               help="With --torch: one sample's shape, no batch dimension, e.g. 3,32,32.")
 @trace_option
-@click.option("--allow-split-server", is_flag=True,
-              help="On a Ray cluster: let one server's (or rack's) devices spread over several "
-                   "nodes when no node has room for all of them (its IPU-Links then cross the "
-                   "network; default: refuse).")
+@placement_options
 @common_options
 def train_command(servers: int | None, topology_spec: str | None, mode: str | None,
                   check: bool, as_json: bool, trace_path: Path | None,
-                  allow_split_server: bool, ray_address: str | None, **options: Any) -> None:
+                  placement: Placement, ray_address: str | None, **options: Any) -> None:
     """Train an MLP data-parallel across emulated DSS 8440 servers (or a POD)."""
 
     torch_factory, shape_text = options.pop("torch_factory"), options.pop("shape_text")
@@ -149,14 +146,14 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
         train_torch.run_torch(torch_factory, shape_text, servers, topology_spec, mode, check,
                               as_json, trace_path is not None,
                               {**options, "ray_address": ray_address,
-                               "allow_split_server": allow_split_server})
+                               "placement": placement})
         return
     config = make_config(servers, mode, check, topology=topology_spec, **options)
     check_trace_path(trace_path)
     assumed = settings_record(command_settings(config))
     wall = wall_recorder(config.mode, trace_path)
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
-        record = {**run(config, ray_address, on_step, wall, allow_split_server), **assumed}
+        record = {**run(config, ray_address, on_step, wall, placement), **assumed}
     echo = partial(click.echo, file=out)
     if as_json:
         echo(json.dumps(record, indent=2))

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from cluster.cli.output import progress, ray_chatter_to_stderr
+from cluster.cli.placement_flags import Placement
 from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.training.config import MLP, TrainConfig
@@ -90,8 +91,9 @@ def run_torch(factory: str | None, shape_text: str | None, servers: int | None,
     from ipu_node.pod import EmulatedPod  # Ray: only once the run is known to go ahead
 
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
+        placement = options.get("placement") or Placement()
         pod = EmulatedPod.launch(topology, ray_address=options.get("ray_address"),
-                                 allow_split_server=options.get("allow_split_server", False))
+                                 **placement.launch_options())
         try:
             record = train_torch(model, config, pod, parts, on_step)
         finally:
