@@ -46,28 +46,35 @@ def _used_bytes() -> int:
     return kib("MemTotal") - kib("MemAvailable")
 
 
-def launch_pod64() -> dict[str, Any]:
-    """Launch pod64 from nothing: its devices, wall seconds to ready, the actors' resident
-    bytes and the machine's used bytes added; then shut it and Ray down."""
+def launch_pod64(devices_per_process: int = 1) -> dict[str, Any]:
+    """Launch pod64 from nothing: its devices, wall seconds to ready (and of that, starting
+    Ray), its processes' resident bytes and the machine's used bytes added; then shut it
+    and Ray down."""
     import ray
 
     from ipu_node.pod import EmulatedPod
+    from ipu_node.ray_session import ensure_ray
 
     used_before = _used_bytes()
     started = time.perf_counter()
-    pod = EmulatedPod.launch("pod64")
-    ready = time.perf_counter() - started
-    memory = [rollup_bytes(int(info["pid"])) for info in pod.infos]
+    ensure_ray(None, 64)
+    ray_started = time.perf_counter()
+    pod = EmulatedPod.launch("pod64", devices_per_process=devices_per_process)
+    ready = time.perf_counter()
+    pids = sorted({int(info["pid"]) for info in pod.infos})
+    memory = [rollup_bytes(pid) for pid in pids]
     used_after = _used_bytes()
     pod.shutdown()
     ray.shutdown()
-    return {"devices": len(pod.specs), "launch_seconds": ready,
+    return {"devices": len(pod.specs), "processes": len(pids),
+            "devices_per_process": devices_per_process, "launch_seconds": ready - started,
+            "ray_start_seconds": ray_started - started,
             **{f"actors_{kind}_bytes": sum(m[kind] for m in memory)
                for kind in ("rss", "pss", "uss")},
             "machine_used_delta_bytes": used_after - used_before}
 
 
-def launch_and_allreduce(topology: str) -> dict[str, Any]:
+def launch_and_allreduce(topology: str, devices_per_process: int = 1) -> dict[str, Any]:
     """Launch ``topology`` from nothing and run one 1 MiB float32 allreduce on all its
     IPUs (``auto``): wall seconds of each, and of both; then shut it and Ray down."""
     import ray
@@ -75,16 +82,18 @@ def launch_and_allreduce(topology: str) -> dict[str, Any]:
     from ipu_node.pod import EmulatedPod
 
     started = time.perf_counter()
-    pod = EmulatedPod.launch(topology)
+    pod = EmulatedPod.launch(topology, devices_per_process=devices_per_process)
     launched = time.perf_counter()
     count = (1 << 20) // 4
     result = pod.collective("allreduce",
                             [np.ones(count, dtype=np.float32)] * pod.topology.ipu_count)
     done = time.perf_counter()
     correct = bool(np.all(result.results[0] == pod.topology.ipu_count))
+    processes = len({info["pid"] for info in pod.infos})
     pod.shutdown()
     ray.shutdown()
-    return {"topology": topology, "devices": len(pod.specs), "launch_seconds": launched - started,
+    return {"topology": topology, "devices": len(pod.specs), "processes": processes,
+            "devices_per_process": devices_per_process, "launch_seconds": launched - started,
             "allreduce_seconds": done - launched, "total_seconds": done - started,
             "algorithm": result.algorithm, "correct": correct}
 
@@ -117,9 +126,10 @@ def emulator_allreduce(repeats: int, algorithms: list[str], placement: str = "ip
                                 algorithm=algorithm, **options)
 
         result = run()  # warm-up
-        cpu_before = sum(cpu_seconds(int(info["pid"])) for info in pod.infos)
+        pids = {int(info["pid"]) for info in pod.infos}
+        cpu_before = sum(cpu_seconds(pid) for pid in pids)
         seconds = [run().wall_seconds for _ in range(repeats)]
-        actors_cpu = sum(cpu_seconds(int(info["pid"])) for info in pod.infos) - cpu_before
+        actors_cpu = sum(cpu_seconds(pid) for pid in pids) - cpu_before
         # in place every run sums sums: 136 * 16**k, exact in float32
         expected = 136.0 * 16.0 ** (repeats if in_place else 0)
         correct = bool(np.all(pod.get(output, [5])[0] == expected))
@@ -146,13 +156,18 @@ def main() -> None:
                         help="skip the launches (pod64, and --big-pod with an allreduce)")
     parser.add_argument("--big-pod", default="pod256",
                         help="the POD launched and allreduced once (1 MiB) after pod64")
+    parser.add_argument("--devices-per-process", default="1,4",
+                        help="the launches once per value, comma-separated (1: a process "
+                             "per card or IPU-M2000, the default of ipupod)")
     parser.add_argument("--out-of-place", action="store_true",
                         help="allreduce into a second tensor (default: in place, like gloo)")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    launch = None if args.skip_launch else launch_pod64()
-    big = None if args.skip_launch else launch_and_allreduce(args.big_pod)
+    per_process = [int(n) for n in args.devices_per_process.split(",")]
+    launches = [] if args.skip_launch else [launch_pod64(n) for n in per_process]
+    bigs = [] if args.skip_launch else [launch_and_allreduce(args.big_pod, n)
+                                        for n in per_process]
     emulator = emulator_allreduce(args.repeats, args.algorithms.split(","), args.placement,
                                   not args.out_of_place)
     from benchmarks.gloo_peer import gloo_allreduce_seconds, torch_available
@@ -160,17 +175,20 @@ def main() -> None:
     gloo = (gloo_allreduce_seconds(16, ALLREDUCE_BYTES, args.repeats)
             if torch_available() else {"skipped": "torch is not installed"})
     if args.json:
-        report = {"pod64_launch": launch, "big_pod": big, "emulator": emulator, "gloo": gloo}
+        report = {"pod64_launch": launches, "big_pod": bigs, "emulator": emulator, "gloo": gloo}
         print(json.dumps(report, indent=2))
         return
-    if launch:
-        print(f"pod64 launch ({launch['devices']} actors): {launch['launch_seconds']:.1f} s wall "
-              f"(target 6 s); actors RSS {launch['actors_rss_bytes'] / 2**30:.2f} GiB, "
+    for launch in launches:
+        print(f"pod64 launch ({launch['devices']} devices in {launch['processes']} processes): "
+              f"{launch['launch_seconds']:.1f} s wall, of which starting Ray "
+              f"{launch['ray_start_seconds']:.1f} s (target 6 s); "
+              f"actors RSS {launch['actors_rss_bytes'] / 2**30:.2f} GiB, "
               f"PSS {launch['actors_pss_bytes'] / 2**30:.2f} GiB, "
               f"USS {launch['actors_uss_bytes'] / 2**30:.2f} GiB (target 1 GiB), "
               f"machine used +{launch['machine_used_delta_bytes'] / 2**30:.2f} GiB")
-    if big:
-        print(f"{big['topology']} launch ({big['devices']} actors) {big['launch_seconds']:.1f} s "
+    for big in bigs:
+        print(f"{big['topology']} launch ({big['devices']} devices in {big['processes']} "
+              f"processes) {big['launch_seconds']:.1f} s "
               f"+ one 1 MiB allreduce ({big['algorithm']}) {big['allreduce_seconds']:.1f} s = "
               f"{big['total_seconds']:.1f} s (target 25 s)  correct={big['correct']}")
     print(f"64 MiB float32 allreduce ({'into a second tensor' if args.out_of_place else 'in place'}"

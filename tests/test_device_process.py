@@ -134,3 +134,14 @@ def test_the_option_is_checked_and_noted_in_phantom_mode():
                           "--devices-per-process", "0"], capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 2 and "0 is not in the range 1<=x<=64" in run.stderr
+
+
+def test_a_launch_of_many_processes_says_how_to_start_fewer():
+    from cluster.cli.placement_flags import Placement, process_note
+
+    note = process_note(build_preset("pod256"), Placement())
+    assert note == ("note: pod256 starts 64 device processes, about 0.6 CPU seconds each; "
+                    "--devices-per-process 4 starts about 16 (docs/real-mode.md, "
+                    "\"Several devices per process\")")
+    assert process_note(build_preset("pod256"), Placement(devices_per_process=4)) is None
+    assert process_note(build_preset("dss8440x2"), Placement()) is None  # 18 processes

@@ -18,7 +18,7 @@ import click
 
 from cluster.cli.output import progress, ray_chatter_to_stderr
 from cluster.cli.phantom_note import options_given, phantom_note
-from cluster.cli.placement_flags import Placement, placement_options
+from cluster.cli.placement_flags import Placement, launch_pod, placement_options
 from cluster.cli.trace_option import (
     check_trace_path,
     save_trace,
@@ -144,10 +144,9 @@ def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGr
         return run_phantom(coll, topology, byte_sizes, on_phase=on_phase,
                            on_costed=trace.add if trace else None, **options)
     # Ray: only for --mode real
-    from ipu_node.pod import EmulatedPod
     from ipu_node.real_bench import run_real
 
-    pod = EmulatedPod.launch(topology, ray_address=ray_address, **placement.launch_options())
+    pod = launch_pod(topology, ray_address, placement)
     stack.callback(pod.shutdown, stop_ray=True)
     rows = run_real(pod, coll, byte_sizes, iterations=sweep.iterations, warmup=sweep.warmup,
                     check=sweep.check, on_costed=trace.add if trace else None, **options)

@@ -5,14 +5,24 @@ docs/real-mode.md). The command gets both as one :class:`Placement`."""
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from cluster.model.spec import load_topology
+from cluster.model.topology import Topology
+from ipu_node.device_spec import device_specs
+
+if TYPE_CHECKING:
+    from ipu_node.pod import EmulatedPod
+
 Command = TypeVar("Command", bound=Callable[..., Any])
 MAX_DEVICES_PER_PROCESS = 64  # a rack's 16 IPU-M2000s fit in one; more buys nothing
+MANY_PROCESSES = 32  # from here on, a launch says how to start fewer
+SUGGESTED_DEVICES_PER_PROCESS = 4
 
 
 @dataclass(frozen=True)
@@ -54,3 +64,28 @@ def placement_options(command: Command) -> Command:
     for option in reversed(PLACEMENT_OPTIONS):
         wrapped = option(wrapped)
     return wrapped
+
+
+def launch_pod(spec: str | Topology, ray_address: str | None, placement: Placement,
+               **options: Any) -> EmulatedPod:
+    """``EmulatedPod.launch`` as placed; a launch of many processes says first, on
+    standard error, how to start fewer (:func:`process_note`)."""
+    topology = load_topology(spec) if isinstance(spec, str) else spec
+    note = process_note(topology, placement)
+    if note:
+        print(note, file=sys.stderr, flush=True)
+    from ipu_node.pod import EmulatedPod  # Ray: only once devices are wanted
+
+    return EmulatedPod.launch(topology, ray_address=ray_address, **options,
+                              **placement.launch_options())
+
+
+def process_note(topology: Topology, placement: Placement) -> str | None:
+    """A ``note:`` line when ``topology`` would start many device processes, one each."""
+    devices = len(device_specs(topology))
+    if placement.devices_per_process > 1 or devices < MANY_PROCESSES:
+        return None
+    fewer = -(-devices // SUGGESTED_DEVICES_PER_PROCESS)
+    return (f"note: {topology.name} starts {devices} device processes, about 0.6 CPU seconds "
+            f"each; --devices-per-process {SUGGESTED_DEVICES_PER_PROCESS} starts about "
+            f"{fewer} (docs/real-mode.md, \"Several devices per process\")")

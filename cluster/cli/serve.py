@@ -13,7 +13,7 @@ import click
 
 from cluster.cli.output import ray_chatter_to_stderr
 from cluster.cli.paths import CheckedPath
-from cluster.cli.placement_flags import Placement, placement_options
+from cluster.cli.placement_flags import Placement, launch_pod, placement_options
 from cluster.cli.serve_share import share_from, share_options
 from cluster.service.client import DEFAULT_PORT
 from cluster.service.control_server import start_server
@@ -51,8 +51,7 @@ def serve_command(topology_spec: str, ray_address: str | None, placement: Placem
         check_port_free(host, metrics_port, "--metrics-port")
     share = share_from(host, port, token_file, topology_spec, **sharing)
     with ray_chatter_to_stderr() as out:
-        pod = EmulatedPod.launch(topology_spec, ray_address=ray_address, link_tls=link_tls,
-                                 **placement.launch_options())
+        pod = launch_pod(topology_spec, ray_address, placement, link_tls=link_tls)
         try:
             _serve(pod, token_file, host, port, None if metrics_port < 0 else metrics_port, out,
                    share)

@@ -14,7 +14,7 @@ from cluster.cli import train_torch
 from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
 from cluster.cli.paths import CheckedPath
-from cluster.cli.placement_flags import Placement, placement_options
+from cluster.cli.placement_flags import Placement, launch_pod, placement_options
 from cluster.cli.report_folder import report_folder
 from cluster.cli.report_trace import trace_run
 from cluster.cli.trace_option import (
@@ -51,11 +51,10 @@ def run(config: TrainConfig, ray_address: str | None, on_step: Progress,
     if config.mode != Mode.REAL:
         return train(config, on_step=on_step)
     # Ray: only for real mode (phantom training needs no devices)
-    from ipu_node.pod import EmulatedPod
 
     topology = checked_topology(config)  # before any actor starts
     check_fits(config, topology, stage_memory(config, topology))
-    pod = EmulatedPod.launch(topology, ray_address=ray_address, **placement.launch_options())
+    pod = launch_pod(topology, ray_address, placement)
     try:
         if wall is None:
             return train(config, pod=pod, on_step=on_step)

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from cluster.cli.output import progress, ray_chatter_to_stderr
-from cluster.cli.placement_flags import Placement
+from cluster.cli.placement_flags import Placement, launch_pod
 from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.training.config import MLP, TrainConfig
@@ -88,12 +88,10 @@ def run_torch(factory: str | None, shape_text: str | None, servers: int | None,
     config = resolve(config, topology)  # checked: a UserError naming what to change
     model = load_model(factory, shape)  # everything checked before a device starts
     parts = _priced(model, config, topology)
-    from ipu_node.pod import EmulatedPod  # Ray: only once the run is known to go ahead
 
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
-        placement = options.get("placement") or Placement()
-        pod = EmulatedPod.launch(topology, ray_address=options.get("ray_address"),
-                                 **placement.launch_options())
+        pod = launch_pod(topology, options.get("ray_address"),
+                         options.get("placement") or Placement())
         try:
             record = train_torch(model, config, pod, parts, on_step)
         finally:
