@@ -1,6 +1,7 @@
 """Several devices in one Ray worker process (``devices_per_process``): the same results,
 fewer processes, and process-mates that fail and come back together."""
 
+import json
 import subprocess
 import sys
 import time
@@ -145,3 +146,13 @@ def test_a_launch_of_many_processes_says_how_to_start_fewer():
                     "\"Several devices per process\")")
     assert process_note(build_preset("pod256"), Placement(devices_per_process=4)) is None
     assert process_note(build_preset("dss8440x2"), Placement()) is None  # 18 processes
+
+
+def test_a_real_bench_with_grouped_devices_counts_no_wrong_elements():
+    run = subprocess.run([sys.executable, "-m", "cluster.cli.main", "bench", "allreduce",
+                          "--mode", "real", "--topology", "dss8440", "-b", "64K", "-e", "64K",
+                          "--devices-per-process", "4", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    [row] = json.loads(run.stdout)
+    assert row["wrong"] == row["in_place_wrong"] == 0
