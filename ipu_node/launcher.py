@@ -71,7 +71,8 @@ def check_room(topology: Topology, specs: list[DeviceSpec], ray_address: str | N
 
 def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | None,
           link_host: str, deadline_seconds: float, max_restarts: int,
-          link_tls: LinkTLS | None = None, allow_split_server: bool = False) -> Placed:
+          link_tls: LinkTLS | None = None, allow_split_server: bool = False,
+          link_shared_memory: bool = True) -> Placed:
     """Start one actor per spec, server by server, and wire their links; on any failure
     every actor and placement group started so far is removed again. Each server's (or
     rack's) devices go on one Ray node unless ``allow_split_server``."""
@@ -96,7 +97,8 @@ def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | Non
         for server, members in _by_server(specs).items():
             _start_server(topology, specs, server, members, Launch(
                 pod_id, kinds, actors, groups, link_host_for(link_host, nodes), deadline_seconds,
-                max_restarts, link_secret, link_tls, strategy(allow_split_server)))
+                max_restarts, link_secret, link_tls, strategy(allow_split_server),
+                link_shared_memory))
         infos = wait_all([a.info.remote() for a in actors], specs, deadline_seconds, "start")
         owns = _wire(topology, specs, actors, infos, deadline_seconds)
     except BaseException:
@@ -126,6 +128,7 @@ class Launch:
     link_secret: str = field(repr=False)  # never printed
     link_tls: LinkTLS | None = None  # TLS on every link, when asked
     strategy: str = "STRICT_PACK"  # a server's devices on one node (ipu_node.node_placement)
+    link_shared_memory: bool = True  # chunks between co-located cards through shared memory
 
 
 def _start_server(topology: Topology, specs: list[DeviceSpec], server: str,
@@ -141,13 +144,14 @@ def _start_server(topology: Topology, specs: list[DeviceSpec], server: str,
     cards = [i for i in members if specs[i].ipus]
     for index in members:
         spec = specs[index]
+        extra = {"link_shared_memory": launch.link_shared_memory} if spec.ipus else {}
         launch.actors[index] = launch.kinds[Card if spec.ipus else HostRelay].options(
             num_cpus=0, resources={"IPU": len(spec.ipus)} if spec.ipus else {},
             name=f"{launch.pod_id}-{spec.name}", max_restarts=launch.max_restarts,
             max_concurrency=max(MIN_DEVICE_THREADS, len(spec.ipus)),
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 group, cards.index(index) if index in cards else 0),
-        ).remote(spec, topology, launch.link_host, launch.link_secret, launch.link_tls)
+        ).remote(spec, topology, launch.link_host, launch.link_secret, launch.link_tls, **extra)
 
 
 def _wire(topology: Topology, specs: list[DeviceSpec], actors: list, infos: list[DeviceInfo],
