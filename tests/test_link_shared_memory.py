@@ -78,7 +78,7 @@ def test_more_chunks_than_slots_arrive_whole_through_shared_memory(link):
 
 
 def test_a_sender_waits_for_slots_until_its_deadline_and_says_so(link):
-    mailbox, _, client = link
+    mailbox, server, client = link
     payload = np.zeros(3 * CHUNK_BYTES // 4, dtype=np.float32)  # nobody lands: 2 slots fill
     with pytest.raises(LinkTimeout, match="link to receiver: none of its 2 shared-memory slots"):
         client.push(encode_transfers("stuck", 0, 0, [Transfer(0, 1, 2, payload)]), 1)
@@ -88,6 +88,7 @@ def test_a_sender_waits_for_slots_until_its_deadline_and_says_so(link):
     client.push(encode_transfers("next", 0, 0, [Transfer(0, 1, 2, payload + 1)]), 20)
     thread.join()
     assert got["data"] == (payload + 1).tobytes()
+    assert server.slots.segments == 1  # a new segment, the one given up forgotten
 
 
 def test_taken_chunks_are_copied_out_of_their_slots(link):
@@ -180,6 +181,17 @@ def test_a_relaying_host_gets_chunks_inline_and_tcp_links_never_use_shared_memor
     assert not our_segments()
 
 
+def test_references_and_announcements_are_protobuf_chunk_fields():
+    from ipupod_proto import link_pb2
+
+    reference = link_pb2.Chunk.FromString(slot_reference(HEADER, "seg", 3, 99))
+    assert (reference.collective, reference.slot_segment, reference.slot,
+            reference.slot_length) == ("h", "seg", 3, 99)
+    announced = link_pb2.Chunk.FromString(announcement("seg", 8, 4 << 20, "old"))
+    assert (announced.slot_count, announced.slot_bytes, announced.slot_retired) == (8, 4 << 20,
+                                                                                    "old")
+
+
 def test_the_path_applies_to_unix_sockets_without_tls_unless_switched_off(monkeypatch):
     assert wanted("unix:/tmp/x.sock", False, 8)
     assert not wanted("unix:/tmp/x.sock", True, 8)  # TLS
@@ -187,6 +199,30 @@ def test_the_path_applies_to_unix_sockets_without_tls_unless_switched_off(monkey
     assert not wanted("unix:/tmp/x.sock", False, 0)
     monkeypatch.setenv(ENV_SWITCH, "0")
     assert not wanted("unix:/tmp/x.sock", False, 8)
+
+
+def test_a_receiver_forgets_the_segments_of_a_sender_that_is_gone():
+    import subprocess
+    import sys
+
+    from ipu_node.links.shared_slots import ReceiverSlots, segment_bytes
+
+    receiver = ReceiverSlots("card")
+    sender = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        name = f"ipupod-slots-{sender.pid}-card-0123456789abcdef"
+        descriptor = os.open(SHM_FOLDER / name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.ftruncate(descriptor, segment_bytes(2, 1 << 16))
+        os.close(descriptor)
+        receiver.attach(name, 2, 1 << 16)
+        assert receiver.segments == 1 and not (SHM_FOLDER / name).exists()
+    finally:
+        sender.kill()
+        sender.wait()
+    live = SenderSlots("card", 2, 1 << 16)
+    live.create()
+    receiver.attach(live.name, 2, 1 << 16)
+    assert receiver.segments == 1  # the dead sender's is gone, the live one kept
 
 
 def test_segments_of_processes_that_are_gone_are_swept(tmp_path):

@@ -71,18 +71,23 @@ def sweep_stale_segments(folder: Path = SHM_FOLDER) -> None:
     """Remove the segments of processes that are gone (a device killed between making a
     segment and its peer's taking it cannot clean up); others' files are left alone."""
     for path in folder.glob("ipupod-slots-*"):
-        match = _NAME.fullmatch(path.name)
-        if match is None:
-            continue
-        try:
-            os.kill(int(match.group(1)), 0)
-        except ProcessLookupError:
+        if _NAME.fullmatch(path.name) and _maker_gone(path.name):
             try:
                 path.unlink(missing_ok=True)
             except OSError:
                 continue  # not ours to remove
-        except OSError:
-            continue
+
+
+def _maker_gone(name: str) -> bool:
+    """Whether the process that made segment ``name`` has ended (a restarted device)."""
+    match = _NAME.fullmatch(name)
+    try:
+        os.kill(int(match.group(1)) if match else 0, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass
+    return False
 
 
 def _refused(reason: str) -> DeviceError:
@@ -190,7 +195,9 @@ class ReceiverSlots:
             raise _refused(f"a segment of {slots} slots of {slot_bytes} bytes")
         sweep_stale_segments()
         with self._lock:
-            self._segments.pop(retired, None)  # its views stay valid while the mailbox holds them
+            gone = [known for known in self._segments if known == retired or _maker_gone(known)]
+            for known in gone:  # views the mailbox holds stay valid: the mapping goes with them
+                del self._segments[known]
             if len(self._segments) >= self.max_segments:
                 raise _refused(f"{self.device} maps {self.max_segments} segments already")
         mapping = _map_segment(name, segment_bytes(slots, slot_bytes))

@@ -96,7 +96,7 @@ def announcement(segment: str, slots: int, slot_bytes: int, retired: str = "") -
              bytes([14 << 3 | _VARINT]), _varint(slots),
              bytes([15 << 3 | _VARINT]), _varint(slot_bytes)]
     if retired:
-        parts += [bytes([(16 << 3) | _LENGTH]), _varint(len(retired.encode())), retired.encode()]
+        parts += [_varint((16 << 3) | _LENGTH), _varint(len(retired.encode())), retired.encode()]
     return b"".join(parts)
 
 
