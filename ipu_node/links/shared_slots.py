@@ -38,11 +38,12 @@ from pathlib import Path
 import numpy as np
 
 from ipu_node.device_errors import DeviceError, LinkTimeout
+from ipu_node.links.link_limits import MAX_SHARED_MEMORY_SLOTS
 
 SHM_FOLDER = Path("/dev/shm")
 ENV_SWITCH = "IPUPOD_LINK_SHARED_MEMORY"  # "0" turns the path off in this process
 STATE_BYTES = 4096  # the segment's first page: one state byte per slot
-MAX_SLOTS = 64
+MAX_SLOTS = MAX_SHARED_MEMORY_SLOTS  # they fit in the state page
 MIN_SLOT_PAYLOAD_BYTES = 64 << 10  # smaller chunks go inline: a slot would save nothing
 MAX_SEGMENTS = 256  # mapped by one receiver at a time (one per sending link)
 FREE, CLAIMED = 0, 1
@@ -71,7 +72,7 @@ def sweep_stale_segments(folder: Path = SHM_FOLDER) -> None:
     """Remove the segments of processes that are gone (a device killed between making a
     segment and its peer's taking it cannot clean up); others' files are left alone."""
     for path in folder.glob("ipupod-slots-*"):
-        if _NAME.fullmatch(path.name) and _maker_gone(path.name):
+        if _maker_gone(path.name):
             try:
                 path.unlink(missing_ok=True)
             except OSError:
@@ -81,8 +82,10 @@ def sweep_stale_segments(folder: Path = SHM_FOLDER) -> None:
 def _maker_gone(name: str) -> bool:
     """Whether the process that made segment ``name`` has ended (a restarted device)."""
     match = _NAME.fullmatch(name)
+    if match is None:
+        return False
     try:
-        os.kill(int(match.group(1)) if match else 0, 0)
+        os.kill(int(match.group(1)), 0)
     except ProcessLookupError:
         return True
     except OSError:
