@@ -273,12 +273,15 @@ def arrays_for(pod, collective, dtype, seed):
 def test_collectives_through_shared_memory_equal_numpy_and_the_socket_path(pods, collective,
                                                                            dtype):
     arrays = arrays_for(pods[True], collective, dtype, seed=len(collective))
-    shared = pods[True].collective(collective, arrays, root=2).results
-    socket = pods[False].collective(collective, arrays, root=2).results
-    for got, inline in zip(shared, socket):
+    shared = pods[True].collective(collective, arrays, root=2)
+    socket = pods[False].collective(collective, arrays, root=2)
+    for got, inline in zip(shared.results, socket.results):
         assert got.tobytes() == inline.tobytes()
+    # the links metered the same bytes, and simulated time is the same
+    assert shared.link_type_bytes == socket.link_type_bytes
+    assert shared.sim_seconds == socket.sim_seconds
     if np.dtype(dtype).kind == "i":
-        for got, want in zip(shared, expected(collective, arrays, "sum", 2)):
+        for got, want in zip(shared.results, expected(collective, arrays, "sum", 2)):
             np.testing.assert_array_equal(got, want)
 
 
@@ -287,3 +290,4 @@ def test_cards_map_segments_only_with_the_path_on(pods):
     pods[False].collective("allreduce", arrays_for(pods[False], "allreduce", np.float32, 0))
     assert all(mapped_segments(info["pid"]) for info in pods[True].infos)
     assert not any(mapped_segments(info["pid"]) for info in pods[False].infos)
+    np.testing.assert_array_equal(pods[True].link_bytes(), pods[False].link_bytes())
