@@ -5,6 +5,10 @@ gRPC service, against grpcio and a plain Unix socket moving the same bytes, in t
   pushed by a :class:`ipu_node.links.channel.LinkClient` to a
   :class:`ipu_node.links.channel.LinkServer` in another process, which lands each in a NumPy
   buffer, as a device does (gRPC over :mod:`ipu_node.links.h2`).
+- ``link_shared``: the same link to a peer that files chunks in a mailbox, as a device
+  does, so the chunks' bytes go through shared-memory slots
+  (:mod:`ipu_node.links.shared_slots`: eight 4 MiB slots, the ``Chunk`` on the stream a
+  reference); the receiver lands each from its slot, which then goes back to the sender.
 - ``grpcio``: the same chunks and landing through grpcio's own client and server (what the
   links used before 2026-11-21).
 - ``unix_socket``: the floor for moving bytes between two processes here: the sender
@@ -78,6 +82,33 @@ def _grpc_receiver(size: int, secret: str, ready: Connection) -> None:
 
     server = LinkServer("receiver", land, secret=secret)
     server.start()
+    ready.send(server.link_address)
+    ready.recv()  # until told to stop
+    server.stop()
+
+
+def _mailbox_receiver(size: int, secret: str, ready: Connection) -> None:
+    """A device's link server (a mailbox: chunks may come through shared memory) and a
+    thread that lands every push's chunks in one buffer of ``size`` bytes, as the executor
+    does (each push is the next ``step``)."""
+    import threading
+
+    from ipu_node.control import keep_freed_memory
+    from ipu_node.links.channel import LinkServer
+    from ipu_node.links.mailbox import Mailbox, TransferKey
+
+    keep_freed_memory()
+    target = np.zeros(size, dtype=np.uint8)
+    mailbox = Mailbox()
+
+    def land() -> None:
+        for step in range(1 << 30):
+            for at, data in mailbox.chunks(TransferKey("bench", 0, step, 0), 3600, "sender"):
+                target[at:at + len(data)] = np.frombuffer(data, np.uint8)
+
+    server = LinkServer("receiver", mailbox, secret=secret)
+    server.start()
+    threading.Thread(target=land, daemon=True).start()
     ready.send(server.link_address)
     ready.recv()  # until told to stop
     server.stop()
@@ -216,18 +247,23 @@ def _receiver(target: Callable[..., None], *args: object) -> Iterator[tuple[int,
             process.kill()
 
 
-def link(size: int, repeats: int) -> dict[str, Any]:
-    """``size`` bytes over this project's link (LinkClient to LinkServer): :func:`_measure`."""
+def link(size: int, repeats: int,
+         receiver: Callable[..., None] = _grpc_receiver) -> dict[str, Any]:
+    """``size`` bytes over this project's link (LinkClient to LinkServer, in ``receiver``'s
+    process): :func:`_measure`."""
+    import itertools
+
     from ipu_node.links.channel import LinkClient, Transfer, encode_transfers
     from ipu_node.links.link_secret import new_secret
 
     source = np.ones(size // 4, dtype=np.float32)
     secret = new_secret()
-    with _receiver(_grpc_receiver, size, secret) as (pid, address):
+    steps = itertools.count()
+    with _receiver(receiver, size, secret) as (pid, address):
         client = LinkClient("receiver", address, secret)
 
         def send() -> None:
-            messages = encode_transfers("bench", 0, 0, [Transfer(0, 0, 1, source)])
+            messages = encode_transfers("bench", 0, next(steps), [Transfer(0, 0, 1, source)])
             if client.push(messages, deadline_seconds=60) != size:
                 raise RuntimeError("the link server did not take every byte")
 
@@ -330,7 +366,7 @@ def _slots_back(connection: socket.socket) -> bytes:
 
 
 def main() -> None:
-    """Command line: measure the four ways and print a table or JSON."""
+    """Command line: measure the five ways and print a table or JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=1.0, help="bytes per run, in GiB")
     parser.add_argument("--repeats", type=int, default=3)
@@ -339,7 +375,9 @@ def main() -> None:
     if not 0 < args.gib <= 8 or args.repeats < 1:
         parser.error("--gib must be in (0, 8] and --repeats at least 1")
     size = int(args.gib * GIB) // 4 * 4
-    rows = {"link": link(size, args.repeats), "grpcio": grpcio_link(size, args.repeats),
+    rows = {"link": link(size, args.repeats),
+            "link_shared": link(size, args.repeats, _mailbox_receiver),
+            "grpcio": grpcio_link(size, args.repeats),
             "unix_socket": unix_socket(size, args.repeats),
             "shared_memory": shared_memory(size, args.repeats)}
     report = {"bytes": size, **rows}

@@ -49,15 +49,18 @@ class Card(DeviceControl):
     """The state and behaviour of one emulated card or machine (wrapped by ``ray.remote``)."""
 
     def __init__(self, spec: DeviceSpec, topology: Topology, host: str = "127.0.0.1",
-                 link_secret: str | None = None, link_tls: LinkTLS | None = None) -> None:
+                 link_secret: str | None = None, link_tls: LinkTLS | None = None,
+                 link_shared_memory: bool = True) -> None:
         """``link_secret``: the POD's, which its links carry and check (never logged);
-        ``link_tls``: TLS for its links (off by default)."""
+        ``link_tls``: TLS for its links (off by default); ``link_shared_memory``: chunks
+        to and from devices on this machine may go through shared memory."""
         keep_freed_memory()
         self.mailbox = Mailbox()
         host, node_socket = resolve_link_host(host)
         super().__init__(spec, topology, LinkEndpoint(spec.name, self.mailbox, host,
                                                       PUSH_THREADS, secret=link_secret,
-                                                      tls=link_tls, local_socket=node_socket),
+                                                      tls=link_tls, local_socket=node_socket,
+                                                      shared_memory=link_shared_memory),
                          Counters(spec.ipus, directed_links(topology)))
         self.store = TensorStore(topology, spec.ipus, spec.streaming_bytes_per_ipu)
         self.runner = ScheduleRunner(spec.name, spec.ipus, topology, self.store,

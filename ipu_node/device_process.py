@@ -42,10 +42,11 @@ class DeviceProcess:
 
     def __init__(self, specs: Sequence[DeviceSpec], topology: Topology,
                  host: str = "127.0.0.1", link_secret: str | None = None,
-                 link_tls: LinkTLS | None = None) -> None:
+                 link_tls: LinkTLS | None = None, link_shared_memory: bool = True) -> None:
+        """As :class:`~ipu_node.card.Card`'s arguments, for each of ``specs``."""
         self.members: list[DeviceControl] = [
-            device_class(spec)(spec, topology, host, link_secret, link_tls)
-            for spec in specs]
+            Card(spec, topology, host, link_secret, link_tls, link_shared_memory) if spec.ipus
+            else HostRelay(spec, topology, host, link_secret, link_tls) for spec in specs]
 
     def call(self, member: int, method: str, *args: Any, **kwargs: Any) -> Any:
         """``method(*args, **kwargs)`` of device ``member``, on the collective threads."""

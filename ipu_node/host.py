@@ -43,7 +43,8 @@ class HostRelay(DeviceControl):
         host, node_socket = resolve_link_host(host)
         super().__init__(spec, topology,
                          LinkEndpoint(spec.name, self._deliver, host, RELAY_THREADS,
-                                      secret=link_secret, tls=link_tls, local_socket=node_socket),
+                                      secret=link_secret, tls=link_tls, local_socket=node_socket,
+                                      shared_memory=False),  # it relays chunks as they are
                          Counters((), directed_links(topology)))
 
     def _faults_changed(self) -> None:

@@ -73,7 +73,7 @@ def check_room(topology: Topology, specs: list[DeviceSpec], ray_address: str | N
 def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | None,
           link_host: str, deadline_seconds: float, max_restarts: int,
           link_tls: LinkTLS | None = None, allow_split_server: bool = False,
-          devices_per_process: int = 1) -> Placed:
+          devices_per_process: int = 1, link_shared_memory: bool = True) -> Placed:
     """Start one actor per spec (or per ``devices_per_process`` specs of a server:
     :mod:`ipu_node.device_process`), server by server, and wire their links; on any
     failure every actor and placement group started so far is removed again. Each
@@ -98,7 +98,7 @@ def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | Non
             _start_server(topology, specs, server, members, Launch(
                 pod_id, kinds, actors, groups, link_host_for(link_host, nodes), deadline_seconds,
                 max_restarts, link_secret, link_tls, strategy(allow_split_server),
-                devices_per_process))
+                devices_per_process, link_shared_memory))
         infos = wait_all([a.info.remote() for a in actors], specs, deadline_seconds, "start")
         owns = _wire(topology, specs, actors, infos, deadline_seconds)
     except BaseException:
@@ -139,6 +139,7 @@ class Launch:
     link_tls: LinkTLS | None = None  # TLS on every link, when asked
     strategy: str = "STRICT_PACK"  # a server's devices on one node (ipu_node.node_placement)
     devices_per_process: int = 1  # devices that share one Ray worker process
+    link_shared_memory: bool = True  # chunks between co-located cards through shared memory
 
 
 def _start_server(topology: Topology, specs: list[DeviceSpec], server: str,
@@ -175,7 +176,8 @@ def _start_process(topology: Topology, members: list[DeviceSpec], indices: list[
         max_concurrency=sum(max(MIN_DEVICE_THREADS, len(spec.ipus)) for spec in members),
         scheduling_strategy=where,
     ).remote(members[0] if alone else members, topology, launch.link_host,
-             launch.link_secret, launch.link_tls)
+             launch.link_secret, launch.link_tls,
+             **({} if kind is HostRelay else {"link_shared_memory": launch.link_shared_memory}))
     for member, index in enumerate(indices):
         launch.actors[index] = (actor if alone else
                                 MemberHandle(actor, member, device_class(members[member])))

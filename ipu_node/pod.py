@@ -34,6 +34,7 @@ from ipu_node.executor import CollectiveResult, run_collective
 from ipu_node.faults import FaultInjector
 from ipu_node.launcher import LAUNCH_DEADLINE_SECONDS, place, release
 from ipu_node.links.link_tls import LinkTLS
+from ipu_node.links.shared_slots import shared_memory_asked
 from ipu_node.node_loss import with_lost_nodes
 from ipu_node.node_placement import short_id
 from ipu_node.roster import Roster
@@ -60,7 +61,8 @@ class EmulatedPod:
     def launch(cls, spec: str | Topology = "dss8440x2", *, ray_address: str | None = None,
                link_host: str = "127.0.0.1", deadline_seconds: float = LAUNCH_DEADLINE_SECONDS,
                max_restarts: int = -1, link_tls: LinkTLS | None = None,
-               allow_split_server: bool = False, devices_per_process: int = 1) -> EmulatedPod:
+               allow_split_server: bool = False, devices_per_process: int = 1,
+               link_shared_memory: bool | None = None) -> EmulatedPod:
         """Start one actor per card or machine of ``spec`` and wire their links. Ray
         restarts a dead device up to ``max_restarts`` times (-1: always). With
         ``link_tls`` every link speaks TLS, both ends checking the other's certificate
@@ -68,13 +70,17 @@ class EmulatedPod:
         server's (or rack's) devices share one Ray node unless ``allow_split_server``
         (:mod:`ipu_node.node_placement`). ``devices_per_process`` > 1 runs that many devices
         of a server in each Ray worker process: a faster, lighter launch, but process-mates
-        fail and restart together (:mod:`ipu_node.device_process`)."""
+        fail and restart together (:mod:`ipu_node.device_process`). Cards on one
+        machine move their chunks through shared memory unless ``link_shared_memory`` is
+        False (None: unless the environment variable ``IPUPOD_LINK_SHARED_MEMORY`` is ``0``;
+        ``docs/real-mode.md``)."""
         topology = load_topology(spec) if isinstance(spec, str) else spec
         specs = device_specs(topology)
         placed = place(topology, specs, ray_address=ray_address, link_host=link_host,
                        deadline_seconds=deadline_seconds, max_restarts=max_restarts,
                        link_tls=link_tls, allow_split_server=allow_split_server,
-                       devices_per_process=devices_per_process)
+                       devices_per_process=devices_per_process,
+                       link_shared_memory=shared_memory_asked(link_shared_memory))
         roster = Roster.wired(specs, placed.actors, placed.infos, placed.ownership)
         owner = {ipu: i for i, s in enumerate(specs) for ipu in s.ipus}
         return cls(specs, roster, FaultInjector(roster, topology, max_restarts),

@@ -5,7 +5,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Chunk(_message.Message):
-    __slots__ = ("collective", "phase", "step", "transfer", "src_ipu", "dst_ipu", "offset", "total", "data", "pad")
+    __slots__ = ("collective", "phase", "step", "transfer", "src_ipu", "dst_ipu", "offset", "total", "data", "pad", "slot_segment", "slot", "slot_length", "slot_count", "slot_bytes", "slot_retired")
     COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,12 @@ class Chunk(_message.Message):
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     PAD_FIELD_NUMBER: _ClassVar[int]
+    SLOT_SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    SLOT_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    SLOT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SLOT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SLOT_RETIRED_FIELD_NUMBER: _ClassVar[int]
     collective: str
     phase: int
     step: int
@@ -26,7 +32,13 @@ class Chunk(_message.Message):
     total: int
     data: bytes
     pad: bytes
-    def __init__(self, collective: _Optional[str] = ..., phase: _Optional[int] = ..., step: _Optional[int] = ..., transfer: _Optional[int] = ..., src_ipu: _Optional[int] = ..., dst_ipu: _Optional[int] = ..., offset: _Optional[int] = ..., total: _Optional[int] = ..., data: _Optional[bytes] = ..., pad: _Optional[bytes] = ...) -> None: ...
+    slot_segment: str
+    slot: int
+    slot_length: int
+    slot_count: int
+    slot_bytes: int
+    slot_retired: str
+    def __init__(self, collective: _Optional[str] = ..., phase: _Optional[int] = ..., step: _Optional[int] = ..., transfer: _Optional[int] = ..., src_ipu: _Optional[int] = ..., dst_ipu: _Optional[int] = ..., offset: _Optional[int] = ..., total: _Optional[int] = ..., data: _Optional[bytes] = ..., pad: _Optional[bytes] = ..., slot_segment: _Optional[str] = ..., slot: _Optional[int] = ..., slot_length: _Optional[int] = ..., slot_count: _Optional[int] = ..., slot_bytes: _Optional[int] = ..., slot_retired: _Optional[str] = ...) -> None: ...
 
 class PushReply(_message.Message):
     __slots__ = ("bytes", "chunks")

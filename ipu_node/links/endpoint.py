@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from ipu_node.links.link_limits import LinkLimits
 from ipu_node.links.link_secret import local_secret
 from ipu_node.links.link_tls import LinkTLS
 from ipu_node.links.transport import DEFAULT_TRANSPORT, LinkClientLike, Receiver, transport
@@ -18,18 +19,21 @@ class LinkEndpoint:
     the link transport named ``transport_name``. Links carry and check ``secret`` (the
     POD's; this process's own if None), and with ``tls`` speak TLS both ways. With
     ``local_socket`` a server bound beyond loopback also listens on a Unix socket (for
-    peers on its own machine)."""
+    peers on its own machine). Without ``shared_memory`` chunks to and from peers on this
+    machine go through the socket, never through shared-memory slots."""
 
     def __init__(self, name: str, receive: Receiver, host: str, push_threads: int,
                  transport_name: str = DEFAULT_TRANSPORT, secret: str | None = None,
-                 tls: LinkTLS | None = None, local_socket: bool = False) -> None:
+                 tls: LinkTLS | None = None, local_socket: bool = False,
+                 shared_memory: bool = True) -> None:
         chosen = transport(transport_name)
         secret = secret or local_secret()
+        limits = {} if shared_memory else {"limits": LinkLimits(shared_memory_slots=0)}
         extra = {"local_socket": True} if local_socket else {}
-        self.server = chosen.server(name, receive, host, secret, tls=tls, **extra)
+        self.server = chosen.server(name, receive, host, secret, tls=tls, **extra, **limits)
         self.address = self.server.start()
         self.peers = PeerLinks(lambda peer, address: chosen.client(peer, address, secret,
-                                                                   tls=tls))
+                                                                   tls=tls, **limits))
         self._pool = ThreadPoolExecutor(max_workers=push_threads,
                                         thread_name_prefix=f"{name}-push")
 

@@ -13,6 +13,7 @@ from ipu_node.device_errors import DeviceError
 
 RESOURCE_EXHAUSTED = 8  # the gRPC status of a message or buffer beyond its limit
 MIN_FRAME_BYTES, MAX_FRAME_BYTES = 1 << 14, (1 << 24) - 1  # RFC 9113 §6.5.2
+MAX_SHARED_MEMORY_SLOTS = 64
 
 
 class ResourceExhausted(DeviceError):
@@ -38,13 +39,20 @@ class LinkLimits:
     client_reuse_seconds: float = 20.0  # a client reuses an idle connection this long at most
     max_buffered_bytes: int = 2 << 30  # chunks a mailbox holds, not yet taken
     stale_chunks_seconds: float = 120.0  # chunks of a collective nobody waits on: dropped after
+    shared_memory_slots: int = 8  # per link to a peer on this machine (0: chunks go inline)
 
     def __post_init__(self) -> None:
         if not MIN_FRAME_BYTES <= self.max_frame_bytes <= MAX_FRAME_BYTES:
             raise UserError(f"max_frame_bytes must be in [{MIN_FRAME_BYTES}, {MAX_FRAME_BYTES}]"
                             f" (RFC 9113), not {self.max_frame_bytes}")
+        if not (isinstance(self.shared_memory_slots, int)
+                and 0 <= self.shared_memory_slots <= MAX_SHARED_MEMORY_SLOTS):
+            raise UserError(f"link limit shared_memory_slots must be 0 (off) to "
+                            f"{MAX_SHARED_MEMORY_SLOTS}, not {self.shared_memory_slots!r}")
         for field in fields(self):
             value = getattr(self, field.name)
+            if field.name == "shared_memory_slots":
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise UserError(f"link limit {field.name} must be a positive number, "
                                 f"not {value!r}")

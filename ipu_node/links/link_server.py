@@ -31,6 +31,7 @@ from ipu_node.links.frames import (
 from ipu_node.links.link_limits import RESOURCE_EXHAUSTED, ByteBudget, LinkLimits, ResourceExhausted
 from ipu_node.links.link_tls import ALPN, LinkTLS
 from ipu_node.links.mailbox import Mailbox, deliver_to
+from ipu_node.links.shared_slots import ReceiverSlots, wanted
 from ipupod_proto import link_pb2
 
 SERVICE = "ipupod.link.v1.Link"
@@ -111,7 +112,6 @@ class LinkServer:
         self._secret = secret or link_secret.local_secret()
         self.limits = limits or LinkLimits()
         self._budget = ByteBudget(self.limits.max_pending_message_bytes)
-        self._deliver = deliver_to(receive) if isinstance(receive, Mailbox) else receive
         self._listeners: list[socket.socket] = []
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
@@ -132,6 +132,12 @@ class LinkServer:
             if unix is not None:
                 self._listeners.append(unix[0])
                 self.unix_path = unix[1]
+        # peers on this machine may send chunks through shared memory (a mailbox only:
+        # a relaying host passes chunks on as they are)
+        self.slots = (ReceiverSlots(device) if isinstance(receive, Mailbox) and wanted(
+            self.link_address, tls is not None, self.limits.shared_memory_slots) else None)
+        self._deliver = (deliver_to(receive, self.slots) if isinstance(receive, Mailbox)
+                         else receive)
 
     @property
     def address(self) -> str:
@@ -166,6 +172,8 @@ class LinkServer:
             except OSError:
                 pass
             sock.close()
+        if self.slots is not None:
+            self.slots.close()
         if self.unix_path:
             try:
                 Path(self.unix_path).unlink(missing_ok=True)

@@ -2,7 +2,10 @@
 the link server receives them, handed to the executor as they arrive, with deadlines and
 aborts. What it holds is bounded: in bytes (beyond, a push is refused with
 RESOURCE_EXHAUSTED), and in time (chunks of a collective nobody waits on are dropped
-after :attr:`~ipu_node.links.link_limits.LinkLimits.stale_chunks_seconds`, and counted)."""
+after :attr:`~ipu_node.links.link_limits.LinkLimits.stale_chunks_seconds`, and counted).
+A chunk in a shared-memory slot (:mod:`ipu_node.links.shared_slots`) comes with the
+function that hands the slot back: called once the chunk has landed (the consumer asked
+for the next one) or was dropped, never before."""
 
 from __future__ import annotations
 
@@ -14,12 +17,15 @@ from typing import NamedTuple
 
 from ipu_node.device_errors import DeviceError, LinkTimeout
 from ipu_node.links.link_limits import LinkLimits, ResourceExhausted
-from ipu_node.links.wire import decode_chunk
+from ipu_node.links.shared_slots import ReceiverSlots
+from ipu_node.links.wire import parse_chunk
 
 _ABORTED_KEPT = 1024  # aborted collectives remembered, so their late chunks are dropped
 
 
 Chunk = bytes | memoryview  # a chunk's payload, as it arrived
+Release = Callable[[], None] | None  # hands a chunk's shared-memory slot back
+Held = tuple[int, Chunk, Release]  # (offset, payload, release)
 
 
 class TransferKey(NamedTuple):
@@ -38,7 +44,7 @@ class Mailbox:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.limits, self._clock = limits or LinkLimits(), clock
         self._ready = threading.Condition()
-        self._chunks: dict[TransferKey, list[tuple[int, Chunk]]] = {}
+        self._chunks: dict[TransferKey, list[Held]] = {}
         self._received: dict[TransferKey, int] = {}
         self._total: dict[TransferKey, int] = {}
         self._aborted: OrderedDict[str, str] = OrderedDict()  # collective -> reason
@@ -50,10 +56,13 @@ class Mailbox:
         self._last_sweep = clock()
 
     def deposit(self, key: TransferKey, offset: int, total: int,
-                data: Chunk) -> None:
-        """File a chunk; :class:`ResourceExhausted` if the mailbox is full."""
+                data: Chunk, release: Release = None) -> None:
+        """File a chunk (``release`` hands its slot back once landed or dropped);
+        :class:`ResourceExhausted` if the mailbox is full (the slot is not kept)."""
         with self._ready:
             if key.collective in self._aborted:
+                if release is not None:
+                    release()
                 return
             now = self._clock()
             self._sweep(now)
@@ -64,7 +73,7 @@ class Mailbox:
                     f"{self.limits.max_buffered_bytes:,}")
             self._touched.setdefault(key.collective, now)
             self.buffered_bytes += len(data)
-            self._chunks.setdefault(key, []).append((offset, data))
+            self._chunks.setdefault(key, []).append((offset, data, release))
             self._received[key] = self._received.get(key, 0) + len(data)
             self._total[key] = total
             self.bytes_received += len(data)
@@ -73,7 +82,19 @@ class Mailbox:
     def chunks(self, key: TransferKey, deadline_seconds: float,
                sender: str) -> Iterator[tuple[int, Chunk]]:
         """The chunks ``(byte offset, data)`` of ``key`` as they arrive, until the transfer
-        is whole, waiting at most ``deadline_seconds`` in all."""
+        is whole, waiting at most ``deadline_seconds`` in all. Each ``data`` may be a view
+        of a shared-memory slot: valid until the next chunk is asked for (it is handed back
+        then), so land it before."""
+        for offset, data, release in self._held(key, deadline_seconds, sender):
+            try:
+                yield offset, data
+            finally:
+                if release is not None:
+                    release()
+
+    def _held(self, key: TransferKey, deadline_seconds: float, sender: str) -> Iterator[Held]:
+        """:meth:`chunks` with each one's release (slots of chunks not handed out when the
+        consumer stops are released here)."""
         limit = time.monotonic() + deadline_seconds
         while True:
             with self._ready:
@@ -97,18 +118,30 @@ class Mailbox:
                         "alive?")
                 batch = self._chunks[key]
                 self._chunks[key] = []
-                self.buffered_bytes -= sum(len(data) for _, data in batch)
+                self.buffered_bytes -= sum(len(data) for _, data, _ in batch)
                 whole = self._received[key] >= self._total[key]
                 if whole:
                     del self._chunks[key], self._received[key], self._total[key]
-            yield from batch
+            for index, held in enumerate(batch):
+                try:
+                    yield held
+                except GeneratorExit:
+                    _release_all(batch[index + 1:])
+                    raise
             if whole:
                 return
 
     def take(self, key: TransferKey, deadline_seconds: float,
              sender: str) -> list[tuple[int, Chunk]]:
-        """The chunks ``(byte offset, data)`` of ``key``, waiting at most ``deadline_seconds``."""
-        return list(self.chunks(key, deadline_seconds, sender))
+        """The chunks ``(byte offset, data)`` of ``key``, waiting at most ``deadline_seconds``
+        (chunks from shared-memory slots are copied out and their slots handed back)."""
+        taken: list[tuple[int, Chunk]] = []
+        for offset, data, release in self._held(key, deadline_seconds, sender):
+            if release is not None:
+                data = bytes(data)
+                release()
+            taken.append((offset, data))
+        return taken
 
     def discard(self, collective: str) -> None:
         """Drop everything of a collective (after a failure), so nothing stale is left."""
@@ -140,7 +173,9 @@ class Mailbox:
     def _drop(self, keys: list[TransferKey]) -> None:
         """Forget ``keys`` and their chunks (lock held)."""
         for key in keys:
-            self.buffered_bytes -= sum(len(data) for _, data in self._chunks.pop(key, ()))
+            dropped = self._chunks.pop(key, [])
+            self.buffered_bytes -= sum(len(data) for _, data, _ in dropped)
+            _release_all(dropped)
             self._received.pop(key, None)
             self._total.pop(key, None)
 
@@ -154,15 +189,37 @@ class Mailbox:
         self.discard(collective)
 
 
-def deliver_to(mailbox: Mailbox) -> Callable[[Iterable], tuple[int, int]]:
-    """What a card or machine does with a stream: file every chunk in its mailbox."""
+def _release_all(held: list[Held]) -> None:
+    for _, _, release in held:
+        if release is not None:
+            release()
+
+
+def deliver_to(mailbox: Mailbox,
+               slots: ReceiverSlots | None = None) -> Callable[[Iterable], tuple[int, int]]:
+    """What a card or machine does with a stream: file every chunk in its mailbox (with
+    ``slots``, chunks may be in shared memory, and segments announced)."""
 
     def deliver(messages: Iterable) -> tuple[int, int]:
         total = count = 0
         for message in messages:
-            header, payload = decode_chunk(message)
+            header, payload, slot = parse_chunk(message)
+            release: Release = None
+            if slot is not None:
+                if slots is None:
+                    raise DeviceError("a malformed chunk arrived on a link: it refers to "
+                                      "shared memory, which this link does not take")
+                if slot.slots:  # an announcement, not a chunk
+                    slots.attach(slot.segment, slot.slots, slot.slot_bytes, slot.retired)
+                    continue
+                payload, release = slots.resolve(slot.segment, slot.slot, slot.length)
             key = TransferKey(header.collective, header.phase, header.step, header.transfer)
-            mailbox.deposit(key, header.offset, header.total, payload)
+            try:
+                mailbox.deposit(key, header.offset, header.total, payload, release)
+            except BaseException:
+                if release is not None:
+                    release()
+                raise
             total += len(payload)
             count += 1
         return total, count

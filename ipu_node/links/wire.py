@@ -69,8 +69,50 @@ def encode_chunk(header: bytes, payload: memoryview) -> bytes:
     return b"".join((payload_prefix(header, len(payload)), payload))
 
 
+class SlotFields(NamedTuple):
+    """A chunk's shared-memory fields (:mod:`ipu_node.links.shared_slots`): a reference
+    (``segment``, ``slot``, ``length``) in place of the payload, or, with ``slots``, the
+    announcement of a segment of ``slots`` slots of ``slot_bytes`` (replacing ``retired``)."""
+
+    segment: str
+    slot: int
+    length: int
+    slots: int
+    slot_bytes: int
+    retired: str
+
+
+def slot_reference(header: bytes, segment: str, slot: int, length: int) -> bytes:
+    """A whole ``Chunk`` whose payload is ``length`` bytes in ``slot`` of ``segment``."""
+    name = segment.encode()
+    return b"".join((header, bytes([(11 << 3) | _LENGTH]), _varint(len(name)), name,
+                     bytes([12 << 3 | _VARINT]), _varint(slot),
+                     bytes([13 << 3 | _VARINT]), _varint(length)))
+
+
+def announcement(segment: str, slots: int, slot_bytes: int, retired: str = "") -> bytes:
+    """The ``Chunk`` that names a new segment to its receiver (no collective, no payload)."""
+    parts = [bytes([(11 << 3) | _LENGTH]), _varint(len(segment.encode())), segment.encode(),
+             bytes([14 << 3 | _VARINT]), _varint(slots),
+             bytes([15 << 3 | _VARINT]), _varint(slot_bytes)]
+    if retired:
+        parts += [_varint((16 << 3) | _LENGTH), _varint(len(retired.encode())), retired.encode()]
+    return b"".join(parts)
+
+
 def decode_chunk(message: bytes) -> tuple[ChunkHeader, memoryview]:
-    """The header fields and a view of the payload of a serialized ``Chunk``."""
+    """The header fields and a view of the payload of a serialized ``Chunk`` (one that
+    refers to shared memory is malformed here: this receiver has none)."""
+    header, payload, slot = parse_chunk(message)
+    if slot is not None:
+        raise DeviceError("a malformed chunk arrived on a link: it refers to shared memory, "
+                          "which this link does not take")
+    return header, payload
+
+
+def parse_chunk(message: bytes) -> tuple[ChunkHeader, memoryview, SlotFields | None]:
+    """The header fields, a view of the inline payload, and the shared-memory fields (None
+    if there are none) of a serialized ``Chunk``."""
     view, position, end = memoryview(message), 0, len(message)
     fields: dict[int, Any] = {}
     payload = view[0:0]
@@ -94,12 +136,15 @@ def decode_chunk(message: bytes) -> tuple[ChunkHeader, memoryview]:
                 position += 4
             else:
                 raise ValueError(f"wire type {kind}")
+        get = fields.get
+        header = ChunkHeader(str(get(1, "")), int(get(2, 0)), int(get(3, 0)), int(get(4, 0)),
+                             int(get(5, 0)), int(get(6, 0)), int(get(7, 0)), int(get(8, 0)))
+        slot = None if 11 not in fields else SlotFields(
+            str(fields[11]), int(get(12, 0)), int(get(13, 0)), int(get(14, 0)),
+            int(get(15, 0)), str(get(16, "")))
     except (ValueError, IndexError, UnicodeDecodeError) as error:
         raise DeviceError(f"a malformed chunk arrived on a link: {error}") from None
-    get = fields.get
-    header = ChunkHeader(str(get(1, "")), int(get(2, 0)), int(get(3, 0)), int(get(4, 0)),
-                         int(get(5, 0)), int(get(6, 0)), int(get(7, 0)), int(get(8, 0)))
-    return header, payload
+    return header, payload, slot
 
 
 def _read_varint(view: memoryview, position: int) -> tuple[int, int]:
