@@ -195,12 +195,19 @@ def _ipupod(*args):
     ("small_cnn", ["--hidden", "8"], "--hidden does not apply with --torch"),
     ("missing", [], "has no 'missing'"),
 ])
-def test_a_bad_model_or_option_is_one_line_and_exit_2(factories, factory, extra, words):
+def test_a_bad_model_or_option_is_one_line_and_exit_2(factories, factory, extra, words,
+                                                     capsys):
+    """Run in this process, which has imported torch already (a subprocess each would pay
+    for that import again); the whole command, as a subprocess, is the test below."""
+    from cluster.cli.main import main
+
     shape = [] if "--sample-shape" in extra else ["--sample-shape", "3,8,8"]
-    run = _ipupod("--torch", f"{factories}:{factory}", *shape, *extra)
-    assert run.returncode == 2, run.stderr
-    assert run.stderr.startswith("error: ") and run.stderr.count("\n") == 1, run.stderr
-    assert words in run.stderr and "Traceback" not in run.stderr
+    with pytest.raises(SystemExit) as ended:
+        main(["train", "--torch", f"{factories}:{factory}", *shape, *extra])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert words in err and "Traceback" not in err
 
 
 def test_the_train_command_trains_a_torch_factory_and_prints_the_documented_json(factories):
