@@ -180,11 +180,6 @@ def test_training_model_refuses_what_is_not_a_module_or_an_optimizer():
         training_model(torch.nn.Linear(2, 2), Options(), None)
 
 
-def _ipupod(*args):
-    return subprocess.run([sys.executable, "-m", "cluster.cli.main", "train", *args],
-                          capture_output=True, text=True, timeout=300)
-
-
 @pytest.mark.parametrize("factory, extra, words", [
     ("raises", [], "raised RuntimeError: no weights here"),
     ("not_a_module", [], "not a torch.nn.Module"),
@@ -198,7 +193,8 @@ def _ipupod(*args):
 def test_a_bad_model_or_option_is_one_line_and_exit_2(factories, factory, extra, words,
                                                      capsys):
     """Run in this process, which has imported torch already (a subprocess each would pay
-    for that import again); the whole command, as a subprocess, is the test below."""
+    for that import again); the command in a process of its own is docs/torch-training.md's
+    runnable block (tests/test_docs_run.py)."""
     from cluster.cli.main import main
 
     shape = [] if "--sample-shape" in extra else ["--sample-shape", "3,8,8"]
@@ -210,10 +206,11 @@ def test_a_bad_model_or_option_is_one_line_and_exit_2(factories, factory, extra,
     assert words in err and "Traceback" not in err
 
 
-def test_the_train_command_trains_a_torch_factory_and_prints_the_documented_json(factories):
-    run = _ipupod("--torch", f"{factories}:small_cnn", "--sample-shape", "3,8,8",
-                  "--servers", "2", "--replicas-per-server", "1", "--steps", "2",
-                  "--micro-batch", "4", "--check", "--json")
+def test_the_train_command_trains_a_torch_factory_and_prints_the_documented_json(factories,
+                                                                                ipupod_here):
+    run = ipupod_here("train", "--torch", f"{factories}:small_cnn", "--sample-shape", "3,8,8",
+                      "--servers", "2", "--replicas-per-server", "1", "--steps", "2",
+                      "--micro-batch", "4", "--check", "--json")
     assert run.returncode == 0, run.stderr[-2000:]
     record = json.loads(run.stdout)
     assert record["replicas_identical"] is True and record["reference_max_rel_error"] < 1e-5
