@@ -17,6 +17,7 @@ where it would start Ray, and an input that gets that far is one the command acc
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 from collections.abc import Iterator
@@ -73,9 +74,21 @@ PLACES = ["empty", "binary", "directory", "directory.yaml", "missing", "missing.
 
 
 def _refill(places: dict[str, str]) -> None:
-    """The hostile files' contents as :func:`places` made them."""
+    """The hostile paths as :func:`places` made them, in an empty working folder: a
+    command's output (``--out``, ``--trace``) is not a later example's input (a trace
+    written as ``1.5`` then read as ``--model=1.5`` made the run depend on its order)."""
+    for name in [*PLACES, "work"]:
+        path = Path(places[name])
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+    for name in ("directory", "directory.yaml", "work"):
+        Path(places[name]).mkdir()
+    os.mkfifo(places["fifo"])  # no writer: opening it to read blocks
     Path(places["empty"]).write_bytes(b"")
     Path(places["binary"]).write_bytes(bytes(range(256)) * 8)
+    os.chdir(places["work"])
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +97,6 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     scratch folder (a report's ``--out ''`` is the working directory) with the service's
     address pointing at that port, and ``ray.init`` refusing."""
     root = tmp_path_factory.mktemp("hostile")
-    (root / "directory").mkdir()
-    (root / "directory.yaml").mkdir()
-    os.mkfifo(root / "fifo")  # no writer: opening it to read blocks
     (root / "token").write_text("a-token\n")
     with socket.socket() as probe:  # bound, then closed: nothing listens there
         probe.bind(("127.0.0.1", 0))
@@ -95,15 +105,14 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     state.mkdir()
     (state / f"token-{refused}").write_text("a-token\n")
     named = {name: str(root / name) for name in PLACES}
-    _refill(named)
     named["under-a-file"] = str(root / "empty" / "x.yaml")
-    named.update(token=str(root / "token"), refused=str(refused), out=str(root / "report"))
-    work = root / "work"
-    work.mkdir()
+    named.update(token=str(root / "token"), refused=str(refused), out=str(root / "report"),
+                 work=str(root / "work"))
     with pytest.MonkeyPatch.context() as patch, \
             mock.patch("ray.init", side_effect=WouldStartRay), \
             mock.patch("ray.is_initialized", return_value=False):
-        patch.chdir(work)
+        patch.chdir(root)  # given back after the module; _refill moves into root / "work"
+        _refill(named)
         patch.setenv("IPUOF_VIPU_API_HOST", "127.0.0.1")
         patch.setenv("IPUOF_VIPU_API_PORT", str(refused))
         patch.setenv("IPUPOD_STATE_DIR", str(state))
@@ -242,6 +251,7 @@ def test_the_walk_finds_every_command() -> None:
 @given(data=st.data())
 def test_any_value_of_any_option_ends_in_a_result_or_one_error_line(
         places: dict[str, str], words: str, target: str | None, data: st.DataObject) -> None:
+    _refill(places)
     command = COMMANDS[words]
     params = {p.name: p for p in command.params}
     base = _base(words, places)
@@ -296,7 +306,7 @@ def _longest(option: click.Parameter) -> str:
     (["train", "--torch={binary}:f", "--sample-shape=3"], "cannot read factory file"),
 ])
 def test_a_path_or_host_that_cannot_be_used_is_named_in_one_line(places, argv, says):
-    _refill(places)  # the fuzzing above may have written a command's output over them
+    _refill(places)  # an earlier command may have written its output over them
     for name, path in places.items():
         argv = [word.replace(f"{{{name}}}", path) for word in argv]
     status, out, err = run(argv)
@@ -308,6 +318,7 @@ def test_a_path_or_host_that_cannot_be_used_is_named_in_one_line(places, argv, s
 @given(spec=st.one_of(STRINGS, STRINGS.map(lambda text: f"{text}:{text}")))
 def test_any_torch_factory_text_ends_in_one_error_line(places, spec):
     """``train --torch`` with the shape given, so that the factory itself is loaded."""
+    _refill(places)
     argv = ["train", f"--torch={spec}", "--sample-shape=3", "--steps=1"]
     status, out, err = run(argv)
     check_ending(argv, status, out, err)

@@ -2,8 +2,6 @@
 stages' activations and gradients cross the emulated links as real bytes."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -67,10 +65,9 @@ def test_after_a_pipelined_step_each_ipu_holds_only_its_stage(server):
         assert memory[ipu]["used_bytes"] == 4 * (2 * sizes[stage] + max(sizes))
 
 
-def test_the_train_command_pipelines_with_recomputation_and_checks_it():
-    run = subprocess.run([sys.executable, "-m", "cluster.cli.main", "train", "--servers", "1",
-                          "--ipus-per-replica", "4", "--recompute", "--steps", "3", "--check",
-                          "--json"], capture_output=True, text=True, timeout=300)
+def test_the_train_command_pipelines_with_recomputation_and_checks_it(ipupod_here):
+    run = ipupod_here("train", "--servers", "1", "--ipus-per-replica", "4", "--recompute",
+                      "--steps", "3", "--check", "--json")
     assert run.returncode == 0, run.stderr[-2000:]
     record = json.loads(run.stdout)
     assert (record["ipus_per_replica"], record["recompute"], record["replicas"]) == (4, True, 4)

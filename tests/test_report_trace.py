@@ -12,9 +12,9 @@ from ipu_node.wall_trace import CARDS
 from tests.test_trace import SCHEMA, ipupod
 
 
-def traced(tmp_path, *args):
+def traced(tmp_path, *args, run=ipupod):
     out, path = tmp_path / "report", tmp_path / "step.json"
-    result = ipupod(*args, "--out", str(out), "--trace", str(path))
+    result = run(*args, "--out", str(out), "--trace", str(path))
     assert result.returncode == 0, result.stderr
     document = json.loads(path.read_text())
     jsonschema.validate(document, SCHEMA)
@@ -46,9 +46,10 @@ def test_pipeline_report_traces_the_fastest_pipeline(tmp_path):
     assert f"{fastest['micro_batches']} micro-batches" in readme
 
 
-def test_train_report_traces_the_run_on_the_most_servers_with_its_wall_clock(tmp_path):
+def test_train_report_traces_the_run_on_the_most_servers_with_its_wall_clock(tmp_path,
+                                                                           ipupod_here):
     document, readme = traced(tmp_path, "train-report", "--servers", "1,2", "--real-up-to",
-                              "2", "--steps", "1")
+                              "2", "--steps", "1", run=ipupod_here)
     assert document["metadata"]["clock"] == BOTH_CLOCKS
     assert document["metadata"]["replicas"] == 32  # 2 servers of 16 IPUs, 1 IPU each
     names = {e["args"]["name"] for e in document["traceEvents"] if e["name"] == "process_name"}

@@ -610,9 +610,13 @@ def json_commands() -> set[str]:
     return found
 
 
-def test_every_json_command_prints_one_json_document(service, tmp_path):
-    """Each command with --json, run for real (against the service where it needs one):
-    its standard output parses as one JSON document. A new --json command must be added."""
+def test_every_json_command_prints_one_json_document(service, tmp_path, ipupod_here,
+                                                     monkeypatch):
+    """Each command with --json, run for real (against the service where it needs one), in
+    this process (28 processes would each pay for Python and the imports): its standard
+    output parses as one JSON document. A new --json command must be added."""
+    monkeypatch.setenv("IPUOF_VIPU_API_PORT", str(service["port"]))
+    monkeypatch.setenv("IPUPOD_TOKEN_FILE", str(service["token_file"]))
     first = json.loads(cli(service, "links", "--json").stdout)["links"][0]
     link = f"{first['source']}--{first['target']}"
     runs = {
@@ -649,7 +653,7 @@ def test_every_json_command_prints_one_json_document(service, tmp_path):
     }
     assert json_commands() == set(runs)
     for name, args in runs.items():  # in this order: partitions made before shown, ...
-        run = cli(service, *args, "--json")
+        run = ipupod_here(*args, "--json")
         assert run.returncode == 0, f"{name}: {run.stderr[-1500:]}"
         try:
             json.loads(run.stdout)

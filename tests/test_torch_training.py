@@ -180,11 +180,6 @@ def test_training_model_refuses_what_is_not_a_module_or_an_optimizer():
         training_model(torch.nn.Linear(2, 2), Options(), None)
 
 
-def _ipupod(*args):
-    return subprocess.run([sys.executable, "-m", "cluster.cli.main", "train", *args],
-                          capture_output=True, text=True, timeout=300)
-
-
 @pytest.mark.parametrize("factory, extra, words", [
     ("raises", [], "raised RuntimeError: no weights here"),
     ("not_a_module", [], "not a torch.nn.Module"),
@@ -195,18 +190,27 @@ def _ipupod(*args):
     ("small_cnn", ["--hidden", "8"], "--hidden does not apply with --torch"),
     ("missing", [], "has no 'missing'"),
 ])
-def test_a_bad_model_or_option_is_one_line_and_exit_2(factories, factory, extra, words):
+def test_a_bad_model_or_option_is_one_line_and_exit_2(factories, factory, extra, words,
+                                                     capsys):
+    """Run in this process, which has imported torch already (a subprocess each would pay
+    for that import again); the command in a process of its own is docs/torch-training.md's
+    runnable block (tests/test_docs_run.py)."""
+    from cluster.cli.main import main
+
     shape = [] if "--sample-shape" in extra else ["--sample-shape", "3,8,8"]
-    run = _ipupod("--torch", f"{factories}:{factory}", *shape, *extra)
-    assert run.returncode == 2, run.stderr
-    assert run.stderr.startswith("error: ") and run.stderr.count("\n") == 1, run.stderr
-    assert words in run.stderr and "Traceback" not in run.stderr
+    with pytest.raises(SystemExit) as ended:
+        main(["train", "--torch", f"{factories}:{factory}", *shape, *extra])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert words in err and "Traceback" not in err
 
 
-def test_the_train_command_trains_a_torch_factory_and_prints_the_documented_json(factories):
-    run = _ipupod("--torch", f"{factories}:small_cnn", "--sample-shape", "3,8,8",
-                  "--servers", "2", "--replicas-per-server", "1", "--steps", "2",
-                  "--micro-batch", "4", "--check", "--json")
+def test_the_train_command_trains_a_torch_factory_and_prints_the_documented_json(factories,
+                                                                                ipupod_here):
+    run = ipupod_here("train", "--torch", f"{factories}:small_cnn", "--sample-shape", "3,8,8",
+                      "--servers", "2", "--replicas-per-server", "1", "--steps", "2",
+                      "--micro-batch", "4", "--check", "--json")
     assert run.returncode == 0, run.stderr[-2000:]
     record = json.loads(run.stdout)
     assert record["replicas_identical"] is True and record["reference_max_rel_error"] < 1e-5

@@ -92,10 +92,8 @@ def test_bad_training_options_are_refused(changes, words):
         train(TrainConfig(**{"mode": "phantom", **changes}))
 
 
-def test_the_train_command_prints_the_documented_json():
-    run = subprocess.run([sys.executable, "-m", "cluster.cli.main", "train", "--servers", "1",
-                          "--steps", "3", "--check", "--json"], capture_output=True, text=True,
-                         timeout=300)
+def test_the_train_command_prints_the_documented_json(ipupod_here):
+    run = ipupod_here("train", "--servers", "1", "--steps", "3", "--check", "--json")
     assert run.returncode == 0, run.stderr[-2000:]
     record = json.loads(run.stdout)
     assert len(record["steps"]) == 3 and record["steps"][0].keys() >= STEP_KEYS

@@ -100,11 +100,11 @@ def test_a_real_training_run_traces_both_clocks_apart(ray_session):
     assert COMPUTE in {s.name for s in trace.spans if s.process == CARDS}
 
 
-def test_bench_in_real_mode_writes_the_simulated_sweep_and_the_wall_clock(tmp_path):
+def test_bench_in_real_mode_writes_the_simulated_sweep_and_the_wall_clock(tmp_path,
+                                                                        ipupod_here):
     path = tmp_path / "real.json"
-    run_ = subprocess.run([sys.executable, "-m", "cluster.cli.main", "bench", "allreduce",
-                           "--mode", "real", "--topology", "dss8440", "-b", "64K", "-e", "128K",
-                           "--trace", str(path)], capture_output=True, text=True, timeout=600)
+    run_ = ipupod_here("bench", "allreduce", "--mode", "real", "--topology", "dss8440",
+                       "-b", "64K", "-e", "128K", "--trace", str(path))
     assert run_.returncode == 0, run_.stderr
     assert "simulated and wall time" in run_.stderr
     document = json.loads(path.read_text())
