@@ -4,6 +4,7 @@ SpecError naming the file and the field."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +281,16 @@ def test_a_workload_without_parameters_is_refused_before_training(tmp_path):
     config = TrainConfig(model=str(path), topology="pod16", mode=Mode.PHANTOM)
     with pytest.raises(UserError, match="no parameters, so there is nothing to train"):
         config.validate()
+
+
+def test_a_workload_file_changed_on_disk_is_read_anew(tmp_path):
+    path = tmp_path / "net.yaml"
+    dump_workload(workload("resnet50"), path)
+    first = load_workload(path)
+    assert load_workload(path) is first  # the same text is parsed once
+    changed = dataclasses.replace(first, layers=first.layers[:3])
+    dump_workload(changed, path)
+    assert load_workload(path) == changed
+    path.write_text("version: 1\n", encoding="utf-8")
+    with pytest.raises(SpecError, match="net.yaml"):
+        load_workload(path)

@@ -27,6 +27,7 @@ write instead: never a traceback.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Any
@@ -52,6 +53,7 @@ MAX_PARAMETERS = 10**12  # per layer: 2 TB of float16 weights, beyond any IPU-PO
 MAX_FLOPS = 10**16  # per layer and sample: a thousand times a GPT-3 layer's
 MAX_BYTES = 2**40  # per layer and sample, and per input sample: 1 TiB
 MAX_OPTIMIZER_VALUES = 16
+PARSED_KEPT = 4  # workload texts parsed and kept (4 MiB each at most)
 LAYER_FIELDS = ("name", "kind", "parameters", "forward_flops", "output_bytes",
                 "stashed_bytes")
 _BOUNDS = {"parameters": MAX_PARAMETERS, "forward_flops": MAX_FLOPS,
@@ -187,10 +189,17 @@ def parse_workload(text: str, file: str = "<workload>") -> Workload:
 
 
 def load_workload(path: str | os.PathLike[str]) -> Workload:
-    """Read a workload file (UTF-8 YAML, at most 4 MiB)."""
+    """Read a workload file (UTF-8 YAML, at most 4 MiB). The file is read every time; a
+    text already parsed is not parsed again (one ``train`` checks up to 30 configurations,
+    each of which loads the workload)."""
     file = os.fspath(path)
     text = read_text(file, "workload", "; use 'repeat' for repeated layers")
-    return parse_workload(text, shown_path(file))
+    return _parsed(text, shown_path(file))
+
+
+@functools.lru_cache(maxsize=PARSED_KEPT)
+def _parsed(text: str, shown: str) -> Workload:
+    return parse_workload(text, shown)  # a Workload is frozen: safe to share
 
 
 def to_yaml(workload: Workload, comment: str = "") -> str:
