@@ -1,11 +1,13 @@
 """Real mode: what the emulation costs in wall time and memory, against a named peer.
 
-1. Launch of ``pod64`` (16 IPU-M2000 actors) from nothing (Ray not yet started) to ready:
-   wall seconds, and the actors' memory summed: resident (RSS), proportional (PSS: pages
-   shared between processes, such as Ray's and NumPy's libraries, split among them) and
-   unique (USS), and the machine's used memory before and after. Targets: under 6 s and
-   1 GiB.
+1. Launch of ``pod64`` (16 IPU-M2000s) from nothing (Ray not yet started) to ready: wall
+   seconds (and of them, starting Ray), and the device processes' memory summed: resident
+   (RSS), proportional (PSS: pages shared between processes, such as Ray's and NumPy's
+   libraries, split among them) and unique (USS), and the machine's used memory before and
+   after. Targets: under 6 s and 1 GiB.
 2. ``pod256`` (``--big-pod``) launched from nothing plus one 1 MiB allreduce: under 25 s.
+   Both launches run once per ``--devices-per-process`` value (default ``1,4``: a process
+   per device, as ``ipupod`` does by default, and 4 devices per process).
 3. A 64 MiB float32 allreduce over the 16 IPUs of one DSS 8440 in real mode (inputs
    already on the IPUs, results left there; in place, as gloo's, unless ``--out-of-place``),
    against torch.distributed's gloo backend allreducing the same bytes over 16 processes on
