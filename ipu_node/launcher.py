@@ -78,6 +78,9 @@ def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | Non
     :mod:`ipu_node.device_process`), server by server, and wire their links; on any
     failure every actor and placement group started so far is removed again. Each
     server's (or rack's) devices go on one Ray node unless ``allow_split_server``."""
+    if not isinstance(devices_per_process, int) or devices_per_process < 1:
+        raise UserError(f"devices_per_process must be a whole number of at least 1, not "
+                        f"{devices_per_process!r} (1: each card or machine a process of its own)")
     check_room(topology, specs, ray_address)
     started_ray = ensure_ray(ray_address, topology.ipu_count)
     nodes = live_nodes()

@@ -156,3 +156,9 @@ def test_a_real_bench_with_grouped_devices_counts_no_wrong_elements():
     assert run.returncode == 0, run.stderr
     [row] = json.loads(run.stdout)
     assert row["wrong"] == row["in_place_wrong"] == 0
+
+
+@pytest.mark.parametrize("wrong", [0, -2, 1.5])
+def test_a_wrong_number_of_devices_per_process_is_refused_before_anything_starts(wrong):
+    with pytest.raises(UserError, match="devices_per_process must be a whole number of at least 1"):
+        EmulatedPod.launch("dss8440", devices_per_process=wrong)
