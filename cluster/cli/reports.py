@@ -89,12 +89,15 @@ def _base(model: str, sequence_length: int | None, gradient_dtype: str | None,
           micro_batch: int | None, optimizer_state: str, topology: str,
           **fields: Any) -> TrainConfig:
     """The phantom run the report sweeps from, placed on ``topology``, with the
-    micro-batch (and ``fields``' IPUs per replica when None) the first that fits
-    (:func:`cluster.training.fit.resolve`)."""
+    micro-batch (and ``fields``' IPUs per replica and accumulation when None) the first
+    that fits (:func:`cluster.training.fit.resolve`)."""
     free = {"micro_batch"} if micro_batch is None else set()
     if fields.get("ipus_per_replica", 1) is None:
         free.add("ipus_per_replica")
         fields["ipus_per_replica"] = DEFAULTS.ipus_per_replica[0]
+    if "accumulation" in fields and fields["accumulation"] is None:
+        free.add("accumulation")
+        fields["accumulation"] = DEFAULTS.accumulation
     return resolve(TrainConfig(model=model, sequence_length=sequence_length,
                                gradient_dtype=gradient_dtype,
                                micro_batch=micro_batch or DEFAULTS.micro_batches[0],
@@ -177,8 +180,10 @@ def _trace_fastest(base: TrainConfig, rows: list[dict[str, Any]], trace_path: Pa
 @click.option("--ipus-per-replica", "k", type=click.Choice([str(k) for k in IPUS_PER_REPLICA]),
               default=None, help="IPUs per replica (default: the fewest that fit "
                                  "In-Processor-Memory on the first topology).")
-@click.option("--gradient-accumulation", type=int, default=DEFAULTS.accumulation,
-              show_default=True)
+@click.option("--gradient-accumulation", type=int, default=None,
+              help="Micro-batches per step (default: 1, or for a pipeline the smallest power "
+                   "of two keeping its bubble at most 10% of its time on the first "
+                   "topology).")
 @click.option("--layers-per-ipu", default=None,
               help="Consecutive layers on each pipeline stage (a recipe's placement; "
                    "default: balanced on FLOPs).")
@@ -189,7 +194,7 @@ def _trace_fastest(base: TrainConfig, rows: list[dict[str, Any]], trace_path: Pa
 @ALGORITHM_OPTION
 @EFFICIENCY_SCALE_OPTION
 @model_options
-def scaling_report_command(topologies: str, k: str | None, gradient_accumulation: int,
+def scaling_report_command(topologies: str, k: str | None, gradient_accumulation: int | None,
                            layers_per_ipu: str | None, final_stage_on_first_ipu: bool,
                            pipeline_schedule: str, algorithm: str, efficiency_scale: float,
                            out_dir: Path, as_json: bool, trace_path: Path | None,

@@ -26,6 +26,7 @@ from cluster.cli.trace_option import (
 from cluster.cli.training_options import common_options, make_config
 from cluster.errors import UserError
 from cluster.model.units import plural
+from cluster.training.accumulation import BUBBLE_SHARE, bubble_share, pipelined
 from cluster.training.config import MLP, TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.fit import check_fits
@@ -158,12 +159,31 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
         echo(json.dumps(record, indent=2))
     else:
         _echo_record(record, config, echo)
+        if _defaulted(record, "--gradient-accumulation") and pipelined(config):
+            echo(_accumulation_note(config))
         echo(f"# every setting: {record['made_by']}")
     if trace_path is not None:
         trace = config_trace(record, config)
         if wall is not None:
             wall.add_to(trace)
         save_trace(trace, trace_path)
+
+
+def _defaulted(record: dict[str, Any], option: str) -> bool:
+    """Whether the run took ``option``'s default (it was not given)."""
+    return any(item["option"] == option and not item["given"] for item in record["settings"])
+
+
+def _accumulation_note(config: TrainConfig) -> str:
+    """What the default gradient accumulation of a pipelined run is, and why."""
+    share = bubble_share(config, checked_topology(config))
+    why = ("the smallest power of two keeping the pipeline's bubble at most "
+           f"{BUBBLE_SHARE:.0%} of its time" if share <= BUBBLE_SHARE else
+           "the most micro-batches in flight that fit In-Processor-Memory, short of a bubble "
+           f"of {BUBBLE_SHARE:.0%} (a smaller --micro-batch leaves room for more)")
+    return (f"# gradient accumulation {config.accumulation} by default for a pipeline of "
+            f"{config.pipeline_stages} stages: {why}; bubble {share:.1%} of the pipeline's "
+            "time (--gradient-accumulation to choose)")
 
 
 def _server_counts(text: str) -> list[int]:

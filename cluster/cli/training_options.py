@@ -98,9 +98,10 @@ COMMON_OPTIONS = [
     GRADIENT_DTYPE_OPTION,
     OPTIMIZER_STATE_OPTION,
     MICRO_BATCH_OPTION,
-    click.option("--gradient-accumulation", type=int, default=DEFAULTS.accumulation,
-                 show_default=True,
-                 help="Micro-batches per step: in flight in the pipeline (1 to 65536)."),
+    click.option("--gradient-accumulation", type=int, default=None,
+                 help="Micro-batches per step: in flight in the pipeline (1 to 65536; "
+                      "default: 1, or for a pipeline the smallest power of two keeping its "
+                      "bubble at most 10% of its time)."),
     click.option("--steps", type=int, default=DEFAULTS.steps, show_default=True,
                  help="Training steps to run (1 to 1,000,000)."),
     ALGORITHM_OPTION,
@@ -133,16 +134,19 @@ def make_config(servers: int | None, mode: str | None, check: bool,
                 replicas_per_server: int | None, ipus_per_replica: str | None, split: str,
                 pipeline_schedule: str, recompute: bool | None, model: str,
                 sequence_length: int | None, gradient_dtype: str | None,
-                optimizer_state: str, micro_batch: int | None, gradient_accumulation: int,
+                optimizer_state: str, micro_batch: int | None,
+                gradient_accumulation: int | None,
                 steps: int, algorithm: str, seed: int, lr: float, momentum: float,
                 hidden: str | None, efficiency_scale: float = DEFAULTS.efficiency_scale,
                 layers_per_ipu: str | None = None, final_stage_on_first_ipu: bool = False,
                 topology: str | None = None) -> TrainConfig:
     """The training configuration the options describe, each default left out resolved
     (:func:`cluster.training.fit.resolve`): the topology and mode by the model, the
-    micro-batch and IPUs per replica the first that fit."""
+    micro-batch and IPUs per replica the first that fit, a pipeline's accumulation the
+    one that keeps its bubble small."""
     free = frozenset(name for name, value in (("micro_batch", micro_batch),
-                                              ("ipus_per_replica", ipus_per_replica))
+                                              ("ipus_per_replica", ipus_per_replica),
+                                              ("accumulation", gradient_accumulation))
                      if value is None)
     if topology is None:
         topology, servers = default_topology(model, servers)
@@ -154,7 +158,9 @@ def make_config(servers: int | None, mode: str | None, check: bool,
         replicas_per_server=replicas_per_server or 0,
         pipeline_schedule=pipeline_schedule, recompute=recompute,
         micro_batch=micro_batch or DEFAULTS.micro_batches[0],
-        accumulation=gradient_accumulation, steps=steps, algorithm=algorithm, seed=seed,
+        accumulation=(DEFAULTS.accumulation if gradient_accumulation is None
+                      else gradient_accumulation),
+        steps=steps, algorithm=algorithm, seed=seed,
         lr=lr, momentum=momentum, hidden=_hidden(hidden), check=check,
         mode=Mode(mode or (Mode.REAL if model == MLP else Mode.PHANTOM)),
         efficiency_scale=efficiency_scale,

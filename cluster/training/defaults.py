@@ -3,9 +3,11 @@
 ``ipupod train``, ``calibrate``, ``train-report``, ``scaling-report`` and
 ``pipeline-report`` take their options' defaults from :data:`DEFAULTS` (and
 :class:`~cluster.training.config.TrainConfig` its fields'), so a default can never differ
-between two commands again. Two defaults depend on the run and are resolved by
+between two commands again. Three defaults depend on the run and are resolved by
 :func:`cluster.training.fit.resolve`: the micro-batch and the IPUs per replica, the
-largest and the fewest that fit the IPUs' In-Processor-Memory. Every report shows each
+largest and the fewest that fit the IPUs' In-Processor-Memory, and a pipeline's gradient
+accumulation, the fewest micro-batches that keep its bubble small
+(:mod:`cluster.training.accumulation`). Every report shows each
 value it assumed, and why (:mod:`cluster.training.reports.settings`).
 """
 
@@ -63,7 +65,9 @@ RULES: dict[str, str] = {
     "--replicas-per-server": "as many as the server's (or rack's) IPUs hold",
     "--efficiency-scale": "1: the published-throughput efficiencies, uncalibrated",
     "--hidden": "128, once per stage boundary",
-    "--gradient-accumulation": "1: one micro-batch a step",
+    "--gradient-accumulation": "1: one micro-batch a step; for a pipeline, the smallest "
+                               "power of two keeping its bubble at most 10% of its time "
+                               "that fits In-Processor-Memory",
     "--final-stage-on-first-ipu": "off: one stage on each IPU",
     "--steps": "20", "--seed": "0", "--lr": "0.05 (SGD with momentum)", "--momentum": "0.9",
     "--topologies": "IPU-POD16 to IPU-POD256",

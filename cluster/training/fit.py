@@ -16,6 +16,7 @@ from typing import Any
 from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.setting_names import SETTING_NAMES
+from cluster.training.accumulation import default_accumulation, fewest_taken, pipelined
 from cluster.training.config import IPUS_PER_REPLICA, MLP, OPTIMIZER_STATE, TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.memory_plan import (
@@ -27,8 +28,10 @@ from cluster.training.memory_plan import (
 )
 from cluster.training.placement import server_ipus, topology_for
 
-FREE = frozenset({"micro_batch", "ipus_per_replica"})
-"""The defaults :func:`resolve` chooses to fit: each tried in the order DEFAULTS gives."""
+FREE = frozenset({"micro_batch", "ipus_per_replica", "accumulation"})
+"""The defaults :func:`resolve` chooses to fit: the IPUs per replica and the micro-batch
+each tried in the order DEFAULTS gives, then a pipeline's accumulation
+(:mod:`cluster.training.accumulation`)."""
 HINTS = 3  # alternatives a hint names at most
 
 
@@ -62,8 +65,9 @@ def placed(config: TrainConfig, topology: Topology) -> TrainConfig:
 def resolve(config: TrainConfig, free: frozenset[str] = frozenset()) -> TrainConfig:
     """``config`` placed on its topology, with each default in ``free`` (of :data:`FREE`)
     the first of DEFAULTS' that fits: the fewest IPUs per replica, then the largest
-    micro-batch. If none fits, the first, so the run refuses with :func:`check_fits`'s
-    hint."""
+    micro-batch, then for a pipeline the accumulation that keeps its bubble small
+    (:func:`~cluster.training.accumulation.default_accumulation`). If none fits, the
+    first, so the run refuses with :func:`check_fits`'s hint."""
     topology = topology_for(config)
     size = server_ipus(topology)[0].size
     ks = ([k for k in DEFAULTS.ipus_per_replica if k <= size]
@@ -71,7 +75,29 @@ def resolve(config: TrainConfig, free: frozenset[str] = frozenset()) -> TrainCon
     batches = DEFAULTS.micro_batches if "micro_batch" in free else (config.micro_batch,)
     candidates = [placed(replace(config, ipus_per_replica=k, micro_batch=m), topology)
                   for k in ks for m in batches]
-    return next((c for c in candidates if fits(c, topology)), candidates[0])
+    if "accumulation" in free:  # as few micro-batches as each schedule takes, to start
+        candidates = [fewest_taken(candidate) for candidate in candidates]
+    fitting = [c for c in candidates if fits(c, topology)]
+    if not fitting:
+        return candidates[0]
+    if "accumulation" not in free or not pipelined(fitting[0]):
+        return fitting[0]
+    return _accumulating(
+        [c for c in fitting if c.ipus_per_replica == fitting[0].ipus_per_replica], topology)
+
+
+def _accumulating(candidates: list[TrainConfig], topology: Topology) -> TrainConfig:
+    """Of ``candidates`` (one replica shape, the largest micro-batch first), the first
+    whose default accumulation keeps its pipeline's bubble small, with it; if none does,
+    the one whose bubble is smallest."""
+    tried = []
+    for config in candidates:
+        choice = default_accumulation(config, topology, fits)
+        tried.append((choice, config))
+        if choice.reached:
+            break
+    choice, config = min(tried, key=lambda pair: (not pair[0].reached, pair[0].bubble_share))
+    return replace(config, accumulation=choice.accumulation)
 
 
 def check_fits(config: TrainConfig, topology: Topology, plan: list[StageMemory]) -> None:
