@@ -6,6 +6,7 @@ the block shows (the wall-clock columns aside), and every ```sh block marked
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,6 +46,19 @@ def environment() -> dict[str, str]:
             f"{os.environ.get('PATH', '')}", "PYTHONPATH": str(ROOT)}
 
 
+# Programs a runnable block may call that are not Python packages, and how to get each.
+PROGRAMS = {"dot": "Graphviz's dot (Debian package graphviz)",
+            "prometheus": "Prometheus (Debian package prometheus)"}
+COMMAND_WORD = re.compile(r"(?:^|[|;&]|\$\()\s*(\w[\w.-]*)", re.M)
+
+
+def missing_programs(body: str) -> list[str]:
+    """What the block runs that this machine lacks, as install hints."""
+    called = set(COMMAND_WORD.findall(body))
+    return [hint for program, hint in PROGRAMS.items()
+            if program in called and shutil.which(program) is None]
+
+
 def without_wall(text: str) -> list[str]:
     return [" ".join(f for i, f in enumerate(line.split()) if i not in WALLS)
             if ROW.match(line) else line.rstrip() for line in text.strip("\n").splitlines()]
@@ -67,6 +81,9 @@ def test_every_transcript_prints_what_it_shows(where, body):
 
 @pytest.mark.parametrize("where, body", blocks("runnable"))
 def test_every_runnable_block_runs(where, body, tmp_path):
+    if missing := missing_programs(body):
+        pytest.skip(f"{where} runs {', '.join(missing)}: install it, or run .ci/run as root "
+                    "(it installs both)")
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     run = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=tmp_path,
                          env=environment(), capture_output=True, text=True, timeout=300)
