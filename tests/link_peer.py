@@ -146,3 +146,18 @@ def wait_until(condition, within_seconds: float = 10.0) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+def unread_bytes(server_port: int, peer: Peer) -> int | None:
+    """Bytes ``peer`` sent that the server on ``server_port`` has not read yet (its socket's
+    receive queue, from /proc/net/tcp), or None if the connection is not listed."""
+    peer_port = peer.sock.getsockname()[1]
+    with open("/proc/net/tcp") as table:
+        lines = table.read().splitlines()[1:]
+    for line in lines:
+        fields = line.split()
+        local, remote, queues = fields[1], fields[2], fields[4]
+        if (int(local.split(":")[1], 16) == server_port
+                and int(remote.split(":")[1], 16) == peer_port):
+            return int(queues.split(":")[1], 16)
+    return None

@@ -5,7 +5,6 @@ answering legitimate calls."""
 
 import struct
 import threading
-import time
 import tracemalloc
 
 import numpy as np
@@ -17,7 +16,7 @@ from ipu_node.links.channel import LinkClient, LinkServer, Transfer, encode_tran
 from ipu_node.links.link_limits import LinkLimits
 from ipu_node.links.link_server import PING, PUSH
 from ipu_node.links.mailbox import Mailbox, TransferKey
-from tests.link_peer import Peer, answers, push_data, wait_until
+from tests.link_peer import Peer, answers, push_data, unread_bytes, wait_until
 
 
 @pytest.fixture
@@ -121,7 +120,9 @@ def test_frames_declaring_16_mib_and_sending_1_kib_allocate_nothing_of_it(server
         for peer in peers[2:]:  # a PING (its length is fixed: refused at once)
             peer.send(f.PING, 0, 0, b"x" * 1024, length=(1 << 24) - 1)
         assert all(peer.goaway_code() == f.FRAME_SIZE_ERROR for peer in peers[2:])
-        time.sleep(0.5)  # the others' threads are in their reads by now
+        # the others' threads are in their reads: the server has taken their 1 KiB
+        assert wait_until(lambda: all(unread_bytes(server.port, peer) == 0
+                                      for peer in peers[:2]))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +78,10 @@ def test_ring8_is_eight_gc200_ipus_in_a_textbook_ring():
     assert np.isinf(topo.ipu_memory_bandwidth_Bps).all()
 
 
-def test_ring1024_file_is_small_and_loads_quickly():
+def test_ring1024_file_is_small_and_describes_all_its_ipus():
     path = EXAMPLES / "ring1024.yaml"
     assert path.stat().st_size < 2000
-    start = time.perf_counter()
     topo = load_yaml_topology(path)
-    assert time.perf_counter() - start < 5.0
     assert topo.ipu_count == 1024 and topo.link_count_physical == 1024
     assert topo.node_names[1023] == "ipu1023"
     routes = router_of(topo).route(np.array([1023]), np.array([0]))  # the wrap-around link
@@ -223,9 +221,14 @@ def test_an_alias_bomb_is_refused_at_once_not_expanded(tmp_path):
     levels += [f"{b}: &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]"
                for a, b in zip("abcdefgh", "bcdefghi")]
     text = "\n".join(levels) + "\napiVersion: ipupod/v1\nkind: Topology\nmetadata: {name: *i}\n"
-    started = time.perf_counter()
-    message = load_error(tmp_path, text)
-    assert "alias" in message and time.perf_counter() - started < 5
+    tracemalloc.start()
+    try:
+        message = load_error(tmp_path, text)
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # expanded, it would be 9**9 = 387 million references (3 GB): refused, it is a few MB
+    assert "alias" in message and peak_bytes < 64 << 20
 
 
 @pytest.mark.parametrize("text, words", [
