@@ -25,7 +25,8 @@ EC = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):
-    """Two CAs; a server certificate (localhost, 127.0.0.1) and a client's, by the first."""
+    """Two CAs; by the first, a server certificate (localhost, 127.0.0.1), the same expired,
+    one for another host and a client's."""
     folder = tmp_path_factory.mktemp("service-tls")
 
     def openssl(*args):
@@ -42,20 +43,23 @@ def certs(tmp_path_factory):
         openssl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
                 "-CAcreateserial", "-out", f"{who}.pem", "-days", "1", "-extfile",
                 f"{names}.ext")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-out", "expired.pem", "-days", "-1", "-extfile", "names.ext")  # ended yesterday
     return folder
 
 
 @pytest.fixture(scope="module")
 def servers(ray_session, certs):
-    """A TLS service, a mutual-TLS one, one in plain text and one whose certificate names
-    another host, on one POD."""
+    """A TLS service, a mutual-TLS one, one in plain text, one whose certificate names
+    another host and one whose certificate has expired, on one POD."""
     pod = EmulatedPod.launch("pod16")
     token = write_token(certs / "token")
     kinds = {"tls": ServiceTLS(certs / "server.pem", certs / "server.key"),
              "mutual": ServiceTLS(certs / "server.pem", certs / "server.key",
                                   certs / "ca.pem"),
              "plain": None,
-             "elsewhere": ServiceTLS(certs / "elsewhere.pem", certs / "elsewhere.key")}
+             "elsewhere": ServiceTLS(certs / "elsewhere.pem", certs / "elsewhere.key"),
+             "expired": ServiceTLS(certs / "expired.pem", certs / "server.key")}
     started = {kind: start_server(pod, token, "127.0.0.1", 0, share=ShareOptions(tls=tls))
                for kind, tls in kinds.items()}
     yield {"token": token, **{kind: bound for kind, (_, bound, _) in started.items()}}
@@ -175,6 +179,14 @@ def test_a_certificate_for_another_name_says_which_name_was_used(servers, certs)
     client = Client("127.0.0.1", servers["elsewhere"], certs / "token",
                     tls_ca=str(certs / "ca.pem"), deadline_seconds=10)
     with pytest.raises(ServiceError, match="not valid for '127.0.0.1': connect with --host"):
+        client.call("GetStatus", control_pb2.StatusRequest())
+
+
+def test_an_expired_certificate_is_named_as_out_of_date(servers, certs):
+    client = Client("127.0.0.1", servers["expired"], certs / "token",
+                    tls_ca=str(certs / "ca.pem"), deadline_seconds=10)
+    with pytest.raises(ServiceError, match="out of date .certificate has expired.: the "
+                                           "service needs a new --tls-cert"):
         client.call("GetStatus", control_pb2.StatusRequest())
 
 
