@@ -41,6 +41,7 @@ def tls_problem(host: str, port: int, tls: ClientTLS | None) -> str | None:
 
 
 def _connect(host: str, port: int) -> socket.socket:
+    """A TCP connection to the service, each wait bounded by :data:`PROBE_SECONDS`."""
     return socket.create_connection((host, port), timeout=PROBE_SECONDS)
 
 
@@ -55,6 +56,7 @@ def _first_frame(connection: socket.socket) -> bytes:
 
 
 def _is_settings(frame: bytes) -> bool:
+    """Whether ``frame`` starts an HTTP/2 SETTINGS frame (type, the fourth byte)."""
     return len(frame) > 3 and frame[3] == _SETTINGS
 
 
