@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from cluster.cli.output import errors_as_lines, results_only_on_stdout
+from cluster.cli.output import errors_as_lines, grpc_logging_off, results_only_on_stdout
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turning user errors into one clear line and status 2."""
     results_only_on_stdout()
     with errors_as_lines(), environment_kept():
+        grpc_logging_off()
         cli.main(args=argv, prog_name="ipupod", standalone_mode=False)
 
 

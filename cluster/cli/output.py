@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -84,6 +85,19 @@ def message_json(message: Any) -> str:
 def echo_message(message: Any, as_json: bool, text: str) -> None:
     """Print the service's answer: ``message`` as JSON (``--json``), else ``text``."""
     click.echo(message_json(message) if as_json else text)
+
+
+GRPC_VERBOSITY = "GRPC_VERBOSITY"
+
+
+def grpc_logging_off() -> None:
+    """Keep gRPC's C core from writing its own log lines to standard error ("E1127 ...
+    ssl_transport_security.cc ...": a failed call becomes one ``error:`` line of ours):
+    ``GRPC_VERBOSITY=NONE`` unless the user chose a verbosity. It counts only if grpc is not
+    imported yet, and it reaches what the command starts (Ray's processes); call it inside
+    :func:`cluster.cli.main.environment_kept`, so a program that runs ``main`` keeps its own
+    setting afterwards."""
+    os.environ.setdefault(GRPC_VERBOSITY, "NONE")
 
 
 @contextmanager

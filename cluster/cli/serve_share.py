@@ -74,7 +74,7 @@ def share_from(host: str, port: int, token_file: Path | None, topology: str,
         raise UserError("--tls-client-ca needs --tls-cert and --tls-key")
     tls = ServiceTLS(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
     if tls is not None:
-        tls.server_credentials()  # a user error now if a file is not PEM
+        tls.server_credentials()  # a user error now, before Ray starts, if a file is wrong
     check_exposure(host, tls, insecure)
     return ShareOptions(tls=tls, audit_log=audit_log,
                         state_file=state_file or default_state_file(port, token_file, topology),

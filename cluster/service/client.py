@@ -4,8 +4,8 @@ It finds the service through ``host``/``port`` or ``IPUOF_VIPU_API_HOST`` /
 ``IPUOF_VIPU_API_PORT`` (V-IPU's variables; default 127.0.0.1:8090), reads the token from
 ``token_file`` (default: :func:`cluster.service.token_auth.default_token_file`, the token of the
 service on that port), speaks TLS when given a CA (``tls_ca`` or ``IPUPOD_TLS_CA``;
-:mod:`cluster.service.control_tls`) and turns every
-refusal into a :class:`ServiceError` a person can act on.
+:mod:`cluster.service.control_tls`) and turns every refusal into a :class:`ServiceError` a
+person can act on, a failed TLS handshake included (:mod:`cluster.service.tls_diagnosis`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 import grpc
 
 from cluster.errors import UserError, quoted
-from cluster.service.control_tls import client_channel
+from cluster.service.control_tls import ClientTLS, client_channel
+from cluster.service.tls_diagnosis import tls_problem
 from cluster.service.token_auth import bearer_metadata, default_token_file, read_token
 from ipupod_proto import control_pb2_grpc
 
@@ -52,7 +53,8 @@ class Client:
         self.host, self.port = service_address(host, port)
         token = read_token(Path(token_file) if token_file else default_token_file(self.port))
         self.metadata = bearer_metadata(token)
-        self.channel = client_channel(f"{self.host}:{self.port}", tls_ca)
+        self.tls = ClientTLS.given(tls_ca)
+        self.channel = client_channel(f"{self.host}:{self.port}", self.tls)
         self.stub = control_pb2_grpc.ControlStub(self.channel)
         self.deadline_seconds = deadline_seconds
 
@@ -66,12 +68,14 @@ class Client:
             raise self._refusal(error) from None
 
     def _refusal(self, error: grpc.RpcError) -> ServiceError:
-        """The :class:`ServiceError` a failed call becomes."""
+        """The :class:`ServiceError` a failed call becomes: a connection that failed for a
+        reason of TLS's says which (:mod:`cluster.service.tls_diagnosis`)."""
         code = error.code()
         if code == grpc.StatusCode.UNAVAILABLE and "connect" in (error.details() or "").lower():
-            return ServiceError(f"cannot reach the service at {self.host}:{self.port}: is "
-                                "`ipupod serve` running? (--host/--port or "
-                                f"{HOST_VARIABLE}/PORT)")
+            return ServiceError(
+                tls_problem(self.host, self.port, self.tls)
+                or f"cannot reach the service at {self.host}:{self.port}: is `ipupod serve` "
+                f"running? (--host/--port or {HOST_VARIABLE}/PORT)")
         return ServiceError(f"{code.name}: {error.details()}")
 
     def call(self, method: str, request: Any) -> Any:

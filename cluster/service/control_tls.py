@@ -1,5 +1,7 @@
 """TLS on the control API: the server's certificate and key, optionally a CA whose
-certificates clients must present (mutual TLS); clients check the server against a CA.
+certificates clients must present (mutual TLS); clients check the server against a CA. Every
+file is checked when it is given (:mod:`cluster.service.pem_files`), not at the first
+connection.
 
 A service bound beyond loopback without TLS would send every token in clear text, so
 :func:`check_exposure` refuses it unless the user says ``--insecure``.
@@ -9,30 +11,17 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
 from cluster.errors import UserError, quoted
-from cluster.model.files import open_regular
+from cluster.service.pem_files import PemFile, read_ca, read_pair
 
 CA_VARIABLE = "IPUPOD_TLS_CA"
 CLIENT_CERT_VARIABLE, CLIENT_KEY_VARIABLE = "IPUPOD_TLS_CERT", "IPUPOD_TLS_KEY"
-MAX_PEM_BYTES = 1 << 20
-
-
-def _pem(path: str | Path, what: str) -> bytes:
-    """The PEM file at ``path``; a user error naming ``what`` if it cannot be read."""
-    try:
-        with open_regular(path) as handle:
-            data = handle.read(MAX_PEM_BYTES + 1)
-    except (OSError, ValueError) as error:
-        reason = error.strerror if isinstance(error, OSError) else error
-        raise UserError(f"cannot read {what} {quoted(str(path))} ({reason})") from None
-    if b"-----BEGIN " not in data or len(data) > MAX_PEM_BYTES:
-        raise UserError(f"{what} {quoted(str(path))} is not a PEM file")
-    return data
 
 
 @dataclass(frozen=True)
@@ -46,10 +35,15 @@ class ServiceTLS:
 
     def server_credentials(self) -> grpc.ServerCredentials:
         """grpcio's credentials for a TLS port (clients must present a certificate signed
-        by ``client_ca_file`` when it is set)."""
-        pair = (_pem(self.key_file, "--tls-key"), _pem(self.cert_file, "--tls-cert"))
-        ca = _pem(self.client_ca_file, "--tls-client-ca") if self.client_ca_file else None
-        return grpc.ssl_server_credentials([pair], root_certificates=ca,
+        by ``client_ca_file`` when it is set); a user error naming the files if they are
+        not a certificate and its own key, or the CA holds no certificate
+        (:mod:`cluster.service.pem_files`)."""
+        cert, key = read_pair(self.cert_file, "--tls-cert", self.key_file, "--tls-key")
+        ca = None
+        if self.client_ca_file is not None:
+            ca = read_ca(self.client_ca_file, "--tls-client-ca",
+                         "the clients' certificates").data
+        return grpc.ssl_server_credentials([(key.data, cert.data)], root_certificates=ca,
                                            require_client_auth=ca is not None)
 
 
@@ -72,24 +66,57 @@ def check_exposure(host: str, tls: ServiceTLS | None, insecure: bool) -> None:
                         "must")
 
 
-def client_channel(target: str, ca_file: str | None = None, cert_file: str | None = None,
-                   key_file: str | None = None) -> grpc.Channel:
-    """A channel to ``target``: TLS checked against ``ca_file`` (default ``IPUPOD_TLS_CA``)
-    with the client's certificate for mutual TLS (default ``IPUPOD_TLS_CERT`` /
-    ``IPUPOD_TLS_KEY``); clear text when no CA is given."""
-    ca_file = ca_file or os.environ.get(CA_VARIABLE) or None
-    if not ca_file:
+@dataclass(frozen=True)
+class ClientTLS:
+    """What a client speaks TLS with, read and checked: the CA it checks the service
+    against and, for mutual TLS, its own certificate and key."""
+
+    ca: PemFile
+    cert: PemFile | None = None
+    key: PemFile | None = None
+
+    @classmethod
+    def given(cls, ca_file: str | None = None, cert_file: str | None = None,
+              key_file: str | None = None) -> ClientTLS | None:
+        """From the files given, else ``IPUPOD_TLS_CA`` / ``IPUPOD_TLS_CERT`` /
+        ``IPUPOD_TLS_KEY``; None (clear text) without a CA. A user error naming the file
+        that is not what it should be (a private key given as the CA, a key that is not the
+        certificate's)."""
+        ca_file = ca_file or os.environ.get(CA_VARIABLE) or None
+        if not ca_file:
+            return None
+        cert_file = cert_file or os.environ.get(CLIENT_CERT_VARIABLE) or None
+        key_file = key_file or os.environ.get(CLIENT_KEY_VARIABLE) or None
+        if bool(cert_file) != bool(key_file):
+            raise UserError(f"a client certificate needs its key: set both "
+                            f"{CLIENT_CERT_VARIABLE} and {CLIENT_KEY_VARIABLE}, or neither")
+        ca = read_ca(ca_file, "--tls-ca", "the service's certificate")
+        if cert_file and key_file:
+            return cls(ca, *read_pair(cert_file, CLIENT_CERT_VARIABLE, key_file,
+                                      CLIENT_KEY_VARIABLE))
+        return cls(ca)
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """grpcio's credentials for a channel."""
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca.data, private_key=self.key.data if self.key else None,
+            certificate_chain=self.cert.data if self.cert else None)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The same checks in Python's ``ssl`` (ALPN ``h2``, as gRPC): to tell why a
+        handshake failed (:mod:`cluster.service.tls_diagnosis`)."""
+        context = ssl.create_default_context(cadata=self.ca.data.decode("ascii", "replace"))
+        context.set_alpn_protocols(["h2"])
+        if self.cert and self.key:
+            context.load_cert_chain(self.cert.path, self.key.path, password=b"")
+        return context
+
+
+def client_channel(target: str, tls: ClientTLS | None) -> grpc.Channel:
+    """A channel to ``target``: TLS if ``tls``, else clear text."""
+    if tls is None:
         return grpc.insecure_channel(target)
-    cert_file = cert_file or os.environ.get(CLIENT_CERT_VARIABLE) or None
-    key_file = key_file or os.environ.get(CLIENT_KEY_VARIABLE) or None
-    if bool(cert_file) != bool(key_file):
-        raise UserError(f"a client certificate needs its key: set both {CLIENT_CERT_VARIABLE}"
-                        f" and {CLIENT_KEY_VARIABLE}, or neither")
-    credentials = grpc.ssl_channel_credentials(
-        root_certificates=_pem(ca_file, "--tls-ca"),
-        private_key=_pem(key_file, CLIENT_KEY_VARIABLE) if key_file else None,
-        certificate_chain=_pem(cert_file, CLIENT_CERT_VARIABLE) if cert_file else None)
-    return grpc.secure_channel(target, credentials)
+    return grpc.secure_channel(target, tls.credentials())
 
 
 def bind(server: grpc.Server, address: str, tls: ServiceTLS | None) -> int:
