@@ -229,6 +229,14 @@ def test_a_client_certificate_with_another_key_is_refused_before_connecting(cert
                         str(certs / "server.key"))
 
 
+def test_a_client_certificate_without_a_ca_is_refused_not_left_unused(certs, monkeypatch):
+    monkeypatch.delenv("IPUPOD_TLS_CA", raising=False)
+    monkeypatch.setenv("IPUPOD_TLS_CERT", str(certs / "client.pem"))
+    monkeypatch.setenv("IPUPOD_TLS_KEY", str(certs / "client.key"))
+    with pytest.raises(UserError, match="client certificate .* is for TLS: give --tls-ca"):
+        ClientTLS.given()
+
+
 def test_serve_refuses_a_certificate_and_key_that_do_not_match_before_ray_starts(certs,
                                                                                  tmp_path):
     line = one_error_line(ipupod_alone(

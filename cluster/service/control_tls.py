@@ -79,14 +79,20 @@ class ClientTLS:
     def given(cls, ca_file: str | None = None, cert_file: str | None = None,
               key_file: str | None = None) -> ClientTLS | None:
         """From the files given, else ``IPUPOD_TLS_CA`` / ``IPUPOD_TLS_CERT`` /
-        ``IPUPOD_TLS_KEY``; None (clear text) without a CA. A user error naming the file
+        ``IPUPOD_TLS_KEY``; None (clear text) without a CA. A user error for a client
+        certificate without a CA (it would go unused), or naming the file
         that is not what it should be (a private key given as the CA, a key that is not the
         certificate's)."""
         ca_file = ca_file or os.environ.get(CA_VARIABLE) or None
-        if not ca_file:
-            return None
         cert_file = cert_file or os.environ.get(CLIENT_CERT_VARIABLE) or None
         key_file = key_file or os.environ.get(CLIENT_KEY_VARIABLE) or None
+        if not ca_file:
+            if cert_file or key_file:  # it would speak plain text, the certificate unused
+                raise UserError(f"a client certificate ({CLIENT_CERT_VARIABLE}, "
+                                f"{CLIENT_KEY_VARIABLE}) is for TLS: give --tls-ca (or "
+                                f"{CA_VARIABLE}) with the CA that signed the service's "
+                                "certificate, or unset them")
+            return None
         if bool(cert_file) != bool(key_file):
             raise UserError(f"a client certificate needs its key: set both "
                             f"{CLIENT_CERT_VARIABLE} and {CLIENT_KEY_VARIABLE}, or neither")
