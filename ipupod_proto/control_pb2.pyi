@@ -350,6 +350,14 @@ class UserRef(_message.Message):
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
+class RemoveUserRequest(_message.Message):
+    __slots__ = ("name", "with_partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WITH_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    with_partitions: bool
+    def __init__(self, name: _Optional[str] = ..., with_partitions: _Optional[bool] = ...) -> None: ...
+
 class ListUsersRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -121,7 +121,7 @@ class ControlStub:
                 _registered_method=True)
         self.RemoveUser = channel.unary_unary(
                 '/ipupod.control.v1.Control/RemoveUser',
-                request_serializer=ipupod__proto_dot_control__pb2.UserRef.SerializeToString,
+                request_serializer=ipupod__proto_dot_control__pb2.RemoveUserRequest.SerializeToString,
                 response_deserializer=ipupod__proto_dot_control__pb2.User.FromString,
                 _registered_method=True)
         self.RotateUser = channel.unary_unary(
@@ -249,7 +249,8 @@ class ControlServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RemoveUser(self, request, context):
-        """revokes at once
+        """Revokes at once; refused (FAILED_PRECONDITION, naming them) while the user owns
+        partitions, unless with_partitions asks to remove (free) those too.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -352,7 +353,7 @@ def add_ControlServicer_to_server(servicer, server):
             ),
             'RemoveUser': grpc.unary_unary_rpc_method_handler(
                     servicer.RemoveUser,
-                    request_deserializer=ipupod__proto_dot_control__pb2.UserRef.FromString,
+                    request_deserializer=ipupod__proto_dot_control__pb2.RemoveUserRequest.FromString,
                     response_serializer=ipupod__proto_dot_control__pb2.User.SerializeToString,
             ),
             'RotateUser': grpc.unary_unary_rpc_method_handler(
@@ -845,7 +846,7 @@ class Control:
             request,
             target,
             '/ipupod.control.v1.Control/RemoveUser',
-            ipupod__proto_dot_control__pb2.UserRef.SerializeToString,
+            ipupod__proto_dot_control__pb2.RemoveUserRequest.SerializeToString,
             ipupod__proto_dot_control__pb2.User.FromString,
             options,
             channel_credentials,

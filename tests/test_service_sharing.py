@@ -104,7 +104,7 @@ def test_every_verb_for_every_role(pod, alices):
         admin_only(pod, "HealLink", p.LinkRef()),
         admin_only(pod, "ListUsers", p.ListUsersRequest()),
         admin_only(pod, "RotateUser", p.UserRef(name="nobody")),
-        admin_only(pod, "RemoveUser", p.UserRef(name="nobody")),
+        admin_only(pod, "RemoveUser", p.RemoveUserRequest(name="nobody")),
         admin_only(pod, "AddUser", p.AddUserRequest(name="bad name")),
     ]
     for method, request, expected in table:
@@ -180,7 +180,7 @@ def test_revoking_or_rotating_a_credential_takes_effect_at_once(pod):
     assert code_of(stub.GetStatus, status, metadata=auth(first))[0] \
         == grpc.StatusCode.UNAUTHENTICATED
     assert code_of(stub.GetStatus, status, metadata=auth(second))[0] == OK
-    stub.RemoveUser(control_pb2.UserRef(name="carol"), metadata=admin)
+    stub.RemoveUser(control_pb2.RemoveUserRequest(name="carol"), metadata=admin)
     assert code_of(stub.GetStatus, status, metadata=auth(second))[0] \
         == grpc.StatusCode.UNAUTHENTICATED
     forged = second.split(":")[0] + ":" + "A" * 43
@@ -296,3 +296,87 @@ def test_no_credential_appears_in_logs_audit_lines_errors_or_metrics(pod, alices
     assert len(secrets) >= 6
     for secret in secrets:
         assert secret not in text
+
+
+def test_a_user_who_owns_partitions_is_removed_only_with_them_and_a_new_one_inherits_nothing(
+        pod):
+    stub, admin = pod["stub"], auth(pod["users"]["admin"])
+    erin = stub.AddUser(control_pb2.AddUserRequest(name="erin", max_ipus=4),
+                        metadata=admin).credential
+    for name, size in (("erin-a", 2), ("erin-b", 1)):
+        stub.CreatePartition(control_pb2.CreatePartitionRequest(name=name, size=size),
+                             metadata=auth(erin))
+    refused = cli(pod, "user", "remove", "erin")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("error: ")
+    assert "owns partitions erin-a, erin-b" in refused.stderr
+    assert "--with-partitions" in refused.stderr
+    status = control_pb2.StatusRequest()
+    assert code_of(stub.GetStatus, status, metadata=auth(erin))[0] == OK  # still a user
+
+    removed = cli(pod, "user", "remove", "ERIN", "--with-partitions")
+    assert removed.returncode == 0, removed.stderr
+    assert removed.stdout.strip() == "removed user erin and their 2 partitions (3 IPUs)"
+    assert code_of(stub.GetStatus, status, metadata=auth(erin))[0] \
+        == grpc.StatusCode.UNAUTHENTICATED
+    listed = stub.ListPartitions(control_pb2.ListPartitionsRequest(), metadata=admin)
+    assert not {"erin-a", "erin-b"} & {p.name for p in listed.partitions}
+    devices = stub.ListDevices(control_pb2.ListDevicesRequest(), metadata=admin).devices
+    assert not {"erin-a", "erin-b"} & {d.partition for d in devices}  # freed on the POD
+    lines = [json.loads(line) for line in pod["audit"].read_text().splitlines()]
+    assert [(l["call"], l["target"], l["outcome"]) for l in lines[-4:-1]] == [
+        ("RemovePartition", "erin-a", "ok"), ("RemovePartition", "erin-b", "ok"),
+        ("RemoveUser", "ERIN", "ok")]
+
+    again = stub.AddUser(control_pb2.AddUserRequest(name="erin", max_ipus=2),
+                         metadata=admin)
+    assert (again.user.ipus_used, again.user.partitions) == (0, 0)
+    code, details = call_as({**pod, "users": {"erin": again.credential}}, "erin",
+                            "CreatePartition", control_pb2.CreatePartitionRequest(
+                                name="erin-c", size=4))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "so 2 more at most" in details
+    stub.RemoveUser(control_pb2.RemoveUserRequest(name="erin"), metadata=admin)
+
+
+def test_user_names_are_one_name_without_regard_to_case_and_kept_as_typed(pod):
+    stub, admin = pod["stub"], auth(pod["users"]["admin"])
+    for taken in ("ALICE", "Bob"):
+        code, details = code_of(stub.AddUser, control_pb2.AddUserRequest(name=taken),
+                                metadata=admin)
+        assert code == grpc.StatusCode.ALREADY_EXISTS, details
+        assert "without regard to case" in details and repr(taken.lower()) in details
+    for admin_name in ("admin", "Admin", "ADMIN"):
+        assert code_of(stub.AddUser, control_pb2.AddUserRequest(name=admin_name),
+                       metadata=admin)[0] == grpc.StatusCode.INVALID_ARGUMENT
+    stub.AddUser(control_pb2.AddUserRequest(name="Frank"), metadata=admin)
+    rotated = stub.RotateUser(control_pb2.UserRef(name="FRANK"), metadata=admin)
+    assert rotated.user.name == "Frank" and rotated.credential.startswith("Frank:")
+    names = [u.name for u in stub.ListUsers(control_pb2.ListUsersRequest(),
+                                            metadata=admin).users]
+    assert names.count("Frank") == 1 and "FRANK" not in names
+    assert stub.RemoveUser(control_pb2.RemoveUserRequest(name="frank"),
+                           metadata=admin).name == "Frank"
+    pod["users"]["frank (gone)"] = rotated.credential
+
+
+def test_a_credential_file_in_a_missing_folder_is_refused_before_the_user_is_added(pod):
+    missing = pod["folder"] / "no-such-folder"
+    for verb, name in (("add", "gina"), ("rotate", "alice")):
+        refused = cli(pod, "user", verb, name, "--credential-file", str(missing / "x.token"))
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+        assert refused.stderr.startswith("error: --credential-file ")
+        assert "does not exist" in refused.stderr
+        assert not missing.exists()
+    users = pod["stub"].ListUsers(control_pb2.ListUsersRequest(),
+                                  metadata=auth(pod["users"]["admin"])).users
+    assert "gina" not in {u.name for u in users}
+    assert call_as(pod, "alice", "GetStatus", control_pb2.StatusRequest())[0] == OK  # unrotated
+
+
+def test_the_audit_logs_detail_of_a_refusal_is_its_message_as_text(pod):
+    code, details = call_as(pod, "admin", "CreatePartition",
+                            control_pb2.CreatePartitionRequest(name="odd", size=3))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    last = json.loads(pod["audit"].read_text().splitlines()[-1])
+    assert (last["call"], last["outcome"]) == ("CreatePartition", "INVALID_ARGUMENT")
+    assert last["detail"] == details and not last["detail"].startswith(("b'", 'b"'))

@@ -11,15 +11,18 @@ import stat
 import subprocess
 import sys
 import threading
+from pathlib import Path
+from types import SimpleNamespace
 
 import grpc
 import pytest
 
 from cluster.errors import UserError
 from cluster.model.spec import load_topology
-from cluster.service.partitions import PartitionTable
+from cluster.service.partitions import PartitionError, PartitionTable
+from cluster.service.restore import bring_back
 from cluster.service.state import StateStore
-from cluster.service.users import UserBook
+from cluster.service.users import ADMIN, UserBook
 from ipupod_proto import control_pb2, control_pb2_grpc
 
 
@@ -66,20 +69,93 @@ def test_a_state_file_of_another_topology_or_a_damaged_one_is_refused_and_kept(t
         StateStore(other, load_topology("pod16"))
 
 
-class Serve:
-    """``ipupod serve`` in a session of its own (its private Ray with it)."""
+def test_a_start_says_what_it_restored_and_gives_a_partition_of_a_gone_user_to_the_admin(
+        tmp_path):
+    """A state file written before removing such a user was refused holds a partition of
+    nobody: it becomes the administrator's, so a new user of that name inherits nothing."""
+    topology = load_topology("pod16")
+    path = tmp_path / "state.sqlite"
+    store = StateStore(path, topology)
+    book = UserBook("t", save=store.save_user, delete=store.delete_user)
+    book.add("alice")
+    table = PartitionTable(topology)
+    store.save_partition(table.create("mine", 4), "alice")
+    store.save_partition(table.create("orphan", 2), "bob")  # bob: removed long ago
+    store.close()
+    control = SimpleNamespace(topology=topology, partitions=PartitionTable(topology))
+    brought = bring_back(control, "admin-token", path)
+    assert brought.owners == {"mine": "alice", "orphan": ADMIN}
+    assert brought.restored.line() == (
+        f"restored 1 user and 2 partitions (6 of 16 IPUs) from {path} (serve --fresh-state "
+        "starts empty); orphan now the administrator's (their owner is no longer a user)")
+    assert {p.name: p.owner for p in brought.store.partitions()}["orphan"] == ADMIN
+    brought.store.close()
 
-    def __init__(self, folder):
+
+def test_a_fresh_start_moves_the_earlier_file_aside_and_deletes_nothing(tmp_path):
+    topology = load_topology("pod16")
+    path = tmp_path / "state.sqlite"
+    store = StateStore(path, topology)
+    store.save_partition(PartitionTable(topology).create("p", 4), ADMIN)
+    store.close()
+    before = path.read_bytes()
+    (tmp_path / "state.sqlite-journal").write_bytes(b"a journal SQLite left")
+    control = SimpleNamespace(topology=topology, partitions=PartitionTable(topology))
+    brought = bring_back(control, "admin-token", path, fresh=True)
+    aside = brought.restored.set_aside
+    assert re.fullmatch(r"state\.\d{8}T\d{6}Z\.sqlite", aside.name), aside
+    assert aside.read_bytes() == before
+    assert (tmp_path / f"{aside.name}-journal").read_bytes() == b"a journal SQLite left"
+    assert brought.store.partitions() == [] and control.partitions.list() == []
+    assert brought.restored.line() == (f"earlier state moved to {aside}; state in {path} "
+                                       "(empty)")
+    brought.store.close()
+    again = bring_back(SimpleNamespace(topology=topology, partitions=PartitionTable(topology)),
+                       "admin-token", path, fresh=True)
+    assert again.restored.set_aside not in (None, aside) and aside.read_bytes() == before
+    assert again.restored.set_aside.exists()
+    again.store.close()
+    empty = bring_back(SimpleNamespace(topology=topology, partitions=PartitionTable(topology)),
+                       "admin-token", tmp_path / "new.sqlite")
+    assert empty.restored.line() == f"state in {tmp_path / 'new.sqlite'} (no earlier state)"
+    empty.store.close()
+
+
+def test_an_old_state_files_two_names_differing_in_case_both_load_and_need_exact_names(
+        tmp_path):
+    """Written before names were compared case-folded: both users keep working; a name
+    that could mean either is refused, saying which; no third is let in."""
+    path = tmp_path / "state.sqlite"
+    store = StateStore(path, load_topology("pod16"))
+    credentials = {}
+    for name in ("alice", "ALICE"):
+        record, credentials[name] = UserBook("t").add(name)
+        store.save_user(record)
+    book = UserBook("t", store.users())
+    assert {book.identify(c).name for c in credentials.values()} == {"alice", "ALICE"}
+    with pytest.raises(PartitionError, match="names users 'ALICE', 'alice'"):
+        book.find("Alice")
+    with pytest.raises(PartitionError, match="already exists"):
+        book.add("aLiCe")
+    assert book.remove("ALICE").name == "ALICE" and book.find("Alice").name == "alice"
+    store.close()
+
+
+class Serve:
+    """``ipupod serve`` in a session of its own (its private Ray with it); ``line``: the
+    line it starts with."""
+
+    def __init__(self, folder, *options):
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("RAY_ADDRESS", None)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "cluster.cli.main", "serve", "--topology", "pod16",
              "--port", "0", "--metrics-port", "-1", "--token-file", str(folder / "token"),
-             "--state", str(folder / "state.sqlite")],
+             "--state", str(folder / "state.sqlite"), *options],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
             start_new_session=True)
-        line = self.process.stdout.readline()
-        match = re.search(r"on 127\.0\.0\.1:(\d+); token in (\S+)", line)
+        self.line = line = self.process.stdout.readline()
+        match = re.search(r"on 127\.0\.0\.1:(\d+); token in (\S+);", line)
         assert match, line
         self.channel = grpc.insecure_channel(f"127.0.0.1:{match.group(1)}")
         self.stub = control_pb2_grpc.ControlStub(self.channel)
@@ -135,6 +211,10 @@ def test_kill_9_during_a_create_then_restart_restores_every_acknowledged_partiti
         listed = serve.stub.ListPartitions(control_pb2.ListPartitionsRequest(),
                                            metadata=auth(serve.admin)).partitions
         restored = {p.name: (p.owner, tuple(p.ipus)) for p in listed}
+        ipus = sum(len(placed) for _, placed in restored.values())
+        assert (f"; restored 2 users and {len(restored)} partitions ({ipus} of 16 IPUs) "
+                f"from {tmp_path / 'state.sqlite'} (serve --fresh-state starts empty)"
+                in serve.line), serve.line
         assert acknowledged.items() <= restored.items()
         assert set(restored) <= set(acknowledged) | set(asked)  # nothing it was not asked
         ipus = [i for _, placed in restored.values() for i in placed]
@@ -142,5 +222,17 @@ def test_kill_9_during_a_create_then_restart_restores_every_acknowledged_partiti
         mine = serve.stub.ListPartitions(control_pb2.ListPartitionsRequest(),
                                          metadata=auth(users["alice"])).partitions
         assert {p.name for p in mine} == {"a1", "a2"}  # alice's credential still works
+    finally:
+        serve.kill()
+    serve = Serve(tmp_path, "--fresh-state")
+    try:
+        match = re.search(r"; earlier state moved to (\S+); state in (\S+) \(empty\)$",
+                          serve.line.rstrip("\n"))
+        assert match and match.group(2) == str(tmp_path / "state.sqlite"), serve.line
+        assert not serve.stub.ListPartitions(control_pb2.ListPartitionsRequest(),
+                                             metadata=auth(serve.admin)).partitions
+        kept = StateStore(Path(match.group(1)), load_topology("pod16"))
+        assert {p.name for p in kept.partitions()} == set(restored)  # nothing deleted
+        kept.close()
     finally:
         serve.kill()

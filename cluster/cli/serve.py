@@ -77,8 +77,10 @@ def _serve(pod: EmulatedPod, token_file: Path | None, host: str, port: int,
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    restored = server.shared.restored
     print(f"ipupod serve: {pod.topology.name} ({pod.topology.ipu_count} IPUs, "
           f"{len(pod.specs)} devices) on {host}:{bound}; token in {path}"
+          + (f"; {restored.line()}" if restored else "")
           + (f"; metrics on http://{host}:{metrics}/metrics" if metrics else ""),
           file=out, flush=True)
     stop.wait()

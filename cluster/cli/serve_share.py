@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
-from cluster.cli.paths import CheckedPath
+from cluster.cli.paths import CheckedPath, check_output_folder
 from cluster.errors import UserError
 from cluster.service.control_tls import ServiceTLS, check_exposure
 from cluster.service.rate_limits import Limits
@@ -35,6 +35,9 @@ SHARE_OPTIONS = [
     click.option("--state", "state_file", type=_FILE, default=None,
                  help="Users and partitions kept across restarts (SQLite; default beside the "
                       "token, one per topology; with --port 0 and no token file, none)."),
+    click.option("--fresh-state", is_flag=True,
+                 help="Start with no users and no partitions: the earlier state file is "
+                      "moved aside (a timestamped name, printed), never deleted."),
     click.option("--bench-per-minute", type=click.FloatRange(1, 1e6), default=30.0,
                  show_default=True,
                  help="Real-mode benchmarks a user may start per minute (one at a time)."),
@@ -64,10 +67,15 @@ def default_state_file(port: int, token_file: Path | None, topology: str) -> Pat
 def share_from(host: str, port: int, token_file: Path | None, topology: str,
                tls_cert: Path | None,
                tls_key: Path | None, tls_client_ca: Path | None, insecure: bool,
-               audit_log: Path | None, state_file: Path | None,
+               audit_log: Path | None, state_file: Path | None, fresh_state: bool,
                bench_per_minute: float) -> ShareOptions:
     """The options checked: TLS needs a certificate and its key; a --host beyond loopback
-    needs TLS or --insecure; the state file defaults to one beside the token."""
+    needs TLS or --insecure; the files named go in folders that exist; the state file
+    defaults to one beside the token (and --fresh-state needs one)."""
+    for option, path in (("--token-file", token_file), ("--audit-log", audit_log),
+                         ("--state", state_file)):
+        if path is not None:
+            check_output_folder(path, option)
     if (tls_cert is None) != (tls_key is None):
         raise UserError("TLS needs both --tls-cert and --tls-key")
     if tls_client_ca is not None and tls_cert is None:
@@ -76,6 +84,9 @@ def share_from(host: str, port: int, token_file: Path | None, topology: str,
     if tls is not None:
         tls.server_credentials()  # a user error now, before Ray starts, if a file is wrong
     check_exposure(host, tls, insecure)
-    return ShareOptions(tls=tls, audit_log=audit_log,
-                        state_file=state_file or default_state_file(port, token_file, topology),
-                        limits=Limits(per_minute=bench_per_minute))
+    state_file = state_file or default_state_file(port, token_file, topology)
+    if fresh_state and state_file is None:
+        raise UserError("--fresh-state: this service keeps no state (--port 0 with no "
+                        "--token-file or --state), so it starts empty anyway")
+    return ShareOptions(tls=tls, audit_log=audit_log, state_file=state_file,
+                        limits=Limits(per_minute=bench_per_minute), fresh_state=fresh_state)

@@ -4,9 +4,12 @@
     ipupod user list
     ipupod user rotate alice --credential-file alice.token   # the old credential stops now
     ipupod user remove alice                                 # so does this one's
+    ipupod user remove bob --with-partitions                 # and bob's partitions go too
 
 A new credential is written to ``--credential-file`` (mode 0600) and never printed; its
 user passes that file as they would a token file (``IPUPOD_TOKEN_FILE=PATH ipupod ...``).
+Its folder must exist, and is checked before the service is asked, so a refusal leaves no
+user without a credential behind.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import click
 
 from cluster.cli.options import client_options
 from cluster.cli.output import echo_message
-from cluster.cli.paths import CheckedPath
+from cluster.cli.paths import CheckedPath, check_output_folder
 from cluster.errors import UserError
 from cluster.service.client import Client
 from cluster.service.token_auth import save_token
@@ -39,11 +42,15 @@ def _line(user: Any) -> str:
     return f"{user.name:<32} {quota:>8} {user.ipus_used:>9} {user.partitions:>10}"
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def _hand_over(issued: Any, path: Path, as_json: bool, verb: str) -> None:
     """Write the credential in ``issued`` to ``path``, then print the user (not it)."""
     name = issued.user.name
     try:
-        save_token(path, issued.credential)
+        save_token(path, issued.credential, option="--credential-file")
     except UserError as error:
         raise UserError(f"user {name} was {verb}, but {error}; run `ipupod user rotate {name}"
                         " --credential-file PATH` to issue a new one") from None
@@ -59,6 +66,7 @@ def _hand_over(issued: Any, path: Path, as_json: bool, verb: str) -> None:
 def user_add(name: str, max_ipus: int, credential_file: Path, host: str | None,
              port: int | None, token_file: str | None, as_json: bool) -> None:
     """Add user NAME, with a credential of their own written to --credential-file."""
+    check_output_folder(credential_file, "--credential-file")
     issued = Client(host, port, token_file).call(
         "AddUser", control_pb2.AddUserRequest(name=name, max_ipus=max_ipus))
     _hand_over(issued, credential_file, as_json, "added")
@@ -71,18 +79,26 @@ def user_add(name: str, max_ipus: int, credential_file: Path, host: str | None,
 def user_rotate(name: str, credential_file: Path, host: str | None, port: int | None,
                 token_file: str | None, as_json: bool) -> None:
     """Give user NAME a new credential (in --credential-file); the old one stops now."""
+    check_output_folder(credential_file, "--credential-file")
     issued = Client(host, port, token_file).call("RotateUser", control_pb2.UserRef(name=name))
     _hand_over(issued, credential_file, as_json, "rotated")
 
 
 @user_group.command("remove")
 @click.argument("name")
+@click.option("--with-partitions", is_flag=True,
+              help="Also remove (free) the user's partitions; without it, a user who owns "
+                   "partitions is not removed.")
 @client_options
-def user_remove(name: str, host: str | None, port: int | None, token_file: str | None,
-                as_json: bool) -> None:
-    """Remove user NAME: their credential stops working now (their partitions stay)."""
-    gone = Client(host, port, token_file).call("RemoveUser", control_pb2.UserRef(name=name))
-    echo_message(gone, as_json, f"removed user {gone.name}")
+def user_remove(name: str, with_partitions: bool, host: str | None, port: int | None,
+                token_file: str | None, as_json: bool) -> None:
+    """Remove user NAME: their credential stops working now. Refused while they own
+    partitions, unless --with-partitions removes those too."""
+    gone = Client(host, port, token_file).call("RemoveUser", control_pb2.RemoveUserRequest(
+        name=name, with_partitions=with_partitions))
+    held = (f" and their {_count(gone.partitions, 'partition')} "
+            f"({_count(gone.ipus_used, 'IPU')})" if gone.partitions else "")
+    echo_message(gone, as_json, f"removed user {gone.name}{held}")
 
 
 @user_group.command("list")

@@ -23,9 +23,9 @@ import grpc
 from cluster.service.access import METHOD_VERBS, STATE_CHANGING, Reach, Role, Verb, allowed, denial
 from cluster.service.audit import AuditLog
 from cluster.service.control_tls import ServiceTLS
-from cluster.service.partitions import PartitionError
+from cluster.service.partitions import FAILED_PRECONDITION, PartitionError
 from cluster.service.rate_limits import CallLimiter, Limited, Limits
-from cluster.service.state import StateStore
+from cluster.service.restore import Restored, bring_back
 from cluster.service.token_auth import BearerToken
 from cluster.service.users import ADMIN, Caller, UserBook, UserRecord
 from gcl.modes import Mode
@@ -43,6 +43,7 @@ class ShareOptions:
     audit_log: Path | None = None
     state_file: Path | None = None
     limits: Limits = field(default_factory=Limits)
+    fresh_state: bool = False  # move an earlier state file aside and start empty
 
 
 def bearer_of(metadata: Any) -> str:
@@ -60,6 +61,13 @@ def _target(request: Any) -> str:
     return ""
 
 
+def _text(details: Any) -> str:
+    """A status's message as text (grpc hands an aborted call's back as bytes)."""
+    if isinstance(details, bytes):
+        return details.decode("utf-8", "replace")
+    return str(details or "")
+
+
 def _is_real(request: Any) -> bool:
     return str(getattr(request, "mode", "")).strip().lower() == Mode.REAL
 
@@ -69,8 +77,10 @@ class SharedControl:
     ``X`` is the guarded behaviour of method ``X`` (what :func:`control_handler` looks up)."""
 
     def __init__(self, control: Any, book: UserBook, audit: AuditLog, limits: Limits,
-                 owners: dict[str, str] | None = None, store: Any = None) -> None:
+                 owners: dict[str, str] | None = None, store: Any = None,
+                 restored: Restored | None = None) -> None:
         self.control, self.book, self.audit, self.store = control, book, audit, store
+        self.restored = restored  # what the start brought back from the state file
         self.limiter = CallLimiter(limits)
         self.owners: dict[str, str] = dict(owners or {})
         self._changes = threading.Lock()  # creates and removes, one at a time
@@ -141,7 +151,7 @@ class SharedControl:
         code = context.code() if hasattr(context, "code") else None
         if code is not None and code != grpc.StatusCode.OK:
             self.audit.record(caller.name, name, _target(request), code.name,
-                              str(context.details() or ""))
+                              _text(context.details()))
 
     def _guard(self, name: str, inner: Behaviour) -> Behaviour:
         def call(request: Any, context: grpc.ServicerContext) -> Any:
@@ -194,15 +204,14 @@ class SharedControl:
         """Call ``inner``, with what ownership adds to each call."""
         if name == "CreatePartition":
             with self._changes:
+                self._check_caller(caller)
                 self._check_quota(caller, request)
                 answer = inner(request, context)
                 self._keep(answer.name, caller.name)
         elif name == "RemovePartition":
             with self._changes:
                 answer = inner(request, context)
-                if self.store is not None:
-                    self.store.delete_partition(answer.name)
-                self.owners.pop(answer.name, None)
+                self._forget(answer.name)
         else:
             answer = inner(request, context)
         if name == "ListPartitions":
@@ -232,6 +241,24 @@ class SharedControl:
                 raise
         self.owners[name] = owner
 
+    def _forget(self, name: str) -> None:
+        """Drop the owner of partition ``name``, just removed (from the state file first)."""
+        if self.store is not None:
+            self.store.delete_partition(name)
+        self.owners.pop(name, None)
+
+    def _check_caller(self, caller: Caller) -> None:
+        """Refuse a user removed while their call waited for :attr:`_changes`: what they
+        made would have no owner."""
+        if caller.role is Role.USER and not self.book.exists(caller.name):
+            raise PartitionError(FAILED_PRECONDITION, f"user {caller.name!r} was removed "
+                                                      "while this call waited")
+
+    def _owned_by(self, user: str) -> list[str]:
+        """The names of ``user``'s partitions, in creation order."""
+        return [p.name for p in self.control.partitions.list()
+                if self.owners.get(p.name) == user]
+
     def _held(self, user: str) -> tuple[int, int]:
         """The IPUs and partitions ``user`` holds now."""
         mine = [p for p in self.control.partitions.list() if self.owners.get(p.name) == user]
@@ -244,7 +271,8 @@ class SharedControl:
         if quota and held + request.size > quota:
             raise Limited(f"cannot create partition {request.name!r} of {request.size} IPUs: "
                           f"{caller.name} holds {held} IPUs of a quota of {quota} (--max-ipus),"
-                          f" so {quota - held} more at most; remove a partition first")
+                          f" so {max(quota - held, 0)} more at most; remove a partition "
+                          "first")
 
     # -- users --------------------------------------------------------------------------
     def _user_message(self, record: UserRecord) -> control_pb2.User:
@@ -263,7 +291,25 @@ class SharedControl:
                                           credential=credential)
 
     def _remove_user(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self._user_message(self.book.remove(request.name))
+        """Revoke a user; refused while they own partitions, unless ``with_partitions``
+        asks to remove those too (each freed on the POD and audited), first."""
+        with self._changes:
+            record = self.book.find(request.name)
+            owned = self._owned_by(record.name)
+            if owned and not request.with_partitions:
+                raise PartitionError(FAILED_PRECONDITION, (
+                    f"user {record.name!r} owns partition{'s' if len(owned) > 1 else ''} "
+                    f"{', '.join(owned)}: remove them first, or remove the user with them "
+                    f"(ipupod user remove {record.name} --with-partitions)"))
+            message = self._user_message(record)
+            for partition in owned:
+                self.control.RemovePartition(control_pb2.PartitionRef(name=partition),
+                                             context)
+                self._forget(partition)
+                self.audit.record(ADMIN, "RemovePartition", partition, "ok",
+                                  f"with user {record.name}")
+            self.book.remove(record.name)
+            return message
 
     def _list_users(self, request: Any, context: grpc.ServicerContext) -> Any:
         return control_pb2.UserList(users=[self._user_message(r) for r in self.book.list()])
@@ -272,17 +318,10 @@ class SharedControl:
 def open_shared(control: Any, token: str, options: ShareOptions) -> tuple[SharedControl, Any]:
     """The gate in front of ``control`` for ``options``, and the interceptor that refuses
     calls without the administrator's token or a user's credential."""
-    store = StateStore(options.state_file, control.topology) if options.state_file else None
-    owners: dict[str, str] = {}
-    if store is None:
-        book = UserBook(token)
-    else:
-        book = UserBook(token, store.users(), save=store.save_user, delete=store.delete_user)
-        for saved in store.partitions():
-            control.partitions.restore(saved.name, saved.block, saved.gcds)
-            owners[saved.name] = saved.owner
+    brought = bring_back(control, token, options.state_file, options.fresh_state)
+    book = brought.book
     shared = SharedControl(control, book, AuditLog(options.audit_log), options.limits,
-                           owners, store)
+                           brought.owners, brought.store, brought.restored)
     gate = BearerToken(token, accept=lambda given: book.identify(given) is not None,
                        refused=shared.refused_unauthenticated)
     return shared, gate

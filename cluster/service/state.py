@@ -25,6 +25,7 @@ from cluster.service.partitions import Partition
 from cluster.service.users import UserRecord
 
 FORMAT = "ipupod-state-1"
+_COMPANIONS = ("", "-journal", "-wal", "-shm")  # the file, then what SQLite keeps beside it
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, salt BLOB NOT NULL,
@@ -49,6 +50,29 @@ def fingerprint(topology: Topology) -> str:
     """What a state file must match: the topology's name, IPU count and ring."""
     return json.dumps([topology.name, topology.ipu_count,
                        [int(i) for i in topology.ring_order]])
+
+
+def set_aside(path: Path) -> Path | None:
+    """Move the state file at ``path`` (with SQLite's journal, if one is left) to a name
+    stamped with the time, ``NAME.YYYYmmddTHHMMSSZ.SUFFIX``, never over another file; the
+    new name, or None if there was no file. Nothing is deleted."""
+    if not os.path.lexists(path):
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for attempt in range(1000):
+        tag = stamp if attempt == 0 else f"{stamp}-{attempt}"
+        aside = path.with_name(f"{path.stem}.{tag}{path.suffix}")
+        if not any(os.path.lexists(f"{aside}{end}") for end in _COMPANIONS):
+            break
+    try:
+        for end in _COMPANIONS:  # the journal too: left beside a new file, SQLite would
+            if os.path.lexists(f"{path}{end}"):  # roll it back into that file
+                os.rename(f"{path}{end}", f"{aside}{end}")
+    except OSError as error:
+        raise UserError(f"cannot move the state file {quoted(str(path))} aside "
+                        f"({error.strerror}): move it yourself, or pass another --state"
+                        ) from None
+    return aside
 
 
 def _private_file(path: Path) -> None:
@@ -134,6 +158,9 @@ class StateStore:
 
     def delete_partition(self, name: str) -> None:
         self._write("DELETE FROM partitions WHERE name = ?", (name,))
+
+    def set_owner(self, partition: str, owner: str) -> None:
+        self._write("UPDATE partitions SET owner = ? WHERE name = ?", (owner, partition))
 
     def close(self) -> None:
         with self._lock:

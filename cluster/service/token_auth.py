@@ -47,29 +47,36 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def _private_dir(folder: Path) -> None:
-    """Make ``folder`` (mode 0700 if created); refuse a symlink or someone else's folder."""
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = os.lstat(folder)
+def _private_dir(folder: Path, option: str, make: bool) -> None:
+    """Make ``folder`` if ``make`` (mode 0700); refuse a symlink or someone else's folder,
+    naming ``option`` (the one that chose it)."""
+    if make:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        info = os.lstat(folder)
+    except OSError as error:
+        raise UserError(f"cannot write in {folder} ({error.strerror}): choose another "
+                        f"{option}") from None
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
         raise UserError(f"{folder} is not a directory (a symlink?): choose another "
-                        "--token-file or IPUPOD_STATE_DIR")
+                        f"{option}")
     if info.st_uid != os.getuid():
-        raise UserError(f"{folder} belongs to another user: choose another --token-file or "
-                        "IPUPOD_STATE_DIR")
+        raise UserError(f"{folder} belongs to another user: choose another {option}")
 
 
-def save_token(path: Path, token: str, private: bool = False) -> None:
+def save_token(path: Path, token: str, private: bool = False,
+               option: str = "--token-file or IPUPOD_STATE_DIR") -> None:
     """Write ``token`` to ``path`` atomically (temporary file, then ``os.replace``), mode
-    0600; with ``private`` the folder is made (or set to) mode 0700 first."""
-    _private_dir(path.parent)
+    0600; with ``private`` (the state directory) the folder is made (or set to) mode 0700
+    first; else it must exist. A refusal names ``option``."""
+    _private_dir(path.parent, option, make=private)
     if private:
         os.chmod(path.parent, 0o700)
     try:
         descriptor, temporary = tempfile.mkstemp(prefix=".token-", dir=path.parent)
     except OSError as error:
         raise UserError(f"cannot write the token in {path.parent} ({error.strerror}): choose "
-                        "another --token-file") from None
+                        f"another {option}") from None
     try:
         with os.fdopen(descriptor, "w") as handle:
             handle.write(token + "\n")
@@ -79,7 +86,7 @@ def save_token(path: Path, token: str, private: bool = False) -> None:
     except OSError as error:
         os.unlink(temporary)
         raise UserError(f"cannot write the token to {path} ({error.strerror}): choose "
-                        "another --token-file") from None
+                        f"another {option}") from None
 
 
 def write_token(path: Path) -> str:

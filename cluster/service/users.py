@@ -6,10 +6,18 @@ per credential (the secret is random, so a fast hash is enough: nothing to guess
 dictionary). Credentials are compared in constant time. Removing or rotating a user takes
 effect on the next call: every call looks the caller up again. The administrator is whoever
 holds the token ``ipupod serve`` wrote (``cluster.service.token_auth``).
+
+Names are unique without regard to case (``ALICE`` and ``alice`` are one name, as people read
+them): a name is kept as typed, for display, and compared case-folded. A state file written
+before this rule may hold two names differing only in case: both are loaded and keep working
+(each credential carries its exact name), and a command naming one of them needs its exact
+spelling; refusing to start would lock the administrator out of every user and partition
+for a mistake the service no longer lets anyone make.
 """
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import hmac
 import re
@@ -95,16 +103,19 @@ class UserBook:
 
     def add(self, name: str, max_ipus: int = 0) -> tuple[UserRecord, str]:
         """A new user and their credential (returned once, never kept)."""
-        if not isinstance(name, str) or not _NAME.fullmatch(name) or name == ADMIN:
+        if not isinstance(name, str) or not _NAME.fullmatch(name) or name.casefold() == ADMIN:
             raise PartitionError(INVALID_ARGUMENT,
                                  f"invalid user name {quoted(name)}: {_NAME_RULE}")
         if not 0 <= max_ipus <= MAX_IPUS:
             raise PartitionError(INVALID_ARGUMENT, f"max_ipus must be 0 (no limit) to "
                                                    f"{MAX_IPUS}, not {max_ipus}")
         with self._lock:
-            if name in self._users:
-                raise PartitionError(ALREADY_EXISTS, f"user {name!r} already exists: rotate "
-                                                     "their credential or remove them first")
+            same = self._same_name(name)
+            if same:
+                raise PartitionError(ALREADY_EXISTS, f"user {same[0]!r} already exists (names "
+                                                     "are compared without regard to case): "
+                                                     "rotate their credential, remove them "
+                                                     "first, or choose another name")
             record, credential = _issue(name, max_ipus)
             self._keep(record)
             return record, credential
@@ -113,7 +124,7 @@ class UserBook:
         """A new credential for ``name``; the old one stops working now."""
         with self._lock:
             old = self._get(name)
-            record, credential = _issue(name, old.max_ipus)
+            record, credential = _issue(old.name, old.max_ipus)
             self._keep(record)
             return record, credential
 
@@ -122,9 +133,19 @@ class UserBook:
         with self._lock:
             record = self._get(name)
             if self._delete is not None:
-                self._delete(name)
-            del self._users[name]
+                self._delete(record.name)
+            del self._users[record.name]
             return record
+
+    def find(self, name: str) -> UserRecord:
+        """The user ``name`` means (:meth:`_get`): NOT_FOUND, naming the users, if none."""
+        with self._lock:
+            return self._get(name)
+
+    def exists(self, name: str) -> bool:
+        """Whether ``name`` (exactly as a credential carries it) is a user now."""
+        with self._lock:
+            return name in self._users
 
     def list(self) -> list[UserRecord]:
         """Every user, by name."""
@@ -137,12 +158,27 @@ class UserBook:
             record = self._users.get(name)
             return record.max_ipus if record else 0
 
+    def _same_name(self, name: str) -> builtins.list[str]:
+        """The users whose name is ``name`` without regard to case, by name."""
+        folded = name.casefold()
+        return sorted(n for n in self._users if n.casefold() == folded)
+
     def _get(self, name: str) -> UserRecord:
-        record = self._users.get(name) if isinstance(name, str) else None
-        if record is None:
+        """The user called exactly ``name``, else the one user whose name is ``name``
+        without regard to case; INVALID_ARGUMENT if two are (an old state file's)."""
+        if not isinstance(name, str):
+            name = ""
+        if name in self._users:
+            return self._users[name]
+        same = self._same_name(name)
+        if len(same) > 1:
+            raise PartitionError(INVALID_ARGUMENT, f"{quoted(name)} names users "
+                                                   f"{', '.join(map(repr, same))}: give the "
+                                                   "one you mean exactly as it is spelt")
+        if not same:
             known = ", ".join(sorted(self._users)) or "there are none"
             raise PartitionError(NOT_FOUND, f"no user named {quoted(name)}; users: {known}")
-        return record
+        return self._users[same[0]]
 
     def _keep(self, record: UserRecord) -> None:
         """Persist ``record`` (if a saver is set), then hold it."""
