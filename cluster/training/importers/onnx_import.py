@@ -25,6 +25,7 @@ from typing import Any
 
 from cluster.errors import UserError, quoted
 from cluster.training.importers.grouping import Span, Trace, Unit, finish_import
+from cluster.training.importers.onnx_constants import constant_shape
 from cluster.training.importers.op_costs import (
     FREE,
     RESIDUAL_OPS,
@@ -35,6 +36,7 @@ from cluster.training.importers.op_costs import (
     per_element_flops,
     stronger,
 )
+from cluster.training.importers.recurrent import ONNX_CELLS, onnx_recurrent, recurrent_flops
 from cluster.training.importers.torch_factory import (
     check_regular_file,
     one_line,
@@ -153,6 +155,7 @@ class _Walker:
 
     def __init__(self, model: Any, shapes: dict[str, tuple[tuple[int, ...], int]]) -> None:
         graph = model.graph
+        self.model = model
         self.shapes = shapes
         self.trace = Trace()
         self.initializers = {i.name: i for i in graph.initializer}
@@ -219,6 +222,8 @@ class _Walker:
             reduced = _reduced_size(op, node, first[0], weight)
             inner = _elements(first[0]) if op == "ConvTranspose" else _elements(out[0])
             return 2 * inner * reduced, PRODUCTS[op]
+        if op in ONNX_CELLS:
+            return self.recurrent(node), LayerKind.DENSE
         if op == "Gather" and node.input and node.input[0] in self.initializers:
             return 0, LayerKind.EMBEDDING
         if op == "Add" and any(n in self.constants for n in node.input) and any(
@@ -235,6 +240,25 @@ class _Walker:
             self.trace.not_counted(op)
             return 0, LayerKind.ELEMENTWISE
         return count, element_kind(name) or LayerKind.ELEMENTWISE
+
+    def recurrent(self, node: Any) -> int:
+        """An ``LSTM``, ``GRU`` or ``RNN`` node by its gate formulas (:mod:`.recurrent`):
+        the input size from ``X`` or ``W`` (``directions x gates*H x I``), the positions
+        (steps x batch) from ``Y`` (``steps x directions x batch x H``) or ``X``."""
+        onnx = require_module("onnx")
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        x = self.shapes.get(node.input[0], ((), 0))[0] if node.input else ()
+        y = self.shapes.get(node.output[0], ((), 0))[0] if node.output else ()
+        w = self.shapes.get(node.input[1], ((), 0))[0] if len(node.input) > 1 else ()
+        if not (x or w) and len(node.input) > 1:
+            w = constant_shape(self.model.graph, self.model.opset_import, node.input[1]) or ()
+        layer = onnx_recurrent(node.op_type, attributes, (x or w or (0,))[-1])
+        if layer is None or not layer.input_size or not (x or y):
+            self.trace.not_counted(node.op_type)
+            return 0
+        positions = (_elements(y) // (layer.directions * layer.hidden_size) if y else
+                     _elements(x) // layer.input_size)
+        return recurrent_flops(layer, positions)
 
     def stash(self, node: Any, unit: Unit) -> None:
         """What PyTorch's autograd would keep for this op's backward."""

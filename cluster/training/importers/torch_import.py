@@ -36,6 +36,11 @@ from cluster.training.importers.op_costs import (
     per_element_flops,
     stronger,
 )
+from cluster.training.importers.recurrent import (
+    recurrent_flops,
+    torch_positions,
+    torch_recurrent,
+)
 from cluster.training.importers.torch_factory import one_line, require_torch
 from cluster.training.workloads.layers import DType, LayerKind, Workload
 
@@ -97,16 +102,35 @@ class _Recorder:
     def scopes(self) -> tuple[str, ...]:
         return tuple(path for path, _, _ in self.frames if path)
 
-    def enter(self, path: str, module: Any) -> None:
+    def enter(self, path: str, module: Any, args: tuple[Any, ...]) -> None:
         """A module's forward begins: a new unit if it is a leaf or an attention module
-        not already inside one."""
+        not already inside one; a recurrent module is priced whole, from its sizes."""
         inside = any(starts or is_fused(type(m).__name__) for _, m, starts in self.frames)
         name = type(module).__name__
         starts = not inside and (is_fused(name) or not any(True for _ in module.children()))
         if starts:
             kind = class_kind(name) or LayerKind.ELEMENTWISE
             self.trace.units.append(Unit(path or name, kind, scopes=self.scopes()))
+        if not self.in_recurrent() and torch_recurrent(module) is not None:
+            self.recurrent(module, args)
         self.frames.append((path, module, starts))
+
+    def recurrent(self, module: Any, args: tuple[Any, ...]) -> None:
+        """Price an LSTM, GRU or RNN by its gate formulas (:mod:`.recurrent`); the ops
+        it runs are then not priced one by one."""
+        layer = torch_recurrent(module)
+        assert layer is not None
+        positions = torch_positions(args[0], layer) if args else None
+        unit = self.unit()
+        if positions is None:
+            self.trace.not_counted(type(module).__name__)
+            return
+        unit.forward_flops += recurrent_flops(layer, positions)
+        unit.kind = stronger(unit.kind, LayerKind.DENSE)
+
+    def in_recurrent(self) -> bool:
+        """Inside a recurrent module: its FLOPs are counted whole, on entry."""
+        return any(torch_recurrent(m) is not None for _, m, _ in self.frames)
 
     def leave(self) -> None:
         """A module's forward ended (or raised)."""
@@ -135,7 +159,8 @@ class _Recorder:
         if not self.in_unit_module() and name not in FREE:
             self.functional_unit(name, activations, outputs)
         unit, index = self.unit(), len(self.trace.units) - 1
-        flops, kind = self.flops(func, name, args, kwargs, out, inputs, outputs)
+        flops, kind = (0, LayerKind.ELEMENTWISE) if self.in_recurrent() else \
+            self.flops(func, name, args, kwargs, out, inputs, outputs)
         if name not in CREATES and any(id(t) in self.derived for t in inputs):
             self.derived.update(id(t) for t in outputs)
         else:  # a dropout mask made and scaled, num_batches_tracked += 1: not the network
@@ -226,7 +251,7 @@ def _run(module: torch.nn.Module, sample: tuple[Any, ...], recorder: _Recorder) 
     handles = []
     for path, child in module.named_modules():
         handles.append(child.register_forward_pre_hook(
-            lambda m, _args, path=path: recorder.enter(path, m)))
+            lambda m, args, path=path: recorder.enter(path, m, args)))
         handles.append(child.register_forward_hook(
             lambda _m, _args, _out: recorder.leave(), always_call=True))
     for tensor in sample:
