@@ -50,6 +50,7 @@ class Unit:
     forward_flops: int = 0
     stashed_bytes: int = 0
     joins_activations: bool = False
+    uncounted_ops: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -83,8 +84,11 @@ class Trace:
         return self
 
     def not_counted(self, op: str) -> None:
-        """Note an op whose FLOPs are unknown (reported, never silently zero)."""
+        """Note an op whose FLOPs are unknown (reported, never silently zero), in the
+        unit being counted too (the workload file names its layer)."""
         self.uncounted[op] = self.uncounted.get(op, 0) + 1
+        if self.units:
+            self.units[-1].uncounted_ops.add(op)
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,8 @@ def group_layers(trace: Trace, partials: DType) -> list[Layer]:
             parameters=sum(u.parameters for u in members),
             forward_flops=sum(u.forward_flops for u in members),
             output_bytes=crossing[end - 1],
-            stashed_bytes=sum(u.stashed_bytes for u in members)))
+            stashed_bytes=sum(u.stashed_bytes for u in members),
+            uncounted_ops=tuple(sorted(set().union(*(u.uncounted_ops for u in members))))))
     outputs = sum(s.nbytes for s in trace.spans if s.last_use >= len(units))
     logits = outputs // partials.itemsize
     layers.append(Layer("loss", LayerKind.LOSS, parameters=0,
