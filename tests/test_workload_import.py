@@ -19,7 +19,7 @@ pytest.importorskip("torchvision")
 pytest.importorskip("onnx")
 
 from cluster.errors import UserError  # noqa: E402
-from cluster.training.importers.grouping import UncountedOpsWarning  # noqa: E402
+from cluster.training.importers.notes import UncountedOpsWarning  # noqa: E402
 from cluster.training.importers.onnx_import import import_onnx_file  # noqa: E402
 from cluster.training.importers.torch_import import import_torch_module  # noqa: E402
 from cluster.training.workloads import (  # noqa: E402

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cluster.errors import UserError
+from cluster.training.importers.notes import UncountedOpsWarning, uncounted_message
 from cluster.training.workloads.arithmetic import LOSS_FLOPS_PER_LOGIT
 from cluster.training.workloads.layers import DType, Layer, LayerKind, Workload
 
@@ -202,16 +203,6 @@ def build_workload(trace: Trace, name: str, partials: DType) -> Workload:
                     input_bytes=trace.input_bytes, weight_dtype=partials,
                     gradient_dtype=partials, partials_dtype=partials,
                     optimizer_values_per_parameter=1)
-
-
-class UncountedOpsWarning(UserWarning):
-    """Ops whose FLOPs the importer does not know: counted as zero, named here."""
-
-
-def uncounted_message(uncounted: dict[str, int]) -> str:
-    """One line naming the ops not counted and how often each ran."""
-    listed = ", ".join(f"{op} (x{times})" for op, times in sorted(uncounted.items()))
-    return f"FLOPs not counted (taken as 0) for ops: {listed}"
 
 
 def finish_import(trace: Trace, name: str, partials: DType, strict: bool) -> Workload:

@@ -20,11 +20,20 @@ or arithmetic). Three PyTorch mechanisms watch it:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cluster.errors import UserError
 from cluster.training.importers.grouping import Span, Trace, Unit, finish_import
+from cluster.training.importers.notes import (
+    FORMAT_PRICED_AS,
+    NumberFormatWarning,
+    UnusedParametersWarning,
+    format_message,
+    unused_message,
+    unused_modules,
+)
 from cluster.training.importers.op_costs import (
     CREATES,
     FREE,
@@ -76,8 +85,18 @@ def _dtype_of(module: torch.nn.Module, torch_module: Any) -> Any:
 
 
 def _partials(dtype: Any, torch_module: Any) -> DType:
+    """The IPU format a torch dtype is priced in; bfloat16 and float64 with a note."""
+    shown = str(dtype).removeprefix("torch.")
+    if shown in FORMAT_PRICED_AS:
+        warnings.warn(format_message(shown), NumberFormatWarning, stacklevel=4)
     return DType.FLOAT16 if dtype in (torch_module.float16, torch_module.bfloat16) \
         else DType.FLOAT32
+
+
+def _nbytes(tensor: Any) -> int:
+    """A tensor's bytes as priced: a float64 one as float32 (the IPU's widest)."""
+    size = 4 if str(tensor.dtype) == "torch.float64" else tensor.element_size()
+    return int(tensor.numel()) * size
 
 
 class _Recorder:
@@ -146,7 +165,7 @@ class _Recorder:
     def produce(self, tensor: Any, index: int) -> None:
         if id(tensor) in self.constants:
             return
-        span = Span(tensor.numel() * tensor.element_size(), index, index)
+        span = Span(_nbytes(tensor), index, index)
         self.trace.spans.append(span)
         self.spans[id(tensor)] = span
         self.alive.append(tensor)
@@ -221,7 +240,7 @@ class _Recorder:
                 and id(base) not in self.params:
             self.stashed.add(id(base))
             self.alive.append(base)
-            self.unit().stashed_bytes += base.numel() * base.element_size()
+            self.unit().stashed_bytes += _nbytes(base)
         return tensor
 
 
@@ -306,7 +325,10 @@ def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int] | Non
         with torch.no_grad():
             for name, value in module.named_buffers():
                 value.copy_(buffers[name])
-    recorder.trace.input_bytes = sum(t.numel() * t.element_size() for t in sample)
+    recorder.trace.input_bytes = sum(_nbytes(t) for t in sample)
+    unused = unused_modules(module, set(recorder.params))
+    if unused:
+        warnings.warn(unused_message(unused), UnusedParametersWarning, stacklevel=3)
     return recorder.trace.per_sample(shape[0]), _partials(_dtype_of(module, torch), torch)
 
 
