@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cluster.errors import UserError
+from cluster.training.importers.forward_memory import check_forward_fits
 from cluster.training.importers.grouping import Span, Trace, Unit, finish_import
 from cluster.training.importers.notes import (
     FORMAT_PRICED_AS,
@@ -65,8 +66,9 @@ def check_input_shape(shape: Sequence[int]) -> tuple[int, ...]:
     dims = tuple(shape)
     if not 1 <= len(dims) <= MAX_INPUT_DIMENSIONS or any(
             isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
-        raise UserError(f"input shape {dims!r} must be 1 to {MAX_INPUT_DIMENSIONS} whole "
-                        "numbers of 1 or more, batch first, e.g. 1,3,224,224")
+        raise UserError(f"input shape {','.join(map(str, dims))} must be 1 to "
+                        f"{MAX_INPUT_DIMENSIONS} whole numbers of 1 or more, batch first, "
+                        "e.g. 1,3,224,224")
     elements = 1
     for size in dims:
         elements *= size
@@ -288,13 +290,30 @@ def _run(module: torch.nn.Module, sample: tuple[Any, ...], recorder: _Recorder) 
 
 
 def _random_sample(module: torch.nn.Module, shape: tuple[int, ...], integer_input: bool,
-                   torch: Any) -> tuple[Any, ...]:
-    """A random input of ``shape`` on the module's device: floats in its number format,
-    or token ids 0 and 1."""
-    device = next((p.device for p in module.parameters()), torch.device("cpu"))
+                   torch: Any, device: Any = None) -> tuple[Any, ...]:
+    """A random input of ``shape`` on ``device`` (default: the module's): floats in its
+    number format, or token ids 0 and 1."""
+    device = device or next((p.device for p in module.parameters()), torch.device("cpu"))
     if integer_input:
         return (torch.randint(0, 2, shape, device=device),)
     return (torch.randn(shape, device=device, dtype=_dtype_of(module, torch)),)
+
+
+def _checked_sample(module: torch.nn.Module, input_shape: Sequence[int] | None,
+                    integer_input: bool, sample: tuple[Any, ...] | None,
+                    torch: Any) -> tuple[Any, ...]:
+    """``sample``, or a random one of ``input_shape``, once the traced forward on it is
+    known to fit in memory (:mod:`.forward_memory`)."""
+    if sample is not None:
+        meta = tuple(torch.empty_like(t, device="meta") for t in sample)
+        check_forward_fits(module, meta, False, torch)
+        return sample
+    if input_shape is None:
+        raise UserError("give the input's shape (--input-shape, batch first) or a sample")
+    shape = check_input_shape(input_shape)
+    meta = _random_sample(module, shape, integer_input, torch, torch.device("meta"))
+    check_forward_fits(module, meta, True, torch)
+    return _random_sample(module, shape, integer_input, torch)
 
 
 def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int] | None,
@@ -305,10 +324,7 @@ def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int] | Non
     ``input_shape`` (token ids 0 and 1 if ``integer_input``). The batch is the first
     dimension of the first input. A failing forward is a UserError."""
     torch = require_torch()
-    if sample is None:
-        if input_shape is None:
-            raise UserError("give the input's shape (--input-shape, batch first) or a sample")
-        sample = _random_sample(module, check_input_shape(input_shape), integer_input, torch)
+    sample = _checked_sample(module, input_shape, integer_input, sample, torch)
     shape = tuple(sample[0].shape) or (1,)
     buffers = {name: b.detach().clone() for name, b in module.named_buffers()}
     was_training = module.training
