@@ -349,7 +349,7 @@ class Branches(torch.nn.Module):
         super().__init__()
         self.small = torch.nn.Linear(8, 8)
         self.big = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.Linear(64, 8))
-        self.spare = torch.nn.Linear(8, 8)
+        self.add_module("spare", torch.nn.Linear(8, 8))
 
     def forward(self, x: Any) -> Any:
         return self.big(x) if x.sum() > 1e9 else self.small(x)

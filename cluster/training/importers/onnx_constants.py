@@ -41,7 +41,8 @@ def constant_shape(graph: Any, opsets: Any, name: str) -> tuple[int, ...] | None
     try:
         from onnx.reference import ReferenceEvaluator
 
-        value = ReferenceEvaluator(helper.make_model(sub, opset_imports=opsets)).run(None, {})[0]
+        evaluator: Any = ReferenceEvaluator(helper.make_model(sub, opset_imports=opsets))
+        value = evaluator.run(None, {})[0]
     except Exception:  # noqa: BLE001 - any failure: the shape stays unknown
         return None
     return tuple(int(size) for size in value.shape)

@@ -21,11 +21,12 @@ The format (``docs/workloads.md``; ``examples/workloads/`` has files)::
 A single layer may carry ``repeat: N`` too. Version 2 adds one optional field per layer,
 ``uncounted_ops: [cumsum]``: the ops an importer met in it without knowing their FLOPs
 (taken as 0), which ``train`` names; :func:`to_yaml` writes version 1 unless a layer
-has such ops, so that a file without them reads in an older ipupod too. Files are at most 4 MiB, 10,000 layers once
-repeats are expanded; counts are whole numbers within the bounds below; YAML aliases
-(``*name``) are refused, so a small file cannot expand into a huge one. Every mistake is a
-:class:`SpecError` naming the file, the field (``layers[3].parameters``) and what to
-write instead: never a traceback.
+has such ops, so that a file without them reads in an older ipupod too.
+
+Files are at most 4 MiB, 10,000 layers once repeats are expanded; counts are whole numbers
+within the bounds below; YAML aliases (``*name``) are refused, so a small file cannot
+expand into a huge one. Every mistake is a :class:`SpecError` naming the file, the field
+(``layers[3].parameters``) and what to write instead: never a traceback.
 """
 
 from __future__ import annotations
@@ -247,8 +248,8 @@ def _layer_data(layer: Layer) -> dict[str, Any]:
 
 
 def to_yaml(workload: Workload, comment: str = "") -> str:
-    """``workload`` as a version 1 file (2 if a layer has ``uncounted_ops``), one layer a line, that reads back equal;
-    ``comment`` (lines of text) goes on top after ``# ``."""
+    """``workload`` as a version 1 file (2 if a layer has ``uncounted_ops``), one layer a
+    line, that reads back equal; ``comment`` (lines of text) goes on top after ``# ``."""
     version = UNCOUNTED_VERSION if workload.uncounted else VERSIONS[0]
     data = {"version": version, "name": workload.name, "input_bytes": workload.input_bytes,
             "weight_dtype": workload.weight_dtype.value,
