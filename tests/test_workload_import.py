@@ -28,6 +28,7 @@ from cluster.training.importers.notes import (  # noqa: E402
     UnusedParametersWarning,
 )
 from cluster.training.importers.onnx_import import import_onnx_file  # noqa: E402
+from cluster.training.importers.recurrent import step_flops  # noqa: E402
 from cluster.training.importers.torch_import import import_torch_module  # noqa: E402
 from cluster.training.workloads import (  # noqa: E402
     SINGLE,
@@ -411,3 +412,31 @@ def test_resnet50_at_batch_128_needs_about_11_gb_counted_on_the_meta_device() ->
     made = forward_bytes(factories().resnet50(),
                          (torch.empty(128, 3, 224, 224, device="meta"),), torch)
     assert made is not None and 11e9 < made < 12.5e9
+
+
+class CellsAndPacking(torch.nn.Module):
+    """An LSTM cell, a ReLU RNN, and a GRU over a packed batch of lengths 5 and 3."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = torch.nn.LSTMCell(8, 16)
+        self.relu_rnn = torch.nn.RNN(8, 16, nonlinearity="relu", batch_first=True)
+        self.gru = torch.nn.GRU(8, 16, batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, [5, 3], batch_first=True)
+        return (self.cell(x[:, 0])[0] + self.relu_rnn(x)[0][:, -1]
+                + self.gru(packed)[1][0])
+
+
+def test_cells_relu_rnns_and_packed_sequences_count_by_the_same_formulas() -> None:
+    """Per sample of a batch of 2: the cell runs once, the RNN 5 steps, the GRU the 8
+    positions of the packed batch (4 a sample)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ImportNote)
+        workload = import_torch_module(CellsAndPacking(), (2, 5, 8), "cells")
+    flops = {layer.name: layer.forward_flops for layer in workload.layers}
+    assert flops["cell"] == step_flops("lstm", 8, 16) == 2 * 4 * 16 * 24 + 4 * 16 + 40 * 16 \
+        + 4 * 16
+    assert flops["relu_rnn"] == 5 * step_flops("rnn_relu", 8, 16) == 5 * (2 * 16 * 24 + 2 * 16)
+    assert flops["gru"] == 4 * step_flops("gru", 8, 16)

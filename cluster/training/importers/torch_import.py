@@ -114,6 +114,7 @@ class _Recorder:
         self.alive: list[Any] = []  # keeps traced tensors, so that their ids stay theirs
         self.stashed: set[int] = set()
         self.frames: list[tuple[str, Any, bool]] = []  # (path, module, starts a unit)
+        self.recurrent_frames: list[bool] = []  # per frame: a recurrent module's
 
     def unit(self) -> Unit:
         if not self.trace.units:
@@ -132,9 +133,11 @@ class _Recorder:
         if starts:
             kind = class_kind(name) or LayerKind.ELEMENTWISE
             self.trace.units.append(Unit(path or name, kind, scopes=self.scopes()))
-        if not self.in_recurrent() and torch_recurrent(module) is not None:
+        recurrent = torch_recurrent(module) is not None
+        if recurrent and not self.in_recurrent():
             self.recurrent(module, args)
         self.frames.append((path, module, starts))
+        self.recurrent_frames.append(recurrent)
 
     def recurrent(self, module: Any, args: tuple[Any, ...]) -> None:
         """Price an LSTM, GRU or RNN by its gate formulas (:mod:`.recurrent`); the ops
@@ -151,11 +154,12 @@ class _Recorder:
 
     def in_recurrent(self) -> bool:
         """Inside a recurrent module: its FLOPs are counted whole, on entry."""
-        return any(torch_recurrent(m) is not None for _, m, _ in self.frames)
+        return any(self.recurrent_frames)
 
     def leave(self) -> None:
         """A module's forward ended (or raised)."""
         self.frames.pop()
+        self.recurrent_frames.pop()
 
     def in_unit_module(self) -> bool:
         return any(starts for _, _, starts in self.frames)
