@@ -84,7 +84,7 @@ def test_a_missing_name_is_named(tmp_path: Path) -> None:
 
 def test_a_name_that_is_not_callable_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, "make = 3\n")
-    with pytest.raises(UserError, match="'make' in .* is a int, not a function"):
+    with pytest.raises(UserError, match="'make' in .* is an int, not a function"):
         load_factory(f"{path}:make")
 
 

@@ -19,8 +19,16 @@ pytest.importorskip("torchvision")
 pytest.importorskip("onnx")
 
 from cluster.errors import UserError  # noqa: E402
-from cluster.training.importers.grouping import UncountedOpsWarning  # noqa: E402
+from cluster.training.importers.forward_memory import forward_bytes  # noqa: E402
+from cluster.training.importers.notes import (  # noqa: E402
+    ImportNote,
+    InferenceGraphWarning,
+    NumberFormatWarning,
+    UncountedOpsWarning,
+    UnusedParametersWarning,
+)
 from cluster.training.importers.onnx_import import import_onnx_file  # noqa: E402
+from cluster.training.importers.recurrent import step_flops  # noqa: E402
 from cluster.training.importers.torch_import import import_torch_module  # noqa: E402
 from cluster.training.workloads import (  # noqa: E402
     SINGLE,
@@ -30,6 +38,7 @@ from cluster.training.workloads import (  # noqa: E402
     load_workload,
     memory_use,
     resnet50,
+    to_yaml,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,8 +58,10 @@ def export_onnx(module: Any, shape: tuple[int, ...], path: Path) -> Path:
     """``module`` exported as torch's dynamo exporter does, without its optimiser (which
     folds each batch norm into the convolution before it)."""
     module.eval()
-    torch.onnx.export(module, (torch.randn(shape),), str(path), dynamo=True, optimize=False,
-                      verbose=False)
+    with warnings.catch_warnings():  # the exporter's remarks on an LSTM's weights
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (torch.randn(shape),), str(path), dynamo=True,
+                          optimize=False, verbose=False)
     return path
 
 
@@ -203,17 +214,18 @@ def test_the_importers_load_without_torch_or_onnx() -> None:
     assert run.returncode == 0, run.stderr
 
 
-def hand_made_onnx(path: Path) -> Path:
+def hand_made_onnx(path: Path, weight: str = "w") -> Path:
     """A graph from elsewhere (no module names), a symbolic batch and an op without a
-    price: Conv, Relu, GlobalAveragePool, Flatten, Gemm, CumSum."""
+    price: Conv, Relu, GlobalAveragePool, Flatten, Gemm, CumSum; ``weight`` names the
+    convolution's weight."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     weights = [numpy_helper.from_array(np.ones(shape, np.float32), name) for name, shape in
-               [("w", (4, 3, 3, 3)), ("fc.w", (2, 4)), ("fc.b", (2,))]]
+               [(weight, (4, 3, 3, 3)), ("fc.w", (2, 4)), ("fc.b", (2,))]]
     axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+    nodes = [helper.make_node("Conv", ["x", weight], ["c"], name="conv", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["r"], name="relu"),
              helper.make_node("GlobalAveragePool", ["r"], ["p"], name="pool"),
              helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
@@ -271,3 +283,160 @@ def test_a_token_model_imports_alike_from_pytorch_and_onnx(tmp_path) -> None:
         ("head", LayerKind.DENSE, 3300, 16 * 100 * 4), ("loss", LayerKind.LOSS, 0, 4)]
     assert from_torch.input_bytes == from_onnx.input_bytes == 16 * 8
     assert from_torch.forward_flops == from_onnx.forward_flops
+
+
+# -- what the importer counts, and what it says it could not ----------------------------
+
+
+class Recurrent(torch.nn.Module):
+    """A recurrent layer (``torch.nn.LSTM`` or ``GRU``, batch first) and a classifier."""
+
+    def __init__(self, cell: Any, **sizes: Any) -> None:
+        super().__init__()
+        self.rnn = cell(8, 16, batch_first=True, **sizes)
+        self.head = torch.nn.Linear(16 * (2 if sizes.get("bidirectional") else 1), 4)
+
+    def forward(self, x: Any) -> Any:
+        return self.head(self.rnn(x)[0][:, -1])
+
+
+LSTM_FLOPS = 5 * (  # 5 steps; per step, layer 0 (I=8, H=16), then layer 1 (I=16, H=16):
+    2 * 4 * 16 * (8 + 16) + 4 * 16 + 5 * 8 * 16 + 4 * 16      # products, gate sums,
+    + 2 * 4 * 16 * (16 + 16) + 4 * 16 + 5 * 8 * 16 + 4 * 16)  # 5 activations, c and h
+GRU_FLOPS = 5 * 2 * (  # 5 steps, 2 directions; per step (I=8, H=16):
+    2 * 3 * 16 * (8 + 16) + 8 * 16 + 3 * 8 * 16)  # products, elementwise, 3 activations
+
+
+@pytest.fixture(scope="module")
+def recurrent_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, Path]]:
+    """A 2-layer LSTM and a bidirectional GRU, each with its ONNX export."""
+    folder = tmp_path_factory.mktemp("rnn")
+    made = {"lstm": Recurrent(torch.nn.LSTM, num_layers=2),
+            "gru": Recurrent(torch.nn.GRU, bidirectional=True)}
+    return {name: (model, export_onnx(model, (1, 5, 8), folder / f"{name}.onnx"))
+            for name, model in made.items()}
+
+
+@pytest.mark.parametrize("name, flops", [("lstm", LSTM_FLOPS), ("gru", GRU_FLOPS)])
+def test_a_recurrent_layer_counts_its_gate_formulas_from_pytorch_and_onnx(
+        recurrent_models, name, flops) -> None:
+    """PyTorch runs the LSTM as one fused op (``mkldnn_rnn_layer``) and the GRU through
+    views (``unsafe_split``); ONNX has LSTM and GRU nodes: all are priced by the gate
+    formulas of PyTorch's documentation, hand-computed above, with no warning (the GRU
+    imports under --strict)."""
+    module, onnx_file = recurrent_models[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ImportNote)
+        from_torch = import_torch_module(module, (1, 5, 8), name, strict=True)
+        from_onnx = import_onnx_file(str(onnx_file), name, strict=True)
+    assert from_torch.layers[0].name == from_onnx.layers[0].name == "rnn"
+    assert from_torch.layers[0].kind is LayerKind.DENSE
+    assert from_torch.layers[0].forward_flops == flops
+    assert abs(from_onnx.layers[0].forward_flops / flops - 1) < 0.001  # and a shape op
+    assert from_torch.parameter_count == from_onnx.parameter_count
+
+
+def test_a_layer_of_unknown_flops_is_named_in_the_workload() -> None:
+    with pytest.warns(UncountedOpsWarning):
+        workload = import_torch_module(Cumulative(), (1, 8), "c")
+    assert workload.uncounted == {"linear": ("cumsum",)}
+    assert "uncounted_ops: [cumsum]" in to_yaml(workload)
+
+
+class Branches(torch.nn.Module):
+    """Data-dependent control flow: ``big`` runs only for a large input; ``spare`` never."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.small = torch.nn.Linear(8, 8)
+        self.big = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.Linear(64, 8))
+        self.add_module("spare", torch.nn.Linear(8, 8))
+
+    def forward(self, x: Any) -> Any:
+        return self.big(x) if x.sum() > 1e9 else self.small(x)
+
+
+def test_modules_the_traced_forward_did_not_use_are_named() -> None:
+    with pytest.warns(UnusedParametersWarning, match=r"^2 modules, 1,168 parameters, were not "
+                                                     r"used by the traced forward: big, spare"):
+        workload = import_torch_module(Branches(), (1, 8), "b")
+    assert workload.parameter_count == 72
+
+
+def test_an_onnx_graph_with_folded_batch_norms_is_said_to_be_for_inference(
+        small_models, tmp_path) -> None:
+    """The dynamo exporter's optimiser, and the legacy exporter (its folded convolution
+    weights are named ``onnx::Conv_N``), fold each batch norm into its convolution."""
+    module, training_graph = small_models["cnn"]
+    optimized = tmp_path / "optimized.onnx"
+    torch.onnx.export(module.eval(), (torch.randn(1, 3, 32, 32),), str(optimized),
+                      dynamo=True, optimize=True, verbose=False)
+    legacy = hand_made_onnx(tmp_path / "legacy.onnx", weight="onnx::Conv_7")
+    warnings.simplefilter("ignore", UncountedOpsWarning)  # the hand-made graph's CumSum
+    for path in (optimized, legacy):
+        with pytest.warns(InferenceGraphWarning, match="inference graph.*optimize=False"):
+            import_onnx_file(str(path), "folded", (1, 3, 8, 8) if path == legacy else None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InferenceGraphWarning)
+        import_onnx_file(str(training_graph), "cnn")
+
+
+@pytest.mark.parametrize("dtype, priced", [("bfloat16", "float16"), ("float64", "float32")])
+def test_a_format_the_ipu_has_not_is_priced_as_its_nearest_with_a_note(dtype, priced) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ImportNote)
+        plain = import_torch_module(torch.nn.Linear(8, 4).to(getattr(torch, priced)), (1, 8),
+                                    "l")
+    with pytest.warns(NumberFormatWarning, match=f"runs in {dtype}.*priced as {priced}"):
+        odd = import_torch_module(torch.nn.Linear(8, 4).to(getattr(torch, dtype)), (1, 8), "l")
+    assert odd == plain
+
+
+class Widening(torch.nn.Module):
+    """No parameters, and an output 10^10 times its input: 640 GB from 64 bytes."""
+
+    def forward(self, x: Any) -> Any:
+        return torch.nn.functional.interpolate(x, scale_factor=100_000)
+
+
+def test_a_forward_that_cannot_fit_in_memory_is_refused_before_it_runs() -> None:
+    with pytest.raises(UserError, match=r"input of shape 1,1,4,4 needs about 640\.0 GB \(the "
+                                        r"input 64 bytes, its tensors 640\.0 GB\), more than"):
+        import_torch_module(Widening(), (1, 1, 4, 4), "w")
+
+
+def test_resnet50_at_batch_128_needs_about_11_gb_counted_on_the_meta_device() -> None:
+    """What the refusal compares with the memory available: every tensor the training
+    forward makes, here counted from shapes alone (an import at batch 8 grew this
+    process's peak memory by 0.77 GB: 8 x 0.092 GB and the input)."""
+    made = forward_bytes(factories().resnet50(),
+                         (torch.empty(128, 3, 224, 224, device="meta"),), torch)
+    assert made is not None and 11e9 < made < 12.5e9
+
+
+class CellsAndPacking(torch.nn.Module):
+    """An LSTM cell, a ReLU RNN, and a GRU over a packed batch of lengths 5 and 3."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = torch.nn.LSTMCell(8, 16)
+        self.relu_rnn = torch.nn.RNN(8, 16, nonlinearity="relu", batch_first=True)
+        self.gru = torch.nn.GRU(8, 16, batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, [5, 3], batch_first=True)
+        return (self.cell(x[:, 0])[0] + self.relu_rnn(x)[0][:, -1]
+                + self.gru(packed)[1][0])
+
+
+def test_cells_relu_rnns_and_packed_sequences_count_by_the_same_formulas() -> None:
+    """Per sample of a batch of 2: the cell runs once, the RNN 5 steps, the GRU the 8
+    positions of the packed batch (4 a sample)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ImportNote)
+        workload = import_torch_module(CellsAndPacking(), (2, 5, 8), "cells")
+    flops = {layer.name: layer.forward_flops for layer in workload.layers}
+    assert flops["cell"] == step_flops("lstm", 8, 16) == 2 * 4 * 16 * 24 + 4 * 16 + 40 * 16 \
+        + 4 * 16
+    assert flops["relu_rnn"] == 5 * step_flops("rnn_relu", 8, 16) == 5 * (2 * 16 * 24 + 2 * 16)
+    assert flops["gru"] == 4 * step_flops("gru", 8, 16)

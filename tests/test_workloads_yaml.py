@@ -101,6 +101,19 @@ def test_a_description_may_run_over_several_lines():
     assert w.name == "w"
 
 
+def test_a_layer_with_uncounted_ops_is_a_version_2_file_that_reads_back_equal():
+    """An importer's ops of unknown FLOPs stay with their layer; a file without any stays
+    version 1 (an older ipupod reads it)."""
+    counted = parse_workload(yaml.safe_dump(spec()))
+    assert to_yaml(counted).startswith("version: 1\n") and not counted.uncounted
+    short = Workload("w", (Layer("a", LayerKind.DENSE, 1, 2, 3, 4, ("cumsum", "mkldnn_rnn")),
+                           *counted.layers[1:]), 4)
+    text = to_yaml(short)
+    assert text.startswith("version: 2\n") and "uncounted_ops: [cumsum, mkldnn_rnn]" in text
+    assert parse_workload(text) == short
+    assert parse_workload(text).uncounted == {"a": ("cumsum", "mkldnn_rnn")}
+
+
 def test_integral_floats_and_underscores_are_whole_numbers():
     text = yaml.safe_dump(spec()).replace("forward_flops: 20", "forward_flops: 1.5e+9")
     text = text.replace("parameters: 10", "parameters: 1_000", 1)
@@ -140,7 +153,7 @@ def with_layer(**changes: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("data, words", [
-    (spec(version=2), ["version", "supported versions: 1", "version: 1"]),
+    (spec(version=3), ["version", "supported versions: 1, 2", "version: 1"]),
     (spec(version="1"), ["version", "'1'"]),
     (spec(version=True), ["version"]),
     ({k: v for k, v in spec().items() if k != "version"}, ["version", "missing"]),
@@ -170,6 +183,11 @@ def with_layer(**changes: Any) -> dict[str, Any]:
     (with_layer(name=["x"]), ["layers[1].name", "non-empty text"]),
     (with_layer(name="a"), ["layers[1].name", "already used by layers[0]"]),
     (with_layer(param=1), ["layers[1].param", "unknown field"]),
+    (with_layer(uncounted_ops=["cumsum"]), ["layers[1].uncounted_ops", "version: 2"]),
+    (spec(version=2, layers=[layer("a", uncounted_ops="cumsum")]),
+     ["layers[0].uncounted_ops", "list of at most 100 op names"]),
+    (spec(version=2, layers=[layer("a", uncounted_ops=[""])]),
+     ["layers[0].uncounted_ops[0]", "non-empty text"]),
     (spec(layers=[layer("a"), {k: v for k, v in layer("b").items() if k != "stashed_bytes"}]),
      ["layers[1].stashed_bytes", "missing"]),
     (spec(layers=[layer("a"), "b"]), ["layers[1]", "expected a mapping"]),

@@ -78,6 +78,25 @@ def _marking(wall: WallRecorder, on_step: Progress) -> Progress:
     return marked
 
 
+UNCOUNTED_KEY = "flops_not_counted"
+
+
+def _uncounted(config: TrainConfig) -> dict[str, Any]:
+    """``{UNCOUNTED_KEY: {layer: [ops]}}`` for a workload file whose importer met ops of
+    unknown FLOPs (its ``uncounted_ops``); empty otherwise."""
+    if config.model == MLP:
+        return {}
+    found = config.workload().uncounted
+    return {UNCOUNTED_KEY: {name: list(ops) for name, ops in found.items()}} if found else {}
+
+
+def _uncounted_note(uncounted: dict[str, list[str]]) -> str:
+    """One line naming the layers whose FLOPs are short, and the ops that are missing."""
+    listed = ", ".join(f"{name} ({', '.join(ops)})" for name, ops in uncounted.items())
+    return (f"FLOPs not counted (taken as 0) in {plural(len(uncounted), 'layer')} of "
+            f"the workload: {listed}; compute is short by what they cost")
+
+
 def _echo_record(record: dict[str, Any], config: TrainConfig,
                  echo: Callable[[str], None]) -> None:
     """A training run as text: the set-up, a line per step, throughput and checks."""
@@ -95,6 +114,8 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
     echo(f"# {config.model} on {record['topology']} ({record['machines']}): "
          f"{config.replicas} replicas "
          f"({shape}), global batch {config.global_batch}, {config.mode} mode; times simulated")
+    if record.get(UNCOUNTED_KEY):
+        echo(f"# note: {_uncounted_note(record[UNCOUNTED_KEY])}")
     parts = parts_spent(record["steps"][:1])  # every step's parts are the same
     echo(f"{'step':>5} {'loss':>10} {'step(ms)':>9} "
          + " ".join(f"{part.title:>9}" for part in parts))
@@ -153,7 +174,8 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
     assumed = settings_record(command_settings(config))
     wall = wall_recorder(config.mode, trace_path)
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
-        record = {**run(config, ray_address, on_step, wall, placement), **assumed}
+        record = {**run(config, ray_address, on_step, wall, placement), **assumed,
+                  **_uncounted(config)}
     echo = partial(click.echo, file=out)
     if as_json:
         echo(json.dumps(record, indent=2))

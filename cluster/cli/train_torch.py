@@ -20,7 +20,7 @@ from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.training.config import MLP, TrainConfig
 from cluster.training.defaults import DEFAULTS
-from cluster.training.importers.grouping import UncountedOpsWarning
+from cluster.training.importers.notes import UncountedOpsWarning
 from cluster.training.placement import topology_for
 from cluster.training.step_parts import StepTime, parts_spent
 from cluster.training.torch_replicas.run import (

@@ -14,7 +14,8 @@ import click
 
 from cluster.cli.paths import CheckedPath
 from cluster.errors import UserError, quoted
-from cluster.training.importers.grouping import UncountedOpsWarning
+from cluster.model.units import format_flops, plural
+from cluster.training.importers.notes import ImportNote
 from cluster.training.importers.source import import_model, write_workload
 
 MAX_SHAPE_TEXT = 200
@@ -57,15 +58,15 @@ def import_command(model: str, out: Path, input_shape: str | None, input_dtype: 
     if name is not None and (not name.strip() or not name.isprintable() or len(name) > 200):
         raise UserError(f"--name must be printable text of 1 to 200 characters, not "
                         f"{quoted(name)}")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", UncountedOpsWarning)
+    with warnings.catch_warnings(record=True) as caught:  # torch's own warnings: dropped
+        warnings.simplefilter("always", ImportNote)
         workload = import_model(model, parse_shape(input_shape), name, strict,
                                 integer_input=input_dtype == "int64")
     for warning in caught:
-        if issubclass(warning.category, UncountedOpsWarning):
+        if issubclass(warning.category, ImportNote):
             click.echo(f"warning: {warning.message}", err=True)
     write_workload(workload, out, f"Imported by `ipupod workload import` from {model}\n"
                                   "Counts are per sample; see docs/your-own-model.md")
-    click.echo(f"wrote {out}: {workload.name}, {len(workload.layers)} layers, "
-               f"{workload.parameter_count:,} parameters, "
-               f"{workload.forward_flops / 1e9:.3f} GFLOPs forward per sample")
+    click.echo(f"wrote {out}: {workload.name}, {plural(len(workload.layers), 'layer')}, "
+               f"{plural(workload.parameter_count, 'parameter')}, "
+               f"{format_flops(workload.forward_flops)} forward per sample")

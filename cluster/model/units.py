@@ -65,6 +65,14 @@ def format_size(nbytes: float) -> str:
     return f"{nbytes:g}"
 
 
+def format_flops(flops: float) -> str:
+    """A FLOP count in the SI unit that keeps it at 1 or more: ``43520 -> '43.520 kFLOPs'``,
+    ``8.28e9 -> '8.280 GFLOPs'``, ``20 -> '20 FLOPs'``."""
+    for prefix, factor in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if flops >= factor:
+            return f"{flops / factor:.3f} {prefix}FLOPs"
+    return f"{flops:g} FLOPs"
+
 
 def plural(count: int, noun: str) -> str:
     """``'1 IPU'``, ``'2 IPUs'``: a count and its noun, in the right number."""

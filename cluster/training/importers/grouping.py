@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cluster.errors import UserError
+from cluster.training.importers.notes import UncountedOpsWarning, uncounted_message
 from cluster.training.workloads.arithmetic import LOSS_FLOPS_PER_LOGIT
 from cluster.training.workloads.layers import DType, Layer, LayerKind, Workload
 
@@ -50,6 +51,7 @@ class Unit:
     forward_flops: int = 0
     stashed_bytes: int = 0
     joins_activations: bool = False
+    uncounted_ops: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -83,8 +85,11 @@ class Trace:
         return self
 
     def not_counted(self, op: str) -> None:
-        """Note an op whose FLOPs are unknown (reported, never silently zero)."""
+        """Note an op whose FLOPs are unknown (reported, never silently zero), in the
+        unit being counted too (the workload file names its layer)."""
         self.uncounted[op] = self.uncounted.get(op, 0) + 1
+        if self.units:
+            self.units[-1].uncounted_ops.add(op)
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,8 @@ def group_layers(trace: Trace, partials: DType) -> list[Layer]:
             parameters=sum(u.parameters for u in members),
             forward_flops=sum(u.forward_flops for u in members),
             output_bytes=crossing[end - 1],
-            stashed_bytes=sum(u.stashed_bytes for u in members)))
+            stashed_bytes=sum(u.stashed_bytes for u in members),
+            uncounted_ops=tuple(sorted(set().union(*(u.uncounted_ops for u in members))))))
     outputs = sum(s.nbytes for s in trace.spans if s.last_use >= len(units))
     logits = outputs // partials.itemsize
     layers.append(Layer("loss", LayerKind.LOSS, parameters=0,
@@ -197,16 +203,6 @@ def build_workload(trace: Trace, name: str, partials: DType) -> Workload:
                     input_bytes=trace.input_bytes, weight_dtype=partials,
                     gradient_dtype=partials, partials_dtype=partials,
                     optimizer_values_per_parameter=1)
-
-
-class UncountedOpsWarning(UserWarning):
-    """Ops whose FLOPs the importer does not know: counted as zero, named here."""
-
-
-def uncounted_message(uncounted: dict[str, int]) -> str:
-    """One line naming the ops not counted and how often each ran."""
-    listed = ", ".join(f"{op} (x{times})" for op, times in sorted(uncounted.items()))
-    return f"FLOPs not counted (taken as 0) for ops: {listed}"
 
 
 def finish_import(trace: Trace, name: str, partials: DType, strict: bool) -> Workload:

@@ -20,11 +20,19 @@ norms apart from convolutions (the optimiser folds them, as inference wants).
 from __future__ import annotations
 
 import ast
+import warnings
 from pathlib import Path
 from typing import Any
 
 from cluster.errors import UserError, quoted
 from cluster.training.importers.grouping import Span, Trace, Unit, finish_import
+from cluster.training.importers.notes import (
+    FOLDED_MESSAGE,
+    InferenceGraphWarning,
+    NumberFormatWarning,
+    format_message,
+)
+from cluster.training.importers.onnx_constants import constant_shape
 from cluster.training.importers.op_costs import (
     FREE,
     RESIDUAL_OPS,
@@ -35,6 +43,7 @@ from cluster.training.importers.op_costs import (
     per_element_flops,
     stronger,
 )
+from cluster.training.importers.recurrent import ONNX_CELLS, onnx_recurrent, recurrent_flops
 from cluster.training.importers.torch_factory import (
     check_regular_file,
     one_line,
@@ -53,7 +62,10 @@ SAVES_OUTPUT = ("Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp")
 """Ops whose backward reads their output."""
 ARGMAX_BYTES = 8  # per output of a max pool: the int64 index PyTorch keeps
 RUNNING_STATISTICS = {"BatchNormalization": (3, 4)}  # input positions that are buffers
-FLOAT_TYPES = {1: 4, 10: 2, 11: 8, 16: 2}  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
+FLOAT_TYPES = {1: 4, 10: 2, 11: 4, 16: 2}  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16:
+# bytes as priced (a double as the IPU's float32)
+UNSUPPORTED_TYPES = {11: "float64", 16: "bfloat16"}
+RULE_KEY = "pkg.onnxscript.rewriter.rule_name"
 INTEGER_TYPES = {2: 1, 3: 1, 6: 4, 7: 8, 9: 1}  # UINT8, INT8, INT32, INT64, BOOL
 SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 CLASSES_KEY = "pkg.torch.onnx.class_hierarchy"
@@ -153,6 +165,7 @@ class _Walker:
 
     def __init__(self, model: Any, shapes: dict[str, tuple[tuple[int, ...], int]]) -> None:
         graph = model.graph
+        self.model = model
         self.shapes = shapes
         self.trace = Trace()
         self.initializers = {i.name: i for i in graph.initializer}
@@ -219,6 +232,8 @@ class _Walker:
             reduced = _reduced_size(op, node, first[0], weight)
             inner = _elements(first[0]) if op == "ConvTranspose" else _elements(out[0])
             return 2 * inner * reduced, PRODUCTS[op]
+        if op in ONNX_CELLS:
+            return self.recurrent(node), LayerKind.DENSE
         if op == "Gather" and node.input and node.input[0] in self.initializers:
             return 0, LayerKind.EMBEDDING
         if op == "Add" and any(n in self.constants for n in node.input) and any(
@@ -235,6 +250,25 @@ class _Walker:
             self.trace.not_counted(op)
             return 0, LayerKind.ELEMENTWISE
         return count, element_kind(name) or LayerKind.ELEMENTWISE
+
+    def recurrent(self, node: Any) -> int:
+        """An ``LSTM``, ``GRU`` or ``RNN`` node by its gate formulas (:mod:`.recurrent`):
+        the input size from ``X`` or ``W`` (``directions x gates*H x I``), the positions
+        (steps x batch) from ``Y`` (``steps x directions x batch x H``) or ``X``."""
+        onnx = require_module("onnx")
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        x = self.shapes.get(node.input[0], ((), 0))[0] if node.input else ()
+        y = self.shapes.get(node.output[0], ((), 0))[0] if node.output else ()
+        w = self.shapes.get(node.input[1], ((), 0))[0] if len(node.input) > 1 else ()
+        if not (x or w) and len(node.input) > 1:
+            w = constant_shape(self.model.graph, self.model.opset_import, node.input[1]) or ()
+        layer = onnx_recurrent(node.op_type, attributes, (x or w or (0,))[-1])
+        if layer is None or not layer.input_size or not (x or y):
+            self.trace.not_counted(node.op_type)
+            return 0
+        positions = (_elements(y) // (layer.directions * layer.hidden_size) if y else
+                     _elements(x) // layer.input_size)
+        return recurrent_flops(layer, positions)
 
     def stash(self, node: Any, unit: Unit) -> None:
         """What PyTorch's autograd would keep for this op's backward."""
@@ -293,10 +327,33 @@ def _reduced_size(op: str, node: Any, input_shape: tuple[int, ...],
 
 
 def _partials(model: Any) -> DType:
+    """The IPU format of the first floating-point initializer; bfloat16 and float64
+    with a note (priced as float16 and float32)."""
     for init in model.graph.initializer:
         if init.data_type in FLOAT_TYPES:
+            if init.data_type in UNSUPPORTED_TYPES:
+                warnings.warn(format_message(UNSUPPORTED_TYPES[init.data_type]),
+                              NumberFormatWarning, stacklevel=3)
             return DType.FLOAT16 if FLOAT_TYPES[init.data_type] == 2 else DType.FLOAT32
     return DType.FLOAT32
+
+
+def _folds_batch_norms(model: Any) -> bool:
+    """Whether the graph's batch norms were folded into convolutions (an inference
+    graph): the dynamo exporter's optimiser names its rule, or a module of class
+    BatchNorm has no BatchNormalization node, or (the legacy exporter) a convolution's
+    weight is a folded constant (``onnx::Conv_12``) in a graph without batch norms."""
+    nodes = model.graph.node
+    if any(node.op_type == "BatchNormalization" for node in nodes):
+        return False
+    for node in nodes:
+        meta = {p.key: p.value for p in node.metadata_props}
+        if "BatchNorm" in meta.get(RULE_KEY, "") or "BatchNorm" in meta.get(CLASSES_KEY, ""):
+            return True
+    initializers = {i.name for i in model.graph.initializer}
+    return any(node.op_type == "Conv" and len(node.input) > 1 and
+               node.input[1] in initializers and node.input[1].startswith("onnx::Conv_")
+               for node in nodes)
 
 
 def import_onnx_file(path: str, name: str, input_shape: tuple[int, ...] | None = None,
@@ -304,6 +361,9 @@ def import_onnx_file(path: str, name: str, input_shape: tuple[int, ...] | None =
     """The ONNX model in ``path`` as a workload named ``name``, per sample (counts divided
     by the first input's batch dimension)."""
     model = read_model(path)
+    if _folds_batch_norms(model):
+        warnings.warn(FOLDED_MESSAGE.format(file=quoted(path)), InferenceGraphWarning,
+                      stacklevel=2)
     shape = _fix_input_shape(model, check_input_shape(input_shape) if input_shape else None)
     shapes = _shapes(model)
     walker = _Walker(model, shapes)

@@ -68,8 +68,11 @@ FREE = _names("""view unsafeview reshape reshapealias t transpose permute expand
     arange range newempty newzeros newones newfull scalartensor viewas repeat tile
     constantpadnd pad bernoulli rand randlike randn randnlike shape size constant
     constantofshape identity cast castlike gather gatherelements indexselect index
-    dropout nonzero viewasreal viewascomplex real imag""")
-"""Data movement, shape and random-number ops: no FLOPs (known, not missed)."""
+    dropout nonzero viewasreal viewascomplex real imag unsafesplit unsafesplitwithsizes
+    unsafechunk localscalardense item isnonzero packpaddedsequence padpackedsequence""")
+"""Data movement, shape and random-number ops: no FLOPs (known, not missed): views such
+as a GRU's ``unsafe_split``, packing a padded sequence, and reading a scalar
+(``x.item()``, ``if x.sum() > 0``)."""
 
 CREATES = _names("""empty emptylike emptystrided zeros zeroslike ones oneslike full fulllike
     rand randlike randn randnlike bernoulli arange range newempty newzeros newones newfull

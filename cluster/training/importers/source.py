@@ -13,6 +13,7 @@ from pathlib import Path
 
 from cluster.errors import UserError, quoted
 from cluster.training.importers.torch_factory import build_module_and_sample, split_spec
+from cluster.training.importers.torch_import import check_input_shape
 from cluster.training.workloads.layers import Workload
 from cluster.training.workloads.workload_yaml import MAX_NAME_CHARS, to_yaml
 
@@ -36,6 +37,11 @@ def import_model(model: str, input_shape: tuple[int, ...] | None, name: str | No
     the sample input the factory returns beside its module) or an ONNX file
     (``input_shape`` fixes a symbolic batch)."""
     title = name or default_name(model)
+    if input_shape is not None:  # a zero or a typo: refused before the factory is loaded
+        input_shape = check_input_shape(input_shape)
+    if not is_factory_spec(model) and model.lower().endswith(".py"):
+        raise UserError(f"{quoted(model)} is a Python file: name the function in it that "
+                        f"returns the model, as {model}:FACTORY")
     if is_factory_spec(model):
         module, sample = build_module_and_sample(model)
         if input_shape is None and sample is None:

@@ -41,6 +41,12 @@ def require_module(name: str) -> ModuleType:
         ) from None
 
 
+def a_type(value: object) -> str:
+    """``'an int'``, ``'a list'``: the type of ``value`` with its article."""
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 def one_line(error: BaseException) -> str:
     """An exception's message on one line: ``ValueError: bad shape``."""
     text = " ".join(str(error).split())
@@ -111,7 +117,7 @@ def load_factory(spec: str) -> Callable[..., Any]:
     factory = getattr(module, name)
     if not callable(factory):
         raise UserError(
-            f"{quoted(name)} in {quoted(str(path))} is a {type(factory).__name__}, "
+            f"{quoted(name)} in {quoted(str(path))} is {a_type(factory)}, "
             "not a function returning a torch.nn.Module"
         )
     return factory
@@ -142,7 +148,7 @@ def build_module_and_sample(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]
                             "a tensor or a tuple of tensors")
     if not isinstance(built, torch_module.nn.Module):
         raise UserError(
-            f"factory {spec} returned a {type(built).__name__}, not a torch.nn.Module "
+            f"factory {spec} returned {a_type(built)}, not a torch.nn.Module "
             "(or a (module, sample input) pair)"
         )
     return built, sample

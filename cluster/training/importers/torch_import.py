@@ -20,11 +20,21 @@ or arithmetic). Three PyTorch mechanisms watch it:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cluster.errors import UserError
+from cluster.training.importers.forward_memory import check_forward_fits
 from cluster.training.importers.grouping import Span, Trace, Unit, finish_import
+from cluster.training.importers.notes import (
+    FORMAT_PRICED_AS,
+    NumberFormatWarning,
+    UnusedParametersWarning,
+    format_message,
+    unused_message,
+    unused_modules,
+)
 from cluster.training.importers.op_costs import (
     CREATES,
     FREE,
@@ -35,6 +45,11 @@ from cluster.training.importers.op_costs import (
     normal_name,
     per_element_flops,
     stronger,
+)
+from cluster.training.importers.recurrent import (
+    recurrent_flops,
+    torch_positions,
+    torch_recurrent,
 )
 from cluster.training.importers.torch_factory import one_line, require_torch
 from cluster.training.workloads.layers import DType, LayerKind, Workload
@@ -51,8 +66,9 @@ def check_input_shape(shape: Sequence[int]) -> tuple[int, ...]:
     dims = tuple(shape)
     if not 1 <= len(dims) <= MAX_INPUT_DIMENSIONS or any(
             isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
-        raise UserError(f"input shape {dims!r} must be 1 to {MAX_INPUT_DIMENSIONS} whole "
-                        "numbers of 1 or more, batch first, e.g. 1,3,224,224")
+        raise UserError(f"input shape {','.join(map(str, dims))} must be 1 to "
+                        f"{MAX_INPUT_DIMENSIONS} whole numbers of 1 or more, batch first, "
+                        "e.g. 1,3,224,224")
     elements = 1
     for size in dims:
         elements *= size
@@ -71,8 +87,18 @@ def _dtype_of(module: torch.nn.Module, torch_module: Any) -> Any:
 
 
 def _partials(dtype: Any, torch_module: Any) -> DType:
+    """The IPU format a torch dtype is priced in; bfloat16 and float64 with a note."""
+    shown = str(dtype).removeprefix("torch.")
+    if shown in FORMAT_PRICED_AS:
+        warnings.warn(format_message(shown), NumberFormatWarning, stacklevel=4)
     return DType.FLOAT16 if dtype in (torch_module.float16, torch_module.bfloat16) \
         else DType.FLOAT32
+
+
+def _nbytes(tensor: Any) -> int:
+    """A tensor's bytes as priced: a float64 one as float32 (the IPU's widest)."""
+    size = 4 if str(tensor.dtype) == "torch.float64" else tensor.element_size()
+    return int(tensor.numel()) * size
 
 
 class _Recorder:
@@ -88,6 +114,7 @@ class _Recorder:
         self.alive: list[Any] = []  # keeps traced tensors, so that their ids stay theirs
         self.stashed: set[int] = set()
         self.frames: list[tuple[str, Any, bool]] = []  # (path, module, starts a unit)
+        self.recurrent_frames: list[bool] = []  # per frame: a recurrent module's
 
     def unit(self) -> Unit:
         if not self.trace.units:
@@ -97,20 +124,42 @@ class _Recorder:
     def scopes(self) -> tuple[str, ...]:
         return tuple(path for path, _, _ in self.frames if path)
 
-    def enter(self, path: str, module: Any) -> None:
+    def enter(self, path: str, module: Any, args: tuple[Any, ...]) -> None:
         """A module's forward begins: a new unit if it is a leaf or an attention module
-        not already inside one."""
+        not already inside one; a recurrent module is priced whole, from its sizes."""
         inside = any(starts or is_fused(type(m).__name__) for _, m, starts in self.frames)
         name = type(module).__name__
         starts = not inside and (is_fused(name) or not any(True for _ in module.children()))
         if starts:
             kind = class_kind(name) or LayerKind.ELEMENTWISE
             self.trace.units.append(Unit(path or name, kind, scopes=self.scopes()))
+        recurrent = torch_recurrent(module) is not None
+        if recurrent and not self.in_recurrent():
+            self.recurrent(module, args)
         self.frames.append((path, module, starts))
+        self.recurrent_frames.append(recurrent)
+
+    def recurrent(self, module: Any, args: tuple[Any, ...]) -> None:
+        """Price an LSTM, GRU or RNN by its gate formulas (:mod:`.recurrent`); the ops
+        it runs are then not priced one by one."""
+        layer = torch_recurrent(module)
+        assert layer is not None
+        positions = torch_positions(args[0], layer) if args else None
+        unit = self.unit()
+        if positions is None:
+            self.trace.not_counted(type(module).__name__)
+            return
+        unit.forward_flops += recurrent_flops(layer, positions)
+        unit.kind = stronger(unit.kind, LayerKind.DENSE)
+
+    def in_recurrent(self) -> bool:
+        """Inside a recurrent module: its FLOPs are counted whole, on entry."""
+        return any(self.recurrent_frames)
 
     def leave(self) -> None:
         """A module's forward ended (or raised)."""
         self.frames.pop()
+        self.recurrent_frames.pop()
 
     def in_unit_module(self) -> bool:
         return any(starts for _, _, starts in self.frames)
@@ -122,7 +171,7 @@ class _Recorder:
     def produce(self, tensor: Any, index: int) -> None:
         if id(tensor) in self.constants:
             return
-        span = Span(tensor.numel() * tensor.element_size(), index, index)
+        span = Span(_nbytes(tensor), index, index)
         self.trace.spans.append(span)
         self.spans[id(tensor)] = span
         self.alive.append(tensor)
@@ -135,7 +184,8 @@ class _Recorder:
         if not self.in_unit_module() and name not in FREE:
             self.functional_unit(name, activations, outputs)
         unit, index = self.unit(), len(self.trace.units) - 1
-        flops, kind = self.flops(func, name, args, kwargs, out, inputs, outputs)
+        flops, kind = (0, LayerKind.ELEMENTWISE) if self.in_recurrent() else \
+            self.flops(func, name, args, kwargs, out, inputs, outputs)
         if name not in CREATES and any(id(t) in self.derived for t in inputs):
             self.derived.update(id(t) for t in outputs)
         else:  # a dropout mask made and scaled, num_batches_tracked += 1: not the network
@@ -196,7 +246,7 @@ class _Recorder:
                 and id(base) not in self.params:
             self.stashed.add(id(base))
             self.alive.append(base)
-            self.unit().stashed_bytes += base.numel() * base.element_size()
+            self.unit().stashed_bytes += _nbytes(base)
         return tensor
 
 
@@ -226,7 +276,7 @@ def _run(module: torch.nn.Module, sample: tuple[Any, ...], recorder: _Recorder) 
     handles = []
     for path, child in module.named_modules():
         handles.append(child.register_forward_pre_hook(
-            lambda m, _args, path=path: recorder.enter(path, m)))
+            lambda m, args, path=path: recorder.enter(path, m, args)))
         handles.append(child.register_forward_hook(
             lambda _m, _args, _out: recorder.leave(), always_call=True))
     for tensor in sample:
@@ -244,13 +294,30 @@ def _run(module: torch.nn.Module, sample: tuple[Any, ...], recorder: _Recorder) 
 
 
 def _random_sample(module: torch.nn.Module, shape: tuple[int, ...], integer_input: bool,
-                   torch: Any) -> tuple[Any, ...]:
-    """A random input of ``shape`` on the module's device: floats in its number format,
-    or token ids 0 and 1."""
-    device = next((p.device for p in module.parameters()), torch.device("cpu"))
+                   torch: Any, device: Any = None) -> tuple[Any, ...]:
+    """A random input of ``shape`` on ``device`` (default: the module's): floats in its
+    number format, or token ids 0 and 1."""
+    device = device or next((p.device for p in module.parameters()), torch.device("cpu"))
     if integer_input:
         return (torch.randint(0, 2, shape, device=device),)
     return (torch.randn(shape, device=device, dtype=_dtype_of(module, torch)),)
+
+
+def _checked_sample(module: torch.nn.Module, input_shape: Sequence[int] | None,
+                    integer_input: bool, sample: tuple[Any, ...] | None,
+                    torch: Any) -> tuple[Any, ...]:
+    """``sample``, or a random one of ``input_shape``, once the traced forward on it is
+    known to fit in memory (:mod:`.forward_memory`)."""
+    if sample is not None:
+        meta = tuple(torch.empty_like(t, device="meta") for t in sample)
+        check_forward_fits(module, meta, False, torch)
+        return sample
+    if input_shape is None:
+        raise UserError("give the input's shape (--input-shape, batch first) or a sample")
+    shape = check_input_shape(input_shape)
+    meta = _random_sample(module, shape, integer_input, torch, torch.device("meta"))
+    check_forward_fits(module, meta, True, torch)
+    return _random_sample(module, shape, integer_input, torch)
 
 
 def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int] | None,
@@ -261,10 +328,7 @@ def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int] | Non
     ``input_shape`` (token ids 0 and 1 if ``integer_input``). The batch is the first
     dimension of the first input. A failing forward is a UserError."""
     torch = require_torch()
-    if sample is None:
-        if input_shape is None:
-            raise UserError("give the input's shape (--input-shape, batch first) or a sample")
-        sample = _random_sample(module, check_input_shape(input_shape), integer_input, torch)
+    sample = _checked_sample(module, input_shape, integer_input, sample, torch)
     shape = tuple(sample[0].shape) or (1,)
     buffers = {name: b.detach().clone() for name, b in module.named_buffers()}
     was_training = module.training
@@ -281,7 +345,10 @@ def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int] | Non
         with torch.no_grad():
             for name, value in module.named_buffers():
                 value.copy_(buffers[name])
-    recorder.trace.input_bytes = sum(t.numel() * t.element_size() for t in sample)
+    recorder.trace.input_bytes = sum(_nbytes(t) for t in sample)
+    unused = unused_modules(module, set(recorder.params))
+    if unused:
+        warnings.warn(unused_message(unused), UnusedParametersWarning, stacklevel=3)
     return recorder.trace.per_sample(shape[0]), _partials(_dtype_of(module, torch), torch)
 
 

@@ -51,7 +51,9 @@ class Layer:
     """One layer, per sample: ``forward_flops`` (a multiply-add counts 2),
     ``output_bytes`` (the activation it hands the next layer, what crosses a pipeline
     stage boundary after it) and ``stashed_bytes`` (what its backward pass needs kept from
-    the forward: the memory recomputation saves)."""
+    the forward: the memory recomputation saves). ``uncounted_ops``: ops an importer met
+    in this layer without knowing their FLOPs (taken as 0), so that whoever prices the
+    layer can say its compute is short."""
 
     name: str
     kind: LayerKind
@@ -59,6 +61,7 @@ class Layer:
     forward_flops: int
     output_bytes: int
     stashed_bytes: int
+    uncounted_ops: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for field in ("parameters", "forward_flops", "output_bytes", "stashed_bytes"):
@@ -102,6 +105,11 @@ class Workload:
     def parameter_count(self) -> int:
         """Parameters of the whole network."""
         return sum(layer.parameters for layer in self.layers)
+
+    @property
+    def uncounted(self) -> dict[str, tuple[str, ...]]:
+        """Layer name -> the ops in it whose FLOPs are unknown, for the layers with any."""
+        return {layer.name: layer.uncounted_ops for layer in self.layers if layer.uncounted_ops}
 
     @property
     def forward_flops(self) -> int:

@@ -1,4 +1,4 @@
-"""Workload files: :func:`load_workload` reads a ``version: 1`` YAML file,
+"""Workload files: :func:`load_workload` reads a ``version: 1`` or ``2`` YAML file,
 :func:`to_yaml` writes one that reads back equal.
 
 The format (``docs/workloads.md``; ``examples/workloads/`` has files)::
@@ -18,11 +18,15 @@ The format (``docs/workloads.md``; ``examples/workloads/`` has files)::
       - {name: "block{i}", kind: dense, parameters: 72, forward_flops: 128,
          output_bytes: 32, stashed_bytes: 32}
 
-A single layer may carry ``repeat: N`` too. Files are at most 4 MiB, 10,000 layers once
-repeats are expanded; counts are whole numbers within the bounds below; YAML aliases
-(``*name``) are refused, so a small file cannot expand into a huge one. Every mistake is a
-:class:`SpecError` naming the file, the field (``layers[3].parameters``) and what to
-write instead: never a traceback.
+A single layer may carry ``repeat: N`` too. Version 2 adds one optional field per layer,
+``uncounted_ops: [cumsum]``: the ops an importer met in it without knowing their FLOPs
+(taken as 0), which ``train`` names; :func:`to_yaml` writes version 1 unless a layer
+has such ops, so that a file without them reads in an older ipupod too.
+
+Files are at most 4 MiB, 10,000 layers once repeats are expanded; counts are whole numbers
+within the bounds below; YAML aliases (``*name``) are refused, so a small file cannot
+expand into a huge one. Every mistake is a :class:`SpecError` naming the file, the field
+(``layers[3].parameters``) and what to write instead: never a traceback.
 """
 
 from __future__ import annotations
@@ -45,7 +49,9 @@ from cluster.model.strict_yaml import (
 )
 from cluster.training.workloads.layers import DType, Layer, LayerKind, Workload
 
-VERSIONS = (1,)
+VERSIONS = (1, 2)
+UNCOUNTED_VERSION = 2  # the first version with a layer's uncounted_ops
+MAX_UNCOUNTED_OPS = 100  # per layer
 MAX_LAYERS = 10_000  # after repeats: a typo like 100000000 fails instead of eating memory
 MAX_NAME_CHARS = 200
 MAX_DESCRIPTION_CHARS = 10_000
@@ -62,10 +68,13 @@ _TOP_REQUIRED = ("version", "name", "input_bytes", "layers")
 _TOP_OPTIONAL = ("description", "weight_dtype", "gradient_dtype", "partials_dtype",
                  "optimizer_values_per_parameter")
 _COUNTER = "{i}"
+UNCOUNTED_FIELD = "uncounted_ops"
 
 
 class _Reader(FieldReader):
-    """The workload file's checks, on top of the shared ones."""
+    """The workload file's checks, on top of the shared ones; ``version``: the file's."""
+
+    version = VERSIONS[0]
 
     def whole(self, value: Any, path: str, high: int, low: int = 0) -> int:
         """A whole number from ``low`` to ``high``; an integral float such as 1.5e+9 too."""
@@ -98,9 +107,22 @@ class _Reader(FieldReader):
         return choices(value)
 
 
+def _uncounted(r: _Reader, value: Any, path: str) -> tuple[str, ...]:
+    """A layer's ``uncounted_ops``: a list of op names, in a version 2 file."""
+    if r.version < UNCOUNTED_VERSION:
+        r.fail(path, f"this field needs 'version: {UNCOUNTED_VERSION}' at the top of the file")
+    if not isinstance(value, list) or len(value) > MAX_UNCOUNTED_OPS:
+        r.fail(path, f"expected a list of at most {MAX_UNCOUNTED_OPS} op names, got "
+                     f"{show(value)}")
+    return tuple(r.text(op, f"{path}[{k}]") for k, op in enumerate(value))
+
+
 def _layer(r: _Reader, entry: dict[str, Any], path: str, name: str) -> Layer:
     counts = {key: r.whole(entry[key], f"{path}.{key}", high) for key, high in _BOUNDS.items()}
-    return Layer(name=name, kind=r.choice(entry["kind"], f"{path}.kind", LayerKind), **counts)
+    uncounted = (_uncounted(r, entry[UNCOUNTED_FIELD], f"{path}.{UNCOUNTED_FIELD}")
+                 if UNCOUNTED_FIELD in entry else ())
+    return Layer(name=name, kind=r.choice(entry["kind"], f"{path}.kind", LayerKind),
+                 uncounted_ops=uncounted, **counts)
 
 
 def _expand(r: _Reader, entry: Any, path: str) -> list[Layer]:
@@ -129,7 +151,8 @@ def _expand(r: _Reader, entry: Any, path: str) -> list[Layer]:
 def _checked(r: _Reader, entry: Any, path: str, in_group: bool) -> dict[str, Any]:
     """A layer mapping whose name has ``{i}`` exactly when it is repeated (in a group,
     or by its own ``repeat``)."""
-    entry = r.fields(entry, path, LAYER_FIELDS, () if in_group else ("repeat",))
+    entry = r.fields(entry, path, LAYER_FIELDS,
+                     (UNCOUNTED_FIELD,) if in_group else ("repeat", UNCOUNTED_FIELD))
     name = r.text(entry["name"], f"{path}.name")
     repeated = in_group or "repeat" in entry
     if repeated and _COUNTER not in name:
@@ -146,8 +169,10 @@ def _workload(r: _Reader, data: Any) -> Workload:
     if isinstance(data, dict) and "version" in data and (
             isinstance(data["version"], bool) or data["version"] not in VERSIONS):
         r.fail("version", f"supported versions: {', '.join(map(str, VERSIONS))} (got "
-                          f"{show(data['version'])}): write 'version: 1'")
+                          f"{show(data['version'])}): write 'version: 1' (2 for a layer's "
+                          f"{UNCOUNTED_FIELD})")
     top = r.fields(data, "", _TOP_REQUIRED, _TOP_OPTIONAL)
+    r.version = top["version"]
     if "description" in top:
         r.text(top["description"], "description", MAX_DESCRIPTION_CHARS, lines=True)
     entries = top["layers"]
@@ -202,20 +227,39 @@ def _parsed(text: str, shown: str) -> Workload:
     return parse_workload(text, shown)  # a Workload is frozen: safe to share
 
 
+class _OneLine(dict[str, Any]):
+    """A mapping :func:`to_yaml` writes on one line (a layer), whatever it holds."""
+
+
+class _Dumper(yaml.SafeDumper):
+    """YAML's safe dumper, writing a :class:`_OneLine` in flow style."""
+
+
+_Dumper.add_representer(_OneLine, lambda dumper, data: dumper.represent_mapping(
+    "tag:yaml.org,2002:map", data, flow_style=True))
+
+
+def _layer_data(layer: Layer) -> dict[str, Any]:
+    data = _OneLine(name=layer.name, kind=layer.kind.value,
+                    **{key: getattr(layer, key) for key in _BOUNDS})
+    if layer.uncounted_ops:
+        data[UNCOUNTED_FIELD] = list(layer.uncounted_ops)
+    return data
+
+
 def to_yaml(workload: Workload, comment: str = "") -> str:
-    """``workload`` as a version 1 file, one layer a line, that reads back equal;
-    ``comment`` (lines of text) goes on top after ``# ``."""
-    data = {"version": VERSIONS[-1], "name": workload.name, "input_bytes": workload.input_bytes,
+    """``workload`` as a version 1 file (2 if a layer has ``uncounted_ops``), one layer a
+    line, that reads back equal; ``comment`` (lines of text) goes on top after ``# ``."""
+    version = UNCOUNTED_VERSION if workload.uncounted else VERSIONS[0]
+    data = {"version": version, "name": workload.name, "input_bytes": workload.input_bytes,
             "weight_dtype": workload.weight_dtype.value,
             "gradient_dtype": workload.gradient_dtype.value,
             "partials_dtype": workload.partials_dtype.value,
             "optimizer_values_per_parameter": workload.optimizer_values_per_parameter,
-            "layers": [{"name": layer.name, "kind": layer.kind.value,
-                        **{key: getattr(layer, key) for key in _BOUNDS}}
-                       for layer in workload.layers]}
+            "layers": [_layer_data(layer) for layer in workload.layers]}
     head = "".join(f"# {line}\n" for line in comment.splitlines())
-    return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=1000,
-                                 allow_unicode=True)
+    return head + yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=None,
+                            width=1000, allow_unicode=True)
 
 
 def dump_workload(workload: Workload, path: str | os.PathLike[str], comment: str = "") -> None:
