@@ -99,6 +99,8 @@ def spans_file(tmp_path, content):
      "c.png", "a finite number of 0 or more"),
     ('{"traceEvents": [{"ph": "X", "name": "a", "ts": -Infinity, "dur": 1, "pid": 1}]}',
      "c.png", "ts must be a finite number"),
+    ('{"traceEvents": [{"ph": "X", "name": "a", "ts": 0, "dur": 1, "pid": "x"}]}',
+     "c.png", "pid or tid that is not a number"),
     ('{"traceEvents": [{"ph": "X", "name": "a", "ts": 0, "dur": 1, "pid": 1}]}',
      "c.jpg", "end it in .png, .svg or .pdf"),
     ('{"traceEvents": [{"ph": "X", "name": "a", "ts": 0, "dur": 1, "pid": 1}]}',

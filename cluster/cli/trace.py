@@ -116,8 +116,8 @@ def rows_of(document: Mapping[str, Any]) -> tuple[list[Row], str]:
                 span = (float(event["ts"]), float(event["dur"]), str(event.get("name", "")))
                 key = (int(event.get("pid", 0)), int(event.get("tid", 0)))
             except (KeyError, TypeError, ValueError):
-                raise UserError(f"a span of the trace has no number ts or dur: "
-                                f"{quoted(event)}") from None
+                raise UserError(f"a span of the trace has a ts, dur, pid or tid that is not "
+                                f"a number: {quoted(event)}") from None
             by_track.setdefault(key, []).append(span)
     keys = sorted(set(tracks) | set(by_track))
     by_process: dict[int, list[int]] = {}
