@@ -175,8 +175,10 @@ def draw(document: Mapping[str, Any], out: Path, clock: str | None = None) -> No
             raise UserError(f"--clock {clock}: the trace holds no spans on the {clock} clock "
                             f"(it has {' and '.join(panels) or 'none'})")
         panels = {clock: panels[clock]}
-    charts: list[tuple[Mapping[str, Any], list[Row], str]] = (
-        [(part, *rows_of(part)) for part in panels.values()] or [(document, [], "")])
+    if not panels:
+        raise UserError("the trace holds no spans: nothing to draw")
+    charts: list[tuple[Mapping[str, Any], list[Row], str]] = [
+        (part, *rows_of(part)) for part in panels.values()]
     heights = [1.2 + 0.28 * max(len(rows), 1) for _, rows, _ in charts]
     fig, axes = plt.subplots(len(charts), 1, figsize=(12, 0.3 + sum(heights)), squeeze=False,
                              gridspec_kw={"height_ratios": heights})
