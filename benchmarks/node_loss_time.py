@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -33,7 +34,8 @@ NODE_IPS = ("127.0.0.3", "127.0.0.4")
 def measure() -> dict[str, Any]:
     """Seconds from the call to the failure of an allreduce whose server's node is gone."""
     os.environ.setdefault("RAY_AUTH_MODE", "token")  # as the project's Ray runs
-    os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="nl", dir="/tmp"))  # short
+    made = "" if "RAY_TMPDIR" in os.environ else tempfile.mkdtemp(prefix="nl", dir="/tmp")
+    os.environ.setdefault("RAY_TMPDIR", made)  # short: Ray's socket paths
     import ray
     from ray.cluster_utils import Cluster
 
@@ -64,6 +66,8 @@ def measure() -> dict[str, Any]:
     finally:
         ray.shutdown()
         cluster.shutdown()
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
     return {"seconds": round(seconds, 2), "lost_node_ip": ip, "message": message}
 
 
