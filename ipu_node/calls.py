@@ -22,20 +22,34 @@ import ray
 
 from cluster.errors import ScheduleError, UserError
 from ipu_node.answers import HealthState
-from ipu_node.device_errors import DeviceDied, DeviceError, DeviceRestarting
+from ipu_node.device_errors import DeviceDied, DeviceError, DeviceRestarting, NodeLost
 from ipu_node.device_spec import DeviceSpec, describe
 
 ABORT_GRACE_SECONDS = 2.0  # after a failure: how long the other devices get to stop
+NODE_CHECK_SECONDS = 1.0  # a late answer: how long before asking whether its node is gone
+LostNodes = Callable[[list[int]], str]  # devices (indices) -> the line naming their lost nodes
 
 
-def wait_all(refs: list, specs: Sequence[DeviceSpec], deadline_seconds: float, what: str) -> list:
+def wait_all(refs: list, specs: Sequence[DeviceSpec], deadline_seconds: float, what: str,
+             lost: LostNodes | None = None) -> list:
     """The answers of ``refs`` (one per device of ``specs``), within ``deadline_seconds``; a late
     device is a DeviceError, a restarting one DeviceRestarting, a dead one DeviceError,
-    each naming the device."""
-    _, pending = ray.wait(refs, num_returns=len(refs), timeout=deadline_seconds)
-    if pending:
-        late = [specs[refs.index(r)].name for r in pending]
-        raise DeviceError(f"{what}: no answer within {deadline_seconds:g} s from {', '.join(late)}")
+    each naming the device. With ``lost``, devices still silent after
+    :data:`NODE_CHECK_SECONDS` (and every as long after) are checked against their Ray
+    nodes: a device whose node is gone will not answer in time, and :class:`NodeLost`
+    names the node at once instead of waiting out the deadline."""
+    index_of = {ref: i for i, ref in enumerate(refs)}
+    pending, limit = list(refs), time.monotonic() + deadline_seconds
+    while pending:
+        step = max(0.0, limit - time.monotonic())
+        _, pending = ray.wait(pending, num_returns=len(pending),
+                              timeout=step if lost is None else min(step, NODE_CHECK_SECONDS))
+        late = ", ".join(specs[index_of[r]].name for r in pending)
+        if pending and time.monotonic() >= limit:
+            raise DeviceError(f"{what}: no answer within {deadline_seconds:g} s from {late}")
+        note = lost([index_of[r] for r in pending]) if pending and lost else ""
+        if note:
+            raise NodeLost(f"{note}: {what}: no answer from {late}")
     results = []
     for spec, ref in zip(specs, refs):
         try:

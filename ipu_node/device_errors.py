@@ -23,3 +23,9 @@ class DeviceRestarting(DeviceError):
 
 class DeviceDied(DeviceError):
     """A device's actor died while it ran its part of a collective."""
+
+
+class NodeLost(DeviceError):
+    """The Ray node a device runs on is gone: the message names the node and its devices,
+    which answer again only once Ray places them anew (on a node with room, or on the
+    node when it returns)."""

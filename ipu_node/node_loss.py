@@ -68,7 +68,9 @@ def with_lost_nodes(error: DeviceError, specs: Sequence[DeviceSpec],
     as it was."""
     if len(nodes) != len(specs):
         return error
-    notes = sorted(set(loss_notes(specs, nodes, node_ips, range(len(specs))).values()))
+    notes = [note for note in sorted(set(loss_notes(specs, nodes, node_ips,
+                                                    range(len(specs))).values()))
+             if note not in str(error)]  # a wait that named the node already says so
     return type(error)(f"{'; '.join(notes)}: {error}") if notes else error  # the cause first
 
 

@@ -15,6 +15,7 @@ composed of parts, each testable on its own:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,14 +156,17 @@ class EmulatedPod:
             raise UserError(f"give one array per IPU: {len(targets)} IPUs, {len(arrays)} arrays")
         refs = [self.actors[self.owner[ipu]].put.remote(ipu, name, np.asarray(array))
                 for ipu, array in zip(targets, arrays)]
-        wait_all(refs, [self.specs[self.owner[i]] for i in targets], TENSOR_DEADLINE_SECONDS, "put")
+        devices = [self.owner[ipu] for ipu in targets]
+        wait_all(refs, [self.specs[d] for d in devices], TENSOR_DEADLINE_SECONDS, "put",
+                 self._lost_among(devices))
 
     def get(self, name: str, ipus: list[int] | None = None) -> list[np.ndarray]:
         """Tensor ``name`` from each IPU of ``ipus`` (every IPU by default)."""
         targets = list(range(self.topology.ipu_count)) if ipus is None else list(ipus)
         refs = [self.actors[self.owner[ipu]].get.remote(ipu, name) for ipu in targets]
-        return wait_all(refs, [self.specs[self.owner[i]] for i in targets], TENSOR_DEADLINE_SECONDS,
-                        "get")
+        devices = [self.owner[ipu] for ipu in targets]
+        return wait_all(refs, [self.specs[d] for d in devices], TENSOR_DEADLINE_SECONDS, "get",
+                        self._lost_among(devices))
 
     def tensor_info(self, name: str, deadline_seconds: float = 30.0,
                     ipus: list[int] | None = None) -> dict[int, tuple[tuple[int, ...], str]]:
@@ -181,7 +185,12 @@ class EmulatedPod:
         indices = sorted(per_device)
         refs = [getattr(self.actors[i], method).remote(*per_device[i]) for i in indices]
         return dict(zip(indices, wait_all(refs, [self.specs[i] for i in indices], deadline_seconds,
-                                          method)))
+                                          method, self._lost_among(indices))))
+
+    def _lost_among(self, devices: list[int]) -> Callable[[list[int]], str]:
+        """For a wait on ``devices`` (a call each): the line naming the lost Ray nodes of
+        those still silent (positions in ``devices``), so a gone node is named at once."""
+        return lambda silent: self.roster.lost_nodes([devices[i] for i in silent])
 
     def collective(self, collective: str, inputs: list[np.ndarray] | str,
                    **options: Any) -> CollectiveResult:

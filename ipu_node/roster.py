@@ -20,8 +20,9 @@ from cluster.errors import UserError
 from cluster.model.link_faults import LinkFault
 from ipu_node.answers import DeviceInfo, DeviceStats, IpuCounters, add_counters, zero_counters
 from ipu_node.calls import settle, succeeded, wait_all
-from ipu_node.device_errors import DeviceError, DeviceRestarting
+from ipu_node.device_errors import DeviceError, DeviceRestarting, NodeLost
 from ipu_node.device_spec import DeviceSpec
+from ipu_node.node_loss import loss_notes
 from ipu_node.node_placement import peer_addresses
 from ipu_node.ownership import Ownership
 
@@ -83,7 +84,8 @@ class Roster:
     def ask(self, method: str, deadline_seconds: float, indices: list[int] | None = None,
             *args: Any) -> dict[int, Any]:
         """``method(*args)`` of devices ``indices`` (all by default), by device index,
-        waiting out restarts up to ``deadline_seconds``."""
+        waiting out restarts up to ``deadline_seconds``, unless the Ray node of a device
+        that is silent or restarting is gone (:class:`NodeLost`, at once)."""
         chosen = list(range(len(self.actors))) if indices is None else list(indices)
         limit = time.monotonic() + deadline_seconds
         restarting: DeviceRestarting | None = None
@@ -91,18 +93,34 @@ class Roster:
             try:
                 answers = wait_all([getattr(self.actors[i], method).remote(*args)
                                     for i in chosen], [self.specs[i] for i in chosen],
-                                   max(0.1, limit - time.monotonic()), method)
+                                   max(0.1, limit - time.monotonic()), method,
+                                   lambda silent: self.lost_nodes([chosen[i] for i in silent]))
                 return dict(zip(chosen, answers))
             except DeviceRestarting as error:
                 restarting = error
+                note = self.lost_nodes(chosen)
+                if note:
+                    raise NodeLost(f"{note}: {error}") from None
                 if time.monotonic() >= limit:
                     raise
                 time.sleep(RESTART_POLL_SECONDS)
+            except NodeLost:
+                raise
             except DeviceError:
                 if restarting is None:
                     raise
                 raise DeviceRestarting(f"{restarting} (still not back after {deadline_seconds:g} s)"
                                        ) from None
+
+    def lost_nodes(self, indices: list[int]) -> str:
+        """The line naming each lost Ray node among those of devices ``indices`` and every
+        device on it (:func:`~ipu_node.node_loss.loss_notes`); empty when none is lost,
+        and on a single node (where Ray is not asked)."""
+        with self.lock:
+            nodes, node_ips = list(self.nodes), list(self.node_ips)
+        if len(nodes) != len(self.specs):
+            return ""
+        return "; ".join(sorted(set(loss_notes(self.specs, nodes, node_ips, indices).values())))
 
     def rejoin(self, answers: dict[int, Any], faults: dict[int, LinkFault], version: int,
                deadline_seconds: float = REWIRE_DEADLINE_SECONDS) -> None:

@@ -84,6 +84,16 @@ class WallRecorder:
             at = self.mark(track, name(item), at)
             yield item
 
+    def marking(self, on_step: Callable[[int, int], None]) -> Callable[[int, int], None]:
+        """``on_step(step, total)``, which also marks each step as a driver span (track
+        ``steps``) from the previous one's end (the first from :meth:`start`)."""
+        last = [self.origin_ns]
+
+        def marked(step: int, total: int) -> None:
+            last[0] = self.mark("steps", f"step {step}", last[0], step=step)
+            on_step(step, total)
+        return marked
+
     def stop(self, pod: Pod) -> None:
         """Take every actor's spans (recording stops). A failure is kept, not raised: it is
         said in the trace, and the run's own error, if any, is the one reported."""

@@ -73,6 +73,28 @@ pod.shutdown()
 print(json.dumps(report))
 """
 
+# launches a POD, says where server s1 runs, waits for a line on stdin (its node is stopped
+# meanwhile), then starts a collective and prints how it failed
+AFTER_LOSS_DRIVER = """
+import json, sys, time
+import numpy as np
+from ipu_node.device_errors import DeviceError
+from ipu_node.pod import EmulatedPod
+pod = EmulatedPod.launch("dss8440x2", ray_address=sys.argv[1])
+inputs = [np.full(256, i, dtype=np.float32) for i in range(32)]
+pod.collective("allreduce", inputs)
+s1 = next(i for i, spec in enumerate(pod.specs) if spec.name.startswith("s1."))
+print(json.dumps({"node": pod.node_of(s1)}), flush=True)
+sys.stdin.readline()
+started = time.monotonic()
+try:
+    pod.collective("allreduce", inputs)
+    message = "it succeeded"
+except DeviceError as error:
+    message = str(error)
+print(json.dumps({"message": message, "seconds": time.monotonic() - started}), flush=True)
+"""
+
 
 @dataclass
 class RayCluster:
@@ -277,3 +299,27 @@ def test_service_names_nodes_survives_losing_one_and_heals_when_it_returns(ray_c
     moved = client.call("ListDevices", control_pb2.ListDevicesRequest()).devices
     assert {d.node_id for d in moved if d.partition == "right"} != {right_id}  # a new node
     print(f"node loss named after {named_seconds:.1f} s; the bench said: {err.strip()}")
+
+
+def test_a_collective_started_after_a_node_is_gone_names_the_lost_node(ray_cluster):
+    driver = subprocess.Popen([sys.executable, "-c", AFTER_LOSS_DRIVER, ray_cluster.address],
+                              cwd=ROOT, env=ray_cluster.env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = next((line for line in driver.stdout if line.startswith('{"node"')), "")
+        assert line, driver.communicate(timeout=60)[1][-3000:]
+        node_id, node_ip = json.loads(line)["node"]
+        ray_cluster.stop(node_ip)  # gone before the collective starts
+        out, err = driver.communicate("go\n", timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        for ip in WORKER_IPS:
+            if ip not in ray_cluster.nodes:
+                ray_cluster.start_worker(ip)  # the next tests have both workers again
+    assert driver.returncode == 0, err[-3000:]
+    failed = json.loads(out.strip().splitlines()[-1])
+    assert failed["message"].startswith(
+        f"node {node_id} ({node_ip}) lost: cards s1.card0..s1.card7; host s1.host: "), failed
+    print(f"a collective started after node {node_id} was lost failed after "
+          f"{failed['seconds']:.2f} s: {failed['message']}")

@@ -10,15 +10,20 @@ import sys
 import textwrap
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 
 from cluster.errors import UserError
+from cluster.model.trace import BOTH_CLOCKS
 from cluster.training.config import TrainConfig
 from cluster.training.placement import topology_for
+from cluster.training.step_trace import STEP
 from cluster.training.trainer import train
 from cluster.training.workloads import Workload, workload
 from cluster.training.workloads.layers import Layer, LayerKind
+from ipu_node.wall_trace import CARDS, DRIVER
+from tests.test_trace import SCHEMA
 
 torch = pytest.importorskip("torch")
 
@@ -206,11 +211,15 @@ def test_a_bad_model_or_option_is_one_line_and_exit_2(factories, factory, extra,
     assert words in err and "Traceback" not in err
 
 
-def test_the_train_command_trains_a_torch_factory_and_prints_the_documented_json(factories,
-                                                                                ipupod_here):
+def test_the_train_command_trains_a_torch_factory_prints_the_json_and_traces_both_clocks(
+        factories, ipupod_here, tmp_path):
+    """One run for both (a run costs the most here): the documented JSON, and the trace
+    `--trace` writes of the real run: the priced step on the simulated clock, what the
+    driver and the cards did on the wall clock."""
+    path = tmp_path / "torch.json"
     run = ipupod_here("train", "--torch", f"{factories}:small_cnn", "--sample-shape", "3,8,8",
                       "--servers", "2", "--replicas-per-server", "1", "--steps", "2",
-                      "--micro-batch", "4", "--check", "--json")
+                      "--micro-batch", "4", "--check", "--json", "--trace", str(path))
     assert run.returncode == 0, run.stderr[-2000:]
     record = json.loads(run.stdout)
     assert record["replicas_identical"] is True and record["reference_max_rel_error"] < 1e-5
@@ -218,6 +227,20 @@ def test_the_train_command_trains_a_torch_factory_and_prints_the_documented_json
     assert record["sim_step_seconds"] > 0 and record["wall_step_seconds"] > 0
     assert all(step.keys() >= {"loss", "sim_seconds", "wall_seconds"}
                for step in record["steps"])
+
+    document = json.loads(path.read_text())
+    jsonschema.validate(document, SCHEMA)
+    assert document["metadata"]["clock"] == BOTH_CLOCKS
+    processes = {e["pid"]: e["args"]["name"] for e in document["traceEvents"]
+                 if e["name"] == "process_name"}
+    spans = [(processes[e["pid"]], e) for e in document["traceEvents"] if e["ph"] == "X"]
+    for step in (0, 1):  # the simulated parts of each step add up to the priced step
+        parts = [e["dur"] for name, e in spans if name == STEP and e["args"].get("part")
+                 and e["args"]["step"] == step]
+        assert sum(parts) == pytest.approx(record["sim_step_seconds"] * 1e6, abs=1e-5)  # to the ps
+    assert [e["name"] for name, e in spans if name == DRIVER] == ["step 1", "step 2"]
+    tasks = {e["args"].get("task") for name, e in spans if name == CARDS}
+    assert {"gradients", "update"} <= tasks  # the cards' replicas, on the wall clock
 
 
 def test_without_torch_the_command_says_which_extra_to_install(factories):

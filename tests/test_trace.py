@@ -318,7 +318,7 @@ def test_trace_show_writes_a_png(tmp_path):
 
 
 @pytest.mark.parametrize("content, words", [(b"\x89PNG", "not JSON"), (b"[]", "traceEvents"),
-                                            (b'{"traceEvents": [{"ph": "X"}]}', "no number")])
+                                            (b'{"traceEvents": [{"ph": "X"}]}', "finite number")])
 def test_trace_show_refuses_what_is_not_a_trace(tmp_path, content, words):
     (tmp_path / "t.json").write_bytes(content)
     result = ipupod("trace", "show", str(tmp_path / "t.json"), "--out",

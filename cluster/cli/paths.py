@@ -1,6 +1,6 @@
 """The path type of every option that names a file or folder: click's, which also refuses,
-as a usage error, a path no file can have (a NUL byte, a name too long for the file
-system). Without it click lets such a path through, or fails with a traceback, and the
+as a usage error, a path no file can have (empty, a NUL byte, a name too long for the
+file system). Without it click lets such a path through, or fails with a traceback, and the
 command's first look at the disk would. And the check of an output option's folder."""
 
 from __future__ import annotations
@@ -21,8 +21,13 @@ class CheckedPath(click.Path):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> Any:
-        """The path, as click converts it; click's usage error for an impossible one."""
+        """The path, as click converts it; click's usage error for an impossible one (an
+        empty path too, which click would turn into the current folder)."""
         if isinstance(value, (str, bytes)):
+            if not value:  # click would take it for the current folder
+                name = (param.opts[0] if isinstance(param, click.Option)
+                        else param.human_readable_name if param else "the path")
+                raise UserError(f"{name} '': an empty path names no file: give a path")
             try:
                 os.stat(value)
             except ValueError:  # a NUL byte

@@ -61,21 +61,11 @@ def run(config: TrainConfig, ray_address: str | None, on_step: Progress,
             return train(config, pod=pod, on_step=on_step)
         wall.start(pod)
         try:
-            return train(config, pod=pod, on_step=_marking(wall, on_step))
+            return train(config, pod=pod, on_step=wall.marking(on_step))
         finally:
             wall.stop(pod)
     finally:
         pod.shutdown()
-
-
-def _marking(wall: WallRecorder, on_step: Progress) -> Progress:
-    """``on_step``, which also marks each step as a span of the driver's wall clock."""
-    last = [wall.origin_ns]
-
-    def marked(step: int, total: int) -> None:
-        last[0] = wall.mark("steps", f"step {step}", last[0], step=step)
-        on_step(step, total)
-    return marked
 
 
 UNCOUNTED_KEY = "flops_not_counted"
@@ -165,7 +155,7 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
     torch_factory, shape_text = options.pop("torch_factory"), options.pop("shape_text")
     if torch_factory is not None or shape_text is not None:  # your model: --torch
         train_torch.run_torch(torch_factory, shape_text, servers, topology_spec, mode, check,
-                              as_json, trace_path is not None,
+                              as_json, trace_path,
                               {**options, "ray_address": ray_address,
                                "placement": placement})
         return

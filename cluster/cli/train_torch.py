@@ -10,12 +10,14 @@ import json
 import warnings
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from cluster.cli.output import progress, ray_chatter_to_stderr
+from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
 from cluster.cli.placement_flags import Placement, launch_pod
+from cluster.cli.trace_option import check_trace_path, save_trace, wall_recorder
 from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.training.config import MLP, TrainConfig
@@ -26,12 +28,17 @@ from cluster.training.step_parts import StepTime, parts_spent
 from cluster.training.torch_replicas.run import (
     TorchModel,
     load_model,
-    price,
+    priced_run,
     sample_shape,
     train_torch,
 )
+from cluster.training.torch_replicas.torch_trace import torch_trace
 from cluster.training.trainer import resolve
 from gcl.modes import Mode
+
+if TYPE_CHECKING:
+    from ipu_node.pod import EmulatedPod
+    from ipu_node.wall_trace import WallRecorder
 
 TORCH_MICRO_BATCH = 8  # samples per replica per micro-batch unless --micro-batch says
 NOT_WITH_TORCH = {  # option: its value when not given (anything else is refused)
@@ -42,13 +49,11 @@ NOT_WITH_TORCH = {  # option: its value when not given (anything else is refused
     "pipeline_schedule": DEFAULTS.pipeline_schedule}
 
 
-def _refuse_the_mlps_options(mode: str | None, trace: bool, options: dict[str, Any]) -> None:
+def _refuse_the_mlps_options(mode: str | None, options: dict[str, Any]) -> None:
     """UserError naming the first option given that ``--torch`` does not take."""
     if mode == Mode.PHANTOM:
         raise UserError("--torch trains in real mode (to price a network in phantom mode, "
                         "import it as a workload and give it to --model)")
-    if trace:
-        raise UserError("--trace draws a phantom or MLP run's step: leave it out with --torch")
     for name, default in NOT_WITH_TORCH.items():
         if options.get(name, default) != default:
             raise UserError(f"--{name.replace('_', '-')} does not apply with --torch (it "
@@ -76,25 +81,29 @@ def torch_config(servers: int | None, topology: str | None, check: bool,
 
 def run_torch(factory: str | None, shape_text: str | None, servers: int | None,
               topology_spec: str | None, mode: str | None, check: bool, as_json: bool,
-              trace: bool, options: dict[str, Any]) -> None:
-    """Check everything, launch the servers, train the factory's module, print the run."""
+              trace_path: Path | None, options: dict[str, Any]) -> None:
+    """Check everything, launch the servers, train the factory's module, print the run;
+    with ``trace_path``, write its timeline: the priced step on the simulated clock and
+    what the devices did on the wall clock."""
     if factory is None:
         raise UserError("--sample-shape goes with --torch file.py:factory")
     if shape_text is None:
         raise UserError("--torch needs --sample-shape: one sample's shape, such as 3,32,32")
-    _refuse_the_mlps_options(mode, trace, options)
+    _refuse_the_mlps_options(mode, options)
+    check_trace_path(trace_path)
     shape = sample_shape(shape_text)
     config = torch_config(servers, topology_spec, check, options)
     topology = topology_for(config)
     config = resolve(config, topology)  # checked: a UserError naming what to change
     model = load_model(factory, shape)  # everything checked before a device starts
-    parts = _priced(model, config, topology)
+    priced, parts = _priced(model, config, topology)
+    wall = wall_recorder(Mode.REAL, trace_path)
 
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
         pod = launch_pod(topology, options.get("ray_address"),
                          options.get("placement") or Placement())
         try:
-            record = train_torch(model, config, pod, parts, on_step)
+            record = _train(model, config, pod, parts, on_step, wall)
         finally:
             pod.shutdown()
     echo = partial(click.echo, file=out)
@@ -102,18 +111,37 @@ def run_torch(factory: str | None, shape_text: str | None, servers: int | None,
         echo(json.dumps(record, indent=2))
     else:
         echo_torch_record(record, echo)
+    if trace_path is not None:
+        trace = torch_trace(record, priced)
+        if wall is not None:
+            wall.add_to(trace)
+        save_trace(trace, trace_path)
 
 
-def _priced(model: TorchModel, config: TrainConfig, topology: Topology) -> StepTime:
-    """The step priced (:func:`price`); each op the importer could not count is named in
-    one ``warning:`` line on standard error."""
+def _train(model: TorchModel, config: TrainConfig, pod: EmulatedPod, parts: StepTime,
+           on_step: Progress, wall: WallRecorder | None) -> dict[str, Any]:
+    """:func:`train_torch` on ``pod``; ``wall`` records what the devices did, a driver span
+    per step, and takes their spans before the POD stops."""
+    if wall is None:
+        return train_torch(model, config, pod, parts, on_step)
+    wall.start(pod)
+    try:
+        return train_torch(model, config, pod, parts, wall.marking(on_step))
+    finally:
+        wall.stop(pod)
+
+
+def _priced(model: TorchModel, config: TrainConfig,
+            topology: Topology) -> tuple[TrainConfig, StepTime]:
+    """The run as priced and its step (:func:`priced_run`); each op the importer could not
+    count is named in one ``warning:`` line on standard error."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UncountedOpsWarning)
-        parts = price(model, config, topology)
+        priced = priced_run(model, config, topology)
     for text in sorted({str(w.message) for w in caught
                         if issubclass(w.category, UncountedOpsWarning)}):
         click.echo(f"warning: {text}: the simulated compute leaves them out", err=True)
-    return parts
+    return priced
 
 
 def echo_torch_record(record: dict[str, Any], echo: Callable[[str], None]) -> None:

@@ -53,6 +53,13 @@ def simulated_step_time(workload: Workload, placement: TrainConfig, topology: To
                         layers_per_ipu: tuple[int, ...] | None = None) -> StepTime:
     """Simulated seconds of one step of ``workload`` placed as ``placement`` on
     ``topology``, by part; an OutOfMemory (a UserError) if a stage does not fit its IPU."""
+    return priced_step(workload, placement, topology, layers_per_ipu)[1]
+
+
+def priced_step(workload: Workload, placement: TrainConfig, topology: Topology,
+                layers_per_ipu: tuple[int, ...] | None = None) -> tuple[TrainConfig, StepTime]:
+    """:func:`simulated_step_time`, with the run as it was priced (resolved on
+    ``topology``): what draws its simulated timeline (:mod:`.torch_trace`)."""
     config = resolve(priced_config(workload, placement, layers_per_ipu), topology)
     check_fits(config, topology, stage_memory(config, topology))
-    return step_time(config, topology)
+    return config, step_time(config, topology)

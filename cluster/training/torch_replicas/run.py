@@ -25,7 +25,7 @@ from cluster.training.data import replica_slice
 from cluster.training.importers.torch_factory import build_module, one_line, require_torch
 from cluster.training.placement import machines, replica_ipus
 from cluster.training.step_parts import StepTime
-from cluster.training.torch_replicas.pricing import simulated_step_time
+from cluster.training.torch_replicas.pricing import priced_step
 from cluster.training.torch_replicas.replica_tasks import LOGITS
 from cluster.training.torch_replicas.replicas import TorchReplicas, pickled
 from cluster.training.torch_replicas.single_process import relative_difference, train_reference
@@ -113,8 +113,15 @@ def replica_work(config: TrainConfig, x: np.ndarray,
 def price(model: TorchModel, config: TrainConfig, topology: Topology) -> StepTime:
     """The step's simulated time, from the module's imported workload; an OutOfMemory (a
     UserError) if the model does not fit an IPU as placed."""
+    return priced_run(model, config, topology)[1]
+
+
+def priced_run(model: TorchModel, config: TrainConfig,
+               topology: Topology) -> tuple[TrainConfig, StepTime]:
+    """:func:`price`, with the run as it was priced (what draws its simulated timeline:
+    :func:`~.torch_trace.torch_trace`)."""
     workload = torch_workload(model.module, model.sample_shape, model.spec)
-    return simulated_step_time(workload, config, topology)
+    return priced_step(workload, config, topology)
 
 
 def train_torch(model: TorchModel, config: TrainConfig, pod: EmulatedPod,
