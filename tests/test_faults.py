@@ -102,7 +102,9 @@ def test_twenty_cards_killed_mid_collective_fail_fast_name_the_card_and_recover(
         assert "IPUs " + ", ".join(map(str, card.ipus)) in str(error)
         assert box["ended"] - killed_at < FAIL_WITHIN_SECONDS
         down = {d.name: d.state for d in pod.health()}
-        assert down[card.name] in ("restarting", "healthy")  # it may be back already
+        # restarting, or back already; on a loaded machine its new process may not answer
+        # within the health check's 2 s yet (unreachable); never dead
+        assert down[card.name] in ("restarting", "healthy", "unreachable")
         recovery = _wait_healthy(pod)
         # The card came back empty: its IPUs hold nothing, its memory is all free.
         held = pod.tensor_info("x")
