@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from cluster.cli.main import main
 from cluster.cli.trace import rows_of
 from cluster.cli.trace_legend import MAX_LEGEND, OTHER, OTHER_COLOUR, legend
 from cluster.model.spec import load_topology
@@ -16,18 +15,6 @@ from gcl import plan, simulate
 from gcl.sweep_trace import SweepTrace
 
 MIB_OF_FLOAT32 = 1 << 18  # elements
-
-
-def ipupod_main(capsys, *args):
-    """``ipupod ARGS`` in this process (no Ray is needed): status, stdout, stderr."""
-    capsys.readouterr()
-    try:
-        main(list(args))
-        status = 0
-    except SystemExit as end:
-        status = end.code if isinstance(end.code, int) else 1
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def pod256_sweep():
@@ -72,11 +59,10 @@ def small_trace(tmp_path):
 
 @pytest.mark.parametrize("suffix, magic", [("png", b"\x89PNG"), ("svg", b"<?xml"),
                                            ("pdf", b"%PDF"), ("SVG", b"<?xml")])
-def test_the_suffix_of_out_chooses_the_format(tmp_path, capsys, suffix, magic):
+def test_the_suffix_of_out_chooses_the_format(tmp_path, ipupod_main, suffix, magic):
     out = tmp_path / f"chart.{suffix}"
-    status, _, err = ipupod_main(capsys, "trace", "show", str(small_trace(tmp_path)),
-                                 "--out", str(out))
-    assert status == 0, err
+    run = ipupod_main("trace", "show", str(small_trace(tmp_path)), "--out", str(out))
+    assert run.returncode == 0, run.stderr
     assert out.read_bytes().startswith(magic)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chart." + suffix, "t.json"]
 
@@ -106,20 +92,22 @@ def spans_file(tmp_path, content):
     ('{"traceEvents": [{"ph": "X", "name": "a", "ts": 0, "dur": 1, "pid": 1}]}',
      "c", "end it in .png, .svg or .pdf"),
 ])
-def test_what_cannot_be_drawn_is_refused_in_one_line_with_nothing_written(tmp_path, capsys,
-                                                                          content, out, words):
-    status, _, err = ipupod_main(capsys, "trace", "show", str(spans_file(tmp_path, content)),
-                                 "--out", str(tmp_path / out))
+def test_what_cannot_be_drawn_is_refused_in_one_line_with_nothing_written(
+        tmp_path, ipupod_main, content, out, words):
+    run = ipupod_main("trace", "show", str(spans_file(tmp_path, content)),
+                      "--out", str(tmp_path / out))
+    status, err = run.returncode, run.stderr
     assert status == 2 and words in err, err
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert [p.name for p in tmp_path.iterdir()] == ["t.json"]
 
 
-def test_an_empty_trace_path_is_refused_before_the_sweep_runs(tmp_path, capsys,
+def test_an_empty_trace_path_is_refused_before_the_sweep_runs(tmp_path, ipupod_main,
                                                               monkeypatch):
     monkeypatch.chdir(tmp_path)
-    status, out, err = ipupod_main(capsys, "bench", "allreduce", "--topology", "pod16",
-                                   "-b", "1M", "-e", "1M", "--trace", "")
+    run = ipupod_main("bench", "allreduce", "--topology", "pod16", "-b", "1M", "-e", "1M",
+                      "--trace", "")
+    status, out, err = run.returncode, run.stdout, run.stderr
     assert status == 2 and out == "", out
     assert err == "error: --trace '': an empty path names no file: give a path\n"
     assert list(tmp_path.iterdir()) == []
