@@ -318,7 +318,9 @@ def test_a_collective_started_after_a_node_is_gone_names_the_lost_node(ray_clust
             if ip not in ray_cluster.nodes:
                 ray_cluster.start_worker(ip)  # the next tests have both workers again
     assert driver.returncode == 0, err[-3000:]
-    failed = json.loads(out.strip().splitlines()[-1])
+    # Ray may print its own warnings (lagging heartbeats) on the driver's stdout too
+    failed = json.loads(next(line for line in reversed(out.splitlines())
+                             if line.startswith('{"message"')))
     assert failed["message"].startswith(
         f"node {node_id} ({node_ip}) lost: cards s1.card0..s1.card7; host s1.host: "), failed
     print(f"a collective started after node {node_id} was lost failed after "

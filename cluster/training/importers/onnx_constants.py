@@ -38,10 +38,10 @@ def constant_shape(graph: Any, opsets: Any, name: str) -> tuple[int, ...] | None
     sub = helper.make_graph(ordered, "constant", [],
                             [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)],
                             [initializers[t] for t in sorted(used) if t in initializers])
+    reference = require_module("onnx.reference")  # the optional extra, loaded when used
     try:
-        from onnx.reference import ReferenceEvaluator
-
-        evaluator: Any = ReferenceEvaluator(helper.make_model(sub, opset_imports=opsets))
+        evaluator: Any = reference.ReferenceEvaluator(
+            helper.make_model(sub, opset_imports=opsets))
         value = evaluator.run(None, {})[0]
     except Exception:  # noqa: BLE001 - any failure: the shape stays unknown
         return None
