@@ -15,6 +15,7 @@ from cluster.training.importers.torch_factory import (
     load_factory,
     split_spec,
 )
+from tests.extras import NEEDS_TORCH_EXTRA
 
 
 def write(tmp_path: Path, text: str, name: str = "model.py") -> Path:
@@ -89,21 +90,21 @@ def test_a_name_that_is_not_callable_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_factory_that_raises_is_named_with_its_exception(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason=NEEDS_TORCH_EXTRA)
     path = write(tmp_path, "def make():\n    raise ValueError('bad width')\n")
     with pytest.raises(UserError, match=r"model\.py:make raised ValueError: bad width$"):
         build_module(f"{path}:make")
 
 
 def test_a_factory_that_returns_no_module_is_refused(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason=NEEDS_TORCH_EXTRA)
     path = write(tmp_path, "def make():\n    return [1, 2]\n")
     with pytest.raises(UserError, match="returned a list, not a torch.nn.Module"):
         build_module(f"{path}:make")
 
 
 def test_a_factory_that_returns_a_module_builds_it(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NEEDS_TORCH_EXTRA)
     path = write(tmp_path, "import torch\ndef make():\n    return torch.nn.Linear(3, 2)\n")
     assert isinstance(build_module(f"{path}:make"), torch.nn.Linear)
 
@@ -115,7 +116,7 @@ def test_without_torch_the_message_names_the_extra(monkeypatch: pytest.MonkeyPat
 
 
 def test_a_factory_may_return_a_module_and_its_sample(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NEEDS_TORCH_EXTRA)
     path = write(tmp_path, "import torch\ndef make():\n"
                            "    return torch.nn.Linear(3, 2), torch.ones(1, 3)\n")
     module, sample = build_module_and_sample(f"{path}:make")
@@ -125,7 +126,7 @@ def test_a_factory_may_return_a_module_and_its_sample(tmp_path: Path) -> None:
 
 
 def test_a_sample_that_is_not_tensors_is_refused(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason=NEEDS_TORCH_EXTRA)
     path = write(tmp_path, "import torch\ndef make():\n    return torch.nn.Linear(3, 2), [1]\n")
     with pytest.raises(UserError, match="sample is not a tensor or a tuple of tensors"):
         build_module(f"{path}:make")

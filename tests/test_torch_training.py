@@ -23,9 +23,10 @@ from cluster.training.trainer import train
 from cluster.training.workloads import Workload, workload
 from cluster.training.workloads.layers import Layer, LayerKind
 from ipu_node.wall_trace import CARDS, DRIVER
+from tests.extras import NEEDS_TORCH_EXTRA
 from tests.test_trace import SCHEMA
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason=NEEDS_TORCH_EXTRA)
 
 from cluster.training.importers.torch_factory import load_factory  # noqa: E402
 from cluster.training.torch_replicas import BeginBlock, Options, training_model  # noqa: E402

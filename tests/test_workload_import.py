@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("torchvision")
-pytest.importorskip("onnx")
+from tests.extras import NEEDS_TORCH_EXTRA
+
+torch = pytest.importorskip("torch", reason=NEEDS_TORCH_EXTRA)
+pytest.importorskip("torchvision", reason=NEEDS_TORCH_EXTRA)
+pytest.importorskip("onnx", reason=NEEDS_TORCH_EXTRA)
 
 from cluster.errors import UserError  # noqa: E402
 from cluster.training.importers.forward_memory import forward_bytes  # noqa: E402

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("onnx")
+from tests.extras import NEEDS_TORCH_EXTRA
+
+torch = pytest.importorskip("torch", reason=NEEDS_TORCH_EXTRA)
+pytest.importorskip("onnx", reason=NEEDS_TORCH_EXTRA)
 
 from cluster.cli.main import main  # noqa: E402
 
