@@ -16,10 +16,10 @@ from typing import Protocol
 
 from cluster.errors import UserError
 from cluster.model.plugins import Registry
-from ipu_node.links.mailbox import Mailbox
+from ipu_node.links.mailbox import Deliver, Mailbox
 
 DEFAULT_TRANSPORT = "grpc-h2"
-Receiver = Mailbox | Callable[[Iterable], tuple[int, int]]
+Receiver = Mailbox | Deliver  # a mailbox, or what a relaying host does with a stream
 
 
 class LinkServerLike(Protocol):
