@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from ipu_node.calls import wait_all
 from ipu_node.card import Card
 from ipu_node.control import CONTROL, CONTROL_THREADS
 from ipu_node.device_errors import DeviceError
+from ipu_node.device_handle import DeviceHandle, actor_device
 from ipu_node.device_process import DeviceProcess, MemberHandle, device_class, process_of
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.host import HostRelay
@@ -54,7 +56,7 @@ class Placed:
     """Device actors running and wired: ``actors[i]`` emulates ``specs[i]``."""
 
     pod_id: str
-    actors: list
+    actors: list[DeviceHandle]
     placement_groups: list[PlacementGroup]
     infos: list[DeviceInfo]
     ownership: Ownership
@@ -98,13 +100,13 @@ def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | Non
     try:  # the POD's links carry the new secret; it leaves only to the devices
         for server, members in _by_server(specs).items():
             launch.start_server(topology, specs, server, members)
-        infos = wait_all([a.info.remote() for a in launch.actors], specs, deadline_seconds,
-                         "start")
-        owns = _wire(topology, specs, launch.actors, infos, deadline_seconds)
+        actors = launch.started()
+        infos = wait_all([a.info.remote() for a in actors], specs, deadline_seconds, "start")
+        owns = _wire(topology, specs, actors, infos, deadline_seconds)
     except BaseException:
         launch.release()
         raise
-    return Placed(launch.pod_id, launch.actors, launch.groups, infos, owns, started_ray)
+    return Placed(launch.pod_id, actors, launch.groups, infos, owns, started_ray)
 
 
 def _actor_classes(devices_per_process: int) -> dict[type, Any]:
@@ -131,7 +133,7 @@ class Launch:
 
     pod_id: str
     kinds: dict[type, Any]  # Card, HostRelay and DeviceProcess as Ray actor classes
-    actors: list  # the handle of each device started, None where not yet
+    actors: list[DeviceHandle | None]  # the handle of each device started, None where not yet
     groups: list[PlacementGroup]  # the placement groups made
     link_host: str
     deadline_seconds: float
@@ -178,16 +180,23 @@ class Launch:
                  self.link_secret, self.link_tls,
                  **({} if kind is HostRelay else {"link_shared_memory": self.link_shared_memory}))
         for member, index in enumerate(indices):
-            self.actors[index] = (actor if alone else
+            self.actors[index] = (actor_device(actor) if alone else
                                   MemberHandle(actor, member, device_class(members[member])))
+
+    def started(self) -> list[DeviceHandle]:
+        """Every device's handle, once every server is started."""
+        missing = [index for index, actor in enumerate(self.actors) if actor is None]
+        if missing:
+            raise DeviceError(f"devices {missing} of {self.pod_id} were never started")
+        return [actor for actor in self.actors if actor is not None]
 
     def release(self) -> None:
         """Kill what this launch started and remove its placement groups (after a failure)."""
         release(self.actors, self.groups)
 
 
-def _wire(topology: Topology, specs: list[DeviceSpec], actors: list, infos: list[DeviceInfo],
-          deadline_seconds: float) -> Ownership:
+def _wire(topology: Topology, specs: list[DeviceSpec], actors: list[DeviceHandle],
+          infos: list[DeviceInfo], deadline_seconds: float) -> Ownership:
     """Tell every device every device's name and link address (TCP to peers on other
     Ray nodes), and who owns what."""
     names = [info["name"] for info in infos]
@@ -198,12 +207,12 @@ def _wire(topology: Topology, specs: list[DeviceSpec], actors: list, infos: list
                              for ipu in range(topology.ipu_count)])
     hosts = {topology.node_names.index(s.name): i for i, s in enumerate(specs) if not s.ipus}
     owns = ownership(topology, owner_of_ipu, hosts)
-    wait_all([a.connect.remote(names, addresses[i], i, owns) for i, a in enumerate(actors)],
-             specs, deadline_seconds, "connect")
+    wait_all([a.connect.remote(names, addresses[i], i, owns, None, 0)
+              for i, a in enumerate(actors)], specs, deadline_seconds, "connect")
     return owns
 
 
-def release(actors: list, groups: list[PlacementGroup]) -> None:
+def release(actors: Sequence[DeviceHandle | None], groups: list[PlacementGroup]) -> None:
     """Kill ``actors`` and remove ``groups`` (what a failed or finished launch leaves)."""
     processes = {id(process_of(a)): process_of(a) for a in actors if a is not None}
     for process in processes.values():
