@@ -84,8 +84,8 @@ class LinkClient:
         self._idle: list[tuple[h2.Connection, float]] = []  # and when it was last used
         self._lock = threading.Lock()
         self._closed = False
-        self._send = sending_layer(peer, address, tls is not None, self.limits, self._push,
-                                   CHUNK_BYTES)  # through shared memory to a peer here
+        self._layer = sending_layer(peer, address, tls is not None, self.limits,
+                                    CHUNK_BYTES)  # through shared memory to a peer here
 
     def ping(self, deadline_seconds: float = 10.0) -> str:
         return link_pb2.PingReply.FromString(self._call(PING, [b""], deadline_seconds)).device
@@ -93,7 +93,9 @@ class LinkClient:
     def push(self, messages: Iterable, deadline_seconds: float) -> int:
         """Send chunks (:func:`encode_transfers`, or serialized ``Chunk`` messages) in one
         stream; return the payload bytes the peer acknowledged."""
-        return self._send(messages, deadline_seconds)
+        if self._layer is None:
+            return self._push(messages, deadline_seconds)
+        return self._layer.push(messages, deadline_seconds, self._push)
 
     def _push(self, messages: Iterable, deadline_seconds: float) -> int:
         """:meth:`push` on the socket alone."""

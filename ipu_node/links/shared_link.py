@@ -31,13 +31,13 @@ from ipu_node.links.wire import ChunkParts, announcement, parse_chunk, slot_refe
 Push = Callable[[Iterable, float], int]  # (messages, deadline seconds) -> bytes acknowledged
 
 
-def sending_layer(peer: str, address: str, tls: bool, limits: LinkLimits, push: Push,
-                  chunk_bytes: int) -> Push:
-    """How a link to ``peer`` at ``address`` pushes: through shared-memory slots of
-    ``chunk_bytes`` over the socket's ``push`` when the layer applies, else ``push``."""
+def sending_layer(peer: str, address: str, tls: bool, limits: LinkLimits,
+                  chunk_bytes: int) -> SlotSender | None:
+    """The layer a link to ``peer`` at ``address`` pushes through (slots of
+    ``chunk_bytes``), or None where it does not apply (chunks go inline on the socket)."""
     if not wanted(address, tls, limits.shared_memory_slots):
-        return push
-    return SlotSender(peer, limits.shared_memory_slots, chunk_bytes, push).push
+        return None
+    return SlotSender(peer, limits.shared_memory_slots, chunk_bytes)
 
 
 def receiving_layer(device: str, receive: Mailbox | Deliver, address: str, tls: bool,
@@ -54,30 +54,29 @@ def receiving_layer(device: str, receive: Mailbox | Deliver, address: str, tls: 
 
 
 class SlotSender:
-    """The sending end of one link's layer: the segment is made and announced (through
-    ``push``) on the first push; large chunks' payloads go into free slots, the rest inline.
+    """The sending end of one link's layer, over the socket's push: the segment is made and
+    announced on the first push; large chunks' payloads go into free slots, the rest inline.
     If the segment cannot be made or announced (a relaying host, a peer that refuses), chunks
     go inline from then on. Thread-safe."""
 
-    def __init__(self, peer: str, slots: int, slot_bytes: int, push: Push) -> None:
+    def __init__(self, peer: str, slots: int, slot_bytes: int) -> None:
         self.peer, self.slots, self.slot_bytes = peer, slots, slot_bytes
-        self._socket_push = push
         self._on = True
         self._segment: SenderSlots | None = None  # made and announced on the first push
         self._retired = ""  # the last segment given up, for the receiver to forget
         self._announcing = threading.Lock()
 
-    def push(self, messages: Iterable, deadline_seconds: float) -> int:
-        """Send ``messages`` in one stream, large payloads through slots; return the payload
-        bytes the peer acknowledged."""
-        segment = self._made(deadline_seconds) if self._on else None
+    def push(self, messages: Iterable, deadline_seconds: float, socket_push: Push) -> int:
+        """Send ``messages`` in one stream with ``socket_push``, large payloads through
+        slots; return the payload bytes the peer acknowledged."""
+        segment = self._made(deadline_seconds, socket_push) if self._on else None
         if segment is None:
-            return self._socket_push(messages, deadline_seconds)
+            return socket_push(messages, deadline_seconds)
         claimed: list[int] = []
         try:
-            return self._socket_push(self._through(segment, messages,
-                                                   time.monotonic() + deadline_seconds, claimed),
-                                     deadline_seconds)
+            return socket_push(self._through(segment, messages,
+                                             time.monotonic() + deadline_seconds, claimed),
+                               deadline_seconds)
         except BaseException:  # slots it claimed may never come back: start a new segment
             if claimed:
                 with self._announcing:
@@ -85,7 +84,7 @@ class SlotSender:
                         self._segment, self._retired = None, segment.name
             raise
 
-    def _made(self, deadline_seconds: float) -> SenderSlots | None:
+    def _made(self, deadline_seconds: float, socket_push: Push) -> SenderSlots | None:
         """This link's segment, made and announced to the peer if it is not yet; None (and
         chunks inline from now on) if that fails."""
         with self._announcing:
@@ -94,8 +93,8 @@ class SlotSender:
             segment = SenderSlots(self.peer, self.slots, self.slot_bytes, self._retired)
             try:
                 segment.create()
-                self._socket_push([announcement(segment.name, segment.slots, segment.slot_bytes,
-                                                segment.retired)], deadline_seconds)
+                socket_push([announcement(segment.name, segment.slots, segment.slot_bytes,
+                                          segment.retired)], deadline_seconds)
             except (DeviceError, OSError):
                 self._on = False
                 return None
