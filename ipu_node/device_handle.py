@@ -92,8 +92,9 @@ class DeviceHandle(Protocol):
     put: ClassVar[RemoteMethod[[int, str, np.ndarray], None]] = RemoteMethod()
     get: ClassVar[RemoteMethod[[int, str], np.ndarray]] = RemoteMethod()
     free: ClassVar[RemoteMethod[[int, str], None]] = RemoteMethod()
-    run: ClassVar[RemoteMethod[[ObjectRef[Schedule], str, Ranks, dict[int, np.ndarray] | str,
-                                str | None, str, float, float, Faults], Sent]] = RemoteMethod()
+    run: ClassVar[RemoteMethod[[Schedule | ObjectRef[Schedule], str, Ranks,
+                                dict[int, np.ndarray] | str, str | None, str, float, float,
+                                Faults | None], Sent]] = RemoteMethod()
     execute: ClassVar[RemoteMethod[..., Any]] = RemoteMethod()  # (task, *args): task's answer
 
 
