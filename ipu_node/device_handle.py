@@ -4,8 +4,9 @@ own methods.
 A driver calls a device as Ray's actor handles do, ``handle.method.remote(*args)``, which
 returns the ``ObjectRef`` of the answer. :class:`DeviceHandle` lists the methods a driver
 calls (those of :class:`~ipu_node.control.DeviceControl` and :class:`~ipu_node.card.Card`),
-each typed from the method itself (:class:`RemoteMethod`), so a wrong argument is a type
-error at the call. Two kinds of handle implement it:
+each with the method's arguments and answer (:class:`RemoteMethod`; that they are the
+method's is tested), so a wrong argument is a type error at the call. Two kinds of handle
+implement it:
 
 - a Ray actor handle of a device alone in its process (:func:`actor_device`): Ray answers
   these calls itself, and the handle stays what ``ray.kill`` and Ray's tools take;

@@ -77,7 +77,7 @@ class MemberHandle(DeviceHandle):
     """The driver's handle on one device of a :class:`DeviceProcess`: each call goes to
     the process's control threads or its collective threads, as the device's method says."""
 
-    def __init__(self, process: Any, member: int, kind: type[DeviceControl]) -> None:
+    def __init__(self, process: ActorHandle, member: int, kind: type[DeviceControl]) -> None:
         self.process, self.member, self.kind = process, member, kind
 
     def route(self, method: str) -> Callable[..., ObjectRef[Any]]:
