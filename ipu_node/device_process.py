@@ -8,24 +8,29 @@ starting processes. With ``devices_per_process`` N > 1 the launcher starts one
 same :class:`~ipu_node.card.Card` or :class:`~ipu_node.host.HostRelay` object, with its
 own store, counters and link server, and its peers still reach it over its links.
 
-The driver keeps one handle per device either way: a :class:`MemberHandle` answers
-``handle.method.remote(...)`` like an actor handle, routing the call to the device inside
-its process. What changes is what fails together: killing a device, or losing its
+The driver keeps one handle per device either way
+(:class:`~ipu_node.device_handle.DeviceHandle`): a :class:`MemberHandle` answers
+``handle.method.remote(...)`` as an actor handle does, routing the call to the device
+inside its process. What changes is what fails together: killing a device, or losing its
 process, takes its process-mates down with it (as a server losing power would), and Ray
 restarts them together.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn, cast
 
 import ray
+from ray import ObjectRef
+from ray.actor import ActorHandle
 
 from cluster.model.topology import Topology
 from ipu_node.card import Card
 from ipu_node.control import CONTROL, DeviceControl
 from ipu_node.device_errors import DeviceError
+from ipu_node.device_handle import DeviceHandle
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.host import HostRelay
 from ipu_node.links.link_tls import LinkTLS
@@ -68,45 +73,41 @@ class DeviceProcess:
         return bound
 
 
-class _MemberCall:
-    """``handle.method``: what ``.remote(...)`` sends to the device's process."""
+class MemberHandle(DeviceHandle):
+    """The driver's handle on one device of a :class:`DeviceProcess`: each call goes to
+    the process's control threads or its collective threads, as the device's method says."""
 
-    def __init__(self, target: Any, member: int, method: str) -> None:
-        self._target, self._member, self._method = target, member, method
-
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        return self._target.remote(self._member, self._method, *args, **kwargs)
-
-
-class MemberHandle:
-    """The driver's handle on one device of a :class:`DeviceProcess`: ``handle.info.remote()``
-    works as on a device actor of its own."""
-
-    def __init__(self, process: Any, member: int, kind: type[DeviceControl]) -> None:
+    def __init__(self, process: ActorHandle, member: int, kind: type[DeviceControl]) -> None:
         self.process, self.member, self.kind = process, member, kind
 
-    def __getattr__(self, method: str) -> _MemberCall:
-        if method.startswith("_"):
-            raise AttributeError(method)
+    def route(self, method: str) -> Callable[..., ObjectRef[Any]]:
+        """What sends ``method(*args)`` to the device (``DeviceProcess.call`` or
+        ``.control`` of its process), or AttributeError if its kind lacks it."""
         function = getattr(self.kind, method, None)
-        if not callable(function):
+        if method.startswith("_") or not callable(function):
             raise AttributeError(f"{self.kind.__name__} has no method {method!r}")
         on_control = getattr(function, "__ray_concurrency_group__", None) == CONTROL
-        return _MemberCall(self.process.control if on_control else self.process.call,
-                           self.member, method)
+        target = self.process.control if on_control else self.process.call
+        return functools.partial(target.remote, self.member, method)
+
+    def __getattr__(self, method: str) -> NoReturn:
+        """A method no device has (those it has are :class:`DeviceHandle`'s)."""
+        if method.startswith("_"):
+            raise AttributeError(method)
+        raise AttributeError(f"{self.kind.__name__} has no method {method!r}")
 
 
-def process_of(handle: Any) -> Any:
+def process_of(handle: DeviceHandle) -> ActorHandle:
     """The Ray actor that runs the device behind ``handle`` (itself, when alone)."""
-    return handle.process if isinstance(handle, MemberHandle) else handle
+    return handle.process if isinstance(handle, MemberHandle) else cast(ActorHandle, handle)
 
 
-def process_mates(handles: Sequence[Any], index: int) -> list[int]:
+def process_mates(handles: Sequence[DeviceHandle], index: int) -> list[int]:
     """The devices that share device ``index``'s process, itself included."""
     process = process_of(handles[index])
     return [i for i, handle in enumerate(handles) if process_of(handle) is process]
 
 
-def kill_device(handle: Any, *, no_restart: bool = True) -> None:
+def kill_device(handle: DeviceHandle, *, no_restart: bool = True) -> None:
     """Kill the process of the device behind ``handle`` (its process-mates with it)."""
     ray.kill(process_of(handle), no_restart=no_restart)

@@ -36,6 +36,7 @@ from gcl.schedule import Schedule
 from ipu_node.answers import DeviceStats, HealthState
 from ipu_node.calls import ABORT_GRACE_SECONDS, died_during, gather
 from ipu_node.device_errors import DeviceDied, DeviceError, OutOfMemory
+from ipu_node.device_handle import DeviceHandle
 from ipu_node.device_health import HEALTH_DEADLINE_SECONDS, DeviceHealth
 from ipu_node.device_spec import DeviceSpec, describe
 from ipu_node.ipu_memory import available_ram_bytes
@@ -60,7 +61,7 @@ class Pod(Protocol):
     @property
     def pod_id(self) -> str: ...
     @property
-    def actors(self) -> list: ...
+    def actors(self) -> list[DeviceHandle]: ...
     @property
     def restarts(self) -> list[int]: ...
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from ipu_node.calls import wait_all
 from ipu_node.card import Card
 from ipu_node.control import CONTROL, CONTROL_THREADS
 from ipu_node.device_errors import DeviceError
+from ipu_node.device_handle import DeviceHandle, actor_device
 from ipu_node.device_process import DeviceProcess, MemberHandle, device_class, process_of
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.host import HostRelay
@@ -54,7 +56,7 @@ class Placed:
     """Device actors running and wired: ``actors[i]`` emulates ``specs[i]``."""
 
     pod_id: str
-    actors: list
+    actors: list[DeviceHandle]
     placement_groups: list[PlacementGroup]
     infos: list[DeviceInfo]
     ownership: Ownership
@@ -91,23 +93,20 @@ def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | Non
             f"{topology.name} needs {topology.ipu_count} IPU resources but the Ray cluster "
             f"has {available:g} free: start Ray nodes with --resources '{{\"IPU\": N}}' or "
             "shut other PODs down")
-    pod_id = f"pod{os.getpid()}-{next(_pod_ids)}"
-    link_secret = new_secret()  # the POD's links carry it; it leaves only to the devices
-    groups: list[PlacementGroup] = []
-    actors: list = [None] * len(specs)
-    kinds = _actor_classes(devices_per_process)
-    try:
+    launch = Launch(f"pod{os.getpid()}-{next(_pod_ids)}", _actor_classes(devices_per_process),
+                    [None] * len(specs), [], link_host_for(link_host, nodes), deadline_seconds,
+                    max_restarts, new_secret(), link_tls, strategy(allow_split_server),
+                    devices_per_process, link_shared_memory)
+    try:  # the POD's links carry the new secret; it leaves only to the devices
         for server, members in _by_server(specs).items():
-            _start_server(topology, specs, server, members, Launch(
-                pod_id, kinds, actors, groups, link_host_for(link_host, nodes), deadline_seconds,
-                max_restarts, link_secret, link_tls, strategy(allow_split_server),
-                devices_per_process, link_shared_memory))
+            launch.start_server(topology, specs, server, members)
+        actors = launch.started()
         infos = wait_all([a.info.remote() for a in actors], specs, deadline_seconds, "start")
         owns = _wire(topology, specs, actors, infos, deadline_seconds)
     except BaseException:
-        release(actors, groups)
+        launch.release()
         raise
-    return Placed(pod_id, actors, groups, infos, owns, started_ray)
+    return Placed(launch.pod_id, actors, launch.groups, infos, owns, started_ray)
 
 
 def _actor_classes(devices_per_process: int) -> dict[type, Any]:
@@ -127,14 +126,15 @@ def _by_server(specs: list[DeviceSpec]) -> dict[str, list[int]]:
     return by_server
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Launch:
-    """One launch under way: what it places and where it keeps what it started."""
+    """One launch under way: what it places (the settings), and what it has started so far
+    (``actors``, one slot per device, and ``groups``), which only its methods change."""
 
     pod_id: str
-    kinds: dict[type, Any]  # Card and HostRelay as Ray actor classes
-    actors: list
-    groups: list[PlacementGroup]
+    kinds: dict[type, Any]  # Card, HostRelay and DeviceProcess as Ray actor classes
+    actors: list[DeviceHandle | None]  # the handle of each device started, None where not yet
+    groups: list[PlacementGroup]  # the placement groups made
     link_host: str
     deadline_seconds: float
     max_restarts: int
@@ -144,50 +144,59 @@ class Launch:
     devices_per_process: int = 1  # devices that share one Ray worker process
     link_shared_memory: bool = True  # chunks between co-located cards through shared memory
 
+    def start_server(self, topology: Topology, specs: list[DeviceSpec], server: str,
+                     members: list[int]) -> None:
+        """Gang-place one server's (or rack's) devices: a placement group with a bundle per
+        process that holds IPUs, then the processes (a server's host goes in bundle 0)."""
+        per = self.devices_per_process
+        processes = [members[i:i + per] for i in range(0, len(members), per)]
+        holding = [p for p in processes if any(specs[i].ipus for i in p)]
+        group = placement_group([{"IPU": sum(len(specs[i].ipus) for i in p)} for p in holding],
+                                strategy=self.strategy, name=f"{self.pod_id}-{server}")
+        self.groups.append(group)
+        if not ray.wait([group.ready()], timeout=self.deadline_seconds)[0]:
+            raise DeviceError(f"Ray could not place server {server} of {topology.name} on one "
+                              f"node within {self.deadline_seconds:g} s: not enough free IPU "
+                              "resources on any node? (`ray status` shows them)")
+        for process in processes:
+            self._start_process(topology, [specs[i] for i in process], process,
+                                PlacementGroupSchedulingStrategy(
+                                    group, holding.index(process) if process in holding else 0))
 
-def _start_server(topology: Topology, specs: list[DeviceSpec], server: str,
-                  members: list[int], launch: Launch) -> None:
-    """Gang-place one server's (or rack's) devices: a placement group with a bundle per
-    process that holds IPUs, then the processes (a server's host goes in bundle 0)."""
-    per = launch.devices_per_process
-    processes = [members[i:i + per] for i in range(0, len(members), per)]
-    holding = [p for p in processes if any(specs[i].ipus for i in p)]
-    group = placement_group([{"IPU": sum(len(specs[i].ipus) for i in p)} for p in holding],
-                            strategy=launch.strategy, name=f"{launch.pod_id}-{server}")
-    launch.groups.append(group)
-    if not ray.wait([group.ready()], timeout=launch.deadline_seconds)[0]:
-        raise DeviceError(f"Ray could not place server {server} of {topology.name} on one "
-                          f"node within {launch.deadline_seconds:g} s: not enough free IPU "
-                          "resources on any node? (`ray status` shows them)")
-    for process in processes:
-        _start_process(topology, [specs[i] for i in process], process, launch,
-                       PlacementGroupSchedulingStrategy(
-                           group, holding.index(process) if process in holding else 0))
+    def _start_process(self, topology: Topology, members: list[DeviceSpec], indices: list[int],
+                       where: PlacementGroupSchedulingStrategy) -> None:
+        """One actor for devices ``members`` (``indices`` among the POD's): the device's own
+        class when alone, a :class:`DeviceProcess` when several."""
+        alone = len(members) == 1
+        kind = device_class(members[0]) if alone else DeviceProcess
+        ipus = sum(len(spec.ipus) for spec in members)
+        actor = self.kinds[kind].options(
+            num_cpus=0, resources={"IPU": ipus} if ipus else {},
+            name=f"{self.pod_id}-{members[0].name}" + ("" if alone else f"+{len(members) - 1}"),
+            max_restarts=self.max_restarts,
+            max_concurrency=sum(max(MIN_DEVICE_THREADS, len(spec.ipus)) for spec in members),
+            scheduling_strategy=where,
+        ).remote(members[0] if alone else members, topology, self.link_host,
+                 self.link_secret, self.link_tls,
+                 **({} if kind is HostRelay else {"link_shared_memory": self.link_shared_memory}))
+        for member, index in enumerate(indices):
+            self.actors[index] = (actor_device(actor) if alone else
+                                  MemberHandle(actor, member, device_class(members[member])))
+
+    def started(self) -> list[DeviceHandle]:
+        """Every device's handle, once every server is started."""
+        missing = [index for index, actor in enumerate(self.actors) if actor is None]
+        if missing:
+            raise DeviceError(f"devices {missing} of {self.pod_id} were never started")
+        return [actor for actor in self.actors if actor is not None]
+
+    def release(self) -> None:
+        """Kill what this launch started and remove its placement groups (after a failure)."""
+        release(self.actors, self.groups)
 
 
-def _start_process(topology: Topology, members: list[DeviceSpec], indices: list[int],
-                   launch: Launch, where: PlacementGroupSchedulingStrategy) -> None:
-    """One actor for devices ``members`` (``indices`` among the POD's): the device's own
-    class when alone, a :class:`DeviceProcess` when several."""
-    alone = len(members) == 1
-    kind = device_class(members[0]) if alone else DeviceProcess
-    ipus = sum(len(spec.ipus) for spec in members)
-    actor = launch.kinds[kind].options(
-        num_cpus=0, resources={"IPU": ipus} if ipus else {},
-        name=f"{launch.pod_id}-{members[0].name}" + ("" if alone else f"+{len(members) - 1}"),
-        max_restarts=launch.max_restarts,
-        max_concurrency=sum(max(MIN_DEVICE_THREADS, len(spec.ipus)) for spec in members),
-        scheduling_strategy=where,
-    ).remote(members[0] if alone else members, topology, launch.link_host,
-             launch.link_secret, launch.link_tls,
-             **({} if kind is HostRelay else {"link_shared_memory": launch.link_shared_memory}))
-    for member, index in enumerate(indices):
-        launch.actors[index] = (actor if alone else
-                                MemberHandle(actor, member, device_class(members[member])))
-
-
-def _wire(topology: Topology, specs: list[DeviceSpec], actors: list, infos: list[DeviceInfo],
-          deadline_seconds: float) -> Ownership:
+def _wire(topology: Topology, specs: list[DeviceSpec], actors: list[DeviceHandle],
+          infos: list[DeviceInfo], deadline_seconds: float) -> Ownership:
     """Tell every device every device's name and link address (TCP to peers on other
     Ray nodes), and who owns what."""
     names = [info["name"] for info in infos]
@@ -198,12 +207,12 @@ def _wire(topology: Topology, specs: list[DeviceSpec], actors: list, infos: list
                              for ipu in range(topology.ipu_count)])
     hosts = {topology.node_names.index(s.name): i for i, s in enumerate(specs) if not s.ipus}
     owns = ownership(topology, owner_of_ipu, hosts)
-    wait_all([a.connect.remote(names, addresses[i], i, owns) for i, a in enumerate(actors)],
-             specs, deadline_seconds, "connect")
+    wait_all([a.connect.remote(names, addresses[i], i, owns, None, 0)
+              for i, a in enumerate(actors)], specs, deadline_seconds, "connect")
     return owns
 
 
-def release(actors: list, groups: list[PlacementGroup]) -> None:
+def release(actors: Sequence[DeviceHandle | None], groups: list[PlacementGroup]) -> None:
     """Kill ``actors`` and remove ``groups`` (what a failed or finished launch leaves)."""
     processes = {id(process_of(a)): process_of(a) for a in actors if a is not None}
     for process in processes.values():

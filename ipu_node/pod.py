@@ -29,6 +29,7 @@ from cluster.model.topology import Topology
 from ipu_node.answers import DeviceInfo, DeviceStats
 from ipu_node.calls import wait_all
 from ipu_node.device_errors import DeviceError
+from ipu_node.device_handle import DeviceHandle
 from ipu_node.device_health import HEALTH_DEADLINE_SECONDS, DeviceHealth, check_health
 from ipu_node.device_spec import DeviceSpec, device_specs
 from ipu_node.executor import CollectiveResult, run_collective
@@ -98,7 +99,8 @@ class EmulatedPod:
         return self.fault_injector.base_topology
 
     @property
-    def actors(self) -> list:
+    def actors(self) -> list[DeviceHandle]:
+        """Each device's handle: ``actors[i]`` emulates ``specs[i]``."""
         return self.roster.actors
 
     @property

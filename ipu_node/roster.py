@@ -21,6 +21,7 @@ from cluster.model.link_faults import LinkFault
 from ipu_node.answers import DeviceInfo, DeviceStats, IpuCounters, add_counters, zero_counters
 from ipu_node.calls import settle, succeeded, wait_all
 from ipu_node.device_errors import DeviceError, DeviceRestarting, NodeLost
+from ipu_node.device_handle import DeviceHandle
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.node_loss import loss_notes
 from ipu_node.node_placement import peer_addresses
@@ -48,7 +49,7 @@ class Roster:
     """Every device of the POD: ``specs[i]`` is emulated by ``actors[i]``."""
 
     specs: list[DeviceSpec]
-    actors: list
+    actors: list[DeviceHandle]
     names: list[str]
     addresses: list[str]  # link addresses for peers on the device's own node
     ownership: Ownership
@@ -64,7 +65,7 @@ class Roster:
     _offsets: dict[int, _Counted] = field(default_factory=dict)  # what earlier lives counted
 
     @classmethod
-    def wired(cls, specs: list[DeviceSpec], actors: list, infos: list[DeviceInfo],
+    def wired(cls, specs: list[DeviceSpec], actors: list[DeviceHandle], infos: list[DeviceInfo],
               ownership: Ownership) -> Roster:
         """The roster of freshly launched devices (``infos``: their ``info`` answers)."""
         return cls(specs, actors, [i["name"] for i in infos],

@@ -125,6 +125,15 @@ def test_a_member_handle_refuses_a_method_its_device_lacks():
         _ = handle._private
 
 
+def test_a_member_handle_of_a_host_refuses_a_cards_methods():
+    from ipu_node.host import HostRelay
+
+    handle = MemberHandle(process=None, member=0, kind=HostRelay)
+    for method in ("put", "get", "run", "execute"):
+        with pytest.raises(AttributeError, match=f"HostRelay has no method '{method}'"):
+            _ = getattr(handle, method)
+
+
 def test_the_option_is_checked_and_noted_in_phantom_mode():
     run = subprocess.run([sys.executable, "-m", "cluster.cli.main", "bench", "allreduce",
                           "-b", "1K", "-e", "1K", "--devices-per-process", "4"],

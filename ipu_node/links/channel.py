@@ -13,8 +13,8 @@ HTTP/2 protocol without grpcio's copies; grpcio clients and servers interoperate
 server is :class:`ipu_node.links.link_server.LinkServer`; here are the client, the chunking,
 and the ``grpc-h2`` transport that puts them together. Every call carries the POD's link
 secret (:mod:`ipu_node.links.link_secret`). To a peer on this machine (a Unix socket, no
-TLS) the chunks' bytes go through shared-memory slots (:mod:`ipu_node.links.shared_slots`)
-and the stream carries references to them.
+TLS) the chunks' bytes go through shared-memory slots, a layer of its own beside the
+socket (:mod:`ipu_node.links.shared_link`), and the stream carries references to them.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from ipu_node.links import h2, link_secret
 from ipu_node.links.link_limits import LinkLimits
 from ipu_node.links.link_server import PING, PUSH, LinkServer
 from ipu_node.links.link_tls import ALPN, LinkTLS
-from ipu_node.links.shared_slots import MIN_SLOT_PAYLOAD_BYTES, SenderSlots, wanted
-from ipu_node.links.wire import announcement, encode_header, payload_prefix, slot_reference
+from ipu_node.links.shared_link import sending_layer
+from ipu_node.links.wire import ChunkParts, encode_header
 from ipupod_proto import link_pb2
 
 __all__ = ["CHUNK_BYTES", "ChunkParts", "LinkClient", "LinkServer", "Transfer",
@@ -50,19 +50,6 @@ class Transfer(NamedTuple):
     src_ipu: int
     dst_ipu: int
     payload: np.ndarray
-
-
-class ChunkParts(tuple):
-    """One chunk to send: (the bytes before its payload, a view of the payload), sent back
-    to back as one ``Chunk``. ``header`` (fields 1 to 8) lets a link that has shared memory
-    send a reference to a slot holding the payload instead."""
-
-    header: bytes
-
-    def __new__(cls, header: bytes, payload: memoryview) -> ChunkParts:
-        parts = super().__new__(cls, (payload_prefix(header, len(payload)), payload))
-        parts.header = header
-        return parts
 
 
 def encode_transfers(collective: str, phase: int, step: int,
@@ -97,10 +84,8 @@ class LinkClient:
         self._idle: list[tuple[h2.Connection, float]] = []  # and when it was last used
         self._lock = threading.Lock()
         self._closed = False
-        self._shared = wanted(address, tls is not None, self.limits.shared_memory_slots)
-        self._slots: SenderSlots | None = None  # made and announced on the first push
-        self._retired = ""  # the last segment given up, for the receiver to forget
-        self._announcing = threading.Lock()
+        self._layer = sending_layer(peer, address, tls is not None, self.limits,
+                                    CHUNK_BYTES)  # through shared memory to a peer here
 
     def ping(self, deadline_seconds: float = 10.0) -> str:
         return link_pb2.PingReply.FromString(self._call(PING, [b""], deadline_seconds)).device
@@ -108,56 +93,13 @@ class LinkClient:
     def push(self, messages: Iterable, deadline_seconds: float) -> int:
         """Send chunks (:func:`encode_transfers`, or serialized ``Chunk`` messages) in one
         stream; return the payload bytes the peer acknowledged."""
-        slots = self._shared_slots(deadline_seconds) if self._shared else None
-        if slots is None:
+        if self._layer is None:
             return self._push(messages, deadline_seconds)
-        claimed: list[int] = []
-        try:
-            return self._push(self._through(slots, messages, time.monotonic() + deadline_seconds,
-                                            claimed), deadline_seconds)
-        except BaseException:  # slots it claimed may never come back: start a new segment
-            if claimed:
-                with self._announcing:
-                    if self._slots is slots:
-                        self._slots, self._retired = None, slots.name
-            raise
+        return self._layer.push(messages, deadline_seconds, self._push)
 
     def _push(self, messages: Iterable, deadline_seconds: float) -> int:
+        """:meth:`push` on the socket alone."""
         return link_pb2.PushReply.FromString(self._call(PUSH, messages, deadline_seconds)).bytes
-
-    def _shared_slots(self, deadline_seconds: float) -> SenderSlots | None:
-        """This link's segment, made and announced to the peer if it is not yet; None (and
-        chunks inline from now on) if that fails: a relaying host, a peer that refuses."""
-        with self._announcing:
-            if self._slots is not None or not self._shared:
-                return self._slots
-            slots = SenderSlots(self.peer, self.limits.shared_memory_slots, CHUNK_BYTES,
-                                self._retired)
-            try:
-                slots.create()
-                self._call(PUSH, [announcement(slots.name, slots.slots, slots.slot_bytes,
-                                               slots.retired)], deadline_seconds)
-            except (DeviceError, OSError):
-                self._shared = False
-                return None
-            finally:
-                slots.unlink()  # the peer has mapped it (or never will)
-            self._slots = slots
-            return slots
-
-    @staticmethod
-    def _through(slots: SenderSlots, messages: Iterable, limit: float,
-                 claimed: list[int]) -> Iterator:
-        """``messages`` with each large chunk's payload copied into a free slot (waiting
-        until ``limit`` for one) and a reference to it in its place."""
-        for message in messages:
-            if isinstance(message, ChunkParts) and len(message[1]) >= MIN_SLOT_PAYLOAD_BYTES:
-                slot = slots.claim(limit)
-                claimed.append(slot)
-                slots.write(slot, message[1])
-                yield slot_reference(message.header, slots.name, slot, len(message[1]))
-            else:
-                yield message
 
     def _connect(self, limit: float) -> h2.Connection:
         if self.address.startswith("unix:"):

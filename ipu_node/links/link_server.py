@@ -15,7 +15,6 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from ipu_node.device_errors import DeviceError
@@ -30,8 +29,8 @@ from ipu_node.links.frames import (
 )
 from ipu_node.links.link_limits import RESOURCE_EXHAUSTED, ByteBudget, LinkLimits, ResourceExhausted
 from ipu_node.links.link_tls import ALPN, LinkTLS
-from ipu_node.links.mailbox import Mailbox, deliver_to
-from ipu_node.links.shared_slots import ReceiverSlots, wanted
+from ipu_node.links.mailbox import Deliver, Mailbox
+from ipu_node.links.shared_link import receiving_layer
 from ipupod_proto import link_pb2
 
 SERVICE = "ipupod.link.v1.Link"
@@ -104,7 +103,7 @@ class LinkServer:
     ``local_socket`` there is one even when ``host`` is not loopback (peers on this
     machine use it, others the TCP port)."""
 
-    def __init__(self, device: str, receive: Mailbox | Callable, host: str = "127.0.0.1",
+    def __init__(self, device: str, receive: Mailbox | Deliver, host: str = "127.0.0.1",
                  secret: str | None = None, limits: LinkLimits | None = None,
                  tls: LinkTLS | None = None, local_socket: bool = False) -> None:
         self.device, self.host = device, host
@@ -132,12 +131,9 @@ class LinkServer:
             if unix is not None:
                 self._listeners.append(unix[0])
                 self.unix_path = unix[1]
-        # peers on this machine may send chunks through shared memory (a mailbox only:
-        # a relaying host passes chunks on as they are)
-        self.slots = (ReceiverSlots(device) if isinstance(receive, Mailbox) and wanted(
-            self.link_address, tls is not None, self.limits.shared_memory_slots) else None)
-        self._deliver = (deliver_to(receive, self.slots) if isinstance(receive, Mailbox)
-                         else receive)
+        # peers on this machine may send chunks through shared memory
+        self.slots, self._deliver = receiving_layer(device, receive, self.link_address,
+                                                    tls is not None, self.limits)
 
     @property
     def address(self) -> str:

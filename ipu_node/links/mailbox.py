@@ -3,7 +3,7 @@ the link server receives them, handed to the executor as they arrive, with deadl
 aborts. What it holds is bounded: in bytes (beyond, a push is refused with
 RESOURCE_EXHAUSTED), and in time (chunks of a collective nobody waits on are dropped
 after :attr:`~ipu_node.links.link_limits.LinkLimits.stale_chunks_seconds`, and counted).
-A chunk in a shared-memory slot (:mod:`ipu_node.links.shared_slots`) comes with the
+A chunk in a shared-memory slot (:mod:`ipu_node.links.shared_link`) comes with the
 function that hands the slot back: called once the chunk has landed (the consumer asked
 for the next one) or was dropped, never before."""
 
@@ -17,8 +17,7 @@ from typing import NamedTuple
 
 from ipu_node.device_errors import DeviceError, LinkTimeout
 from ipu_node.links.link_limits import LinkLimits, ResourceExhausted
-from ipu_node.links.shared_slots import ReceiverSlots
-from ipu_node.links.wire import parse_chunk
+from ipu_node.links.wire import ChunkHeader, decode_chunk
 
 _ABORTED_KEPT = 1024  # aborted collectives remembered, so their late chunks are dropped
 
@@ -26,6 +25,7 @@ _ABORTED_KEPT = 1024  # aborted collectives remembered, so their late chunks are
 Chunk = bytes | memoryview  # a chunk's payload, as it arrived
 Release = Callable[[], None] | None  # hands a chunk's shared-memory slot back
 Held = tuple[int, Chunk, Release]  # (offset, payload, release)
+Deliver = Callable[[Iterable], tuple[int, int]]  # a stream of chunks -> (bytes, chunks) filed
 
 
 class TransferKey(NamedTuple):
@@ -78,6 +78,17 @@ class Mailbox:
             self._total[key] = total
             self.bytes_received += len(data)
             self._ready.notify_all()
+
+    def file(self, header: ChunkHeader, data: Chunk, release: Release = None) -> None:
+        """:meth:`deposit` a chunk that arrived with ``header``; its slot is handed back if
+        it cannot be filed."""
+        key = TransferKey(header.collective, header.phase, header.step, header.transfer)
+        try:
+            self.deposit(key, header.offset, header.total, data, release)
+        except BaseException:
+            if release is not None:
+                release()
+            raise
 
     def chunks(self, key: TransferKey, deadline_seconds: float,
                sender: str) -> Iterator[tuple[int, Chunk]]:
@@ -195,31 +206,16 @@ def _release_all(held: list[Held]) -> None:
             release()
 
 
-def deliver_to(mailbox: Mailbox,
-               slots: ReceiverSlots | None = None) -> Callable[[Iterable], tuple[int, int]]:
-    """What a card or machine does with a stream: file every chunk in its mailbox (with
-    ``slots``, chunks may be in shared memory, and segments announced)."""
+def deliver_to(mailbox: Mailbox) -> Deliver:
+    """What a card or machine does with a stream: file every chunk in its mailbox (a chunk
+    that refers to shared memory is malformed here: see
+    :func:`~ipu_node.links.shared_link.slot_delivery` for links that take it)."""
 
     def deliver(messages: Iterable) -> tuple[int, int]:
         total = count = 0
         for message in messages:
-            header, payload, slot = parse_chunk(message)
-            release: Release = None
-            if slot is not None:
-                if slots is None:
-                    raise DeviceError("a malformed chunk arrived on a link: it refers to "
-                                      "shared memory, which this link does not take")
-                if slot.slots:  # an announcement, not a chunk
-                    slots.attach(slot.segment, slot.slots, slot.slot_bytes, slot.retired)
-                    continue
-                payload, release = slots.resolve(slot.segment, slot.slot, slot.length)
-            key = TransferKey(header.collective, header.phase, header.step, header.transfer)
-            try:
-                mailbox.deposit(key, header.offset, header.total, payload, release)
-            except BaseException:
-                if release is not None:
-                    release()
-                raise
+            header, payload = decode_chunk(message)
+            mailbox.file(header, payload)
             total += len(payload)
             count += 1
         return total, count

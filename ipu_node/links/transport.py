@@ -10,17 +10,16 @@ wire protocol spoken directly (:mod:`ipu_node.links.transports.grpc_h2`).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 from cluster.errors import UserError
 from cluster.model.plugins import Registry
-from ipu_node.links.mailbox import Mailbox
+from ipu_node.links.mailbox import Deliver, Mailbox
 
 DEFAULT_TRANSPORT = "grpc-h2"
-Receiver = Mailbox | Callable[[Iterable], tuple[int, int]]
+Receiver = Mailbox | Deliver  # a mailbox, or what a relaying host does with a stream
 
 
 class LinkServerLike(Protocol):
@@ -67,14 +66,14 @@ TRANSPORTS: Registry[Transport] = Registry("link transport", "ipu_node.links.tra
                                            check=_check)
 
 
-def register(transport: Transport, module: str | None = None) -> Transport:
-    """Add ``transport`` under its name, registered by ``module`` (default: the caller's);
-    a name taken or parts that cannot be called are refused (a transport module is wrong,
-    not the user)."""
+def register(transport: Transport, module: str = "") -> Transport:
+    """Add ``transport`` under its name, registered by ``module`` (a transport module passes
+    its ``__name__``, which the registry's checks read); what is given is checked: a
+    :class:`Transport`, a name not taken, parts that can be called (a transport module is
+    wrong, not the user)."""
     if not isinstance(transport, Transport):
         raise TypeError(f"register a Transport, not {type(transport).__name__}")
-    origin = module or sys._getframe(1).f_globals["__name__"]
-    return TRANSPORTS.register(transport.name, transport, origin)
+    return TRANSPORTS.register(transport.name, transport, module or "a caller without a name")
 
 
 def transport(name: str = DEFAULT_TRANSPORT) -> Transport:

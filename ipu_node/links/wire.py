@@ -63,6 +63,19 @@ def payload_prefix(header: bytes, length: int) -> bytes:
     return b"".join((header, _PAD_TAG, bytes([fill]), bytes(fill), tail))
 
 
+class ChunkParts(tuple):
+    """One chunk to send: (the bytes before its payload, a view of the payload), sent back
+    to back as one ``Chunk``. ``header`` (fields 1 to 8) lets a link that has shared memory
+    send a reference to a slot holding the payload instead."""
+
+    header: bytes
+
+    def __new__(cls, header: bytes, payload: memoryview) -> ChunkParts:
+        parts = super().__new__(cls, (payload_prefix(header, len(payload)), payload))
+        parts.header = header
+        return parts
+
+
 def encode_chunk(header: bytes, payload: memoryview) -> bytes:
     """A whole ``Chunk`` as one ``bytes`` (a copy; for clients that need one, like
     grpcio's): :func:`payload_prefix`, then the payload."""

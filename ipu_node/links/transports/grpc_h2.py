@@ -7,4 +7,4 @@ from ipu_node.links.channel import LinkClient
 from ipu_node.links.link_server import LinkServer
 from ipu_node.links.transport import DEFAULT_TRANSPORT, Transport, register
 
-register(Transport(DEFAULT_TRANSPORT, LinkServer, LinkClient))
+register(Transport(DEFAULT_TRANSPORT, LinkServer, LinkClient), __name__)
