@@ -3,9 +3,10 @@ reduction op for a collective that reduces nothing."""
 
 import pytest
 
+from cluster.cli.bench_table import format_row, summary_line
 from cluster.model.spec import load_topology
 from cluster.model.units import plural, ranges
-from gcl.bench_rows import format_row, run_phantom, summary_line
+from gcl.bench_rows import run_phantom
 from gcl.collectives import COLLECTIVES
 
 

@@ -1,6 +1,6 @@
 """``ipupod bench COLLECTIVE``: sweep sizes like nccl-tests, here (phantom or real mode) or
 on a partition of a running service (``--partition``); one table either way
-(:mod:`gcl.bench_rows`)."""
+(:mod:`cluster.cli.bench_table`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
+from cluster.cli.bench_table import (
+    format_row,
+    groups_words,
+    heading,
+    preamble,
+    rank_lines,
+    rows_to_json,
+    summary_line,
+)
 from cluster.cli.output import progress, ray_chatter_to_stderr
 from cluster.cli.phantom_note import options_given, phantom_note
 from cluster.cli.placement_flags import Placement, launch_pod, placement_options
@@ -32,20 +41,7 @@ from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
 from cluster.model.topology import Topology
 from cluster.model.units import format_size, parse_size, plural
 from gcl.algorithms import algorithm as check_algorithm
-from gcl.bench_rows import (
-    MAX_RUNS,
-    BenchRow,
-    format_row,
-    groups_words,
-    heading,
-    preamble,
-    rank_lines,
-    rows_to_json,
-    run_phantom,
-    size_notes,
-    sizes,
-    summary_line,
-)
+from gcl.bench_rows import MAX_RUNS, BenchRow, run_phantom, size_notes, sizes
 from gcl.collectives import DTYPES, Collective, CollectiveName, ReduceOp
 from gcl.collectives import collective as lookup
 from gcl.groups import CommGroup
