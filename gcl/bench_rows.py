@@ -18,18 +18,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cluster.errors import UserError
-from cluster.model.topology import Topology
 from cluster.model.units import plural
-from gcl.collectives import DTYPES, Collective, CollectiveName, ReduceOp, check_op, dtype_itemsize
+from gcl.bench_spec import PlacedBench
+from gcl.collectives import DTYPES, Collective, CollectiveName, DType, ReduceOp
 from gcl.groups import CommGroup
 from gcl.phantom import Timing
-from gcl.planner import AUTO, plan_timed, replica_groups
+from gcl.planner import plan_timed
 from gcl.reference import expected
 from gcl.schedule import Schedule
 
-MAX_SIZES = 64
-MAX_RUNS = 10_000  # -n (timed runs) and -w (warm-up runs) per size, at most
 NO_OP = "none"  # the redop of a collective that reduces nothing (nccl-tests' word)
 
 
@@ -69,7 +66,7 @@ class Measured:
     wrong: int | None = None
 
 
-def make_row(coll: Collective, schedule, timing, group: CommGroup, op: str,
+def make_row(coll: Collective, schedule, timing, group: CommGroup, op: ReduceOp,
              link_type_bytes: dict[str, float], out_of_place: Measured,
              in_place: Measured | None = None) -> BenchRow:
     """A table row: the schedule's bytes (nccl-tests' size), simulated time and bandwidths,
@@ -91,31 +88,12 @@ def make_row(coll: Collective, schedule, timing, group: CommGroup, op: str,
         link_type_bytes=link_type_bytes, wrong=out_of_place.wrong, in_place_wrong=in_place.wrong)
 
 
-def sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
-    """``min, min*f, min*f^2, ...`` up to ``max`` (bytes), as nccl-tests' -b/-e/-f."""
-    if min_bytes < 1:
-        raise UserError("the smallest size (-b) must be at least 1 byte")
-    if max_bytes < min_bytes:
-        raise UserError(f"the largest size (-e {max_bytes}) is below the smallest (-b {min_bytes})")
-    if min_bytes != max_bytes and not factor > 1:
-        raise UserError(f"the size factor (-f) must be more than 1, not {factor}")
-    out, size = [], float(min_bytes)
-    while size <= max_bytes:
-        out.append(int(size))
-        if len(out) > MAX_SIZES:
-            raise UserError(f"that sweep has more than {MAX_SIZES} sizes: raise -f or narrow -b/-e")
-        if min_bytes == max_bytes:
-            break
-        size *= factor
-    return out
-
-
-def size_notes(coll: Collective, requested: Sequence[int], n: int, dtype: str) -> list[str]:
+def size_notes(coll: Collective, requested: Sequence[int], n: int, dtype: DType) -> list[str]:
     """A ``note:`` line when a size of the sweep does not run as asked: a collective moves
     whole elements (per block, on ``n`` ranks, for reduce-scatter, all-gather and
     all-to-all), so a size rounds down to whole elements as nccl-tests rounds it, but to
     at least one (nccl-tests would run none); sizes that round alike run once."""
-    itemsize = dtype_itemsize(dtype)
+    itemsize = dtype.itemsize
     ran = [coll.bytes_for_count(coll.count_for_bytes(size, n, itemsize), n, itemsize)
            for size in requested]
     changed = [(size, got) for size, got in zip(requested, ran) if got != size]
@@ -140,46 +118,30 @@ def _option(size: int, requested: Sequence[int]) -> str:
     return f"-b {size:,}" if size == requested[0] else f"{size:,}"
 
 
-def _elements(coll: Collective, nbytes: int, n: int, itemsize: int, dtype: str) -> str:
+def _elements(coll: Collective, nbytes: int, n: int, itemsize: int, dtype: DType) -> str:
     """``1 float32 element`` (per block on ``n`` ranks for a blocked collective)."""
     count = nbytes // itemsize // (n if coll.blocks_per_size else 1)
     words = plural(count, f"{dtype} element")
     return f"{n} blocks of {words}" if coll.blocks_per_size else words
 
 
-def check_runs(iterations: int, warmup: int) -> None:
-    """Refuse timed (``-n``) or warm-up (``-w``) run counts out of range, saying the range."""
-    if not 1 <= iterations <= MAX_RUNS:
-        raise UserError(f"the timed runs per size (-n, iterations) must be 1 to {MAX_RUNS:,}, "
-                        f"not {iterations}")
-    if not 0 <= warmup <= MAX_RUNS:
-        raise UserError(f"the warm-up runs per size (-w, warmup) must be 0 to {MAX_RUNS:,}, "
-                        f"not {warmup}")
-
-
-def run_phantom(coll: Collective, topology: Topology, byte_sizes: list[int], *,
-                dtype: str = "float32", op: str = "sum", algorithm_name: str = AUTO,
-                group: CommGroup = CommGroup(), root: int = 0,
-                on_phase: Callable[[int, int], None] | None = None,
-                ipus: list[int] | None = None,
+def run_phantom(bench: PlacedBench, *, on_phase: Callable[[int, int], None] | None = None,
                 on_costed: Callable[[Schedule, Timing], None] | None = None,
                 ) -> Iterator[BenchRow]:
-    """Cost each size in phantom mode (sizes only) and yield its row; ``on_phase`` reports
-    progress through each size's phases, ``on_costed`` gets each size's schedule and timing
-    (a trace). ``ipus``: the replicas' IPUs (default: all)."""
-    op = check_op(op)  # the text becomes a ReduceOp here, where it enters
-    itemsize = dtype_itemsize(dtype)
-    n = len(replica_groups(topology, group, ipus)[0])
-    root = root if coll.name == CollectiveName.BROADCAST else 0
-    counts = [coll.count_for_bytes(size, n, itemsize) for size in byte_sizes]
+    """Cost each size of ``bench`` in phantom mode (sizes only) and yield its row;
+    ``on_phase`` reports progress through each size's phases, ``on_costed`` gets each
+    size's schedule and timing (a trace)."""
+    spec = bench.spec
+    coll, itemsize = spec.collective, spec.dtype.itemsize
+    counts = [coll.count_for_bytes(size, bench.group_size, itemsize) for size in bench.byte_sizes]
     for count in dict.fromkeys(counts):  # sizes that round to one buffer: one row
         started = time.perf_counter()
-        schedule, timing = plan_timed(coll, topology, count, dtype=dtype,
-                                      algorithm_name=algorithm_name, group=group, root=root,
-                                      on_phase=on_phase, ipus=ipus)
+        schedule, timing = plan_timed(coll, bench.topology, count, dtype=spec.dtype.value,
+                                      algorithm_name=spec.algorithm, group=spec.group,
+                                      root=spec.rooted, on_phase=on_phase, ipus=bench.ipus)
         if on_costed is not None:
             on_costed(schedule, timing)
-        yield make_row(coll, schedule, timing, group, op, timing.link_type_bytes,
+        yield make_row(coll, schedule, timing, spec.group, spec.op, timing.link_type_bytes,
                        Measured(time.perf_counter() - started))
 
 
@@ -194,7 +156,7 @@ def bench_input(count: int, replica: int, dtype: str, seed: int = 0) -> np.ndarr
     return ((np.arange(count, dtype=np.int64) + replica + seed) % 8).astype(DTYPES[dtype])
 
 
-def count_wrong(schedule, results: list[np.ndarray], inputs: list[np.ndarray], op: str,
+def count_wrong(schedule, results: list[np.ndarray], inputs: list[np.ndarray], op: ReduceOp,
                 root: int) -> int:
     """Elements of ``results`` that differ from the NumPy reference."""
     wrong, start = 0, 0

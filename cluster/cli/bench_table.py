@@ -16,12 +16,10 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
-from cluster.model.topology import Topology
 from cluster.model.units import format_size, plural
 from gcl.bench_rows import BenchRow
-from gcl.collectives import Collective, CollectiveName
-from gcl.groups import CommGroup
-from gcl.planner import replica_groups
+from gcl.bench_spec import PlacedBench
+from gcl.collectives import CollectiveName
 
 MAX_RANK_LINES = 64  # ranks listed one per line above the table
 
@@ -70,18 +68,18 @@ def format_row(row: BenchRow) -> str:
 
 
 
-def preamble(coll: Collective, topology: Topology, group: CommGroup, mode: str,
-             root: int = 0) -> str:
+def preamble(bench: PlacedBench) -> str:
     """The lines above a standalone run's table: topology, mode, groups, ranks, clocks,
     columns."""
-    groups = [g.tolist() for g in replica_groups(topology, group)]
+    spec, topology = bench.spec, bench.topology
+    groups = [g.tolist() for g in bench.groups]
     where = f"topology {topology.name} ({plural(topology.ipu_count, 'IPU')})"
-    return heading(f"# ipupod bench {coll.name}: {where}, mode {mode}, "
-                   f"{groups_words(coll.name, str(group), groups, root)}",
+    return heading(f"# ipupod bench {spec.collective.name}: {where}, mode {spec.mode}, "
+                   f"{groups_words(spec.collective.name, str(spec.group), groups, spec.root)}",
                    rank_lines(groups, topology.ipu_name), "this machine")
 
 
-def groups_words(collective: str, group: str, groups: Sequence[Sequence[int]],
+def groups_words(collective: CollectiveName, group: str, groups: Sequence[Sequence[int]],
                  root: int = 0) -> str:
     """``group all (1 x 16 IPUs)``, and the root of a broadcast."""
     rooted = f", root {root}" if collective == CollectiveName.BROADCAST else ""
