@@ -66,7 +66,7 @@ class Measured:
     wrong: int | None = None
 
 
-def make_row(coll: Collective, schedule, timing, group: CommGroup, op: ReduceOp,
+def make_row(coll: Collective, schedule: Schedule, timing: Timing, group: CommGroup, op: ReduceOp,
              link_type_bytes: dict[str, float], out_of_place: Measured,
              in_place: Measured | None = None) -> BenchRow:
     """A table row: the schedule's bytes (nccl-tests' size), simulated time and bandwidths,
@@ -145,19 +145,19 @@ def run_phantom(bench: PlacedBench, *, on_phase: Callable[[int, int], None] | No
                        Measured(time.perf_counter() - started))
 
 
-def bench_inputs(count: int, replicas: int, dtype: str, seed: int = 0) -> list[np.ndarray]:
+def bench_inputs(count: int, replicas: int, dtype: DType, seed: int = 0) -> list[np.ndarray]:
     """Inputs whose reductions are exact in any order (small integers), as nccl-tests
     chooses, so that ``#wrong`` counts real errors, not rounding."""
     return [bench_input(count, r, dtype, seed) for r in range(replicas)]
 
 
-def bench_input(count: int, replica: int, dtype: str, seed: int = 0) -> np.ndarray:
+def bench_input(count: int, replica: int, dtype: DType, seed: int = 0) -> np.ndarray:
     """Replica ``replica``'s input of :func:`bench_inputs` (a device builds its own)."""
     return ((np.arange(count, dtype=np.int64) + replica + seed) % 8).astype(DTYPES[dtype])
 
 
-def count_wrong(schedule, results: list[np.ndarray], inputs: list[np.ndarray], op: ReduceOp,
-                root: int) -> int:
+def count_wrong(schedule: Schedule, results: list[np.ndarray], inputs: list[np.ndarray],
+                op: ReduceOp, root: int) -> int:
     """Elements of ``results`` that differ from the NumPy reference."""
     wrong, start = 0, 0
     for members in schedule.groups:

@@ -13,7 +13,7 @@ import numpy as np
 
 from gcl.bench_rows import BenchRow, Measured, bench_input, bench_inputs, count_wrong, make_row
 from gcl.bench_spec import PlacedBench
-from gcl.collectives import Collective, CollectiveName
+from gcl.collectives import Collective, CollectiveName, DType
 from gcl.phantom import Timing
 from gcl.schedule import Schedule
 from ipu_node.executor import CollectiveResult
@@ -42,8 +42,8 @@ def run_real(pod: EmulatedPod, bench: PlacedBench, *,
     for count in dict.fromkeys(counts):
         blocks = coll.blocks_per_size and coll.name != CollectiveName.ALL_GATHER
         per_replica = count * (n if blocks else 1)
-        timed = (per_replica, dtype.value, runs.iterations, runs.warmup)
-        inputs = bench_inputs(per_replica, len(targets), dtype.value) if runs.check else []
+        timed = (per_replica, dtype, runs.iterations, runs.warmup)
+        inputs = bench_inputs(per_replica, len(targets), dtype) if runs.check else []
         result, wall = _timed(pod, coll, BENCH_OUT, timed, options)
         out_of_place = Measured(wall, _wrong(pod, result, inputs, BENCH_OUT, options)
                                 if runs.check else -1)
@@ -57,7 +57,7 @@ def run_real(pod: EmulatedPod, bench: PlacedBench, *,
                        result.link_type_bytes, out_of_place, in_place)
 
 
-def _timed(pod: EmulatedPod, coll: Collective, output: str, runs: tuple[int, str, int, int],
+def _timed(pod: EmulatedPod, coll: Collective, output: str, runs: tuple[int, DType, int, int],
            options: dict[str, Any]) -> tuple[CollectiveResult, float]:
     """``runs = (count, dtype, iterations, warmup)``: ``warmup`` then ``iterations`` runs
     from tensor ``bench.in`` (``count`` elements of ``dtype`` per replica) into ``output``;
@@ -75,7 +75,7 @@ def _timed(pod: EmulatedPod, coll: Collective, output: str, runs: tuple[int, str
     return result, sum(walls) / len(walls)
 
 
-def _place_inputs(pod: EmulatedPod, targets: Sequence[int], count: int, dtype: str) -> None:
+def _place_inputs(pod: EmulatedPod, targets: Sequence[int], count: int, dtype: DType) -> None:
     """Each device builds its replicas' :func:`gcl.bench_rows.bench_input` as tensor
     ``bench.in``: nothing crosses from here, and the tensor is the device's own (writable,
     so an allreduce in place works in it, with no copy)."""
@@ -86,7 +86,7 @@ def _place_inputs(pod: EmulatedPod, targets: Sequence[int], count: int, dtype: s
                          for d, replicas in by_device.items()}, deadline_seconds=60)
 
 
-def _fill(store: TensorStore, replicas: dict[int, int], count: int, dtype: str) -> None:
+def _fill(store: TensorStore, replicas: dict[int, int], count: int, dtype: DType) -> None:
     """On a device: store replica ``replicas[ipu]``'s bench input on each IPU ``ipu``."""
     for ipu, replica in replicas.items():
         store.put(ipu, BENCH_IN, bench_input(count, replica, dtype))

@@ -258,6 +258,6 @@ def test_bench_in_place_starts_each_run_from_the_inputs_and_leaves_the_result_ov
     assert row.wrong == row.in_place_wrong == 0  # not sums of sums, nor a shape gone wrong
     n = pod.topology.ipu_count
     per_replica = row.count // (n if collective == "all-gather" else 1)
-    arrays = bench_inputs(per_replica, n, "int32")
+    arrays = bench_inputs(per_replica, n, DType.INT32)
     for got, want in zip(pod.get(BENCH_IN), expected(collective, arrays, "sum", 0)):
         np.testing.assert_array_equal(got, want)
