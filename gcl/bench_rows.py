@@ -138,7 +138,8 @@ def run_phantom(bench: PlacedBench, *, on_phase: Callable[[int, int], None] | No
         started = time.perf_counter()
         schedule, timing = plan_timed(coll, bench.topology, count, dtype=spec.dtype.value,
                                       algorithm_name=spec.algorithm, group=spec.group,
-                                      root=spec.rooted, on_phase=on_phase, ipus=bench.ipus)
+                                      root=spec.rooted, on_phase=on_phase,
+                                      groups=bench.groups)
         if on_costed is not None:
             on_costed(schedule, timing)
         yield make_row(coll, schedule, timing, spec.group, spec.op, timing.link_type_bytes,

@@ -111,6 +111,8 @@ class BenchSpec:
         byte_sizes = tuple(self.size_range.sizes())
         chosen = None if ipus is None else tuple(int(ipu) for ipu in ipus)
         groups = tuple(replica_groups(topology, self.group, chosen))
+        for members in groups:  # shared by every schedule of the sweep: read-only
+            members.setflags(write=False)
         return PlacedBench(self, topology, byte_sizes, chosen, groups)
 
 

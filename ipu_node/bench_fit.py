@@ -67,7 +67,7 @@ def device_bytes(bench: PlacedBench) -> tuple[int, int, int, int]:
     coll = spec.collective
     count = max(coll.count_for_bytes(size, n, spec.dtype.itemsize) for size in bench.byte_sizes)
     schedule = plan(coll, bench.topology, count, dtype=spec.dtype.value,
-                    algorithm_name=spec.algorithm, group=spec.group, ipus=bench.ipus,
+                    algorithm_name=spec.algorithm, group=spec.group, groups=bench.groups,
                     root=spec.rooted)
     copies = 2 if coll.name == CollectiveName.ALL_TO_ALL else 1
     work = schedule.buffer_elements * schedule.itemsize * copies
