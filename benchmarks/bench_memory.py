@@ -86,6 +86,7 @@ def _sweep_peak(topology: str, name: str, sizes: list[int],
     sweep of ``sizes`` of collective ``name`` on a POD launched for it."""
     import ray
 
+    from gcl.bench_spec import BenchSpec, Runs, SizeRange
     from gcl.collectives import collective
     from ipu_node.pod import EmulatedPod
     from ipu_node.real_bench import run_real
@@ -95,7 +96,9 @@ def _sweep_peak(topology: str, name: str, sizes: list[int],
         sampler = PeakSampler(os.getpid(), [int(info["pid"]) for info in pod.infos])
         before = sampler.sample()
         with sampler:
-            list(run_real(pod, collective(name), sizes, check=check))
+            spec = BenchSpec(collective(name), SizeRange(min(sizes), max(sizes)),
+                             runs=Runs(check=check))  # the sizes: powers of two apart
+            list(run_real(pod, spec.place(pod.topology)))
         return pod.topology.ipu_count, tuple(p - b for p, b in zip(sampler.peak, before))
     finally:
         pod.shutdown()

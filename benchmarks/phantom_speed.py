@@ -47,6 +47,7 @@ def run_case(name: str) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from cluster.model.spec import load_topology
     from gcl.bench_rows import run_phantom
+    from gcl.bench_spec import BenchSpec, SizeRange
     from gcl.collectives import ALLREDUCE
 
     case = CASES[name]
@@ -54,7 +55,9 @@ def run_case(name: str) -> dict[str, Any]:
     topology = load_topology(str(ROOT / case["topology"]) if case["topology"].endswith(".yaml")
                              else case["topology"])
     built = time.perf_counter()
-    rows = list(run_phantom(ALLREDUCE, topology, case["sizes"], algorithm_name=case["algorithm"]))
+    spec = BenchSpec(ALLREDUCE, SizeRange(min(case["sizes"]), max(case["sizes"])),
+                     algorithm=case["algorithm"])  # the sizes: powers of two apart
+    rows = list(run_phantom(spec.place(topology)))
     finished = time.perf_counter()
     return {
         "case": name, "ipus": topology.ipu_count, "algorithm": case["algorithm"],

@@ -107,6 +107,7 @@ def wrong_elements(result: CollectiveResult, inputs: list[np.ndarray], request: 
                    ipus: list[int]) -> int:
     """Elements that differ from the reference (bitwise for floats, exact for integers)."""
     from gcl.bench_rows import count_wrong
+    from gcl.collectives import ReduceOp
     from gcl.local_executor import run_in_memory
 
     replica_of = {ipu: r for r, ipu in enumerate(ipus)}
@@ -117,7 +118,7 @@ def wrong_elements(result: CollectiveResult, inputs: list[np.ndarray], request: 
     wrong = sum(int(np.count_nonzero(g.view(np.uint8) != w.view(np.uint8)))
                 for g, w in zip(got, reference))
     if request["dtype"] == "int32":  # and the plain NumPy answer, for integers exact
-        wrong += count_wrong(result.schedule, got, ordered_inputs, request["op"],
+        wrong += count_wrong(result.schedule, got, ordered_inputs, ReduceOp(request["op"]),
                              request["root"])
     return wrong
 

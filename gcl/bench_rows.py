@@ -1,39 +1,32 @@
-"""The benchmark harness: one loop for every collective, rows like nccl-tests'.
+"""The benchmark harness: one loop for every collective, rows like nccl-tests' (as data;
+``ipupod bench`` prints them as its table).
 
-Per size: ``size count type redop algorithm``, then an out-of-place group (the result in a
-tensor of its own) and an in-place group (the result over the input), each ``time algbw
-busbw wall #wrong`` as nccl-tests prints them. ``time`` is *simulated* microseconds on the
-emulated hardware, ``algbw = size / time`` and ``busbw = algbw x`` the collective's bus
-factor (nccl-tests' convention, decimal GB/s); the simulated figures of the two groups are
-the same by construction (the schedule does not depend on where the result goes).
-``wall`` is seconds of this machine: in real mode the collective on the devices, measured
-for each placement; in phantom mode the planning and costing, done once for both.
-``#wrong`` counts result elements that differ from NumPy's (real mode; ``N/A`` when not
-checked, as nccl-tests prints it).
+A row is one size: its bytes (nccl-tests' size), element count, type, reduction op and
+algorithm; the *simulated* seconds on the emulated hardware, ``algbw = size / time`` and
+``busbw = algbw x`` the collective's bus factor (nccl-tests' convention, decimal GB/s),
+the same for both placements by construction (the schedule does not depend on where the
+result goes: out of place, in a tensor of its own, or in place, over the input). Each
+placement's ``wall`` is seconds of this machine: in real mode the collective on the
+devices, measured for each; in phantom mode the planning and costing, done once for both.
+``wrong`` counts result elements that differ from NumPy's (real mode).
 """
-
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from cluster.errors import UserError
-from cluster.model.topology import Topology
-from cluster.model.units import format_size, plural
-from gcl.collectives import DTYPES, Collective, CollectiveName, ReduceOp, check_op, dtype_itemsize
+from cluster.model.units import plural
+from gcl.bench_spec import PlacedBench
+from gcl.collectives import DTYPES, Collective, CollectiveName, DType, ReduceOp
 from gcl.groups import CommGroup
 from gcl.phantom import Timing
-from gcl.planner import AUTO, plan_timed, replica_groups
+from gcl.planner import plan_timed
 from gcl.reference import expected
 from gcl.schedule import Schedule
 
-MAX_SIZES = 64
-MAX_RANK_LINES = 64  # ranks listed one per line above the table
-MAX_RUNS = 10_000  # -n (timed runs) and -w (warm-up runs) per size, at most
 NO_OP = "none"  # the redop of a collective that reduces nothing (nccl-tests' word)
 
 
@@ -73,7 +66,7 @@ class Measured:
     wrong: int | None = None
 
 
-def make_row(coll: Collective, schedule, timing, group: CommGroup, op: str,
+def make_row(coll: Collective, schedule: Schedule, timing: Timing, group: CommGroup, op: ReduceOp,
              link_type_bytes: dict[str, float], out_of_place: Measured,
              in_place: Measured | None = None) -> BenchRow:
     """A table row: the schedule's bytes (nccl-tests' size), simulated time and bandwidths,
@@ -95,31 +88,12 @@ def make_row(coll: Collective, schedule, timing, group: CommGroup, op: str,
         link_type_bytes=link_type_bytes, wrong=out_of_place.wrong, in_place_wrong=in_place.wrong)
 
 
-def sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
-    """``min, min*f, min*f^2, ...`` up to ``max`` (bytes), as nccl-tests' -b/-e/-f."""
-    if min_bytes < 1:
-        raise UserError("the smallest size (-b) must be at least 1 byte")
-    if max_bytes < min_bytes:
-        raise UserError(f"the largest size (-e {max_bytes}) is below the smallest (-b {min_bytes})")
-    if min_bytes != max_bytes and not factor > 1:
-        raise UserError(f"the size factor (-f) must be more than 1, not {factor}")
-    out, size = [], float(min_bytes)
-    while size <= max_bytes:
-        out.append(int(size))
-        if len(out) > MAX_SIZES:
-            raise UserError(f"that sweep has more than {MAX_SIZES} sizes: raise -f or narrow -b/-e")
-        if min_bytes == max_bytes:
-            break
-        size *= factor
-    return out
-
-
-def size_notes(coll: Collective, requested: Sequence[int], n: int, dtype: str) -> list[str]:
+def size_notes(coll: Collective, requested: Sequence[int], n: int, dtype: DType) -> list[str]:
     """A ``note:`` line when a size of the sweep does not run as asked: a collective moves
     whole elements (per block, on ``n`` ranks, for reduce-scatter, all-gather and
     all-to-all), so a size rounds down to whole elements as nccl-tests rounds it, but to
     at least one (nccl-tests would run none); sizes that round alike run once."""
-    itemsize = dtype_itemsize(dtype)
+    itemsize = dtype.itemsize
     ran = [coll.bytes_for_count(coll.count_for_bytes(size, n, itemsize), n, itemsize)
            for size in requested]
     changed = [(size, got) for size, got in zip(requested, ran) if got != size]
@@ -144,106 +118,47 @@ def _option(size: int, requested: Sequence[int]) -> str:
     return f"-b {size:,}" if size == requested[0] else f"{size:,}"
 
 
-def _elements(coll: Collective, nbytes: int, n: int, itemsize: int, dtype: str) -> str:
+def _elements(coll: Collective, nbytes: int, n: int, itemsize: int, dtype: DType) -> str:
     """``1 float32 element`` (per block on ``n`` ranks for a blocked collective)."""
     count = nbytes // itemsize // (n if coll.blocks_per_size else 1)
     words = plural(count, f"{dtype} element")
     return f"{n} blocks of {words}" if coll.blocks_per_size else words
 
 
-def check_runs(iterations: int, warmup: int) -> None:
-    """Refuse timed (``-n``) or warm-up (``-w``) run counts out of range, saying the range."""
-    if not 1 <= iterations <= MAX_RUNS:
-        raise UserError(f"the timed runs per size (-n, iterations) must be 1 to {MAX_RUNS:,}, "
-                        f"not {iterations}")
-    if not 0 <= warmup <= MAX_RUNS:
-        raise UserError(f"the warm-up runs per size (-w, warmup) must be 0 to {MAX_RUNS:,}, "
-                        f"not {warmup}")
-
-
-def run_phantom(coll: Collective, topology: Topology, byte_sizes: list[int], *,
-                dtype: str = "float32", op: str = "sum", algorithm_name: str = AUTO,
-                group: CommGroup = CommGroup(), root: int = 0,
-                on_phase: Callable[[int, int], None] | None = None,
-                ipus: list[int] | None = None,
+def run_phantom(bench: PlacedBench, *, on_phase: Callable[[int, int], None] | None = None,
                 on_costed: Callable[[Schedule, Timing], None] | None = None,
                 ) -> Iterator[BenchRow]:
-    """Cost each size in phantom mode (sizes only) and yield its row; ``on_phase`` reports
-    progress through each size's phases, ``on_costed`` gets each size's schedule and timing
-    (a trace). ``ipus``: the replicas' IPUs (default: all)."""
-    op = check_op(op)  # the text becomes a ReduceOp here, where it enters
-    itemsize = dtype_itemsize(dtype)
-    n = len(replica_groups(topology, group, ipus)[0])
-    root = root if coll.name == CollectiveName.BROADCAST else 0
-    counts = [coll.count_for_bytes(size, n, itemsize) for size in byte_sizes]
+    """Cost each size of ``bench`` in phantom mode (sizes only) and yield its row;
+    ``on_phase`` reports progress through each size's phases, ``on_costed`` gets each
+    size's schedule and timing (a trace)."""
+    spec = bench.spec
+    coll, itemsize = spec.collective, spec.dtype.itemsize
+    counts = [coll.count_for_bytes(size, bench.group_size, itemsize) for size in bench.byte_sizes]
     for count in dict.fromkeys(counts):  # sizes that round to one buffer: one row
         started = time.perf_counter()
-        schedule, timing = plan_timed(coll, topology, count, dtype=dtype,
-                                      algorithm_name=algorithm_name, group=group, root=root,
-                                      on_phase=on_phase, ipus=ipus)
+        schedule, timing = plan_timed(coll, bench.topology, count, dtype=spec.dtype.value,
+                                      algorithm_name=spec.algorithm, group=spec.group,
+                                      root=spec.rooted, on_phase=on_phase,
+                                      groups=bench.groups)
         if on_costed is not None:
             on_costed(schedule, timing)
-        yield make_row(coll, schedule, timing, group, op, timing.link_type_bytes,
+        yield make_row(coll, schedule, timing, spec.group, spec.op, timing.link_type_bytes,
                        Measured(time.perf_counter() - started))
 
 
-# (name, unit, width): the columns before the placement groups, and those of each group
-_SIZE_COLUMNS = (("size", "(B)", 12), ("count", "(elements)", 12), ("type", "", 7),
-                 ("redop", "", 6), ("algorithm", "", 23))
-_GROUP_COLUMNS = (("time", "(us)", 10), ("algbw", "(GB/s)", 7), ("busbw", "(GB/s)", 7),
-                  ("wall", "(s)", 8), ("#wrong", "", 6))
-_GAP = "  "  # between the column groups
-
-
-def _columns(columns: Sequence[tuple[str, str, int]], which: int) -> str:
-    """Line ``which`` (0: names, 1: units) of ``columns``, right-aligned as the rows."""
-    return " ".join(f"{column[which]:>{column[2]}}" for column in columns)
-
-
-def table_header() -> str:
-    """The column headings as three comment lines, as nccl-tests prints them: the
-    placement over each group, the column names, their units."""
-    size_width = len(_columns(_SIZE_COLUMNS, 0))
-    group_width = len(_columns(_GROUP_COLUMNS, 0))
-    lines = [" " * size_width + _GAP + f"{'out-of-place':^{group_width}}" + _GAP
-             + f"{'in-place':^{group_width}}"]
-    for which in (0, 1):
-        group = _columns(_GROUP_COLUMNS, which)
-        lines.append(_columns(_SIZE_COLUMNS, which) + _GAP + group + _GAP + group)
-    return "\n".join("#" + line[1:].rstrip() for line in lines)
-
-
-def _measures(row: BenchRow, wall_seconds: float, wrong: int | None) -> str:
-    """One placement's group of a row: the simulated figures, wall seconds, #wrong."""
-    shown = "N/A" if wrong is None or wrong < 0 else wrong  # phantom mode, or -c 0
-    widths = [width for _, _, width in _GROUP_COLUMNS]
-    return " ".join([f"{row.sim_seconds * 1e6:>{widths[0]}.2f}",
-                     f"{row.algbw_GBps:>{widths[1]}.2f}", f"{row.busbw_GBps:>{widths[2]}.2f}",
-                     f"{wall_seconds:>{widths[3]}.3f}", f"{shown:>{widths[4]}}"])
-
-
-def format_row(row: BenchRow) -> str:
-    """One row of the table, under :func:`table_header`'s columns."""
-    widths = [width for _, _, width in _SIZE_COLUMNS]
-    size = " ".join(f"{value:>{width}}" for value, width in zip(
-        (row.bytes, row.count, row.type, row.op, row.algorithm), widths))
-    return (size + _GAP + _measures(row, row.wall_seconds, row.wrong) + _GAP
-            + _measures(row, row.in_place_wall_seconds, row.in_place_wrong))
-
-
-def bench_inputs(count: int, replicas: int, dtype: str, seed: int = 0) -> list[np.ndarray]:
+def bench_inputs(count: int, replicas: int, dtype: DType, seed: int = 0) -> list[np.ndarray]:
     """Inputs whose reductions are exact in any order (small integers), as nccl-tests
     chooses, so that ``#wrong`` counts real errors, not rounding."""
     return [bench_input(count, r, dtype, seed) for r in range(replicas)]
 
 
-def bench_input(count: int, replica: int, dtype: str, seed: int = 0) -> np.ndarray:
+def bench_input(count: int, replica: int, dtype: DType, seed: int = 0) -> np.ndarray:
     """Replica ``replica``'s input of :func:`bench_inputs` (a device builds its own)."""
     return ((np.arange(count, dtype=np.int64) + replica + seed) % 8).astype(DTYPES[dtype])
 
 
-def count_wrong(schedule, results: list[np.ndarray], inputs: list[np.ndarray], op: str,
-                root: int) -> int:
+def count_wrong(schedule: Schedule, results: list[np.ndarray], inputs: list[np.ndarray],
+                op: ReduceOp, root: int) -> int:
     """Elements of ``results`` that differ from the NumPy reference."""
     wrong, start = 0, 0
     for members in schedule.groups:
@@ -260,74 +175,3 @@ def count_wrong(schedule, results: list[np.ndarray], inputs: list[np.ndarray], o
     return wrong
 
 
-def preamble(coll: Collective, topology: Topology, group: CommGroup, mode: str,
-             root: int = 0) -> str:
-    """The lines above a standalone run's table: topology, mode, groups, ranks, clocks,
-    columns."""
-    groups = [g.tolist() for g in replica_groups(topology, group)]
-    where = f"topology {topology.name} ({plural(topology.ipu_count, 'IPU')})"
-    return heading(f"# ipupod bench {coll.name}: {where}, mode {mode}, "
-                   f"{groups_words(coll.name, str(group), groups, root)}",
-                   rank_lines(groups, topology.ipu_name), "this machine")
-
-
-def groups_words(collective: str, group: str, groups: Sequence[Sequence[int]],
-                 root: int = 0) -> str:
-    """``group all (1 x 16 IPUs)``, and the root of a broadcast."""
-    rooted = f", root {root}" if collective == CollectiveName.BROADCAST else ""
-    return f"group {group} ({len(groups)} x {plural(len(groups[0]), 'IPU')}){rooted}"
-
-
-def heading(title: str, ranks: list[str], wall_on: str) -> str:
-    """The lines above a table: ``title``, the ranks' IPUs, what each clock and column
-    group is (wall seconds ``on`` this machine or the service), the column headings."""
-    return "\n".join([
-        title, *ranks,
-        f"# time, algbw, busbw: simulated on the emulated hardware; wall: seconds on {wall_on}",
-        "# out-of-place: the result in a tensor of its own; in-place: over the input "
-        "(simulated: the same)",
-        "#",
-        table_header(),
-    ])
-
-
-def rank_lines(groups: Sequence[Sequence[int]], ipu_name: Callable[[int], str]) -> list[str]:
-    """Which IPU each rank runs on, as nccl-tests lists ranks and devices: a line per rank
-    up to :data:`MAX_RANK_LINES` ranks, else one line saying how they are laid out."""
-    ranks = sum(len(g) for g in groups)
-    if ranks > MAX_RANK_LINES:
-        first = list(groups[0])
-        return [f"#  {plural(ranks, 'rank')} in {plural(len(groups), 'group')}; group 0 on "
-                f"IPUs {first[0]}, {first[1] if len(first) > 1 else ''}... (listed up to "
-                f"{MAX_RANK_LINES} ranks)"]
-    return [f"#  Rank {rank:>3} Group {g:>3} on IPU {ipu:>4} {ipu_name(ipu)}"
-            for g, members in enumerate(groups) for rank, ipu in enumerate(members)]
-
-
-def summary_line(rows: list[BenchRow]) -> str:
-    """The lines below the table: the average bus bandwidth over the sizes, and
-    nccl-tests' out-of-bounds count."""
-    if not rows:
-        return "# no sizes"
-    average = sum(r.busbw_GBps for r in rows) / len(rows)
-    return (f"# Avg bus bandwidth (simulated): {average:.2f} GB/s over "
-            f"{plural(len(rows), 'size')}, "
-            f"{format_size(rows[0].bytes)} to {format_size(rows[-1].bytes)} bytes\n"
-            f"{out_of_bounds_line(rows)}")
-
-
-def out_of_bounds_line(rows: list[BenchRow]) -> str:
-    """nccl-tests' last line: how many result elements differ from the reference, out of
-    place and in place together."""
-    counts = [w for r in rows for w in (r.wrong, r.in_place_wrong)]
-    if any(w is None for w in counts):
-        return "# Out of bounds values : not checked (phantom mode moves no data)"
-    if any(w is not None and w < 0 for w in counts):
-        return "# Out of bounds values : not checked (-c 0)"
-    wrong = sum(w or 0 for w in counts)
-    return f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}"
-
-
-def rows_to_json(rows: list[BenchRow]) -> str:
-    """The rows as a JSON list (``--json``)."""
-    return json.dumps([asdict(r) for r in rows], indent=2)

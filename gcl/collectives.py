@@ -19,6 +19,27 @@ DTYPES: dict[str, type[np.generic]] = {"float32": np.float32, "float16": np.floa
                                       "int32": np.int32}
 
 
+class DType(TextEnum):
+    """An element type a collective moves (nccl-tests' ``-d``; :data:`DTYPES` its NumPy
+    type)."""
+
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    INT32 = "int32"
+
+    @classmethod
+    def parse(cls, text: str) -> DType:
+        """The type named ``text``, or a ScheduleError naming the choices."""
+        if text not in DTYPES:
+            raise ScheduleError(f"unknown dtype {text!r}: use one of {', '.join(DTYPES)}")
+        return cls(text)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return np.dtype(DTYPES[self.value]).itemsize
+
+
 class CollectiveName(TextEnum):
     """The collectives GCL runs (each compares equal to its name as a string)."""
 
@@ -95,9 +116,7 @@ def collective(name: str) -> Collective:
 
 def dtype_itemsize(dtype: str) -> int:
     """Bytes per element of ``dtype`` (``float32``, ``float16``, ``int32``)."""
-    if dtype not in DTYPES:
-        raise ScheduleError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
-    return np.dtype(DTYPES[dtype]).itemsize
+    return DType.parse(dtype).itemsize
 
 
 def check_op(op: str) -> ReduceOp:

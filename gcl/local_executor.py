@@ -74,7 +74,8 @@ def layout(schedule: Schedule, group: int, rank: int, data: np.ndarray,
     return buffers
 
 
-def land(target: np.ndarray, offset: int, payload: np.ndarray, reduce: bool, op: str) -> None:
+def land(target: np.ndarray, offset: int, payload: np.ndarray, reduce: bool,
+         op: ReduceOp) -> None:
     """Deliver one transfer's payload at ``offset`` of ``target``: reduce with ``op`` or copy."""
     region = target[offset:offset + len(payload)]
     if reduce:
@@ -84,7 +85,7 @@ def land(target: np.ndarray, offset: int, payload: np.ndarray, reduce: bool, op:
 
 
 def extract(schedule: Schedule, group: int, rank: int, buffers: dict[str, np.ndarray],
-            op: str, into: np.ndarray | None = None) -> np.ndarray:
+            op: ReduceOp, into: np.ndarray | None = None) -> np.ndarray:
     """Rank ``rank``'s result, without padding (``mean`` divides by the group size); copied
     into ``into`` when it is given and fits (no new memory)."""
     owner = schedule.slot_of_rank[group]

@@ -37,10 +37,13 @@ def replica_groups(topology: Topology, group: CommGroup,
 
 def plan(collective: str | Collective, topology: Topology, count: int, *,
          dtype: str = "float32", algorithm_name: str = AUTO, group: CommGroup = CommGroup(),
-         ipus: np.ndarray | Sequence[int] | None = None, root: int = 0) -> Schedule:
+         ipus: np.ndarray | Sequence[int] | None = None, root: int = 0,
+         groups: Sequence[np.ndarray] | None = None) -> Schedule:
     """Schedule ``collective`` on ``count`` elements per replica (per block for
-    reduce-scatter, all-gather and all-to-all)."""
-    coll, groups = _request(collective, topology, count, group, ipus, root)
+    reduce-scatter, all-gather and all-to-all); ``groups``: the replica groups' IPUs when
+    the caller has them (a :class:`gcl.bench_spec.PlacedBench`'s), else worked out from
+    ``group`` and ``ipus``."""
+    coll, groups = _request(collective, topology, count, group, ipus, root, groups)
     if algorithm_name != AUTO:  # no need to time it
         return _build(coll, topology, count, dtype, algorithm_name, groups, root)
     return _best(coll, topology, count, dtype, groups, root, None)[0]
@@ -51,10 +54,11 @@ def plan_timed(collective: str | Collective, topology: Topology, count: int, *,
                group: CommGroup = CommGroup(),
                ipus: np.ndarray | Sequence[int] | None = None, root: int = 0,
                on_phase: Callable[[int, int], None] | None = None,
+               groups: Sequence[np.ndarray] | None = None,
                ) -> tuple[Schedule, Timing]:
     """Like :func:`plan`, with the schedule's simulated timing (``auto`` has it anyway);
     ``on_phase(done, total)`` hears of progress through the phases."""
-    coll, groups = _request(collective, topology, count, group, ipus, root)
+    coll, groups = _request(collective, topology, count, group, ipus, root, groups)
     if algorithm_name != AUTO:
         schedule = _build(coll, topology, count, dtype, algorithm_name, groups, root)
         return schedule, simulate(schedule, topology, on_phase)
@@ -62,13 +66,14 @@ def plan_timed(collective: str | Collective, topology: Topology, count: int, *,
 
 
 def _request(collective: str | Collective, topology: Topology, count: int, group: CommGroup,
-             ipus: np.ndarray | Sequence[int] | None,
-             root: int) -> tuple[Collective, list[np.ndarray]]:
-    """The collective and its replica groups, or a ScheduleError saying what is wrong."""
+             ipus: np.ndarray | Sequence[int] | None, root: int,
+             given: Sequence[np.ndarray] | None) -> tuple[Collective, list[np.ndarray]]:
+    """The collective and its replica groups (``given``, else worked out), or a
+    ScheduleError saying what is wrong."""
     coll = lookup_collective(collective) if isinstance(collective, str) else collective
     if count < 1:
         raise ScheduleError(f"a collective needs at least one element per replica, not {count}")
-    groups = replica_groups(topology, group, ipus)
+    groups = replica_groups(topology, group, ipus) if given is None else list(given)
     if not 0 <= root < len(groups[0]):
         raise ScheduleError(f"root {root} is not a rank of a group of {len(groups[0])}")
     return coll, groups

@@ -6,14 +6,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gcl.collectives import CollectiveName
+from gcl.collectives import CollectiveName, ReduceOp
 
 _REDUCE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sum": lambda xs: np.sum(xs, axis=0, dtype=xs[0].dtype),
     "max": lambda xs: np.max(xs, axis=0), "min": lambda xs: np.min(xs, axis=0)}
 
 
-def expected(collective: str, inputs: list[np.ndarray], op: str = "sum",
+def expected(collective: CollectiveName, inputs: list[np.ndarray], op: ReduceOp = ReduceOp.SUM,
              root: int = 0) -> list[np.ndarray]:
     """The result of each rank of one group, given the group's inputs in rank order.
     (``mean`` is left to the caller: sum, then divide by the group size.)"""

@@ -9,7 +9,8 @@
   which owns PCIe and InfiniBand and relays between servers (:mod:`ipu_node.ownership`);
   both share :mod:`ipu_node.control`;
 - :mod:`ipu_node.executor`: a collective's schedule run on the devices;
-  :mod:`ipu_node.real_bench`: real-mode benchmark rows;
+  :mod:`ipu_node.bench`: a benchmark, phantom or real (:mod:`ipu_node.real_bench`:
+  real-mode benchmark rows; :mod:`ipu_node.bench_fit`: whether a real-mode sweep fits);
 - :mod:`ipu_node.calls`: every wait on an actor, with a deadline, naming the device;
 - :mod:`ipu_node.links`: the link transport between devices.
 """

@@ -13,15 +13,14 @@ before it builds any input).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.model.units import format_size
 from cluster.setting_names import SETTING_NAMES
-from gcl.collectives import Collective, CollectiveName, dtype_itemsize
-from gcl.groups import CommGroup
-from gcl.planner import plan, replica_groups
+from gcl.bench_spec import PlacedBench
+from gcl.collectives import Collective, CollectiveName, DType
+from gcl.planner import plan
 from ipu_node.device_spec import device_specs
 from ipu_node.ipu_memory import available_ram_bytes
 
@@ -46,36 +45,11 @@ class DoesNotFit(UserError):
     """A real-mode sweep that would not fit the IPUs' or this machine's memory."""
 
 
-@dataclass(frozen=True)
-class RealSweep:
-    """A real-mode sweep as the devices will run it: ``runs`` per placement (warm-up and
-    timed), ``check`` whether the driver checks the results, ``ipus`` the replicas' IPUs
-    (None: all)."""
-
-    coll: Collective
-    byte_sizes: Sequence[int]
-    dtype: str = "float32"
-    algorithm_name: str = "auto"
-    group: CommGroup = field(default_factory=CommGroup)
-    root: int = 0
-    ipus: Sequence[int] | None = None
-    runs: int = 1
-    check: bool = True
-
-    def replicas(self, topology: Topology) -> list[int]:
-        """The replicas' IPUs."""
-        return list(range(topology.ipu_count)) if self.ipus is None else list(self.ipus)
-
-    def group_size(self, topology: Topology) -> int:
-        """Ranks per replica group."""
-        return len(replica_groups(topology, self.group, self.replicas(topology))[0])
-
-
-def largest_buffers(coll: Collective, byte_sizes: Sequence[int], dtype: str,
+def largest_buffers(coll: Collective, byte_sizes: Sequence[int], dtype: DType,
                     n: int) -> tuple[int, int]:
     """Bytes of the largest input and output one IPU holds over the sweep (as
     :func:`ipu_node.real_bench.run_real` builds them), ``n`` ranks per group."""
-    itemsize = dtype_itemsize(dtype)
+    itemsize = dtype.itemsize
     count = max(coll.count_for_bytes(size, n, itemsize) for size in byte_sizes)
     blocks = coll.blocks_per_size and coll.name != CollectiveName.ALL_GATHER
     per_replica = count * (n if blocks else 1)
@@ -83,23 +57,22 @@ def largest_buffers(coll: Collective, byte_sizes: Sequence[int], dtype: str,
     return in_bytes, max(in_bytes, coll.bytes_for_count(count, n, itemsize))
 
 
-def device_bytes(sweep: RealSweep, topology: Topology) -> tuple[int, int, int, int]:
+def device_bytes(bench: PlacedBench) -> tuple[int, int, int, int]:
     """An IPU's peak bytes over the sweep, as its device accounts them, and its parts
     (input, output, working buffers). Runs phantom mode's planning of the largest size
     first (its refusal, word for word, if a buffer cannot fit In-Processor-Memory). Out of
     place, the first run holds the input and the working buffers, then the input and the
     output; a later run holds all three. In place the output is the input."""
-    n = sweep.group_size(topology)
-    itemsize = dtype_itemsize(sweep.dtype)
-    count = max(sweep.coll.count_for_bytes(size, n, itemsize) for size in sweep.byte_sizes)
-    schedule = plan(sweep.coll, topology, count, dtype=sweep.dtype,
-                    algorithm_name=sweep.algorithm_name, group=sweep.group,
-                    ipus=sweep.replicas(topology),
-                    root=sweep.root if sweep.coll.name == CollectiveName.BROADCAST else 0)
-    copies = 2 if sweep.coll.name == CollectiveName.ALL_TO_ALL else 1
+    spec, n = bench.spec, bench.group_size
+    coll = spec.collective
+    count = max(coll.count_for_bytes(size, n, spec.dtype.itemsize) for size in bench.byte_sizes)
+    schedule = plan(coll, bench.topology, count, dtype=spec.dtype.value,
+                    algorithm_name=spec.algorithm, group=spec.group, groups=bench.groups,
+                    root=spec.rooted)
+    copies = 2 if coll.name == CollectiveName.ALL_TO_ALL else 1
     work = schedule.buffer_elements * schedule.itemsize * copies
-    in_bytes, out_bytes = largest_buffers(sweep.coll, sweep.byte_sizes, sweep.dtype, n)
-    peak = in_bytes + max(out_bytes, work + (out_bytes if sweep.runs > 1 else 0))
+    in_bytes, out_bytes = largest_buffers(coll, bench.byte_sizes, spec.dtype, n)
+    peak = in_bytes + max(out_bytes, work + (out_bytes if spec.runs.total > 1 else 0))
     return peak, in_bytes, out_bytes, work
 
 
@@ -112,52 +85,52 @@ def device_capacity(topology: Topology) -> dict[int, int]:
             for ipu in range(topology.ipu_count)}
 
 
-def check_devices(sweep: RealSweep, topology: Topology, free: dict[int, int]) -> None:
-    """Refuse a sweep whose largest size an IPU of ``sweep`` has no room for (``free``:
+def check_devices(bench: PlacedBench, free: dict[int, int]) -> None:
+    """Refuse a sweep whose largest size an IPU of ``bench`` has no room for (``free``:
     bytes per IPU, as the devices account them)."""
-    peak, in_bytes, out_bytes, work = device_bytes(sweep, topology)
-    ipu = min(sweep.replicas(topology), key=lambda i: free[i])
+    peak, in_bytes, out_bytes, work = device_bytes(bench)
+    ipu = min(bench.replicas, key=lambda i: free[i])
     if peak > free[ipu]:
-        size = max(sweep.byte_sizes)
+        size, name = max(bench.byte_sizes), bench.topology.ipu_name(ipu)
         raise DoesNotFit(
-            f"{sweep.coll.name} of {format_size(size)} in real mode needs {peak:,} bytes per "
-            f"IPU (input {in_bytes:,}, output {out_bytes:,}, working buffers {work:,}) but "
-            f"{topology.ipu_name(ipu)} has {free[ipu]:,} bytes free (In-Processor-Memory, and "
+            f"{bench.spec.collective.name} of {format_size(size)} in real mode needs "
+            f"{peak:,} bytes per IPU (input {in_bytes:,}, output {out_bytes:,}, working "
+            f"buffers {work:,}) but {name} has {free[ipu]:,} bytes free (In-Processor-Memory, and "
             f"Streaming Memory on an IPU-M2000): {_smaller(size, free[ipu] / peak)}, or "
             "phantom mode (sizes only)")
 
 
-def host_bytes(sweep: RealSweep, ipus: int, devices_here: int) -> int:
+def host_bytes(bench: PlacedBench, ipus: int, devices_here: int) -> int:
     """Bytes of this machine's memory the sweep takes at its largest size: the devices'
     share for ``devices_here`` of its ``ipus`` replicas (those whose device runs on this
     machine), and the driver's for all of them when it checks the results."""
-    devices, driver = HOST_BYTES_PER_BYTE[sweep.coll.name]
-    checked = ipus if sweep.check else 0
-    return int(max(sweep.byte_sizes) * (devices * devices_here + driver * checked))
+    devices, driver = HOST_BYTES_PER_BYTE[bench.spec.collective.name]
+    checked = ipus if bench.spec.runs.check else 0
+    return int(max(bench.byte_sizes) * (devices * devices_here + driver * checked))
 
 
-def check_host(sweep: RealSweep, ipus: int, devices_here: int, free_bytes: int,
+def check_host(bench: PlacedBench, ipus: int, devices_here: int, free_bytes: int,
                what_to_do: str) -> None:
     """Refuse a sweep that needs more of this machine's memory than ``free_bytes``;
     ``ipus``: the replicas; ``what_to_do`` ends the message."""
-    needed = host_bytes(sweep, ipus, devices_here)
+    needed = host_bytes(bench, ipus, devices_here)
     if needed <= free_bytes:
         return
-    largest = max(sweep.byte_sizes)
+    largest = max(bench.byte_sizes)
     raise DoesNotFit(
-        f"{sweep.coll.name} of {format_size(largest)} on {ipus} IPUs in real mode needs "
+        f"{bench.spec.collective.name} of {format_size(largest)} on {ipus} IPUs in real mode needs "
         f"about {needed / GiB:.1f} GiB of this machine's memory "
-        f"({_per_byte(sweep, devices_here)}) but {free_bytes / GiB:.1f} GiB is free: "
+        f"({_per_byte(bench, devices_here)}) but {free_bytes / GiB:.1f} GiB is free: "
         f"{_smaller(largest, free_bytes / needed)}, " + what_to_do)
 
 
-def _per_byte(sweep: RealSweep, devices_here: int) -> str:
+def _per_byte(bench: PlacedBench, devices_here: int) -> str:
     """How the estimate is made, in a few words."""
-    devices, driver = HOST_BYTES_PER_BYTE[sweep.coll.name]
+    devices, driver = HOST_BYTES_PER_BYTE[bench.spec.collective.name]
     parts = []
     if devices_here:
         parts.append(f"{devices:g} x the size per IPU for the devices")
-    if sweep.check:
+    if bench.spec.runs.check:
         parts.append(f"{driver:g} x per IPU to check the results, which -c 0 skips")
     return ", ".join(parts) + ", as measured"
 
@@ -172,12 +145,12 @@ def _smaller(largest: int, share: float) -> str:
     return f"choose {SETTING_NAMES['max_bytes']} {size} or less"
 
 
-def check_here(sweep: RealSweep, topology: Topology, devices_here: bool) -> None:
+def check_here(bench: PlacedBench, devices_here: bool) -> None:
     """``ipupod bench --mode real`` before anything starts: the phantom check, the
     devices' memory, this machine's free memory (the devices' share only when they will
     run here, on a local Ray; with a Ray cluster they are the cluster's to hold)."""
-    check_devices(sweep, topology, device_capacity(topology))
-    ipus = len(sweep.replicas(topology))
-    check_host(sweep, ipus, ipus if devices_here else 0, available_ram_bytes(),
+    check_devices(bench, device_capacity(bench.topology))
+    ipus = len(bench.replicas)
+    check_host(bench, ipus, ipus if devices_here else 0, available_ram_bytes(),
                "use phantom mode (sizes only, any size), or a Ray cluster "
                f"({SETTING_NAMES['ray_address']})")

@@ -27,6 +27,7 @@ import ray
 
 from cluster.model.link_faults import LinkFault
 from cluster.model.topology import Topology
+from gcl.collectives import ReduceOp
 from gcl.schedule import Schedule
 from ipu_node.answers import DeviceDetails
 from ipu_node.control import CONTROL, DeviceControl, directed_links, keep_freed_memory
@@ -95,7 +96,7 @@ class Card(DeviceControl):
         self.store.free(ipu, name)
 
     def run(self, schedule: Schedule, collective: str, ranks: dict[int, tuple[int, int]],
-            inputs: dict[int, np.ndarray] | str, output: str | None, op: str,
+            inputs: dict[int, np.ndarray] | str, output: str | None, op: ReduceOp,
             deadline_seconds: float, sim_seconds: float,
             faults: dict[int, LinkFault] | None = None,
             ) -> tuple[dict[int, np.ndarray] | None, np.ndarray]:

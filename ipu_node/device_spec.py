@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from cluster.model.hardware import ipu_m2000
+from cluster.model.hardware import DeviceKind, ipu_m2000
 from cluster.model.topology import Topology
 from ipu_node.ownership import relaying_hosts
 
@@ -55,7 +55,7 @@ def device_specs(topology: Topology) -> list[DeviceSpec]:
     for unit in topology.units:
         server = topology.servers[unit.server].name if topology.servers else "server0"
         specs.append(DeviceSpec(unit.name, unit.kind, unit.ipus, server,
-                                streaming if unit.kind == "IPU-M2000" else 0))
+                                streaming if unit.kind == DeviceKind.IPU_M2000 else 0))
         covered.update(unit.ipus)
     for ipu in range(topology.ipu_count):
         if ipu not in covered:

@@ -26,7 +26,7 @@ import ray
 
 from cluster.errors import UserError
 from cluster.model.topology import Topology
-from gcl.collectives import BROADCAST, DTYPES, CollectiveName, check_op
+from gcl.collectives import BROADCAST, DTYPES, CollectiveName, ReduceOp, check_op
 from gcl.collectives import collective as lookup
 from gcl.groups import CommGroup
 from gcl.local_executor import BLOCKED
@@ -173,7 +173,7 @@ def _shapes_and_dtypes(pod: Pod, inputs: list[np.ndarray] | str, replica_ipus: l
 
 def _run_on_devices(pod: Pod, schedule: Schedule, timing: Timing,
                     inputs: list[np.ndarray] | str, replica_of_ipu: dict[int, int],
-                    output: str | None, op: str, deadline_seconds: float) -> list:
+                    output: str | None, op: ReduceOp, deadline_seconds: float) -> list:
     """Each device's share of ``schedule`` at once; its answers, device by device. A
     failure anywhere aborts the others and names the device to blame."""
     ranks: dict[int, dict[int, tuple[int, int]]] = {}

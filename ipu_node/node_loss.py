@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 
 import ray
 
+from cluster.model.hardware import DeviceKind
 from ipu_node.device_errors import DeviceError
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.node_placement import RayNode, raylet_answers, short_id
@@ -76,7 +77,7 @@ def with_lost_nodes(error: DeviceError, specs: Sequence[DeviceSpec],
 
 def devices_phrase(specs: Sequence[DeviceSpec]) -> str:
     """``'cards s1.card0..s1.card7; host s1.host'``: the devices of a node, by kind."""
-    kinds = {"C2": "cards", "IPU-M2000": "machines", "host": "host"}
+    kinds = {DeviceKind.C2: "cards", DeviceKind.IPU_M2000: "machines", "host": "host"}
     parts = []
     for kind in dict.fromkeys(spec.kind for spec in specs):
         names = [spec.name for spec in specs if spec.kind == kind]

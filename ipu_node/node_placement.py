@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import ray
 
 from cluster.errors import UserError
+from cluster.model.hardware import DeviceKind
 from cluster.model.units import plural
 from ipu_node.device_spec import DeviceSpec
 
@@ -78,8 +79,8 @@ def check_servers_fit(specs: Sequence[DeviceSpec], nodes: Sequence[RayNode],
     for server, cards in server_ipus(specs).items():
         needed = sum(len(card.ipus) for card in cards)
         if needed > largest:
-            kind = "rack" if cards[0].kind == "IPU-M2000" else "server"
-            units = plural(len(cards), "IPU-M2000" if kind == "rack" else "card")
+            kind = "rack" if cards[0].kind == DeviceKind.IPU_M2000 else "server"
+            units = plural(len(cards), DeviceKind.IPU_M2000 if kind == "rack" else "card")
             raise UserError(
                 f"{kind} {server} needs {needed:g} IPU resources ({units}) on one Ray node; the "
                 f"largest of the {plural(len(nodes), 'node')} offers {largest:g}: add a node "

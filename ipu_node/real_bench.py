@@ -11,19 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from gcl.bench_rows import (
-    BenchRow,
-    Measured,
-    bench_input,
-    bench_inputs,
-    check_runs,
-    count_wrong,
-    make_row,
-)
-from gcl.collectives import Collective, CollectiveName, check_op, dtype_itemsize
-from gcl.groups import CommGroup
+from gcl.bench_rows import BenchRow, Measured, bench_input, bench_inputs, count_wrong, make_row
+from gcl.bench_spec import PlacedBench
+from gcl.collectives import Collective, CollectiveName, DType
 from gcl.phantom import Timing
-from gcl.planner import AUTO, replica_groups
 from gcl.schedule import Schedule
 from ipu_node.executor import CollectiveResult
 from ipu_node.pod import EmulatedPod
@@ -33,47 +24,40 @@ BENCH_IN, BENCH_OUT = "bench.in", "bench.out"  # the tensors a bench leaves on t
 BENCH_TENSORS = (BENCH_IN, BENCH_OUT)
 
 
-def run_real(pod: EmulatedPod, coll: Collective, byte_sizes: list[int], *, dtype: str = "float32",
-             op: str = "sum", algorithm_name: str = AUTO, group: CommGroup = CommGroup(),
-             root: int = 0, ipus: list[int] | None = None, iterations: int = 1,
-             warmup: int = 0, check: bool = True,
+def run_real(pod: EmulatedPod, bench: PlacedBench, *,
              on_costed: Callable[[Schedule, Timing], None] | None = None
              ) -> Iterator[BenchRow]:
-    """Run each size on the POD's devices with real data and yield its row: out of place
-    (the result in tensor ``bench.out``), then in place (over ``bench.in``). Each
-    placement's ``wall`` is the collective alone, the mean of ``iterations`` runs after
-    ``warmup`` untimed ones, as nccl-tests' ``-n`` and ``-w``; the last run's results are
-    checked unless ``check`` is off (then ``wrong`` is -1). ``ipus``: the replicas' IPUs
-    (default: all). ``on_costed(schedule, timing)`` hears each size's simulated timing
-    (a trace's, :class:`gcl.sweep_trace.SweepTrace`)."""
-    check_runs(iterations, warmup)
-    op = check_op(op)  # the text becomes a ReduceOp here, where it enters
-    itemsize = dtype_itemsize(dtype)
-    targets = list(range(pod.topology.ipu_count)) if ipus is None else list(ipus)
-    n = len(replica_groups(pod.topology, group, np.array(targets))[0])
-    root = root if coll.name == CollectiveName.BROADCAST else 0
-    options: dict[str, Any] = dict(algorithm=algorithm_name, group=group, op=op, root=root,
-                                   ipus=targets)
-    counts = [coll.count_for_bytes(size, n, itemsize) for size in byte_sizes]
+    """Run each size of ``bench`` on the POD's devices with real data and yield its row:
+    out of place (the result in tensor ``bench.out``), then in place (over ``bench.in``).
+    Each placement's ``wall`` is the collective alone, the mean of the timed runs after
+    the warm-up ones (``bench.spec.runs``, as nccl-tests' ``-n`` and ``-w``); the last
+    run's results are checked unless the check is off (then ``wrong`` is -1).
+    ``on_costed(schedule, timing)`` hears each size's simulated timing (a trace's,
+    :class:`gcl.sweep_trace.SweepTrace`)."""
+    spec, targets, n = bench.spec, bench.replicas, bench.group_size
+    coll, dtype, runs = spec.collective, spec.dtype, spec.runs
+    options: dict[str, Any] = dict(algorithm=spec.algorithm, group=spec.group, op=spec.op,
+                                   root=spec.rooted, ipus=targets)
+    counts = [coll.count_for_bytes(size, n, dtype.itemsize) for size in bench.byte_sizes]
     for count in dict.fromkeys(counts):
         blocks = coll.blocks_per_size and coll.name != CollectiveName.ALL_GATHER
         per_replica = count * (n if blocks else 1)
-        runs = (per_replica, dtype, iterations, warmup)
-        inputs = bench_inputs(per_replica, len(targets), dtype) if check else []
-        result, wall = _timed(pod, coll, BENCH_OUT, runs, options)
+        timed = (per_replica, dtype, runs.iterations, runs.warmup)
+        inputs = bench_inputs(per_replica, len(targets), dtype) if runs.check else []
+        result, wall = _timed(pod, coll, BENCH_OUT, timed, options)
         out_of_place = Measured(wall, _wrong(pod, result, inputs, BENCH_OUT, options)
-                                if check else -1)
+                                if runs.check else -1)
         free_tensors(pod, [BENCH_OUT], targets)  # room for the in-place runs
-        again, wall = _timed(pod, coll, BENCH_IN, runs, options)
+        again, wall = _timed(pod, coll, BENCH_IN, timed, options)
         in_place = Measured(wall, _wrong(pod, again, inputs, BENCH_IN, options)
-                            if check else -1)
+                            if runs.check else -1)
         if on_costed is not None:
             on_costed(result.schedule, result.timing)
-        yield make_row(coll, result.schedule, result.timing, group, op,
+        yield make_row(coll, result.schedule, result.timing, spec.group, spec.op,
                        result.link_type_bytes, out_of_place, in_place)
 
 
-def _timed(pod: EmulatedPod, coll: Collective, output: str, runs: tuple[int, str, int, int],
+def _timed(pod: EmulatedPod, coll: Collective, output: str, runs: tuple[int, DType, int, int],
            options: dict[str, Any]) -> tuple[CollectiveResult, float]:
     """``runs = (count, dtype, iterations, warmup)``: ``warmup`` then ``iterations`` runs
     from tensor ``bench.in`` (``count`` elements of ``dtype`` per replica) into ``output``;
@@ -91,7 +75,7 @@ def _timed(pod: EmulatedPod, coll: Collective, output: str, runs: tuple[int, str
     return result, sum(walls) / len(walls)
 
 
-def _place_inputs(pod: EmulatedPod, targets: Sequence[int], count: int, dtype: str) -> None:
+def _place_inputs(pod: EmulatedPod, targets: Sequence[int], count: int, dtype: DType) -> None:
     """Each device builds its replicas' :func:`gcl.bench_rows.bench_input` as tensor
     ``bench.in``: nothing crosses from here, and the tensor is the device's own (writable,
     so an allreduce in place works in it, with no copy)."""
@@ -102,7 +86,7 @@ def _place_inputs(pod: EmulatedPod, targets: Sequence[int], count: int, dtype: s
                          for d, replicas in by_device.items()}, deadline_seconds=60)
 
 
-def _fill(store: TensorStore, replicas: dict[int, int], count: int, dtype: str) -> None:
+def _fill(store: TensorStore, replicas: dict[int, int], count: int, dtype: DType) -> None:
     """On a device: store replica ``replicas[ipu]``'s bench input on each IPU ``ipu``."""
     for ipu, replica in replicas.items():
         store.put(ipu, BENCH_IN, bench_input(count, replica, dtype))

@@ -58,7 +58,7 @@ class ScheduleRunner:
         self._counted = ~np.isin(ownership.link_owner, hosts)
 
     def run(self, schedule: Schedule, collective: str, ranks: dict[int, tuple[int, int]],
-            inputs: dict[int, np.ndarray] | str, output: str | None, op: str,
+            inputs: dict[int, np.ndarray] | str, output: str | None, op: ReduceOp,
             deadline_seconds: float, sim_seconds: float, topology: Topology,
             ) -> tuple[dict[int, np.ndarray] | None, np.ndarray]:
         """Run this device's share of ``schedule``; ``ranks[ipu] = (group, rank)``. See
@@ -120,7 +120,7 @@ class ScheduleRunner:
             buffers[ipu] = laid
 
     def _results(self, schedule: Schedule, ranks: dict[int, tuple[int, int]],
-                 buffers: Buffers, output: str | None, op: str) -> dict[int, np.ndarray]:
+                 buffers: Buffers, output: str | None, op: ReduceOp) -> dict[int, np.ndarray]:
         results = {}
         for ipu, (g, r) in ranks.items():
             into = self.store.find(ipu, output) if output else None
@@ -139,7 +139,7 @@ class ScheduleRunner:
         return results
 
     def _run_phase(self, collective: str, index: int, phase: Phase, buffers: Buffers,
-                   op: str, deadline_seconds: float, itemsize: int,
+                   op: ReduceOp, deadline_seconds: float, itemsize: int,
                    topology: Topology) -> np.ndarray:
         """Run one phase's supersteps; return the bytes sent per directed link."""
         mine = np.array(self.ipus)
@@ -216,8 +216,8 @@ class ScheduleRunner:
         return local, remote
 
     def _incoming(self, step_key: TransferKey, moves: Moves, incoming: np.ndarray,
-                  buffers: Buffers, local: dict[int, np.ndarray], op: str, deadline_seconds: float,
-                  itemsize: int) -> None:
+                  buffers: Buffers, local: dict[int, np.ndarray], op: ReduceOp,
+                  deadline_seconds: float, itemsize: int) -> None:
         """Land this superstep's transfers into this device's IPUs as they arrive
         (``step_key``: the superstep's key, its transfer left -1)."""
         dtype = next(iter(buffers.values()))[WORK].dtype if buffers else None
@@ -229,7 +229,8 @@ class ScheduleRunner:
             self.counters.add_each("bytes_in", landed)
 
     def _land_all(self, step_key: TransferKey, moves: Moves, incoming: np.ndarray,
-                  buffers: Buffers, local: dict[int, np.ndarray], op: str, deadline_seconds: float,
+                  buffers: Buffers, local: dict[int, np.ndarray], op: ReduceOp,
+                  deadline_seconds: float,
                   itemsize: int, dtype: np.dtype | None, landed: dict[int, float]) -> None:
         """Land each incoming transfer, chunk by chunk; ``landed`` counts bytes per IPU."""
         for t in incoming.tolist():

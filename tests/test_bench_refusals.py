@@ -11,11 +11,12 @@ import pytest
 
 from cluster.model.spec import load_topology
 from cluster.model.units import parse_size
+from gcl.bench_spec import BenchSpec, Runs, SizeRange
 from gcl.collectives import collective
+from gcl.modes import Mode
 from ipu_node.bench_fit import (
     HOST_BYTES_PER_BYTE,
     DoesNotFit,
-    RealSweep,
     check_devices,
     check_host,
     device_bytes,
@@ -25,6 +26,15 @@ from ipu_node.bench_fit import (
 from ipu_node.ipu_memory import available_ram_bytes
 
 MiB = 1 << 20
+
+
+def real_sweep(name, smallest, largest=None, topology=None, runs=Runs()):
+    """A real-mode sweep of collective ``name`` from ``smallest`` to ``largest`` bytes (one
+    size apart), placed on ``topology`` (default pod16)."""
+    largest = largest or smallest
+    spec = BenchSpec(collective(name), SizeRange(smallest, largest, largest / smallest),
+                     Mode.REAL, runs=runs)
+    return spec.place(topology or load_topology("pod16"))
 
 # Runs the CLI in a process where importing Ray fails: a command that got as far as
 # launching devices (ipu_node.pod imports Ray) ends with this message instead.
@@ -88,8 +98,8 @@ def too_big_for_this_machine(name="allreduce"):
         topology = load_topology(spec)
         capacity = min(device_capacity(topology).values())
         for size in (MiB << k for k in range(12)):
-            sweep = RealSweep(collective(name), [size])
-            if device_bytes(sweep, topology)[0] > capacity or size > 800 * MiB:
+            sweep = real_sweep(name, size, topology=topology)
+            if device_bytes(sweep)[0] > capacity or size > 800 * MiB:
                 break
             if host_bytes(sweep, topology.ipu_count, topology.ipu_count) > 2 * free:
                 return spec, size
@@ -105,7 +115,7 @@ def test_a_real_bench_larger_than_this_machines_free_memory_is_refused_before_ra
 
 
 def test_the_machine_check_refuses_just_above_free_memory_and_passes_at_it():
-    sweep = RealSweep(collective("all-gather"), [MiB, 64 * MiB])
+    sweep = real_sweep("all-gather", MiB, 64 * MiB)
     needed = host_bytes(sweep, 16, 16)
     assert needed == int(64 * MiB * 16 * sum(HOST_BYTES_PER_BYTE["all-gather"]))
     check_host(sweep, 16, 16, needed, "")
@@ -114,21 +124,23 @@ def test_the_machine_check_refuses_just_above_free_memory_and_passes_at_it():
 
 
 def test_devices_elsewhere_and_no_check_take_nothing_of_this_machine():
-    unchecked = RealSweep(collective("allreduce"), [64 * MiB], check=False)
+    unchecked = real_sweep("allreduce", 64 * MiB, runs=Runs(check=False))
     assert host_bytes(unchecked, 16, 0) == 0
-    checked = RealSweep(collective("allreduce"), [64 * MiB])
+    checked = real_sweep("allreduce", 64 * MiB)
     assert 0 < host_bytes(checked, 16, 0) < host_bytes(checked, 16, 16)
 
 
 def test_a_later_run_holds_the_previous_output_beside_the_working_buffers():
     topology = load_topology("dss8440")
-    once = device_bytes(RealSweep(collective("allreduce"), [64 * MiB]), topology)
-    twice = device_bytes(RealSweep(collective("allreduce"), [64 * MiB], runs=2), topology)
+    once = device_bytes(real_sweep("allreduce", 64 * MiB, topology=topology))
+    twice = device_bytes(real_sweep("allreduce", 64 * MiB, topology=topology,
+                                    runs=Runs(iterations=2)))
     assert once[0] == 128 * MiB and twice[0] == 192 * MiB
     free = {ipu: 150 * MiB for ipu in range(topology.ipu_count)}
-    check_devices(RealSweep(collective("allreduce"), [64 * MiB]), topology, free)
+    check_devices(real_sweep("allreduce", 64 * MiB, topology=topology), free)
     with pytest.raises(DoesNotFit, match="working buffers"):
-        check_devices(RealSweep(collective("allreduce"), [64 * MiB], runs=2), topology, free)
+        check_devices(real_sweep("allreduce", 64 * MiB, topology=topology,
+                                 runs=Runs(iterations=2)), free)
 
 
 def notes(result):
@@ -172,7 +184,7 @@ def test_a_real_bench_without_e_runs_the_largest_sweep_that_fits_and_says_so():
     command gets as far as starting devices) and a note names the size chosen."""
     free = available_ram_bytes()
     topology = load_topology("pod64")
-    full = RealSweep(collective("allreduce"), [128 * MiB])
+    full = real_sweep("allreduce", 128 * MiB, topology=topology)
     if host_bytes(full, 64, 64) <= free:
         pytest.skip("this machine holds pod64's 128M sweep: nothing to lower")
     started = without_ray("bench", "allreduce", "--topology", "pod64", "--mode", "real")
@@ -180,14 +192,14 @@ def test_a_real_bench_without_e_runs_the_largest_sweep_that_fits_and_says_so():
     notes = [line for line in started.stderr.splitlines() if "-e not given" in line]
     assert len(notes) == 1, started.stderr
     chosen = parse_size(notes[0].split("-e not given: ")[1].split()[0])
-    assert host_bytes(RealSweep(collective("allreduce"), [chosen]), 64, 64) <= free
-    assert host_bytes(RealSweep(collective("allreduce"), [2 * chosen]), 64, 64) > free
-    assert check_devices(RealSweep(collective("allreduce"), [chosen]), topology,
+    assert host_bytes(real_sweep("allreduce", chosen, topology=topology), 64, 64) <= free
+    assert host_bytes(real_sweep("allreduce", 2 * chosen, topology=topology), 64, 64) > free
+    assert check_devices(real_sweep("allreduce", chosen, topology=topology),
                          device_capacity(topology)) is None
 
 
 def test_a_given_e_is_never_lowered():
-    if host_bytes(RealSweep(collective("allreduce"), [128 * MiB]), 64, 64) <= available_ram_bytes():
+    if host_bytes(real_sweep("allreduce", 128 * MiB), 64, 64) <= available_ram_bytes():
         pytest.skip("this machine holds pod64's 128M sweep: nothing to refuse")
     line = refused(without_ray("bench", "allreduce", "--topology", "pod64", "--mode", "real",
                                "-e", "128M"))

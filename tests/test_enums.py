@@ -6,12 +6,14 @@ import json
 import pytest
 
 from cluster.errors import UserError
+from cluster.model.hardware import DeviceKind
 from gcl.collectives import COLLECTIVES, CollectiveName, ReduceOp, check_op
 from gcl.modes import Mode
 from ipu_node.device_health import HealthState
 
 
-@pytest.mark.parametrize("member", [*CollectiveName, *ReduceOp, *Mode, *HealthState])
+@pytest.mark.parametrize("member", [*CollectiveName, *ReduceOp, *Mode, *HealthState,
+                                    *DeviceKind])
 def test_a_choice_prints_and_serialises_as_its_name(member):
     assert member == member.value
     assert str(member) == f"{member}" == member.value

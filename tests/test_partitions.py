@@ -361,12 +361,12 @@ def ladder(cards):
 def test_a_partitions_bus_bandwidth_is_that_of_the_same_block_alone(
         topologies, spec, size, alone):
     from gcl.bench_rows import run_phantom
+    from gcl.bench_spec import BenchSpec, SizeRange
     from gcl.collectives import collective
 
-    byte_sizes = [4 << 20, 64 << 20]
     partition = table(topologies, spec).create("p", size)
-    coll = collective("allreduce")
-    on_partition = run_phantom(coll, topologies[spec], byte_sizes, ipus=list(partition.ipus))
-    by_itself = run_phantom(coll, alone(), byte_sizes)
+    bench = BenchSpec(collective("allreduce"), SizeRange(4 << 20, 64 << 20, 16))
+    on_partition = run_phantom(bench.place(topologies[spec], list(partition.ipus)))
+    by_itself = run_phantom(bench.place(alone()))
     for row, reference in zip(on_partition, by_itself, strict=True):
         assert row.busbw_GBps == pytest.approx(reference.busbw_GBps, rel=1e-6), row.bytes

@@ -2,6 +2,8 @@
 reference results, the simulated time equals phantom mode's, bad input is refused before
 any byte moves."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -215,15 +217,19 @@ def test_inputs_too_big_for_this_machine_point_to_phantom_mode():
 
 
 def test_bench_runs_warmups_and_iterations_and_can_skip_the_check(pods):
+    from gcl.bench_spec import BenchSpec, Runs, SizeRange
     from gcl.collectives import ALLREDUCE
+    from gcl.modes import Mode
     from ipu_node.real_bench import run_real
 
     pod = pods["dss8440"]
+    spec = BenchSpec(ALLREDUCE, SizeRange(1 << 16, 1 << 16), Mode.REAL,
+                     algorithm="clockwise_ring")
     before = sum(c["supersteps"] for s in pod.stats() for c in s["counters"].values())
-    [once] = run_real(pod, ALLREDUCE, [1 << 16], algorithm_name="clockwise_ring")
+    [once] = run_real(pod, spec.place(pod.topology))
     middle = sum(c["supersteps"] for s in pod.stats() for c in s["counters"].values())
-    [thrice] = run_real(pod, ALLREDUCE, [1 << 16], algorithm_name="clockwise_ring",
-                        iterations=2, warmup=1, check=False)
+    thrice_spec = replace(spec, runs=Runs(iterations=2, warmup=1, check=False))
+    [thrice] = run_real(pod, thrice_spec.place(pod.topology))
     after = sum(c["supersteps"] for s in pod.stats() for c in s["counters"].values())
     assert once.wrong == once.in_place_wrong == 0
     assert thrice.wrong == thrice.in_place_wrong == -1  # -1: not checked
@@ -231,24 +237,27 @@ def test_bench_runs_warmups_and_iterations_and_can_skip_the_check(pods):
     assert after - middle == 3 * (middle - before)
     assert thrice.sim_seconds == once.sim_seconds
     with pytest.raises(UserError, match="-n"):
-        list(run_real(pod, ALLREDUCE, [1 << 16], iterations=0))
+        Runs(iterations=0)
     with pytest.raises(UserError, match="-w"):
-        list(run_real(pod, ALLREDUCE, [1 << 16], warmup=10_001))
+        Runs(warmup=10_001)
 
 
 @pytest.mark.parametrize("collective", ["allreduce", "reduce-scatter", "all-gather"])
 def test_bench_in_place_starts_each_run_from_the_inputs_and_leaves_the_result_over_them(
         pods, collective):
     from gcl.bench_rows import bench_inputs
-    from gcl.collectives import COLLECTIVES
+    from gcl.bench_spec import BenchSpec, Runs, SizeRange
+    from gcl.collectives import COLLECTIVES, DType
+    from gcl.modes import Mode
     from ipu_node.real_bench import BENCH_IN, run_real
 
     pod = pods["dss8440"]
-    [row] = run_real(pod, COLLECTIVES[collective], [1 << 16], dtype="int32", iterations=3,
-                     warmup=1)
+    spec = BenchSpec(COLLECTIVES[collective], SizeRange(1 << 16, 1 << 16), Mode.REAL,
+                     DType.INT32, runs=Runs(iterations=3, warmup=1))
+    [row] = run_real(pod, spec.place(pod.topology))
     assert row.wrong == row.in_place_wrong == 0  # not sums of sums, nor a shape gone wrong
     n = pod.topology.ipu_count
     per_replica = row.count // (n if collective == "all-gather" else 1)
-    arrays = bench_inputs(per_replica, n, "int32")
+    arrays = bench_inputs(per_replica, n, DType.INT32)
     for got, want in zip(pod.get(BENCH_IN), expected(collective, arrays, "sum", 0)):
         np.testing.assert_array_equal(got, want)

@@ -15,6 +15,7 @@ import pytest
 from cluster.service.control_server import start_server
 from cluster.service.token_auth import write_token
 from gcl.bench_rows import run_phantom
+from gcl.bench_spec import BenchSpec, SizeRange
 from gcl.collectives import collective
 from ipu_node.pod import EmulatedPod
 from ipupod_proto import control_pb2, control_pb2_grpc
@@ -87,8 +88,9 @@ def test_degrade_cut_and_heal_links_from_the_cli(service):
     assert link.bandwidth_bytes_per_second == pytest.approx(10e9)
     assert link.latency_seconds == pytest.approx(1300e-9)
     degraded = bench(service, "a").rows[0].sim_seconds
-    expected = next(run_phantom(collective("allreduce"), pod.topology, [1 << 20],
-                                algorithm_name="clockwise_ring", ipus=list(range(8))))
+    spec = BenchSpec(collective("allreduce"), SizeRange(1 << 20, 1 << 20),
+                     algorithm="clockwise_ring")
+    expected = next(run_phantom(spec.place(pod.topology, list(range(8)))))
     assert degraded == expected.sim_seconds and degraded > before
 
     run = cli(service, "fault", "cut", "s0.ipu0--sw")

@@ -3,10 +3,12 @@ reduction op for a collective that reduces nothing."""
 
 import pytest
 
+from cluster.cli.bench_table import format_row, summary_line
 from cluster.model.spec import load_topology
 from cluster.model.units import plural, ranges
-from gcl.bench_rows import format_row, run_phantom, summary_line
-from gcl.collectives import COLLECTIVES
+from gcl.bench_rows import run_phantom
+from gcl.bench_spec import BenchSpec, SizeRange
+from gcl.collectives import COLLECTIVES, ReduceOp
 
 
 @pytest.mark.parametrize("count, text", [(0, "0 IPUs"), (1, "1 IPU"), (2, "2 IPUs"),
@@ -22,13 +24,19 @@ def test_ipu_lists_print_as_ranges(numbers, text):
     assert ranges(numbers) == text
 
 
+def max_of(coll):
+    """A 1 MiB sweep of ``coll`` on dss8440 with the op ``max``."""
+    spec = BenchSpec(coll, SizeRange(1 << 20, 1 << 20), op=ReduceOp.MAX)
+    return spec.place(load_topology("dss8440"))
+
+
 @pytest.mark.parametrize("name", ["broadcast", "all-gather", "all-to-all"])
 def test_a_collective_without_a_reduction_shows_none_as_its_op(name):
-    [row] = run_phantom(COLLECTIVES[name], load_topology("dss8440"), [1 << 20], op="max")
+    [row] = run_phantom(max_of(COLLECTIVES[name]))
     assert row.op == "none" and " none " in format_row(row)
     assert "over 1 size," in summary_line([row])
 
 
 def test_a_reducing_collective_keeps_its_op():
-    [row] = run_phantom(COLLECTIVES["allreduce"], load_topology("dss8440"), [1 << 20], op="max")
+    [row] = run_phantom(max_of(COLLECTIVES["allreduce"]))
     assert row.op == "max"

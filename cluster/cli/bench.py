@@ -1,13 +1,13 @@
 """``ipupod bench COLLECTIVE``: sweep sizes like nccl-tests, here (phantom or real mode) or
 on a partition of a running service (``--partition``); one table either way
-(:mod:`gcl.bench_rows`)."""
+(:mod:`cluster.cli.bench_table`)."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from itertools import chain
@@ -16,6 +16,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
+from cluster.cli.bench_table import (
+    format_row,
+    groups_words,
+    heading,
+    preamble,
+    rank_lines,
+    rows_to_json,
+    summary_line,
+)
 from cluster.cli.output import progress, ray_chatter_to_stderr
 from cluster.cli.phantom_note import options_given, phantom_note
 from cluster.cli.placement_flags import Placement, launch_pod, placement_options
@@ -29,33 +38,22 @@ from cluster.cli.trace_option import (
 from cluster.errors import UserError
 from cluster.model.hardware import FIGURE_SOURCES
 from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
-from cluster.model.topology import Topology
 from cluster.model.units import format_size, parse_size, plural
 from gcl.algorithms import algorithm as check_algorithm
-from gcl.bench_rows import (
-    MAX_RUNS,
-    BenchRow,
-    format_row,
-    groups_words,
-    heading,
-    preamble,
-    rank_lines,
-    rows_to_json,
-    run_phantom,
-    size_notes,
-    sizes,
-    summary_line,
-)
-from gcl.collectives import DTYPES, Collective, CollectiveName, ReduceOp
+from gcl.bench_rows import BenchRow, size_notes
+from gcl.bench_spec import MAX_RUNS, BenchSpec, PlacedBench, Runs, SizeRange, sizes
+from gcl.collectives import DTYPES, Collective, CollectiveName, DType, ReduceOp
 from gcl.collectives import collective as lookup
 from gcl.groups import CommGroup
 from gcl.modes import Mode
-from gcl.planner import replica_groups
+from gcl.planner import AUTO
 from gcl.sweep_trace import SweepTrace
-from ipu_node.bench_fit import DoesNotFit, RealSweep, check_here
+from ipu_node.bench import run_bench
+from ipu_node.bench_fit import DoesNotFit, check_here
 
 if TYPE_CHECKING:
     from ipu_node.wall_trace import WallRecorder
+    from ipupod_proto.control_pb2 import BenchmarkRequest
 
 COLLECTIVE_NAMES = [name.value for name in CollectiveName]
 DEFAULT_MAX_BYTES = 128 << 20  # -e, as nccl-tests' examples sweep up to
@@ -76,38 +74,12 @@ class SizeType(click.ParamType):
             self.fail(str(error), param, ctx)
 
 
-@dataclass(frozen=True)
-class Sweep:
-    """What to run, as the command line says it: a collective over sizes, with options."""
-
-    collective: str
-    mode: Mode
-    min_bytes: int
-    max_bytes: int
-    factor: float
-    algorithm: str
-    dtype: str
-    op: str
-    group: str
-    root: int
-    iterations: int = 1
-    warmup: int = 0
-    check: bool = True
-    real_only_given: tuple[str, ...] = ()  # real-mode options given on the command line
-    max_bytes_given: bool = True  # else real mode here lowers it to what fits
-
-    def notes(self, coll: Collective, group_size: int) -> list[str]:
-        """The ``note:`` lines for stderr: options phantom mode does not use, sizes that
-        do not run as asked."""
-        unused = phantom_note(self.real_only_given) if self.mode != Mode.REAL else []
-        return unused + size_notes(coll, sizes(self.min_bytes, self.max_bytes, self.factor),
-                                   group_size, self.dtype)
-
-    def real(self, coll: Collective, byte_sizes: list[int], group: CommGroup) -> RealSweep:
-        """The sweep as :mod:`ipu_node.bench_fit` checks it."""
-        return RealSweep(coll, byte_sizes, dtype=self.dtype, algorithm_name=self.algorithm,
-                         group=group, root=self.root, runs=self.iterations + self.warmup,
-                         check=self.check)
+def bench_notes(mode: Mode, real_only_given: tuple[str, ...], coll: Collective,
+                byte_sizes: Sequence[int], group_size: int, dtype: DType) -> list[str]:
+    """The ``note:`` lines for stderr: the real-mode options given (``real_only_given``)
+    that phantom mode does not use, sizes that do not run as asked."""
+    unused = phantom_note(real_only_given) if mode != Mode.REAL else []
+    return unused + size_notes(coll, byte_sizes, group_size, dtype)
 
 
 def _notes(lines: list[str]) -> None:
@@ -128,28 +100,21 @@ def _echo_table(rows: Iterator[BenchRow], heading: Callable[[], str], out: TextI
     click.echo(summary_line(done), file=out)
 
 
-def _rows_here(sweep: Sweep, coll: Collective, topology: Topology, group: CommGroup,
-               byte_sizes: list[int], stack: ExitStack, ray_address: str | None,
+def _rows_here(bench: PlacedBench, stack: ExitStack, ray_address: str | None,
                trace: SweepTrace | None = None,
                wall: WallRecorder | None = None,
                placement: Placement = Placement()) -> Iterator[BenchRow]:
     """The rows, costed in this process (phantom) or run on devices it launches (real);
     what must be undone afterwards goes on ``stack``; ``trace`` gets each size's simulated
     timeline, ``wall`` (real) what the devices did."""
-    options: dict[str, Any] = dict(dtype=sweep.dtype, op=sweep.op,
-                                   algorithm_name=sweep.algorithm, group=group, root=sweep.root)
-    if sweep.mode != Mode.REAL:
+    on_costed = trace.add if trace else None
+    if bench.spec.mode != Mode.REAL:
         on_phase = stack.enter_context(progress("simulating supersteps",
                                                 min_total=PROGRESS_MIN_PHASES))
-        return run_phantom(coll, topology, byte_sizes, on_phase=on_phase,
-                           on_costed=trace.add if trace else None, **options)
-    # Ray: only for --mode real
-    from ipu_node.real_bench import run_real
-
-    pod = launch_pod(topology, ray_address, placement)
+        return run_bench(bench, on_phase=on_phase, on_costed=on_costed)
+    pod = launch_pod(bench.topology, ray_address, placement)
     stack.callback(pod.shutdown, stop_ray=True)
-    rows = run_real(pod, coll, byte_sizes, iterations=sweep.iterations, warmup=sweep.warmup,
-                    check=sweep.check, on_costed=trace.add if trace else None, **options)
+    rows = run_bench(bench, pod, on_costed=on_costed)
     if wall is None:
         return rows
     wall.start(pod)
@@ -165,56 +130,55 @@ class TraceRequest:
     detail: str = "auto"
 
 
-def bench_here(sweep: Sweep, topology_spec: str, figures: str, ray_address: str | None,
+def bench_here(spec: BenchSpec, topology_spec: str, figures: str, ray_address: str | None,
                as_json: bool, trace_request: TraceRequest | None = None,
-               placement: Placement = Placement()) -> None:
-    """``ipupod bench`` without ``--partition``: check the request, run it, print it (and
-    write its timeline, if asked)."""
-    coll = lookup(sweep.collective)
-    if sweep.algorithm != "auto":
-        check_algorithm(sweep.algorithm, coll)
-    group = CommGroup.parse(sweep.group)
+               placement: Placement = Placement(), max_bytes_given: bool = True,
+               real_only_given: tuple[str, ...] = ()) -> None:
+    """``ipupod bench`` without ``--partition``: place the request on the topology, check
+    it, run it, print it (and write its timeline, if asked). ``max_bytes_given`` False:
+    real mode here lowers the largest size to what fits."""
     topology = load_topology(topology_spec, figures)
     devices_here = not (ray_address or os.environ.get("RAY_ADDRESS"))
-    if not sweep.max_bytes_given and sweep.mode == Mode.REAL:
-        sweep = replace(sweep, max_bytes=_default_max_bytes(sweep, coll, group, topology,
-                                                             devices_here))
-    byte_sizes = sizes(sweep.min_bytes, sweep.max_bytes, sweep.factor)
-    if sweep.mode == Mode.REAL:  # before Ray is imported: a refusal starts nothing
-        check_here(sweep.real(coll, byte_sizes, group), topology, devices_here=devices_here)
-    _notes(sweep.notes(coll, len(replica_groups(topology, group)[0])))
+    if spec.mode == Mode.REAL and not max_bytes_given:
+        trial = replace(spec, size_range=SizeRange(DEFAULT_MAX_BYTES, DEFAULT_MAX_BYTES))
+        bench = trial.place(topology)
+        largest = _default_max_bytes(bench, spec.size_range.min_bytes, devices_here)
+        bench = bench.with_range(replace(spec.size_range, max_bytes=largest))
+    else:
+        bench = spec.place(topology)
+    if spec.mode == Mode.REAL:  # before Ray is imported: a refusal starts nothing
+        check_here(bench, devices_here=devices_here)
+    _notes(bench_notes(spec.mode, real_only_given, spec.collective, bench.byte_sizes,
+                       bench.group_size, spec.dtype))
     trace = (SweepTrace(topology, trace_request.detail) if trace_request else None)
-    wall = wall_recorder(sweep.mode, trace_request.path if trace_request else None)
+    wall = wall_recorder(spec.mode, trace_request.path if trace_request else None)
     with ExitStack() as stack:
-        out = (stack.enter_context(ray_chatter_to_stderr()) if sweep.mode == Mode.REAL
+        out = (stack.enter_context(ray_chatter_to_stderr()) if spec.mode == Mode.REAL
                else sys.stdout)
-        rows = _rows_here(sweep, coll, topology, group, byte_sizes, stack, ray_address, trace,
-                          wall, placement)
+        rows = _rows_here(bench, stack, ray_address, trace, wall, placement)
         if as_json:
             click.echo(rows_to_json(list(rows)), file=out)
         else:
-            _echo_table(rows, lambda: preamble(coll, topology, group, sweep.mode, sweep.root),
-                        out)
+            _echo_table(rows, lambda: preamble(bench), out)
     if trace is not None and trace_request is not None:
         if wall is not None:
             wall.add_to(trace.trace)
         save_trace(trace.trace, trace_request.path)
 
 
-def _default_max_bytes(sweep: Sweep, coll: Collective, group: CommGroup,
-                       topology: Topology, devices_here: bool) -> int:
+def _default_max_bytes(bench: PlacedBench, min_bytes: int, devices_here: bool) -> int:
     """``-e`` not given, in real mode: the largest power of two up to
-    :data:`DEFAULT_MAX_BYTES` (and not below ``-b``) that the IPUs and this machine hold,
-    with a note saying so; a default must run. If even ``-b`` does not fit, the check that
-    follows says why."""
+    :data:`DEFAULT_MAX_BYTES` (and not below ``-b``, ``min_bytes``) that the IPUs and this
+    machine hold, with a note saying so; a default must run. If even ``-b`` does not fit,
+    the check that follows says why."""
     size = DEFAULT_MAX_BYTES
-    while size > sweep.min_bytes:
+    while size > min_bytes:
         try:
-            check_here(sweep.real(coll, [size], group), topology, devices_here=devices_here)
+            check_here(bench.with_range(SizeRange(size, size)), devices_here=devices_here)
             break
         except DoesNotFit:
             size //= 2
-    size = max(size, sweep.min_bytes)
+    size = max(size, min_bytes)
     if size < DEFAULT_MAX_BYTES:
         _notes([f"note: -e not given: {format_size(size)} in real mode, the largest size up "
                 f"to {format_size(DEFAULT_MAX_BYTES)} whose sweep this machine's memory "
@@ -232,7 +196,7 @@ def _service_row(row: Any) -> BenchRow:
     return BenchRow(**json.loads(row.json))
 
 
-def _service_heading(result: Any, sweep: Sweep) -> str:
+def _service_heading(result: Any, request: BenchmarkRequest) -> str:
     """The lines above the table of a bench on the service, from its first result: the
     partition, mode and groups, which IPU each rank runs on, the clocks, the columns."""
     groups: list[list[int]] = []
@@ -243,31 +207,35 @@ def _service_heading(result: Any, sweep: Sweep) -> str:
         groups[-1].append(placed.ipu)
         names[placed.ipu] = placed.ipu_name
     where = f"partition {result.partition} ({plural(result.ipus, 'IPU')})"
-    grouped = groups_words(result.collective, result.group or sweep.group, groups, sweep.root)
+    grouped = groups_words(CollectiveName(result.collective), result.group or request.group, groups,
+                           request.root)
     return heading(f"# ipupod bench {result.collective}: {where}, mode {result.mode}, "
                    f"{grouped}", rank_lines(groups, names.__getitem__), "the service")
 
 
-def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | None,
+def _service_notes(request: BenchmarkRequest, real_only_given: tuple[str, ...],
+                   result: Any) -> list[str]:
+    """The ``note:`` lines of a bench on the service, once its first result came (the
+    service checked the request: its sizes are sound)."""
+    return bench_notes(Mode(request.mode), real_only_given, lookup(result.collective),
+                       sizes(request.min_bytes, request.max_bytes, request.factor),
+                       _group_size(result), DType(request.dtype))
+
+
+def bench_on_partition(request: BenchmarkRequest, as_json: bool, host: str | None,
                        port: int | None, token_file: str | None,
-                       trace_request: TraceRequest | None = None) -> None:
-    """``ipupod bench --partition NAME``: the service runs it on that partition's IPUs and
-    streams the rows; each is printed as it comes, under the same heading as a bench here.
-    A failure prints the rows done, then the error. (``-e`` not given: 128M; the service
-    refuses, naming a size that fits, what its machine cannot hold.) With
-    ``trace_request`` the service sends the trace after the rows, in pieces."""
+                       trace_request: TraceRequest | None = None,
+                       real_only_given: tuple[str, ...] = ()) -> None:
+    """``ipupod bench --partition NAME``: the service reads ``request`` and runs it on
+    that partition's IPUs, streaming the rows; each is printed as it comes, under the
+    same heading as a bench here. A failure prints the rows done, then the error. (``-e``
+    not given: 128M; the service refuses, naming a size that fits, what its machine
+    cannot hold.) With ``trace_request`` the service sends the trace after the rows, in
+    pieces."""
     # gRPC: only for --partition
     from cluster.service.client import Client
-    from ipupod_proto import control_pb2
 
-    results = Client(host, port, token_file).stream(
-        "StreamBenchmark", control_pb2.BenchmarkRequest(
-            partition=partition, collective=sweep.collective, min_bytes=sweep.min_bytes,
-            max_bytes=sweep.max_bytes, factor=sweep.factor, algorithm=sweep.algorithm,
-            dtype=sweep.dtype, op=sweep.op, mode=sweep.mode, group=sweep.group,
-            root=sweep.root, iterations=sweep.iterations, warmup=sweep.warmup,
-            check=sweep.check, trace=trace_request is not None,
-            trace_detail=trace_request.detail if trace_request else ""))
+    results = Client(host, port, token_file).stream("StreamBenchmark", request)
     done: list[BenchRow] = []
     pieces: list[bytes] = []
     try:
@@ -276,9 +244,9 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
                 pieces.append(result.trace_chunk)
                 continue
             if not done:
-                _notes(sweep.notes(lookup(result.collective), _group_size(result)))
+                _notes(_service_notes(request, real_only_given, result))
             if not done and not as_json:
-                click.echo(_service_heading(result, sweep))
+                click.echo(_service_heading(result, request))
             for row in result.rows:
                 done.append(_service_row(row))
                 if not as_json:
@@ -357,16 +325,14 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
                   ray_address: str | None, placement: Placement, partition: str | None,
                   host: str | None, port: int | None, token_file: str | None) -> None:
     """Sweep sizes of a COLLECTIVE and print simulated time and bandwidth per size."""
-    sweep = Sweep(collective=collective, mode=Mode(mode), min_bytes=min_bytes,
-                  max_bytes=DEFAULT_MAX_BYTES if max_bytes is None else max_bytes,
-                  max_bytes_given=max_bytes is not None,
-                  factor=factor, algorithm=algorithm, dtype=dtype, op=op, group=group_text,
-                  root=root, iterations=iterations, warmup=warmup, check=bool(check),
-                  real_only_given=options_given(("iterations", "-n"), ("warmup", "-w"),
-                                         ("check", "-c"), ("ray_address", "--ray-address"),
-                                         ("allow_split_server", "--allow-split-server"),
-                                         ("devices_per_process", "--devices-per-process")))
+    real_only_given = options_given(("iterations", "-n"), ("warmup", "-w"), ("check", "-c"),
+                                    ("ray_address", "--ray-address"),
+                                    ("allow_split_server", "--allow-split-server"),
+                                    ("devices_per_process", "--devices-per-process"))
     trace_request = _trace_request(trace_path, trace_detail)
+    size_range = SizeRange(min_bytes, DEFAULT_MAX_BYTES if max_bytes is None else max_bytes,
+                           factor)
+    runs = Runs(iterations, warmup, bool(check))
     if partition:
         given = click.get_current_context().get_parameter_source("topology_spec")
         if (given is not click.core.ParameterSource.DEFAULT or ray_address or figures != "seed"
@@ -376,10 +342,41 @@ def bench_command(collective: str, topology_spec: str, mode: str, min_bytes: int
                             "belong to the service "
                             "(`ipupod serve`), not to "
                             "the bench; drop them, or drop --partition to bench here")
-        bench_on_partition(sweep, partition, as_json, host, port, token_file, trace_request)
+        request = _service_request(partition, collective, mode, size_range, algorithm, dtype,
+                                   op, group_text, root, runs, trace_request)
+        bench_on_partition(request, as_json, host, port, token_file, trace_request,
+                           real_only_given)
     else:
-        bench_here(sweep, topology_spec, figures, ray_address, as_json, trace_request,
-                   placement)
+        spec = _spec(collective, mode, size_range, algorithm, dtype, op, group_text, root, runs)
+        bench_here(spec, topology_spec, figures, ray_address, as_json, trace_request,
+                   placement, max_bytes is not None, real_only_given)
+
+
+def _spec(collective: str, mode: str, size_range: SizeRange, algorithm: str, dtype: str,
+          op: str, group_text: str, root: int, runs: Runs) -> BenchSpec:
+    """The options of a bench here, parsed: a user error for an algorithm that does not
+    run the collective, or a replica group that is not one."""
+    coll = lookup(collective)
+    if algorithm != AUTO:
+        check_algorithm(algorithm, coll)
+    return BenchSpec(coll, size_range, Mode(mode), DType(dtype), ReduceOp(op), algorithm,
+                     CommGroup.parse(group_text), root, runs)
+
+
+def _service_request(partition: str, collective: str, mode: str, size_range: SizeRange,
+                     algorithm: str, dtype: str, op: str, group_text: str, root: int,
+                     runs: Runs, trace_request: TraceRequest | None) -> BenchmarkRequest:
+    """The options of a bench on the service, as its request: the service reads them (its
+    refusals come back as they are; :func:`cluster.service.bench_run.read_request`)."""
+    from ipupod_proto import control_pb2  # gRPC: only for --partition
+
+    return control_pb2.BenchmarkRequest(
+        partition=partition, collective=collective, min_bytes=size_range.min_bytes,
+        max_bytes=size_range.max_bytes, factor=size_range.factor, algorithm=algorithm,
+        dtype=dtype, op=op, mode=mode, group=group_text, root=root,
+        iterations=runs.iterations, warmup=runs.warmup, check=runs.check,
+        trace=trace_request is not None,
+        trace_detail=trace_request.detail if trace_request else "")
 
 
 def _trace_request(path: Path | None, detail: str) -> TraceRequest | None:

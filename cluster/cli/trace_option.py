@@ -50,7 +50,7 @@ def check_trace_path(path: Path | None) -> None:
                         "does not exist; make it or choose another path")
 
 
-def wall_recorder(mode: str, path: Path | None) -> WallRecorder | None:
+def wall_recorder(mode: Mode, path: Path | None) -> WallRecorder | None:
     """What records the devices' wall clock for ``--trace``: in real mode only."""
     if path is None or mode != Mode.REAL:
         return None

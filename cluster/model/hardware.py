@@ -19,7 +19,18 @@ from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 from cluster.errors import SpecError, UserError
+from cluster.model.text_enum import TextEnum
 from cluster.model.units import GB, MB, Gbps, KiB
+
+
+class DeviceKind(TextEnum):
+    """The hardware one emulator actor stands for (a topology's unit): a C2 PCIe card of
+    two IPUs in a server, or an IPU-M2000 machine of four in a rack. A YAML file may name
+    other kinds; they compare unequal to both."""
+
+    C2 = "C2"
+    IPU_M2000 = "IPU-M2000"
+
 
 FigureSource = Literal["seed", "public"]
 FIGURE_SOURCES: tuple[str, ...] = get_args(FigureSource)  # what ``--figures`` takes

@@ -20,11 +20,12 @@ from collections import Counter, defaultdict
 from html import escape
 
 from cluster.errors import SettingError
+from cluster.model.hardware import DeviceKind
 from cluster.model.topology import HOST, ROLES, Topology
 from cluster.model.units import GB
 
 DOT_MAX_NODES = 4096  # beyond this a drawing is an unreadable hairball
-SLOTTED_KINDS = frozenset({"C2"})
+SLOTTED_KINDS = frozenset({DeviceKind.C2})
 """Unit kinds that stand side by side in a server's slots (PCIe cards); any other unit
 (an IPU-M2000, a YAML file's) is stacked in its rack."""
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",

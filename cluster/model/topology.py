@@ -41,7 +41,9 @@ ROLES = (FABRIC, HOST)
 
 @dataclass(frozen=True)
 class Unit:
-    """A card (C2) or machine (IPU-M2000): the hardware one emulator actor stands for."""
+    """A card (C2) or machine (IPU-M2000): the hardware one emulator actor stands for;
+    ``kind`` a :class:`~cluster.model.hardware.DeviceKind` (a YAML file's text compares
+    equal to it, and may name another kind)."""
 
     name: str
     kind: str

@@ -1,7 +1,8 @@
 """A benchmark run by the service on a partition: read and checked before any byte moves,
 streamed row by row, and leaving nothing behind.
 
-- :func:`read_request` turns a ``BenchmarkRequest`` into what to run, or a user error
+- :func:`read_request` turns a ``BenchmarkRequest`` into what to run (a
+  :class:`gcl.bench_spec.BenchSpec` placed on the partition), or a user error
   (INVALID_ARGUMENT) saying which field is wrong and what it may be.
 - :func:`check_fits` refuses a real-mode sweep that would not fit, before any input is
   built: phantom mode's check of the largest size (INVALID_ARGUMENT), then the partition's
@@ -19,7 +20,7 @@ import contextlib
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import ray
@@ -28,69 +29,46 @@ from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.service.bench_trace import BenchTrace
 from cluster.service.partitions import RESOURCE_EXHAUSTED, Partition, PartitionError
-from gcl.bench_rows import BenchRow, check_runs, sizes
-from gcl.collectives import Collective, CollectiveName, ReduceOp, collective, dtype_itemsize
+from gcl.bench_rows import BenchRow
+from gcl.bench_spec import BenchSpec, PlacedBench, Runs, SizeRange
+from gcl.collectives import CollectiveName, DType, ReduceOp, check_op, collective
 from gcl.groups import CommGroup
 from gcl.modes import Mode
-from gcl.planner import AUTO, replica_groups
+from gcl.planner import AUTO
 from ipu_node.answers import IpuMemoryStats
-from ipu_node.bench_fit import (
-    DoesNotFit,
-    RealSweep,
-    check_devices,
-    check_host,
-    device_capacity,
-)
+from ipu_node.bench import run_bench
+from ipu_node.bench_fit import DoesNotFit, check_devices, check_host, device_capacity
 from ipu_node.ipu_memory import available_ram_bytes
 from ipu_node.pod import EmulatedPod
-from ipu_node.real_bench import BENCH_TENSORS, free_tensors, run_real
+from ipu_node.real_bench import BENCH_TENSORS, free_tensors
 from ipupod_proto import control_pb2
 
 
-@dataclass(frozen=True)
-class BenchPlan:
-    """A checked request: which collective, how, over which sizes; ``options`` are the
-    keyword arguments of :func:`gcl.bench_rows.run_phantom` (and ``runs`` with them, of
-    :func:`ipu_node.real_bench.run_real`)."""
-
-    coll: Collective
-    mode: Mode
-    byte_sizes: list[int]
-    group: CommGroup
-    options: dict[str, Any] = field(default_factory=dict)
-    runs: dict[str, Any] = field(default_factory=dict)
-
-
-def read_request(request: control_pb2.BenchmarkRequest, partition: Partition) -> BenchPlan:
-    """What ``request`` asks to run on ``partition``, every field checked (0 or empty
-    means the default the .proto gives)."""
+def read_request(request: control_pb2.BenchmarkRequest, partition: Partition,
+                 topology: Topology) -> PlacedBench:
+    """What ``request`` asks to run on ``partition`` of ``topology``, every field checked
+    (0 or empty means the default the .proto gives), placed on the partition's IPUs."""
     coll = collective(request.collective or CollectiveName.ALLREDUCE)
     mode = Mode.parse(request.mode or Mode.PHANTOM.value, option="the mode")
     if not request.min_bytes:
         raise UserError("min_bytes must be 1 or more")
-    byte_sizes = sizes(request.min_bytes, request.max_bytes or request.min_bytes,
-                       request.factor or 2.0)
+    size_range = SizeRange(request.min_bytes, request.max_bytes or request.min_bytes,
+                           request.factor or 2.0)
+    size_range.sizes()  # refused here, before the fields below, as they come in the .proto
     group = CommGroup.parse(request.group) if request.group else CommGroup()
-    iterations = request.iterations or 1
-    check_runs(iterations, request.warmup)
-    options: dict[str, Any] = dict(
-        dtype=request.dtype or "float32", op=request.op or ReduceOp.SUM,
-        algorithm_name=request.algorithm or AUTO, group=group, root=request.root,
-        ipus=list(partition.ipus))
-    if mode is Mode.REAL:
-        dtype_itemsize(options["dtype"])  # a user error for an unknown dtype
-    check = request.check if request.HasField("check") else True
-    return BenchPlan(coll, mode, byte_sizes, group, options,
-                     dict(iterations=iterations, warmup=request.warmup, check=check))
+    runs = Runs(request.iterations or 1, request.warmup,
+                request.check if request.HasField("check") else True)
+    spec = BenchSpec(coll, size_range, mode, DType.parse(request.dtype or DType.FLOAT32),
+                     check_op(request.op or ReduceOp.SUM), request.algorithm or AUTO, group,
+                     request.root, runs)
+    return spec.place(topology, partition.ipus)
 
 
-def rank_messages(topology: Topology, group: CommGroup,
-                  ipus: Sequence[int]) -> list[control_pb2.RankPlacement]:
-    """Every rank of the replica groups on ``ipus`` and the IPU it runs on, group by
-    group."""
+def rank_messages(bench: PlacedBench) -> list[control_pb2.RankPlacement]:
+    """Every rank of ``bench``'s replica groups and the IPU it runs on, group by group."""
     return [control_pb2.RankPlacement(group=g, rank=rank, ipu=ipu,
-                                      ipu_name=topology.ipu_name(ipu))
-            for g, members in enumerate(replica_groups(topology, group, list(ipus)))
+                                      ipu_name=bench.topology.ipu_name(ipu))
+            for g, members in enumerate(bench.groups)
             for rank, ipu in enumerate(members.tolist())]
 
 
@@ -106,20 +84,15 @@ def row_message(row: BenchRow) -> control_pb2.BenchmarkRow:
         json=json.dumps(asdict(row)))
 
 
-def check_fits(pod: EmulatedPod, bench: BenchPlan) -> None:
+def check_fits(pod: EmulatedPod, bench: PlacedBench) -> None:
     """Refuse a real-mode sweep that cannot fit, before any input is built: phantom mode's
     planning of its largest size (INVALID_ARGUMENT, as in phantom mode), then the IPUs'
     free memory and this machine's (RESOURCE_EXHAUSTED; :mod:`ipu_node.bench_fit`)."""
-    ipus = list(bench.options["ipus"])
-    sweep = RealSweep(bench.coll, bench.byte_sizes, dtype=bench.options["dtype"],
-                      algorithm_name=bench.options["algorithm_name"], group=bench.group,
-                      root=bench.options["root"], ipus=ipus,
-                      runs=bench.runs["iterations"] + bench.runs["warmup"],
-                      check=bench.runs["check"])
+    ipus = bench.replicas
     free = _free_memory(pod, ipus)
     try:
-        check_devices(sweep, pod.topology, free)
-        check_host(sweep, len(ipus), _ipus_here(pod, ipus), available_ram_bytes(),
+        check_devices(bench, free)
+        check_host(bench, len(ipus), _ipus_here(pod, ipus), available_ram_bytes(),
                    "use phantom mode (sizes only), or a smaller partition")
     except DoesNotFit as error:
         raise PartitionError(RESOURCE_EXHAUSTED, str(error)) from None
@@ -149,7 +122,7 @@ def free_bench_tensors(pod: EmulatedPod, ipus: Sequence[int]) -> None:
     free_tensors(pod, BENCH_TENSORS, ipus)
 
 
-def real_rows(pod: EmulatedPod, lock: AbstractContextManager[Any], bench: BenchPlan,
+def real_rows(pod: EmulatedPod, lock: AbstractContextManager[Any], bench: PlacedBench,
               traced: BenchTrace | None) -> Iterator[BenchRow]:
     """Real-mode rows, one bench at a time on the devices (holding ``lock``); the bench's
     wall-clock trace is gathered and its tensors freed when it ends, however it ends."""
@@ -157,8 +130,7 @@ def real_rows(pod: EmulatedPod, lock: AbstractContextManager[Any], bench: BenchP
         if traced:
             traced.start(pod)
         try:
-            yield from run_real(pod, bench.coll, bench.byte_sizes, **bench.options,
-                                on_costed=traced.add if traced else None, **bench.runs)
+            yield from run_bench(bench, pod, on_costed=traced.add if traced else None)
         except BaseException:
             with contextlib.suppress(Exception):  # the failure to report is the bench's
                 _end_bench(pod, bench, traced)
@@ -166,8 +138,8 @@ def real_rows(pod: EmulatedPod, lock: AbstractContextManager[Any], bench: BenchP
         _end_bench(pod, bench, traced)
 
 
-def _end_bench(pod: EmulatedPod, bench: BenchPlan, traced: BenchTrace | None) -> None:
+def _end_bench(pod: EmulatedPod, bench: PlacedBench, traced: BenchTrace | None) -> None:
     """Gather the bench's wall-clock trace (if asked) and free its tensors."""
     if traced:
         traced.stop(pod)
-    free_bench_tensors(pod, bench.options["ipus"])
+    free_bench_tensors(pod, bench.replicas)

@@ -29,7 +29,6 @@ from cluster.errors import UserError
 from cluster.model.link_faults import LinkDown, link_name
 from cluster.model.topology_show import summarize
 from cluster.service.bench_run import (
-    BenchPlan,
     check_fits,
     free_bench_tensors,
     rank_messages,
@@ -46,9 +45,11 @@ from cluster.service.metrics import ServiceMetrics
 from cluster.service.partition_health import Health, partition_health
 from cluster.service.partitions import Partition, PartitionError, PartitionTable
 from cluster.service.sharing import ShareOptions, open_shared
-from gcl.bench_rows import BenchRow, run_phantom
+from gcl.bench_rows import BenchRow
+from gcl.bench_spec import PlacedBench
 from gcl.modes import Mode
 from ipu_node.answers import HealthState, IpuMemoryStats
+from ipu_node.bench import run_bench
 from ipu_node.device_spec import describe
 from ipu_node.pod import EmulatedPod
 from ipupod_proto import control_pb2, control_pb2_grpc
@@ -239,17 +240,15 @@ class ControlService(control_pb2_grpc.ControlServicer):
         return control_pb2.TopologySummary(json=json.dumps(summarize(self.topology)))
 
     def _sweep(self, request: control_pb2.BenchmarkRequest) -> tuple[
-            Partition, BenchPlan, Iterator[BenchRow], BenchTrace | None]:
+            Partition, PlacedBench, Iterator[BenchRow], BenchTrace | None]:
         """Check a benchmark request (sizes and memory before anything is built) and return
         its partition, what it runs, the rows to come and its trace (if asked)."""
         partition = self.partitions.get(request.partition)
-        bench = read_request(request, partition)
+        bench = read_request(request, partition, self.pod.topology)
         traced = bench_trace(request, self.pod.topology, partition.name)
-        on_costed = traced.add if traced else None
-        if bench.mode is not Mode.REAL:
-            return partition, bench, run_phantom(bench.coll, self.pod.topology,
-                                                 bench.byte_sizes, on_costed=on_costed,
-                                                 **bench.options), traced
+        if bench.spec.mode is not Mode.REAL:
+            rows = run_bench(bench, on_costed=traced.add if traced else None)
+            return partition, bench, rows, traced
         check_fits(self.pod, bench)
         return partition, bench, real_rows(self.pod, self._bench_lock, bench, traced), traced
 
@@ -258,13 +257,14 @@ class ControlService(control_pb2_grpc.ControlServicer):
         """A result of one row per size, as each finishes (recorded in the metrics); the
         first also says which IPU each rank runs on."""
         partition, bench, rows, traced = self._sweep(request)
-        ranks = rank_messages(self.topology, bench.group, partition.ipus)
+        ranks = rank_messages(bench)
+        spec = bench.spec
         common: dict[str, Any] = dict(partition=partition.name, ipus=partition.size,
-                                      collective=bench.coll.name, mode=bench.mode.value,
-                                      group=str(bench.group))
+                                      collective=spec.collective.name, mode=spec.mode.value,
+                                      group=str(spec.group))
         for row in rows:
             if self.metrics is not None:
-                self.metrics.observe(row, partition.name, bench.mode.value)
+                self.metrics.observe(row, partition.name, spec.mode.value)
             yield control_pb2.BenchmarkResult(rows=[row_message(row)], ranks=ranks, **common)
             ranks = []
         if traced is not None:

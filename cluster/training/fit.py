@@ -14,6 +14,7 @@ from itertools import product
 from typing import Any
 
 from cluster.errors import UserError
+from cluster.model.hardware import DeviceKind
 from cluster.model.topology import Topology
 from cluster.setting_names import SETTING_NAMES
 from cluster.training.accumulation import default_accumulation, fewest_taken, pipelined
@@ -116,7 +117,7 @@ def hint(config: TrainConfig, topology: Topology) -> str:
     if found:
         return "try " + ", or ".join(_as_options(changes) for changes in found) + \
             " (each checked: it fits)"
-    if not any(unit.kind == "IPU-M2000" for unit in topology.units):
+    if not any(unit.kind == DeviceKind.IPU_M2000 for unit in topology.units):
         pod = resolve(replace(config, topology=DEFAULTS.workload_topology,
                               replicas_per_server=0), FREE)
         pod_topology = topology_for(pod)
@@ -168,7 +169,7 @@ def _could_fit(config: TrainConfig, topology: Topology) -> bool:
 def _choices(config: TrainConfig, topology: Topology) -> dict[str, list[Any]]:
     """Each option a hint may change: the run's value first, then the others to try."""
     size = server_ipus(topology)[0].size
-    streams = all(unit.kind == "IPU-M2000" for unit in topology.units)
+    streams = all(unit.kind == DeviceKind.IPU_M2000 for unit in topology.units)
     halves = [config.micro_batch >> i for i in range(config.micro_batch.bit_length())]
     states = [state for state in OPTIMIZER_STATE if state != config.optimizer_state
               and (streams or not state.offchip)]

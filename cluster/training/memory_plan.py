@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cluster.errors import SettingError, UserError
+from cluster.model.hardware import DeviceKind
 from cluster.model.topology import Topology
 from cluster.training.config import TrainConfig
 from cluster.training.pipeline.schedules import pipeline_schedule
@@ -113,7 +114,7 @@ def unfit_stage(config: TrainConfig, topology: Topology,
     """The first stage of ``plan`` that does not fit its IPU's In-Processor-Memory, or
     None; a SettingError if the optimiser's values are to live in Streaming Memory the
     topology's IPUs do not have."""
-    machines = [set(u.ipus) for u in topology.units if u.kind == "IPU-M2000"]
+    machines = [set(u.ipus) for u in topology.units if u.kind == DeviceKind.IPU_M2000]
     if config.optimizer_offchip and not all(
             any(stage.ipu in ipus for ipus in machines) for stage in plan):
         raise SettingError("optimizer_state", "the IPUs of {name} have no Streaming Memory "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cluster.model.hardware import DeviceKind
 from cluster.model.presets import build_preset
 from cluster.model.spec import load_topology
 from cluster.model.topology import Topology
@@ -62,7 +63,7 @@ def machines(topology: Topology) -> str:
         return units
     groups = sorted({server.kind for server in topology.servers})
     count = len(topology.servers)
-    if "IPU-M2000" in kinds:  # a POD: racks of IPU-M2000s
+    if DeviceKind.IPU_M2000 in kinds:  # a POD: racks of IPU-M2000s
         return f"{units} in {count} {'/'.join(groups)} rack{'' if count == 1 else 's'}"
     per = len(topology.servers[0].units)
     return (f"{count} {', '.join(groups)} server{'' if count == 1 else 's'} of {per} "

@@ -67,7 +67,7 @@ def build_dss8440(match: re.Match[str], options: PresetOptions) -> Topology:
     b.ring_order = (np.arange(servers)[:, None] * per_server + ring[None, :]).ravel().tolist()
     for s in range(servers):
         first = s * spec.cards
-        b.units += [Unit(f"s{s}.card{c}", "C2", tuple(grid[s, c].tolist()), s)
+        b.units += [Unit(f"s{s}.card{c}", hw.DeviceKind.C2, tuple(grid[s, c].tolist()), s)
                     for c in range(spec.cards)]
         b.servers.append(Server(f"s{s}", "DSS 8440", tuple(range(first, first + spec.cards))))
     apply_sync(b, options)

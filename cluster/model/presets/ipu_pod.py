@@ -60,7 +60,7 @@ def build_pod(match: re.Match[str], options: PresetOptions) -> Topology:
     flat = ipus.reshape(racks, machines_per_rack, machine.ipus)
     for r in range(racks):
         first = r * machines_per_rack
-        b.units += [Unit(f"r{r}.m{m}", "IPU-M2000", tuple(flat[r, m].tolist()), r)
+        b.units += [Unit(f"r{r}.m{m}", hw.DeviceKind.IPU_M2000, tuple(flat[r, m].tolist()), r)
                     for m in range(machines_per_rack)]
         kind = f"IPU-POD{per_rack}"
         b.servers.append(Server(f"r{r}", kind, tuple(range(first, first + machines_per_rack))))
