@@ -24,6 +24,7 @@ from ray import ObjectRef
 from ray.actor import ActorHandle
 
 from cluster.model.link_faults import LinkFault
+from gcl.collectives import ReduceOp
 from gcl.schedule import Schedule
 from ipu_node.answers import DeviceInfo, DeviceStats
 from ipu_node.ownership import Ownership
@@ -94,8 +95,8 @@ class DeviceHandle(Protocol):
     get: ClassVar[RemoteMethod[[int, str], np.ndarray]] = RemoteMethod()
     free: ClassVar[RemoteMethod[[int, str], None]] = RemoteMethod()
     run: ClassVar[RemoteMethod[[Schedule | ObjectRef[Schedule], str, Ranks,
-                                dict[int, np.ndarray] | str, str | None, str, float, float,
-                                Faults | None], Sent]] = RemoteMethod()
+                                dict[int, np.ndarray] | str, str | None, ReduceOp, float,
+                                float, Faults | None], Sent]] = RemoteMethod()
     execute: ClassVar[RemoteMethod[..., Any]] = RemoteMethod()  # (task, *args): task's answer
 
 
