@@ -260,8 +260,8 @@ def bench_on_partition(sweep: Sweep, partition: str, as_json: bool, host: str | 
     from cluster.service.client import Client
     from ipupod_proto import control_pb2
 
-    results = Client(host, port, token_file).stream(
-        "StreamBenchmark", control_pb2.BenchmarkRequest(
+    results = Client(host, port, token_file).stream_benchmark(
+        control_pb2.BenchmarkRequest(
             partition=partition, collective=sweep.collective, min_bytes=sweep.min_bytes,
             max_bytes=sweep.max_bytes, factor=sweep.factor, algorithm=sweep.algorithm,
             dtype=sweep.dtype, op=sweep.op, mode=sweep.mode, group=sweep.group,

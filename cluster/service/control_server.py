@@ -44,7 +44,8 @@ from cluster.service.decoding import control_handler
 from cluster.service.error_messages import first_line, short_message
 from cluster.service.metrics import ServiceMetrics
 from cluster.service.partition_health import Health, partition_health
-from cluster.service.partitions import Partition, PartitionError, PartitionTable
+from cluster.service.partitions import Partition, PartitionTable
+from cluster.service.service_error import ServiceError
 from cluster.service.sharing import ShareOptions, open_shared
 from gcl.bench_rows import BenchRow, run_phantom
 from gcl.modes import Mode
@@ -65,8 +66,8 @@ Handler = Callable[["ControlService", Any, grpc.ServicerContext], Any]
 def _abort_for(context: grpc.ServicerContext, error: Exception, request: Any) -> None:
     """End the call with the status code that fits ``error`` and a short message (``abort``
     raises); what is not the user's mistake is logged here, with its traceback."""
-    if isinstance(error, PartitionError):
-        code = getattr(grpc.StatusCode, error.code)
+    if isinstance(error, ServiceError):
+        code = grpc.StatusCode[error.code.name]
     elif isinstance(error, LinkDown):  # the request is fine, the POD's state is not
         code = grpc.StatusCode.FAILED_PRECONDITION
     elif isinstance(error, (UserError, ValueError, OverflowError)):  # parsing the input

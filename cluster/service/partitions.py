@@ -25,9 +25,9 @@ service (gRPC) and the tests share one implementation:
 A partition's ``ipus`` are in ring order (the topology's ring order kept to its IPUs): on
 the presets every hop of that ring inside a domain is one IPU-Link. Its GCDs are aligned
 sub-blocks of its block order (a GCD of 2 on a DSS 8440 is a card).
-Every mistake raises :class:`PartitionError`, whose ``code`` is the gRPC status the service
-answers with. :class:`PartitionTable` holds a lock in every method: the service is
-multi-threaded.
+Every mistake raises :class:`~cluster.service.service_error.ServiceError`, whose ``code`` is
+the status the service answers with. :class:`PartitionTable` holds a lock in every method:
+the service is multi-threaded.
 """
 
 from __future__ import annotations
@@ -40,31 +40,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cluster.errors import UserError
 from cluster.model.routing import router_of
 from cluster.model.topology import Topology
+from cluster.service.service_error import ServiceError, Status
 
-INVALID_ARGUMENT = "INVALID_ARGUMENT"
-NOT_FOUND = "NOT_FOUND"
-ALREADY_EXISTS = "ALREADY_EXISTS"
-RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
-FAILED_PRECONDITION = "FAILED_PRECONDITION"
-CODES = (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, RESOURCE_EXHAUSTED, FAILED_PRECONDITION)
+# The names the benchmark modules import (kept so that they need not change with this one).
+PartitionError = ServiceError
+RESOURCE_EXHAUSTED = Status.RESOURCE_EXHAUSTED
 
 MAX_NAME_LENGTH = 64
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 _NAME_RULE = (f"a partition name is 1 to {MAX_NAME_LENGTH} characters from ASCII letters, "
               "digits, '-', '_' and '.', starting with a letter or digit")
-
-
-class PartitionError(UserError):
-    """A partition request that cannot be done; ``code`` is the gRPC status to answer with."""
-
-    def __init__(self, code: str, message: str) -> None:
-        if code not in CODES:
-            raise ValueError(f"unknown partition error code {code!r}: use one of {CODES}")
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -108,9 +95,9 @@ def _is_power_of_two(n: int) -> bool:
 def _integer(what: str, value: object, rule: str) -> int:
     """``value`` as an int; bools, floats and strings are refused, not converted."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise PartitionError(INVALID_ARGUMENT,
-                             f"{what} must be an integer, not {type(value).__name__} "
-                             f"{_shown(value)}: {rule}")
+        raise ServiceError(Status.INVALID_ARGUMENT,
+                           f"{what} must be an integer, not {type(value).__name__} "
+                           f"{_shown(value)}: {rule}")
     return int(value)
 
 
@@ -148,26 +135,28 @@ class PartitionTable:
         """Check the request, place the partition and record it."""
         with self._lock:
             if not isinstance(name, str) or not _NAME.fullmatch(name):
-                raise PartitionError(INVALID_ARGUMENT,
-                                     f"invalid partition name {_shown(name)}: {_NAME_RULE}")
+                raise ServiceError(Status.INVALID_ARGUMENT,
+                                   f"invalid partition name {_shown(name)}: {_NAME_RULE}")
             count = self.topology.ipu_count
             size_rule = (f"a partition's size is a power of two from 1 to {count} (the IPUs "
                          f"of topology {self.topology.name!r})")
             size = _integer("size", size, size_rule)
             if not (_is_power_of_two(size) and size <= count):
-                raise PartitionError(INVALID_ARGUMENT, f"size {size} is not allowed: {size_rule}")
+                raise ServiceError(Status.INVALID_ARGUMENT,
+                                   f"size {size} is not allowed: {size_rule}")
             gcd_rule = (f"the number of GCDs is an integer from 1 that divides the size {size} "
                         "into GCDs of a power-of-two number of IPUs")
             gcds = _integer("gcds", gcds, gcd_rule)
             if gcds < 1 or size % gcds or not _is_power_of_two(size // gcds):
-                raise PartitionError(INVALID_ARGUMENT, f"gcds {gcds} is not allowed: {gcd_rule}")
+                raise ServiceError(Status.INVALID_ARGUMENT,
+                                   f"gcds {gcds} is not allowed: {gcd_rule}")
             if name in self._partitions:
-                raise PartitionError(ALREADY_EXISTS,
-                                     f"partition {name!r} already exists: choose another name "
-                                     "or remove it first")
+                raise ServiceError(Status.ALREADY_EXISTS,
+                                   f"partition {name!r} already exists: choose another name "
+                                   "or remove it first")
             block = self._place(size)
             if block is None:
-                raise PartitionError(RESOURCE_EXHAUSTED, self._exhausted(name, size))
+                raise ServiceError(Status.RESOURCE_EXHAUSTED, self._exhausted(name, size))
             return self._record(self._partition(name, block, gcds))
 
     def restore(self, name: str, block: tuple[int, ...], gcds: int) -> Partition:
@@ -177,8 +166,9 @@ class PartitionTable:
             count = self.topology.ipu_count
             if name in self._partitions or not block or any(
                     not 0 <= ipu < count or self._used[ipu] for ipu in block):
-                raise PartitionError(ALREADY_EXISTS, f"partition {name!r} cannot be restored "
-                                                     f"on IPUs {list(block)}: taken or absent")
+                raise ServiceError(Status.ALREADY_EXISTS,
+                                   f"partition {name!r} cannot be restored on IPUs "
+                                   f"{list(block)}: taken or absent")
             return self._record(self._partition(name, tuple(block), gcds))
 
     def _record(self, partition: Partition) -> Partition:
@@ -194,9 +184,9 @@ class PartitionTable:
             partition = self._partitions.get(name) if isinstance(name, str) else None
             if partition is None:
                 existing = ", ".join(self._partitions) or "there are none"
-                raise PartitionError(NOT_FOUND, f"no partition named {_shown(name)} on topology "
-                                                f"{self.topology.name!r}; existing partitions: "
-                                                f"{existing}")
+                raise ServiceError(Status.NOT_FOUND,
+                                   f"no partition named {_shown(name)} on topology "
+                                   f"{self.topology.name!r}; existing partitions: {existing}")
             return partition
 
     def list(self) -> builtins.list[Partition]:
@@ -220,7 +210,7 @@ class PartitionTable:
             rule = f"IPUs are numbered 0 to {self.topology.ipu_count - 1}"
             ipu = _integer("ipu", ipu, rule)
             if not 0 <= ipu < self.topology.ipu_count:
-                raise PartitionError(INVALID_ARGUMENT, f"no IPU {ipu}: {rule}")
+                raise ServiceError(Status.INVALID_ARGUMENT, f"no IPU {ipu}: {rule}")
             return self._owner.get(ipu)
 
     def free_ipus(self) -> builtins.list[int]:

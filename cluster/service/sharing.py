@@ -23,9 +23,9 @@ import grpc
 from cluster.service.access import METHOD_VERBS, STATE_CHANGING, Reach, Role, Verb, allowed, denial
 from cluster.service.audit import AuditLog
 from cluster.service.control_tls import ServiceTLS
-from cluster.service.partitions import FAILED_PRECONDITION, PartitionError
-from cluster.service.rate_limits import CallLimiter, Limited, Limits
+from cluster.service.rate_limits import CallLimiter, Limits
 from cluster.service.restore import Restored, bring_back
+from cluster.service.service_error import ServiceError, Status
 from cluster.service.token_auth import BearerToken
 from cluster.service.users import ADMIN, Caller, UserBook, UserRecord
 from gcl.modes import Mode
@@ -159,10 +159,8 @@ class SharedControl:
             try:
                 with self._limited(caller, request):
                     answer = self._run(name, inner, caller, request, context)
-            except Limited as error:
-                self._refuse(caller, name, request, context, str(error))
-            except PartitionError as error:
-                self._refuse(caller, name, request, context, str(error), error.code)
+            except ServiceError as error:
+                self._refuse(caller, name, request, context, error)
             except Exception:
                 self._ended(caller, name, request, context)
                 raise
@@ -178,8 +176,8 @@ class SharedControl:
             try:
                 with self._limited(caller, request):
                     yield from inner(request, context)
-            except Limited as error:
-                self._refuse(caller, name, request, context, str(error))
+            except ServiceError as error:
+                self._refuse(caller, name, request, context, error)
             except Exception:
                 self._ended(caller, name, request, context)
                 raise
@@ -187,10 +185,10 @@ class SharedControl:
         return stream
 
     def _refuse(self, caller: Caller, name: str, request: Any, context: grpc.ServicerContext,
-                message: str, code: str = "RESOURCE_EXHAUSTED") -> None:
+                error: ServiceError) -> None:
         """Audit and end a call the gate refuses (a quota, a limit, a user mistake)."""
-        self.audit.record(caller.name, name, _target(request), code, message)
-        context.abort(getattr(grpc.StatusCode, code), message)
+        self.audit.record(caller.name, name, _target(request), error.code.value, str(error))
+        context.abort(grpc.StatusCode[error.code.name], str(error))
 
     def _limited(self, caller: Caller, request: Any) -> AbstractContextManager[None]:
         """A slot of the caller's expensive calls, for a user's real-mode benchmark."""
@@ -251,7 +249,7 @@ class SharedControl:
         """Refuse a user removed while their call waited for :attr:`_changes`: what they
         made would have no owner."""
         if caller.role is Role.USER and not self.book.exists(caller.name):
-            raise PartitionError(FAILED_PRECONDITION, f"user {caller.name!r} was removed "
+            raise ServiceError(Status.FAILED_PRECONDITION, f"user {caller.name!r} was removed "
                                                       "while this call waited")
 
     def _owned_by(self, user: str) -> list[str]:
@@ -269,10 +267,10 @@ class SharedControl:
         quota = self.book.max_ipus(caller.name) if caller.role is Role.USER else 0
         held = self._held(caller.name)[0]
         if quota and held + request.size > quota:
-            raise Limited(f"cannot create partition {request.name!r} of {request.size} IPUs: "
-                          f"{caller.name} holds {held} IPUs of a quota of {quota} (--max-ipus),"
-                          f" so {max(quota - held, 0)} more at most; remove a partition "
-                          "first")
+            raise ServiceError(Status.RESOURCE_EXHAUSTED, (
+                f"cannot create partition {request.name!r} of {request.size} IPUs: "
+                f"{caller.name} holds {held} IPUs of a quota of {quota} (--max-ipus), "
+                f"so {max(quota - held, 0)} more at most; remove a partition first"))
 
     # -- users --------------------------------------------------------------------------
     def _user_message(self, record: UserRecord) -> control_pb2.User:
@@ -297,7 +295,7 @@ class SharedControl:
             record = self.book.find(request.name)
             owned = self._owned_by(record.name)
             if owned and not request.with_partitions:
-                raise PartitionError(FAILED_PRECONDITION, (
+                raise ServiceError(Status.FAILED_PRECONDITION, (
                     f"user {record.name!r} owns partition{'s' if len(owned) > 1 else ''} "
                     f"{', '.join(owned)}: remove them first, or remove the user with them "
                     f"(ipupod user remove {record.name} --with-partitions)"))
