@@ -37,6 +37,7 @@ import numbers
 import re
 import threading
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -117,14 +118,26 @@ def block_order(topology: Topology) -> list[np.ndarray]:
     return [np.array(m, dtype=np.int64) for m in members.values()]
 
 
+class PartitionStore(Protocol):
+    """Where partitions and their owners are kept across restarts (the state file)."""
+
+    def save_partition(self, partition: Partition, owner: str) -> None: ...
+
+    def delete_partition(self, name: str) -> None: ...
+
+
 class PartitionTable:
-    """The partitions of one topology: creates, finds, lists and removes them (thread-safe)."""
+    """The partitions of one topology and who owns each: creates, finds, lists and removes
+    them (thread-safe); with a store (:meth:`keep_in`) each owned partition is saved
+    before it is acknowledged, and deleted there when removed."""
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
         self._lock = threading.RLock()
         self._partitions: dict[str, Partition] = {}  # in creation order
-        self._owner: dict[int, str] = {}
+        self._owners: dict[str, str] = {}  # partition -> the user who owns it
+        self._store: PartitionStore | None = None
+        self._holder: dict[int, str] = {}  # IPU -> the partition holding it
         self._used = np.zeros(topology.ipu_count, dtype=bool)
         self._domains = block_order(topology)
         self._ring_position = np.empty(topology.ipu_count, dtype=np.int64)
@@ -159,9 +172,41 @@ class PartitionTable:
                 raise ServiceError(Status.RESOURCE_EXHAUSTED, self._exhausted(name, size))
             return self._record(self._partition(name, block, gcds))
 
-    def restore(self, name: str, block: tuple[int, ...], gcds: int) -> Partition:
-        """Record partition ``name`` on exactly ``block`` (its IPUs in block order, as a
-        restart's saved state has them); a user error if it cannot be there now."""
+    def keep_in(self, store: PartitionStore) -> None:
+        """From now on, save each claimed partition in ``store`` and delete each removed."""
+        with self._lock:
+            self._store = store
+
+    def claim(self, name: str, owner: str) -> Partition:
+        """Make ``owner`` the owner of partition ``name`` (just created), saved in the store
+        first: if it cannot be saved the partition is undone (never acknowledged
+        half-made)."""
+        with self._lock:
+            partition = self.get(name)
+            if self._store is not None:
+                try:
+                    self._store.save_partition(partition, owner)
+                except BaseException:
+                    self._unrecord(partition)
+                    raise
+            self._owners[name] = owner
+            return partition
+
+    def owner_of(self, name: str) -> str:
+        """Who owns partition ``name`` ('' if nobody was named, or there is none)."""
+        with self._lock:
+            return self._owners.get(name, "")
+
+    def owned_by(self, owner: str) -> builtins.list[Partition]:
+        """``owner``'s partitions, in creation order."""
+        with self._lock:
+            return [p for p in self._partitions.values() if self._owners.get(p.name) == owner]
+
+    def restore(self, name: str, block: tuple[int, ...], gcds: int,
+                owner: str = "") -> Partition:
+        """Record partition ``name`` of ``owner`` on exactly ``block`` (its IPUs in block
+        order, as a restart's saved state has them); a user error if it cannot be there
+        now."""
         with self._lock:
             count = self.topology.ipu_count
             if name in self._partitions or not block or any(
@@ -169,14 +214,24 @@ class PartitionTable:
                 raise ServiceError(Status.ALREADY_EXISTS,
                                    f"partition {name!r} cannot be restored on IPUs "
                                    f"{list(block)}: taken or absent")
+            if owner:
+                self._owners[name] = owner
             return self._record(self._partition(name, tuple(block), gcds))
 
     def _record(self, partition: Partition) -> Partition:
         """Hold ``partition`` and mark its IPUs used."""
         self._partitions[partition.name] = partition
         self._used[list(partition.ipus)] = True
-        self._owner.update((ipu, partition.name) for ipu in partition.ipus)
+        self._holder.update((ipu, partition.name) for ipu in partition.ipus)
         return partition
+
+    def _unrecord(self, partition: Partition) -> None:
+        """Forget ``partition`` and its owner, and free its IPUs."""
+        del self._partitions[partition.name]
+        self._owners.pop(partition.name, None)
+        self._used[list(partition.ipus)] = False
+        for ipu in partition.ipus:
+            del self._holder[ipu]
 
     def get(self, name: str) -> Partition:
         """The partition called ``name``; NOT_FOUND names the existing ones."""
@@ -195,13 +250,13 @@ class PartitionTable:
             return list(self._partitions.values())
 
     def remove(self, name: str) -> Partition:
-        """Remove the partition called ``name`` and free its IPUs; return it."""
+        """Remove the partition called ``name`` (from the store first) and free its IPUs;
+        return it."""
         with self._lock:
             partition = self.get(name)
-            del self._partitions[name]
-            self._used[list(partition.ipus)] = False
-            for ipu in partition.ipus:
-                del self._owner[ipu]
+            if self._store is not None:
+                self._store.delete_partition(name)
+            self._unrecord(partition)
             return partition
 
     def partition_of(self, ipu: int) -> str | None:
@@ -211,7 +266,7 @@ class PartitionTable:
             ipu = _integer("ipu", ipu, rule)
             if not 0 <= ipu < self.topology.ipu_count:
                 raise ServiceError(Status.INVALID_ARGUMENT, f"no IPU {ipu}: {rule}")
-            return self._owner.get(ipu)
+            return self._holder.get(ipu)
 
     def free_ipus(self) -> builtins.list[int]:
         """The IPUs in no partition, by IPU number."""

@@ -27,9 +27,8 @@ from cluster.service.control_tls import ServiceTLS
 from cluster.service.decoding import control_handler
 from cluster.service.gate import CallerOf, Gate
 from cluster.service.rate_limits import CallLimiter, Limits
-from cluster.service.restore import Brought, bring_back
+from cluster.service.restore import Restored, bring_back
 from cluster.service.service_error import ServiceError, Status
-from cluster.service.state import StateStore
 from cluster.service.users import ADMIN, Caller, UserBook, UserRecord
 from ipupod_proto import control_pb2
 
@@ -54,11 +53,10 @@ class SharedControl:
     in front of every method here."""
 
     def __init__(self, control: Control, book: UserBook, audit: AuditLog,
-                 caller_of: CallerOf, brought: Brought) -> None:
+                 caller_of: CallerOf, restored: Restored | None = None) -> None:
         self.control, self.book, self.audit, self._caller_of = control, book, audit, caller_of
-        self.store: StateStore | None = brought.store
-        self.restored = brought.restored  # what the start brought back from the state file
-        self.owners: dict[str, str] = dict(brought.owners)
+        self.partitions = control.partitions  # with their owners (kept in the state file)
+        self.restored = restored  # what the start brought back from the state file
         self._changes = threading.Lock()  # creates and removes, one at a time
 
     def open_audit(self, path: Path) -> None:
@@ -69,7 +67,7 @@ class SharedControl:
         """Whose partition (or hardware) a call of ``verb`` to ``target`` touches, seen
         from ``caller``."""
         if verb is Verb.PARTITION:
-            owners = {self.owners.get(target, "")} - {""}
+            owners = {self.partitions.owner_of(target)} - {""}
         elif verb is Verb.KILL_CARD:
             owners = self._card_owners(target)
         else:
@@ -80,8 +78,12 @@ class SharedControl:
 
     def _card_owners(self, card: str) -> set[str]:
         """The owners of the partitions on ``card``'s IPUs."""
-        names = {self.control.partitions.partition_of(i) for i in self.control.card_ipus(card)}
-        return {self.owners.get(n, ADMIN) for n in names if n is not None}
+        names = {self.partitions.partition_of(i) for i in self.control.card_ipus(card)}
+        return {self._owner(n) for n in names if n is not None}
+
+    def _owner(self, partition: str) -> str:
+        """Who owns ``partition``: a user, else the administrator."""
+        return self.partitions.owner_of(partition) or ADMIN
 
     # -- calls as the POD answers them ---------------------------------------------------
     def GetStatus(self, request: control_pb2.StatusRequest,
@@ -132,7 +134,7 @@ class SharedControl:
             self._check_caller(caller)
             self._check_quota(caller, request)
             answer = self.control.CreatePartition(request, context)
-            self._keep(answer.name, caller.name)
+            self.partitions.claim(answer.name, caller.name)
         answer.owner = caller.name
         return answer
 
@@ -140,14 +142,13 @@ class SharedControl:
                         context: Context) -> control_pb2.Partition:
         with self._changes:
             answer = self.control.RemovePartition(request, context)
-            self._forget(answer.name)
-        answer.owner = self.owners.get(answer.name, ADMIN)
+        answer.owner = self._owner(answer.name)
         return answer
 
     def GetPartition(self, request: control_pb2.PartitionRef,
                      context: Context) -> control_pb2.Partition:
         answer = self.control.GetPartition(request, context)
-        answer.owner = self.owners.get(answer.name, ADMIN)
+        answer.owner = self._owner(answer.name)
         return answer
 
     def ListPartitions(self, request: control_pb2.ListPartitionsRequest,
@@ -156,11 +157,11 @@ class SharedControl:
         caller = self._caller_of(context)
         answer = self.control.ListPartitions(request, context)
         shown = [p for p in answer.partitions
-                 if caller.role is Role.ADMIN or self.owners.get(p.name) == caller.name]
+                 if caller.role is Role.ADMIN or self.partitions.owner_of(p.name) == caller.name]
         del answer.partitions[:]
         answer.partitions.extend(shown)
         for partition in answer.partitions:
-            partition.owner = self.owners.get(partition.name, ADMIN)
+            partition.owner = self._owner(partition.name)
         return answer
 
     def ListDevices(self, request: control_pb2.ListDevicesRequest,
@@ -170,28 +171,11 @@ class SharedControl:
         if self._caller_of(context).role is Role.USER:
             mine = self._caller_of(context).name
             for device in answer.devices:
-                if device.partition and self.owners.get(device.partition) != mine:
+                if device.partition and self.partitions.owner_of(device.partition) != mine:
                     device.partition = OTHERS_PARTITION
         return answer
 
     # -- partitions and their owners ----------------------------------------------------
-    def _keep(self, name: str, owner: str) -> None:
-        """Record ``owner`` of the partition just made, saved before the call answers; if
-        it cannot be saved the partition is undone (never acknowledged half-made)."""
-        if self.store is not None:
-            try:
-                self.store.save_partition(self.control.partitions.get(name), owner)
-            except BaseException:
-                self.control.partitions.remove(name)
-                raise
-        self.owners[name] = owner
-
-    def _forget(self, name: str) -> None:
-        """Drop the owner of partition ``name``, just removed (from the state file first)."""
-        if self.store is not None:
-            self.store.delete_partition(name)
-        self.owners.pop(name, None)
-
     def _check_caller(self, caller: Caller) -> None:
         """Refuse a user removed while their call waited for :attr:`_changes`: what they
         made would have no owner."""
@@ -201,12 +185,11 @@ class SharedControl:
 
     def _owned_by(self, user: str) -> list[str]:
         """The names of ``user``'s partitions, in creation order."""
-        return [p.name for p in self.control.partitions.list()
-                if self.owners.get(p.name) == user]
+        return [p.name for p in self.partitions.owned_by(user)]
 
     def _held(self, user: str) -> tuple[int, int]:
         """The IPUs and partitions ``user`` holds now."""
-        mine = [p for p in self.control.partitions.list() if self.owners.get(p.name) == user]
+        mine = self.partitions.owned_by(user)
         return sum(p.size for p in mine), len(mine)
 
     def _check_quota(self, caller: Caller,
@@ -254,7 +237,6 @@ class SharedControl:
             for partition in owned:
                 self.control.RemovePartition(control_pb2.PartitionRef(name=partition),
                                              context)
-                self._forget(partition)
                 self.audit.record(ADMIN, "RemovePartition", partition, "ok",
                                   f"with user {record.name}")
             self.book.remove(record.name)
@@ -274,7 +256,8 @@ def open_shared(control: Control, token: str,
     audit = AuditLog(options.audit_log)
     authenticator = Authenticator(brought.book.identify, refused=lambda method: audit.record(
         "unknown", method.rsplit("/", 1)[-1], "", "UNAUTHENTICATED"))
-    shared = SharedControl(control, brought.book, audit, authenticator.caller_of, brought)
+    shared = SharedControl(control, brought.book, audit, authenticator.caller_of,
+                           brought.restored)
     gate = Gate(audit, CallLimiter(options.limits), authenticator.caller_of, shared.reach)
     handler = control_handler(
         lambda name, streaming: gate.guard(name, getattr(shared, name), streaming),
