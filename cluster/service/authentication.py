@@ -59,10 +59,13 @@ class Authenticator(grpc.ServerInterceptor):
         if handler is None or handler.request_streaming:  # not ours: reflection, unknown
             return handler
         method = str(details.method).rsplit("/", 1)[-1]
+        codec = {"request_deserializer": handler.request_deserializer,
+                 "response_serializer": handler.response_serializer}
         if handler.response_streaming:
-            return handler._replace(unary_stream=self._streaming(
-                handler.unary_stream, token, method))
-        return handler._replace(unary_unary=self._unary(handler.unary_unary, token, method))
+            return grpc.unary_stream_rpc_method_handler(
+                self._streaming(handler.unary_stream, token, method), **codec)
+        return grpc.unary_unary_rpc_method_handler(
+            self._unary(handler.unary_unary, token, method), **codec)
 
     def caller_of(self, context: grpc.ServicerContext) -> Caller:
         """The caller of the call ``context`` belongs to (one this interceptor passed)."""
