@@ -12,9 +12,10 @@ from benchmarks.phantom_speed import Case
 from cluster.cli.main import LazyGroup
 from cluster.model.hardware import IpuM2000, Processor
 from cluster.service.audit import _PrivateRotatingFile
+from cluster.service.authentication import Authenticator
 from cluster.service.control_server import ControlService
 from cluster.service.metrics import PodCollector
-from cluster.service.token_auth import BearerToken
+from cluster.service.service_error import Status
 from cluster.training.fidelity.published import PublishedStep
 from cluster.training.torch_replicas.poptorch_style import Options
 from cluster.training.workloads.compute import Efficiencies
@@ -42,7 +43,7 @@ ControlService.DegradeLink
 ControlService.CutLink
 ControlService.HealLink
 ControlService.ListFaults
-BearerToken.intercept_service
+Authenticator.intercept_service
 PodCollector.collect
 
 # Enum members made from text (``--op max``, ``--group orthogonal``, a device's state).
@@ -50,6 +51,12 @@ ReduceOp.MAX
 ReduceOp.MIN
 CommGroupType.ORTHOGONAL
 HealthState.UNREACHABLE
+Status.CANCELLED  # the status a call ended with, by its gRPC name (the client's refusals)
+Status.UNKNOWN
+Status.ABORTED
+Status.OUT_OF_RANGE
+Status.INTERNAL
+Status.DATA_LOSS
 
 # Record fields read by name (a TypedDict's keys, efficiencies by layer kind) or kept as
 # facts with their source (docs/hardware.md) though no computation reads them yet.

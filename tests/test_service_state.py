@@ -121,6 +121,29 @@ def test_a_fresh_start_moves_the_earlier_file_aside_and_deletes_nothing(tmp_path
     empty.store.close()
 
 
+def test_the_partition_table_keeps_owners_in_its_store_and_undoes_a_claim_it_cannot_save(
+        tmp_path):
+    topology = load_topology("pod16")
+    store = StateStore(tmp_path / "state.sqlite", topology)
+    table = PartitionTable(topology)
+    table.keep_in(store)
+    table.create("p", 4)
+    table.claim("p", "alice")
+    assert table.owner_of("p") == "alice" and [p.name for p in table.owned_by("alice")] == ["p"]
+    assert [(saved.name, saved.owner) for saved in store.partitions()] == [("p", "alice")]
+    table.remove("p")
+    assert store.partitions() == [] and table.owner_of("p") == ""
+    store.close()  # a store that can no longer be written
+    table.create("q", 4)
+    with pytest.raises(sqlite3.ProgrammingError):
+        table.claim("q", "bob")
+    assert table.list() == [] and len(table.free_ipus()) == 16 and table.owner_of("q") == ""
+    again = bring_back(SimpleNamespace(topology=topology, partitions=PartitionTable(topology)),
+                       "admin-token", tmp_path / "state.sqlite")
+    assert again.owners == {} and again.store.partitions() == []
+    again.store.close()
+
+
 def test_an_old_state_files_two_names_differing_in_case_both_load_and_need_exact_names(
         tmp_path):
     """Written before names were compared case-folded: both users keep working; a name

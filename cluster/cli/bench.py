@@ -235,7 +235,7 @@ def bench_on_partition(request: BenchmarkRequest, as_json: bool, host: str | Non
     # gRPC: only for --partition
     from cluster.service.client import Client
 
-    results = Client(host, port, token_file).stream("StreamBenchmark", request)
+    results = Client(host, port, token_file).stream_benchmark(request)
     done: list[BenchRow] = []
     pieces: list[bytes] = []
     try:

@@ -21,7 +21,6 @@ from cluster.cli.output import echo_message
 from cluster.errors import UserError
 from cluster.model.units import plural
 from cluster.service.client import Client
-from ipupod_proto import control_pb2
 
 
 @click.group("fault")
@@ -50,8 +49,7 @@ def _show(state: Any, as_json: bool) -> None:
 def fault_kill(card: str, host: str | None, port: int | None, token_file: str | None,
                as_json: bool) -> None:
     """Kill CARD's actor, as a crash would: Ray restarts it with its memory empty."""
-    _show(Client(host, port, token_file).call("KillCard", control_pb2.KillCardRequest(card=card)),
-          as_json)
+    _show(Client(host, port, token_file).kill_card(card), as_json)
 
 
 @fault_group.command("degrade")
@@ -70,9 +68,8 @@ def fault_degrade(link: str, bandwidth_factor: float, added_latency_us: float,
                         f"{bandwidth_factor:g} (to take a link away: ipupod fault cut)")
     if added_latency_us < 0:
         raise UserError(f"--added-latency-us must be 0 or more, not {added_latency_us:g}")
-    _show(Client(host, port, token_file).call("DegradeLink", control_pb2.DegradeLinkRequest(
-        link=link, bandwidth_factor=bandwidth_factor,
-        added_latency_seconds=added_latency_us * 1e-6)), as_json)
+    _show(Client(host, port, token_file).degrade_link(link, bandwidth_factor,
+                                                     added_latency_us * 1e-6), as_json)
 
 
 @fault_group.command("cut")
@@ -81,8 +78,7 @@ def fault_degrade(link: str, bandwidth_factor: float, added_latency_us: float,
 def fault_cut(link: str, host: str | None, port: int | None, token_file: str | None,
               as_json: bool) -> None:
     """Cut LINK: routes go round it where the topology allows, else collectives fail."""
-    _show(Client(host, port, token_file).call("CutLink", control_pb2.LinkRef(link=link)),
-          as_json)
+    _show(Client(host, port, token_file).cut_link(link), as_json)
 
 
 @fault_group.command("heal")
@@ -94,8 +90,7 @@ def fault_heal(link: str | None, heal_all: bool, host: str | None, port: int | N
     """Undo LINK's fault (or every link's, with --all)."""
     if bool(link) == heal_all:
         raise UserError("name one LINK to heal, or give --all (not both)")
-    _show(Client(host, port, token_file).call("HealLink", control_pb2.LinkRef(link=link or "")),
-          as_json)
+    _show(Client(host, port, token_file).heal_link(link or ""), as_json)
 
 
 @fault_group.command("list")
@@ -103,5 +98,4 @@ def fault_heal(link: str | None, heal_all: bool, host: str | None, port: int | N
 def fault_list(host: str | None, port: int | None, token_file: str | None,
                as_json: bool) -> None:
     """Link faults in force, and cards that are down or have restarted."""
-    _show(Client(host, port, token_file).call("ListFaults", control_pb2.ListFaultsRequest()),
-          as_json)
+    _show(Client(host, port, token_file).list_faults(), as_json)

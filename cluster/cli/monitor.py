@@ -19,7 +19,6 @@ import click
 
 from cluster.model.units import format_size, plural, ranges
 from cluster.service.client import Client
-from ipupod_proto import control_pb2
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 BUSIEST_LINKS = 8
@@ -38,11 +37,8 @@ class Snapshot:
 
 def snapshot(client: Client) -> Snapshot:
     """Ask the service for everything a frame shows."""
-    return Snapshot(client.call("GetStatus", control_pb2.StatusRequest()),
-                    list(client.call("ListPartitions",
-                                     control_pb2.ListPartitionsRequest()).partitions),
-                    list(client.call("ListDevices", control_pb2.ListDevicesRequest()).devices),
-                    list(client.call("ListLinks", control_pb2.ListLinksRequest()).links))
+    return Snapshot(client.status(), list(client.list_partitions().partitions),
+                    list(client.list_devices().devices), list(client.list_links().links))
 
 
 def _link_key(link: Any) -> tuple[str, str, str]:

@@ -11,7 +11,6 @@ from cluster.cli.options import client_options
 from cluster.cli.output import echo_message
 from cluster.model.units import ranges
 from cluster.service.client import Client
-from ipupod_proto import control_pb2
 
 MAX_IPUS = 65536  # the largest POD preset: no partition is bigger
 
@@ -48,8 +47,7 @@ def _partition_detail(p: Any) -> str:
 def partition_create(name: str, size: int, gcds: int, host: str | None, port: int | None,
                      token_file: str | None, as_json: bool) -> None:
     """Create partition NAME of --size free IPUs."""
-    made = Client(host, port, token_file).call(
-        "CreatePartition", control_pb2.CreatePartitionRequest(name=name, size=size, gcds=gcds))
+    made = Client(host, port, token_file).create_partition(name, size, gcds)
     echo_message(made, as_json,
                  f"created partition {made.name}: IPUs {','.join(map(str, made.ipus))}")
 
@@ -60,8 +58,7 @@ def partition_list(host: str | None, port: int | None, token_file: str | None,
                    as_json: bool) -> None:
     """Every partition (a user's own, on a shared POD): size, GCDs, IPUs, health; and
     owner, once a user other than the administrator has one."""
-    listed = Client(host, port, token_file).call("ListPartitions",
-                                                 control_pb2.ListPartitionsRequest())
+    listed = Client(host, port, token_file).list_partitions()
     lines = [f"{'name':<24} {'size':>5} {'gcds':>5}  {'ipus':<24} health"] + [
         _partition_line(p) for p in listed.partitions]
     if any(p.owner not in ("", "admin") for p in listed.partitions):  # a shared POD
@@ -76,8 +73,7 @@ def partition_list(host: str | None, port: int | None, token_file: str | None,
 def partition_show(name: str, host: str | None, port: int | None, token_file: str | None,
                    as_json: bool) -> None:
     """Partition NAME: size, GCDs, health, IPU-Link domain size, units and ring."""
-    found = Client(host, port, token_file).call("GetPartition",
-                                                control_pb2.PartitionRef(name=name))
+    found = Client(host, port, token_file).get_partition(name)
     echo_message(found, as_json, _partition_detail(found))
 
 
@@ -87,6 +83,5 @@ def partition_show(name: str, host: str | None, port: int | None, token_file: st
 def partition_remove(name: str, host: str | None, port: int | None, token_file: str | None,
                      as_json: bool) -> None:
     """Remove partition NAME, freeing its IPUs."""
-    gone = Client(host, port, token_file).call("RemovePartition",
-                                               control_pb2.PartitionRef(name=name))
+    gone = Client(host, port, token_file).remove_partition(name)
     echo_message(gone, as_json, f"removed partition {gone.name}")

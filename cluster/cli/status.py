@@ -12,7 +12,6 @@ from cluster.cli.output import echo_message
 from cluster.errors import UserError, quoted
 from cluster.model.units import format_size, plural
 from cluster.service.client import Client
-from ipupod_proto import control_pb2
 
 
 @click.command("status")
@@ -20,7 +19,7 @@ from ipupod_proto import control_pb2
 def status_command(host: str | None, port: int | None, token_file: str | None,
                    as_json: bool) -> None:
     """The service's topology, devices and partitions."""
-    status = Client(host, port, token_file).call("GetStatus", control_pb2.StatusRequest())
+    status = Client(host, port, token_file).status()
     echo_message(status, as_json,
                  f"{status.topology}: {plural(status.ipus, 'IPU')} on "
                  f"{plural(status.devices, 'device')}, {plural(status.partitions, 'partition')}, "
@@ -34,7 +33,7 @@ def devices_command(host: str | None, port: int | None, token_file: str | None,
                     as_json: bool) -> None:
     """IPUs like `gc-info --list-devices`: id, type, card or machine, partition, memory, and
     the Ray node its card or machine runs on (short id @ address)."""
-    listed = Client(host, port, token_file).call("ListDevices", control_pb2.ListDevicesRequest())
+    listed = Client(host, port, token_file).list_devices()
     lines = [f"{'id':>5} {'type':<6} {'unit':<12} {'server':<8} {'partition':<16} {'health':<11} "
              f"{'used':>8} {'free':>8} {'capacity':>9}  node"]
     lines += [f"{d.id:>5} {d.ipu_type:<6} {d.unit:<12} {d.server:<8} {d.partition or '-':<16} "
@@ -69,11 +68,11 @@ def links_command(device: str | None, partition: str | None, link_type: str | No
                   as_json: bool) -> None:
     """Links like `gc-links`: endpoints, type, bandwidth, latency, state, bytes carried."""
     client = Client(host, port, token_file)
-    listed = client.call("ListLinks", control_pb2.ListLinksRequest())
+    listed = client.list_links()
     ipu_names = None
     if partition is not None:
-        found = client.call("GetPartition", control_pb2.PartitionRef(name=partition))
-        devices = client.call("ListDevices", control_pb2.ListDevicesRequest()).devices
+        found = client.get_partition(partition)
+        devices = client.list_devices().devices
         ipus = set(found.ipus)
         ipu_names = {d.name for d in devices if d.id in ipus}
     kept = [link for link in listed.links if _keep(link, device, ipu_names, link_type)]

@@ -25,7 +25,6 @@ from cluster.cli.paths import CheckedPath, check_output_folder
 from cluster.errors import UserError
 from cluster.service.client import Client
 from cluster.service.token_auth import save_token
-from ipupod_proto import control_pb2
 
 CREDENTIAL_FILE = click.option(
     "--credential-file", type=CheckedPath(dir_okay=False, path_type=Path), required=True,
@@ -67,8 +66,7 @@ def user_add(name: str, max_ipus: int, credential_file: Path, host: str | None,
              port: int | None, token_file: str | None, as_json: bool) -> None:
     """Add user NAME, with a credential of their own written to --credential-file."""
     check_output_folder(credential_file, "--credential-file")
-    issued = Client(host, port, token_file).call(
-        "AddUser", control_pb2.AddUserRequest(name=name, max_ipus=max_ipus))
+    issued = Client(host, port, token_file).add_user(name, max_ipus)
     _hand_over(issued, credential_file, as_json, "added")
 
 
@@ -80,7 +78,7 @@ def user_rotate(name: str, credential_file: Path, host: str | None, port: int | 
                 token_file: str | None, as_json: bool) -> None:
     """Give user NAME a new credential (in --credential-file); the old one stops now."""
     check_output_folder(credential_file, "--credential-file")
-    issued = Client(host, port, token_file).call("RotateUser", control_pb2.UserRef(name=name))
+    issued = Client(host, port, token_file).rotate_user(name)
     _hand_over(issued, credential_file, as_json, "rotated")
 
 
@@ -94,8 +92,7 @@ def user_remove(name: str, with_partitions: bool, host: str | None, port: int | 
                 token_file: str | None, as_json: bool) -> None:
     """Remove user NAME: their credential stops working now. Refused while they own
     partitions, unless --with-partitions removes those too."""
-    gone = Client(host, port, token_file).call("RemoveUser", control_pb2.RemoveUserRequest(
-        name=name, with_partitions=with_partitions))
+    gone = Client(host, port, token_file).remove_user(name, with_partitions)
     held = (f" and their {_count(gone.partitions, 'partition')} "
             f"({_count(gone.ipus_used, 'IPU')})" if gone.partitions else "")
     echo_message(gone, as_json, f"removed user {gone.name}{held}")
@@ -106,6 +103,6 @@ def user_remove(name: str, with_partitions: bool, host: str | None, port: int | 
 def user_list(host: str | None, port: int | None, token_file: str | None,
               as_json: bool) -> None:
     """Every user: quota, IPUs and partitions held."""
-    listed = Client(host, port, token_file).call("ListUsers", control_pb2.ListUsersRequest())
+    listed = Client(host, port, token_file).list_users()
     lines = [f"{'name':<32} {'max-ipus':>8} {'ipus-used':>9} {'partitions':>10}"]
     echo_message(listed, as_json, "\n".join(lines + [_line(u) for u in listed.users]))

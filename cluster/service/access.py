@@ -8,6 +8,7 @@ and user management are the administrator's alone.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -38,21 +39,42 @@ class Reach(str, Enum):
     OTHERS = "others"    # a partition (or hardware) of someone else
 
 
-METHOD_VERBS = {
-    "GetStatus": Verb.READ, "ListDevices": Verb.READ, "ListLinks": Verb.READ,
-    "GetTopology": Verb.READ, "ListFaults": Verb.READ,
-    "ListPartitions": Verb.LIST, "CreatePartition": Verb.CREATE,
-    "GetPartition": Verb.PARTITION, "RemovePartition": Verb.PARTITION,
-    "RunBenchmark": Verb.PARTITION, "StreamBenchmark": Verb.PARTITION,
-    "KillCard": Verb.KILL_CARD, "DegradeLink": Verb.LINK_FAULT, "CutLink": Verb.LINK_FAULT,
-    "HealLink": Verb.LINK_FAULT,
-    "AddUser": Verb.USERS, "ListUsers": Verb.USERS, "RemoveUser": Verb.USERS,
-    "RotateUser": Verb.USERS,
-}
+@dataclass(frozen=True)
+class MethodRule:
+    """What the gate does around one method of the control API: the rules' verb, the
+    request's field naming what it touches (for denials and the audit log; '' nothing),
+    whether it changes the POD's state (then every outcome is audited, not only refusals),
+    and whether a user's real-mode call of it is expensive (rate-limited)."""
 
-# Calls that change the POD's state: each is written to the audit log, whatever its outcome.
-STATE_CHANGING = frozenset({"CreatePartition", "RemovePartition", "KillCard", "DegradeLink",
-                            "CutLink", "HealLink", "AddUser", "RemoveUser", "RotateUser"})
+    verb: Verb
+    target: str = ""
+    audited: bool = False
+    expensive: bool = False
+
+
+def _changes(verb: Verb, target: str = "") -> MethodRule:
+    return MethodRule(verb, target, audited=True)
+
+
+# Every method of control.proto, once: authorisation, audit and limits read this table.
+METHODS: dict[str, MethodRule] = {
+    "GetStatus": MethodRule(Verb.READ), "ListDevices": MethodRule(Verb.READ),
+    "ListLinks": MethodRule(Verb.READ), "GetTopology": MethodRule(Verb.READ),
+    "ListFaults": MethodRule(Verb.READ),
+    "ListPartitions": MethodRule(Verb.LIST),
+    "CreatePartition": _changes(Verb.CREATE, "name"),
+    "GetPartition": MethodRule(Verb.PARTITION, "name"),
+    "RemovePartition": _changes(Verb.PARTITION, "name"),
+    "RunBenchmark": MethodRule(Verb.PARTITION, "partition", expensive=True),
+    "StreamBenchmark": MethodRule(Verb.PARTITION, "partition", expensive=True),
+    "KillCard": _changes(Verb.KILL_CARD, "card"),
+    "DegradeLink": _changes(Verb.LINK_FAULT, "link"),
+    "CutLink": _changes(Verb.LINK_FAULT, "link"),
+    "HealLink": _changes(Verb.LINK_FAULT, "link"),
+    "AddUser": _changes(Verb.USERS, "name"), "ListUsers": MethodRule(Verb.USERS),
+    "RemoveUser": _changes(Verb.USERS, "name"), "RotateUser": _changes(Verb.USERS, "name"),
+}
+METHOD_VERBS = {name: rule.verb for name, rule in METHODS.items()}
 
 _USER_MAY = {
     Verb.READ: {Reach.NONE, Reach.OWN, Reach.OTHERS},

@@ -39,18 +39,32 @@ class AuditLog:
 
     def __init__(self, path: Path | None, max_bytes: int = MAX_BYTES,
                  backups: int = BACKUPS) -> None:
-        self.path = path
+        self.path, self._sizes = path, (max_bytes, backups)
         self._lock = threading.Lock()
-        self._handler: logging.Handler | None = None
-        if path is not None:
-            try:
-                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                self._handler = _PrivateRotatingFile(path, maxBytes=max_bytes,
-                                                     backupCount=backups, encoding="utf-8")
-            except OSError as error:
-                raise UserError(f"cannot write the audit log {path} ({error.strerror}): "
-                                "choose another --audit-log") from None
-            self._handler.setFormatter(logging.Formatter("%(message)s"))
+        self._handler = self._open(path)
+
+    def _open(self, path: Path | None) -> logging.Handler | None:
+        """A handler writing to ``path`` (None: no path, nothing written)."""
+        if path is None:
+            return None
+        max_bytes, backups = self._sizes
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            handler = _PrivateRotatingFile(path, maxBytes=max_bytes, backupCount=backups,
+                                           encoding="utf-8")
+        except OSError as error:
+            raise UserError(f"cannot write the audit log {path} ({error.strerror}): "
+                            "choose another --audit-log") from None
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        return handler
+
+    def reopen(self, path: Path) -> None:
+        """Write to ``path`` from now on (the file written so far is closed)."""
+        handler = self._open(path)
+        with self._lock:
+            previous, self._handler, self.path = self._handler, handler, path
+        if previous is not None:
+            previous.close()
 
     def record(self, user: str, call: str, target: str, outcome: str,
                detail: str = "") -> None:
@@ -65,7 +79,8 @@ class AuditLog:
         entry = logging.LogRecord("ipupod.audit", logging.INFO, __file__, 0,
                                   json.dumps(line), None, None)
         with self._lock:
-            self._handler.handle(entry)
+            if self._handler is not None:
+                self._handler.handle(entry)
 
     def close(self) -> None:
         """Flush and close the file."""

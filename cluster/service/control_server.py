@@ -39,11 +39,11 @@ from cluster.service.bench_run import (
 from cluster.service.bench_trace import BenchTrace, bench_trace
 from cluster.service.client import DEFAULT_PORT
 from cluster.service.control_tls import bind
-from cluster.service.decoding import control_handler
 from cluster.service.error_messages import first_line, short_message
 from cluster.service.metrics import ServiceMetrics
 from cluster.service.partition_health import Health, partition_health
-from cluster.service.partitions import Partition, PartitionError, PartitionTable
+from cluster.service.partitions import Partition, PartitionTable
+from cluster.service.service_error import ServiceError
 from cluster.service.sharing import ShareOptions, open_shared
 from gcl.bench_rows import BenchRow
 from gcl.bench_spec import PlacedBench
@@ -66,8 +66,8 @@ Handler = Callable[["ControlService", Any, grpc.ServicerContext], Any]
 def _abort_for(context: grpc.ServicerContext, error: Exception, request: Any) -> None:
     """End the call with the status code that fits ``error`` and a short message (``abort``
     raises); what is not the user's mistake is logged here, with its traceback."""
-    if isinstance(error, PartitionError):
-        code = getattr(grpc.StatusCode, error.code)
+    if isinstance(error, ServiceError):
+        code = grpc.StatusCode[error.code.name]
     elif isinstance(error, LinkDown):  # the request is fine, the POD's state is not
         code = grpc.StatusCode.FAILED_PRECONDITION
     elif isinstance(error, (UserError, ValueError, OverflowError)):  # parsing the input
@@ -133,6 +133,10 @@ class ControlService(control_pb2_grpc.ControlServicer):
             devices=len(self.pod.specs), partitions=len(self.partitions.list()),
             free_ipus=len(self.partitions.free_ipus()),
             uptime_seconds=time.monotonic() - self.started, version=version("ipupod"))
+
+    def card_ipus(self, card: str) -> list[int]:
+        """The IPUs of card (or machine) ``card``; none if there is no such card."""
+        return [ipu for spec in self.pod.specs if spec.name == card for ipu in spec.ipus]
 
     def _health_of(self, partitions: list[Partition]) -> list[Health]:
         """Each partition's health, from one round of device answers."""
@@ -369,13 +373,13 @@ def start_server(pod: EmulatedPod, token: str, host: str = "127.0.0.1",
     TLS, the audit log, the state file and users' limits (:mod:`cluster.service.sharing`);
     the gate is ``server.shared``."""
     control = ControlService(pod, with_metrics=metrics_port is not None)
-    shared, gate = open_shared(control, token, share or ShareOptions())
+    shared, handler, authenticator = open_shared(control, token, share or ShareOptions())
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16),
-                         interceptors=[gate],
+                         interceptors=[authenticator],
                          options=[("grpc.max_receive_message_length", 4 << 20),
                                   ("grpc.so_reuseport", 0)])
     server.shared = shared
-    server.add_generic_rpc_handlers((control_handler(shared, shared.refused_undecodable),))
+    server.add_generic_rpc_handlers((handler,))
     checker = _add_health_and_reflection(server)
     bound = bind(server, f"{host}:{port}", (share or ShareOptions()).tls)
     if bound == 0:

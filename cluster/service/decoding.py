@@ -32,11 +32,12 @@ def _lenient(message: Any) -> Callable[[bytes], Any]:
     return decode
 
 
+Behaviour = Callable[[Any, grpc.ServicerContext], Any]
 Refused = Callable[[str, str, grpc.ServicerContext], None]
 """Told of a refused request: the method's name, the message sent back, the call."""
 
 
-def _checked(behaviour: Callable[[Any, grpc.ServicerContext], Any], method: str,
+def _checked(behaviour: Behaviour, method: str,
              refused: Refused | None) -> Callable[..., Any]:
     """``behaviour``, refusing an undecodable request with INVALID_ARGUMENT first (and
     telling ``refused``, the audit log, about it)."""
@@ -53,9 +54,11 @@ def _checked(behaviour: Callable[[Any, grpc.ServicerContext], Any], method: str,
     return call
 
 
-def control_handler(servicer: Any, refused: Refused | None = None) -> grpc.GenericRpcHandler:
-    """The handler of every method of the Control service, served by ``servicer``;
-    ``refused`` hears of every request refused here, before the servicer sees it."""
+def control_handler(behaviour_of: Callable[[str, bool], Behaviour],
+                    refused: Refused | None = None) -> grpc.GenericRpcHandler:
+    """The handler of every method of the Control service: ``behaviour_of(name,
+    server_streaming)`` serves method ``name``; ``refused`` hears of every request refused
+    here, before that behaviour sees it."""
     service = control_pb2.DESCRIPTOR.services_by_name["Control"]
     handlers = {}
     for method in service.methods:
@@ -63,8 +66,8 @@ def control_handler(servicer: Any, refused: Refused | None = None) -> grpc.Gener
         response = getattr(control_pb2, method.output_type.name)
         make = (grpc.unary_stream_rpc_method_handler if method.server_streaming
                 else grpc.unary_unary_rpc_method_handler)
-        handlers[method.name] = make(_checked(getattr(servicer, method.name), method.name,
-                                              refused),
+        behaviour = behaviour_of(method.name, method.server_streaming)
+        handlers[method.name] = make(_checked(behaviour, method.name, refused),
                                      request_deserializer=_lenient(request),
                                      response_serializer=response.SerializeToString)
     return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)

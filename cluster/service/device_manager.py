@@ -43,7 +43,7 @@ class Device:
         results checked unless ``check`` is off)."""
         if not self._attached:
             raise UserError(f"device {self.id} is detached: acquire a device again")
-        return self._client.call("RunBenchmark", control_pb2.BenchmarkRequest(
+        return self._client.run_benchmark(control_pb2.BenchmarkRequest(
             partition=self.id, collective=collective, min_bytes=min_bytes,
             max_bytes=max_bytes, factor=factor, algorithm=algorithm, dtype=dtype, op=op,
             mode=mode, group=group, root=root, iterations=iterations, warmup=warmup,
@@ -52,7 +52,7 @@ class Device:
     def detach(self) -> None:
         """Give the device back (its partition is removed if this process created it)."""
         if self._attached and self._owned:
-            self._client.call("RemovePartition", control_pb2.PartitionRef(name=self.id))
+            self._client.remove_partition(self.id)
         self._attached = False
 
     def __enter__(self) -> Device:
@@ -76,12 +76,11 @@ class DeviceManager:
         IPUs), or a new partition of ``numIpus`` IPUs."""
         named = os.environ.get("IPUOF_VIPU_API_PARTITION_ID")
         if named:
-            partition = self._client.call("GetPartition", control_pb2.PartitionRef(name=named))
+            partition = self._client.get_partition(named)
             if partition.size != numIpus:
                 raise UserError(f"partition {named} (IPUOF_VIPU_API_PARTITION_ID) has "
                                 f"{partition.size} IPUs, not the {numIpus} asked for")
             return Device(self._client, partition, owned=False)
         name = f"popart-{os.getpid()}-{next(_names)}"
-        partition = self._client.call("CreatePartition", control_pb2.CreatePartitionRequest(
-            name=name, size=numIpus, gcds=1))
+        partition = self._client.create_partition(name, numIpus, gcds=1)
         return Device(self._client, partition, owned=True)

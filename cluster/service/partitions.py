@@ -25,9 +25,9 @@ service (gRPC) and the tests share one implementation:
 A partition's ``ipus`` are in ring order (the topology's ring order kept to its IPUs): on
 the presets every hop of that ring inside a domain is one IPU-Link. Its GCDs are aligned
 sub-blocks of its block order (a GCD of 2 on a DSS 8440 is a card).
-Every mistake raises :class:`PartitionError`, whose ``code`` is the gRPC status the service
-answers with. :class:`PartitionTable` holds a lock in every method: the service is
-multi-threaded.
+Every mistake raises :class:`~cluster.service.service_error.ServiceError`, whose ``code`` is
+the status the service answers with. :class:`PartitionTable` holds a lock in every method:
+the service is multi-threaded.
 """
 
 from __future__ import annotations
@@ -37,34 +37,22 @@ import numbers
 import re
 import threading
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from cluster.errors import UserError
 from cluster.model.routing import router_of
 from cluster.model.topology import Topology
+from cluster.service.service_error import ServiceError, Status
 
-INVALID_ARGUMENT = "INVALID_ARGUMENT"
-NOT_FOUND = "NOT_FOUND"
-ALREADY_EXISTS = "ALREADY_EXISTS"
-RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
-FAILED_PRECONDITION = "FAILED_PRECONDITION"
-CODES = (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, RESOURCE_EXHAUSTED, FAILED_PRECONDITION)
+# The names the benchmark modules import (kept so that they need not change with this one).
+PartitionError = ServiceError
+RESOURCE_EXHAUSTED = Status.RESOURCE_EXHAUSTED
 
 MAX_NAME_LENGTH = 64
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 _NAME_RULE = (f"a partition name is 1 to {MAX_NAME_LENGTH} characters from ASCII letters, "
               "digits, '-', '_' and '.', starting with a letter or digit")
-
-
-class PartitionError(UserError):
-    """A partition request that cannot be done; ``code`` is the gRPC status to answer with."""
-
-    def __init__(self, code: str, message: str) -> None:
-        if code not in CODES:
-            raise ValueError(f"unknown partition error code {code!r}: use one of {CODES}")
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -108,9 +96,9 @@ def _is_power_of_two(n: int) -> bool:
 def _integer(what: str, value: object, rule: str) -> int:
     """``value`` as an int; bools, floats and strings are refused, not converted."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise PartitionError(INVALID_ARGUMENT,
-                             f"{what} must be an integer, not {type(value).__name__} "
-                             f"{_shown(value)}: {rule}")
+        raise ServiceError(Status.INVALID_ARGUMENT,
+                           f"{what} must be an integer, not {type(value).__name__} "
+                           f"{_shown(value)}: {rule}")
     return int(value)
 
 
@@ -130,14 +118,26 @@ def block_order(topology: Topology) -> list[np.ndarray]:
     return [np.array(m, dtype=np.int64) for m in members.values()]
 
 
+class PartitionStore(Protocol):
+    """Where partitions and their owners are kept across restarts (the state file)."""
+
+    def save_partition(self, partition: Partition, owner: str) -> None: ...
+
+    def delete_partition(self, name: str) -> None: ...
+
+
 class PartitionTable:
-    """The partitions of one topology: creates, finds, lists and removes them (thread-safe)."""
+    """The partitions of one topology and who owns each: creates, finds, lists and removes
+    them (thread-safe); with a store (:meth:`keep_in`) each owned partition is saved
+    before it is acknowledged, and deleted there when removed."""
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
         self._lock = threading.RLock()
         self._partitions: dict[str, Partition] = {}  # in creation order
-        self._owner: dict[int, str] = {}
+        self._owners: dict[str, str] = {}  # partition -> the user who owns it
+        self._store: PartitionStore | None = None
+        self._holder: dict[int, str] = {}  # IPU -> the partition holding it
         self._used = np.zeros(topology.ipu_count, dtype=bool)
         self._domains = block_order(topology)
         self._ring_position = np.empty(topology.ipu_count, dtype=np.int64)
@@ -148,45 +148,90 @@ class PartitionTable:
         """Check the request, place the partition and record it."""
         with self._lock:
             if not isinstance(name, str) or not _NAME.fullmatch(name):
-                raise PartitionError(INVALID_ARGUMENT,
-                                     f"invalid partition name {_shown(name)}: {_NAME_RULE}")
+                raise ServiceError(Status.INVALID_ARGUMENT,
+                                   f"invalid partition name {_shown(name)}: {_NAME_RULE}")
             count = self.topology.ipu_count
             size_rule = (f"a partition's size is a power of two from 1 to {count} (the IPUs "
                          f"of topology {self.topology.name!r})")
             size = _integer("size", size, size_rule)
             if not (_is_power_of_two(size) and size <= count):
-                raise PartitionError(INVALID_ARGUMENT, f"size {size} is not allowed: {size_rule}")
+                raise ServiceError(Status.INVALID_ARGUMENT,
+                                   f"size {size} is not allowed: {size_rule}")
             gcd_rule = (f"the number of GCDs is an integer from 1 that divides the size {size} "
                         "into GCDs of a power-of-two number of IPUs")
             gcds = _integer("gcds", gcds, gcd_rule)
             if gcds < 1 or size % gcds or not _is_power_of_two(size // gcds):
-                raise PartitionError(INVALID_ARGUMENT, f"gcds {gcds} is not allowed: {gcd_rule}")
+                raise ServiceError(Status.INVALID_ARGUMENT,
+                                   f"gcds {gcds} is not allowed: {gcd_rule}")
             if name in self._partitions:
-                raise PartitionError(ALREADY_EXISTS,
-                                     f"partition {name!r} already exists: choose another name "
-                                     "or remove it first")
+                raise ServiceError(Status.ALREADY_EXISTS,
+                                   f"partition {name!r} already exists: choose another name "
+                                   "or remove it first")
             block = self._place(size)
             if block is None:
-                raise PartitionError(RESOURCE_EXHAUSTED, self._exhausted(name, size))
+                raise ServiceError(Status.RESOURCE_EXHAUSTED, self._exhausted(name, size))
             return self._record(self._partition(name, block, gcds))
 
-    def restore(self, name: str, block: tuple[int, ...], gcds: int) -> Partition:
-        """Record partition ``name`` on exactly ``block`` (its IPUs in block order, as a
-        restart's saved state has them); a user error if it cannot be there now."""
+    def keep_in(self, store: PartitionStore) -> None:
+        """From now on, save each claimed partition in ``store`` and delete each removed."""
+        with self._lock:
+            self._store = store
+
+    def claim(self, name: str, owner: str) -> Partition:
+        """Make ``owner`` the owner of partition ``name`` (just created), saved in the store
+        first: if it cannot be saved the partition is undone (never acknowledged
+        half-made)."""
+        with self._lock:
+            partition = self.get(name)
+            if self._store is not None:
+                try:
+                    self._store.save_partition(partition, owner)
+                except BaseException:
+                    self._unrecord(partition)
+                    raise
+            self._owners[name] = owner
+            return partition
+
+    def owner_of(self, name: str) -> str:
+        """Who owns partition ``name`` ('' if nobody was named, or there is none)."""
+        with self._lock:
+            return self._owners.get(name, "")
+
+    def owned_by(self, owner: str) -> builtins.list[Partition]:
+        """``owner``'s partitions, in creation order."""
+        with self._lock:
+            return [p for p in self._partitions.values() if self._owners.get(p.name) == owner]
+
+    def restore(self, name: str, block: tuple[int, ...], gcds: int,
+                owner: str = "") -> Partition:
+        """Record partition ``name`` of ``owner`` on exactly ``block`` (its IPUs in block
+        order, as a restart's saved state has them); a user error if it cannot be there
+        now."""
         with self._lock:
             count = self.topology.ipu_count
             if name in self._partitions or not block or any(
                     not 0 <= ipu < count or self._used[ipu] for ipu in block):
-                raise PartitionError(ALREADY_EXISTS, f"partition {name!r} cannot be restored "
-                                                     f"on IPUs {list(block)}: taken or absent")
+                raise ServiceError(Status.ALREADY_EXISTS,
+                                   f"partition {name!r} cannot be restored on IPUs "
+                                   f"{list(block)}: taken or absent")
+            if owner:
+                self._owners[name] = owner
             return self._record(self._partition(name, tuple(block), gcds))
 
     def _record(self, partition: Partition) -> Partition:
         """Hold ``partition`` and mark its IPUs used."""
         self._partitions[partition.name] = partition
         self._used[list(partition.ipus)] = True
-        self._owner.update((ipu, partition.name) for ipu in partition.ipus)
+        self._holder.update((ipu, partition.name) for ipu in partition.ipus)
         return partition
+
+    def _unrecord(self, partition: Partition) -> None:
+        """Forget ``partition`` and its owner, and free its IPUs."""
+        del self._partitions[partition.name]
+        self._owners.pop(partition.name, None)
+        self._used[list(partition.ipus)] = False
+        for ipu in partition.ipus:
+            del self._holder[ipu]
 
     def get(self, name: str) -> Partition:
         """The partition called ``name``; NOT_FOUND names the existing ones."""
@@ -194,9 +239,9 @@ class PartitionTable:
             partition = self._partitions.get(name) if isinstance(name, str) else None
             if partition is None:
                 existing = ", ".join(self._partitions) or "there are none"
-                raise PartitionError(NOT_FOUND, f"no partition named {_shown(name)} on topology "
-                                                f"{self.topology.name!r}; existing partitions: "
-                                                f"{existing}")
+                raise ServiceError(Status.NOT_FOUND,
+                                   f"no partition named {_shown(name)} on topology "
+                                   f"{self.topology.name!r}; existing partitions: {existing}")
             return partition
 
     def list(self) -> builtins.list[Partition]:
@@ -205,13 +250,13 @@ class PartitionTable:
             return list(self._partitions.values())
 
     def remove(self, name: str) -> Partition:
-        """Remove the partition called ``name`` and free its IPUs; return it."""
+        """Remove the partition called ``name`` (from the store first) and free its IPUs;
+        return it."""
         with self._lock:
             partition = self.get(name)
-            del self._partitions[name]
-            self._used[list(partition.ipus)] = False
-            for ipu in partition.ipus:
-                del self._owner[ipu]
+            if self._store is not None:
+                self._store.delete_partition(name)
+            self._unrecord(partition)
             return partition
 
     def partition_of(self, ipu: int) -> str | None:
@@ -220,8 +265,8 @@ class PartitionTable:
             rule = f"IPUs are numbered 0 to {self.topology.ipu_count - 1}"
             ipu = _integer("ipu", ipu, rule)
             if not 0 <= ipu < self.topology.ipu_count:
-                raise PartitionError(INVALID_ARGUMENT, f"no IPU {ipu}: {rule}")
-            return self._owner.get(ipu)
+                raise ServiceError(Status.INVALID_ARGUMENT, f"no IPU {ipu}: {rule}")
+            return self._holder.get(ipu)
 
     def free_ipus(self) -> builtins.list[int]:
         """The IPUs in no partition, by IPU number."""

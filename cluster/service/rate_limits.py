@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from cluster.service.service_error import ServiceError, Status
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -20,8 +22,12 @@ class Limits:
     per_minute: float = 30.0
 
 
-class Limited(Exception):
-    """A call past a user's limit; the message says which limit and what to do."""
+class Limited(ServiceError):
+    """A call past a user's limit (RESOURCE_EXHAUSTED); the message says which limit and
+    what to do."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(Status.RESOURCE_EXHAUSTED, message)
 
 
 class CallLimiter:

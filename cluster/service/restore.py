@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
+from cluster.model.topology import Topology
+from cluster.service.partitions import PartitionTable
 from cluster.service.state import StateStore, set_aside
 from cluster.service.users import ADMIN, UserBook
 
@@ -50,6 +52,13 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
+class Placed(Protocol):
+    """What a start restores onto: a topology and its partition table."""
+
+    topology: Topology
+    partitions: PartitionTable
+
+
 @dataclass
 class Brought:
     """The state a gate starts from: its users, its partitions' owners, where changes go."""
@@ -60,10 +69,12 @@ class Brought:
     restored: Restored | None = None
 
 
-def bring_back(control: Any, token: str, path: Path | None, fresh: bool = False) -> Brought:
+def bring_back(control: Placed, token: str, path: Path | None,
+               fresh: bool = False) -> Brought:
     """Users and partitions from the state file at ``path`` (none: an empty state kept
-    nowhere), the partitions placed again on ``control``'s table; with ``fresh`` the
-    earlier file is moved aside first."""
+    nowhere), the partitions placed again on ``control``'s table with their owners, which
+    keeps its changes in that file from now on; with ``fresh`` the earlier file is moved
+    aside first."""
     if path is None:
         return Brought(UserBook(token), {})
     aside = set_aside(path) if fresh else None
@@ -74,13 +85,14 @@ def bring_back(control: Any, token: str, path: Path | None, fresh: bool = False)
     adopted: list[str] = []
     ipus = 0
     for saved in store.partitions():
-        ipus += control.partitions.restore(saved.name, saved.block, saved.gcds).size
-        owner = saved.owner
-        if owner != ADMIN and owner not in names:
+        gone = saved.owner != ADMIN and saved.owner not in names
+        owner = ADMIN if gone else saved.owner
+        ipus += control.partitions.restore(saved.name, saved.block, saved.gcds, owner).size
+        if gone:
             store.set_owner(saved.name, ADMIN)
-            owner = ADMIN
             adopted.append(saved.name)
         owners[saved.name] = owner
+    control.partitions.keep_in(store)
     book = UserBook(token, records, save=store.save_user, delete=store.delete_user)
     restored = Restored(path, aside, len(records), len(owners), ipus,
                         control.topology.ipu_count, tuple(adopted))

@@ -6,21 +6,17 @@ one per service: ``token-<port>`` in the state directory (``~/.ipupod``, or
 otherwise. It is written atomically (a temporary file renamed over the old one), so a
 reader never sees half a token and a symlink at the path is replaced, never followed.
 Clients read the file for the port they call and send ``authorization: Bearer <token>``
-with every call; the server refuses any call without it (UNAUTHENTICATED).
+with every call; the server refuses any call without it (UNAUTHENTICATED,
+:mod:`cluster.service.authentication`).
 """
 
 from __future__ import annotations
 
-import hmac
 import os
 import secrets
 import stat
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import grpc
 
 from cluster.errors import UserError, quoted
 from cluster.model.files import open_regular
@@ -119,34 +115,3 @@ def read_token(path: Path) -> str:
 def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
     """The call metadata that carries ``token``."""
     return (("authorization", f"Bearer {token}"),)
-
-
-def _deny(request: Any, context: grpc.ServicerContext) -> None:
-    """Answer a call without the right token: UNAUTHENTICATED, saying what to send."""
-    context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                  "missing or wrong token: send 'authorization: Bearer <token>' with the "
-                  "token from the file `ipupod serve` printed")
-
-
-class BearerToken(grpc.ServerInterceptor):
-    """Refuse any call without the right ``authorization: Bearer <token>`` metadata: the
-    administrator's ``token``, or a credential ``accept`` recognises (a user's); each
-    refusal is reported to ``refused`` (with the method's name) when given."""
-
-    def __init__(self, token: str, accept: Callable[[str], bool] | None = None,
-                 refused: Callable[[str], None] | None = None) -> None:
-        self._expected = f"Bearer {token}".encode()
-        self._deny = grpc.unary_unary_rpc_method_handler(_deny)
-        self._accept, self._refused = accept, refused
-
-    def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
-        """Pass the call on if its token is right (compared in constant time)."""
-        given = str(dict(details.invocation_metadata or ()).get("authorization", ""))
-        if hmac.compare_digest(given.encode(), self._expected):
-            return continuation(details)
-        if self._accept is not None and given.startswith("Bearer ") \
-                and self._accept(given[len("Bearer "):]):
-            return continuation(details)
-        if self._refused is not None:
-            self._refused(str(details.method))
-        return self._deny

@@ -28,12 +28,7 @@ from dataclasses import dataclass
 
 from cluster.errors import quoted
 from cluster.service.access import Role
-from cluster.service.partitions import (
-    ALREADY_EXISTS,
-    INVALID_ARGUMENT,
-    NOT_FOUND,
-    PartitionError,
-)
+from cluster.service.service_error import ServiceError, Status
 
 ADMIN = "admin"  # the administrator's name, in ownership and the audit log; no user's
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}", re.ASCII)
@@ -104,18 +99,18 @@ class UserBook:
     def add(self, name: str, max_ipus: int = 0) -> tuple[UserRecord, str]:
         """A new user and their credential (returned once, never kept)."""
         if not isinstance(name, str) or not _NAME.fullmatch(name) or name.casefold() == ADMIN:
-            raise PartitionError(INVALID_ARGUMENT,
-                                 f"invalid user name {quoted(name)}: {_NAME_RULE}")
+            raise ServiceError(Status.INVALID_ARGUMENT,
+                               f"invalid user name {quoted(name)}: {_NAME_RULE}")
         if not 0 <= max_ipus <= MAX_IPUS:
-            raise PartitionError(INVALID_ARGUMENT, f"max_ipus must be 0 (no limit) to "
-                                                   f"{MAX_IPUS}, not {max_ipus}")
+            raise ServiceError(Status.INVALID_ARGUMENT, f"max_ipus must be 0 (no limit) to "
+                                                        f"{MAX_IPUS}, not {max_ipus}")
         with self._lock:
             same = self._same_name(name)
             if same:
-                raise PartitionError(ALREADY_EXISTS, f"user {same[0]!r} already exists (names "
-                                                     "are compared without regard to case): "
-                                                     "rotate their credential, remove them "
-                                                     "first, or choose another name")
+                raise ServiceError(Status.ALREADY_EXISTS, (
+                    f"user {same[0]!r} already exists (names are compared without regard to "
+                    "case): rotate their credential, remove them first, or choose another "
+                    "name"))
             record, credential = _issue(name, max_ipus)
             self._keep(record)
             return record, credential
@@ -172,12 +167,13 @@ class UserBook:
             return self._users[name]
         same = self._same_name(name)
         if len(same) > 1:
-            raise PartitionError(INVALID_ARGUMENT, f"{quoted(name)} names users "
-                                                   f"{', '.join(map(repr, same))}: give the "
-                                                   "one you mean exactly as it is spelt")
+            raise ServiceError(Status.INVALID_ARGUMENT, f"{quoted(name)} names users "
+                                                        f"{', '.join(map(repr, same))}: give "
+                                                        "the one you mean exactly as it is "
+                                                        "spelt")
         if not same:
             known = ", ".join(sorted(self._users)) or "there are none"
-            raise PartitionError(NOT_FOUND, f"no user named {quoted(name)}; users: {known}")
+            raise ServiceError(Status.NOT_FOUND, f"no user named {quoted(name)}; users: {known}")
         return self._users[same[0]]
 
     def _keep(self, record: UserRecord) -> None:
