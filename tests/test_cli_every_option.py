@@ -35,9 +35,9 @@ from cluster.cli.main import cli, main
 DEADLINE_SECONDS = 60  # an example still running after this long has hung
 
 EXPECTED_COMMANDS = {
-    "bench", "calibrate", "create partition", "devices", "fault cut", "fault degrade",
-    "fault heal", "fault kill", "fault list", "links", "list partitions", "monitor",
-    "partition create", "partition list", "partition remove", "partition show",
+    "bench", "calibrate", "chakra show", "create partition", "devices", "fault cut",
+    "fault degrade", "fault heal", "fault kill", "fault list", "links", "list partitions",
+    "monitor", "partition create", "partition list", "partition remove", "partition show",
     "pipeline-report", "remove partition", "scaling-report", "serve", "show partition",
     "status", "topology list", "topology show", "trace show", "train", "train-report", "user add",
     "user list", "user remove", "user rotate", "validate", "workload import",

@@ -34,6 +34,8 @@ COMMANDS = {
                          "Sweep sizes of a COLLECTIVE: simulated time and bandwidth."),
     "calibrate": LazyCommand("cluster.cli.fidelity:calibrate_command",
                              "Derive the compute efficiency from one measured step time."),
+    "chakra": LazyCommand("cluster.cli.chakra:chakra_group",
+                          "Read MLCommons Chakra execution traces (per-rank .et files)."),
     "create": LazyCommand("cluster.cli.vipu:create_group",
                           "V-IPU's verb first: `create partition NAME --size N`."),
     "devices": LazyCommand("cluster.cli.status:devices_command",
