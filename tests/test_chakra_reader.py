@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import runpy
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from cluster.training.chakra.et_reader import read_chakra_trace, read_rank
 from ipupod_proto import chakra_et_pb2 as et
 
 MiB = 1 << 20
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def varint(value: int) -> bytes:
@@ -373,6 +375,17 @@ def test_chakra_show_json_gives_the_same_totals(trace_folder: Path, ipupod_main)
         "collectives": {"all-reduce": {"count": 1, "bytes": 64 * MiB},
                         "all-gather": {"count": 1, "bytes": 1024}}}
     assert summary["ignored"] == {"is_cpu_op": 8}
+
+
+def test_the_example_trace_is_what_its_script_writes_and_reads_back(tmp_path: Path) -> None:
+    runpy.run_path(str(EXAMPLES / "chakra_step.py"))["main"](tmp_path)
+    for rank in (0, 1):
+        name = f"step.{rank}.et"
+        assert (tmp_path / name).read_bytes() == (EXAMPLES / "chakra" / name).read_bytes()
+    trace = read_chakra_trace(str(EXAMPLES / "chakra" / "step"))
+    assert [[n.kind for n in r.nodes] for r in trace.ranks] == [
+        [NodeKind.COMP, NodeKind.COMP, NodeKind.COMM_COLL, NodeKind.COMP]] * 2
+    assert trace.ranks[1].nodes[2].detail == Collective(CommType.ALL_REDUCE, 100 * MiB, "dp")
 
 
 def test_chakra_show_refuses_a_damaged_trace_in_one_line(tmp_path: Path, ipupod_main) -> None:

@@ -38,9 +38,11 @@ def chakra_show(trace: str, as_json: bool) -> None:
 
 
 def render_text(summary: dict[str, Any]) -> str:
-    """The summary as a table, a row per rank, and a note naming what was not used."""
+    """The summary as a table, a row per rank (a column per node type that occurs), and a
+    note naming what was not used."""
     ranks = summary["ranks"]
-    kinds = list(ranks[0]["nodes_by_kind"]) if ranks else []
+    kinds = [kind for kind in (ranks[0]["nodes_by_kind"] if ranks else ())
+             if any(rank["nodes_by_kind"][kind] for rank in ranks)]
     versions = sorted({rank["version"] for rank in ranks})
     header = ["rank", "nodes", *kinds, "compute (us)", "collectives (count, bytes)"]
     rows = [[str(rank["rank"]), f"{rank['nodes']:,}",
