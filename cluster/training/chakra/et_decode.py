@@ -54,8 +54,13 @@ def decode_node(message: Any, ignored: Counter[str]) -> ChakraNode:
         raise NodeProblem(f"its type {_enum_name(et.NodeType, message.type)} is not one the "
                           f"reader knows ({', '.join(k.value for k in NodeKind)})")
     attributes = _attributes(message)
-    ignored.update(name for name in attributes if name not in USED[kind])
-    ignored.update(name for name in UNUSED_FIELDS if message.HasField(name))
+    used = USED[kind]
+    for name in attributes:  # a loop, not Counter.update: this runs once a node
+        if name not in used:
+            ignored[name] += 1
+    for name in UNUSED_FIELDS:
+        if message.HasField(name):
+            ignored[name] += 1
     return ChakraNode(id=message.id, name=message.name, kind=kind,
                       data_deps=tuple(message.data_deps), ctrl_deps=tuple(message.ctrl_deps),
                       duration_micros=message.duration_micros,

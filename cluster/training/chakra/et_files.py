@@ -49,7 +49,7 @@ def _by_rank(source: str, paths: list[str], limits: TraceLimits, verb: str) -> t
     """``paths`` ordered by the rank in each name; refused when one has no rank, two have
     the same, a rank is missing, or there are more than ``limits.max_ranks``."""
     if not paths:
-        raise ChakraTraceError(source, f"{'holds' if verb == 'holds' else verb} no rank "
+        raise ChakraTraceError(source, f"{verb} no rank "
                                "files (named NAME.RANK.et or NAME.RANK.et.gz)")
     if len(paths) > limits.max_ranks:
         raise ChakraTraceError(source, f"{verb} {len(paths):,} files, more than the limit of "

@@ -13,7 +13,7 @@ class TraceLimits:
     """How large a trace may be. ``max_file_bytes`` bounds a rank's file as read and,
     for a gzip-compressed one, as decompressed; ``max_message_bytes`` one message's
     declared length (its varint prefix); the node counts bound the values kept in memory
-    (about 0.5 KiB a node)."""
+    (about 0.4 KiB a node)."""
 
     max_file_bytes: int = 1024 * MiB
     max_message_bytes: int = 64 * MiB
