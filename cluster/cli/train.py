@@ -27,9 +27,10 @@ from cluster.cli.training_options import common_options, make_config
 from cluster.errors import UserError
 from cluster.model.units import plural
 from cluster.training.accumulation import BUBBLE_SHARE, bubble_share, pipelined
-from cluster.training.config import MLP, TrainConfig
+from cluster.training.config import TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.fit import check_fits
+from cluster.training.kinds import ModelKind
 from cluster.training.memory_plan import stage_memory
 from cluster.training.placement import checked_topology
 from cluster.training.records import RunRecord
@@ -74,7 +75,7 @@ UNCOUNTED_KEY = "flops_not_counted"
 def _uncounted(config: TrainConfig) -> dict[str, Any]:
     """``{UNCOUNTED_KEY: {layer: [ops]}}`` for a workload file whose importer met ops of
     unknown FLOPs (its ``uncounted_ops``); empty otherwise."""
-    if config.model == MLP:
+    if config.kind is ModelKind.MLP:
         return {}
     found = config.workload().uncounted
     return {UNCOUNTED_KEY: {name: list(ops) for name, ops in found.items()}} if found else {}
@@ -234,7 +235,7 @@ def train_report_command(server_list: str, real_up_to: int, out_dir: Path, as_js
     runs, traced = [], []
     with report_folder(out_dir), ray_chatter_to_stderr() as out:  # checked before training
         for servers in counts:
-            real = servers <= real_up_to and options["model"] == MLP
+            real = servers <= real_up_to and ModelKind.of(options["model"]) is ModelKind.MLP
             config = make_config(servers, "real" if real else "phantom", False, **options)
             last = servers == counts[-1]
             wall = wall_recorder(config.mode, trace_path if last else None)

@@ -13,9 +13,10 @@ from typing import Any, TypeVar
 
 import click
 
-from cluster.training.config import IPUS_PER_REPLICA, MLP, SPLITS, TrainConfig
+from cluster.training.config import IPUS_PER_REPLICA, SPLITS, TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.fit import default_topology, resolve
+from cluster.training.kinds import ModelKind, Split
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import schedule_names
 from cluster.training.workloads import DType
@@ -79,7 +80,8 @@ COMMON_OPTIONS = [
                  help="IPUs per replica (its Graph Compile Domain; --gcd is the same): a "
                       "pipeline of as many stages on successive IPUs (default: the fewest "
                       "that fit In-Processor-Memory)."),
-    click.option("--split", type=click.Choice(list(SPLITS)), default=DEFAULTS.split,
+    click.option("--split", type=click.Choice([str(split) for split in SPLITS]),
+                 default=str(DEFAULTS.split),
                  show_default=True,
                  help="How a replica's layers spread over its IPUs: pipeline stages, or the "
                       "MLP's widest layer split by columns (shard)."),
@@ -151,7 +153,7 @@ def make_config(servers: int | None, mode: str | None, check: bool,
     if topology is None:
         topology, servers = default_topology(model, servers)
     config = TrainConfig(
-        servers=servers or 1, topology=topology, model=model, split=split,
+        servers=servers or 1, topology=topology, model=model, split=Split(split),
         ipus_per_replica=int(ipus_per_replica or DEFAULTS.ipus_per_replica[0]),
         sequence_length=sequence_length, gradient_dtype=gradient_dtype,
         optimizer_state=OptimizerState(optimizer_state),
@@ -162,7 +164,8 @@ def make_config(servers: int | None, mode: str | None, check: bool,
                       else gradient_accumulation),
         steps=steps, algorithm=algorithm, seed=seed,
         lr=lr, momentum=momentum, hidden=_hidden(hidden), check=check,
-        mode=Mode(mode or (Mode.REAL if model == MLP else Mode.PHANTOM)),
+        mode=Mode(mode or (Mode.REAL if ModelKind.of(model) is ModelKind.MLP
+                           else Mode.PHANTOM)),
         efficiency_scale=efficiency_scale,
         layers_per_ipu=layer_counts(layers_per_ipu),
         final_stage_on_first_ipu=final_stage_on_first_ipu)

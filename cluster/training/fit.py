@@ -17,8 +17,9 @@ from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.setting_names import SETTING_NAMES
 from cluster.training.accumulation import default_accumulation, fewest_taken, pipelined
-from cluster.training.config import IPUS_PER_REPLICA, MLP, OPTIMIZER_STATE, TrainConfig
+from cluster.training.config import IPUS_PER_REPLICA, OPTIMIZER_STATE, TrainConfig
 from cluster.training.defaults import DEFAULTS
+from cluster.training.kinds import ModelKind
 from cluster.training.memory_plan import (
     StageMemory,
     decimal,
@@ -39,7 +40,7 @@ def default_topology(model: str, servers: int | None) -> tuple[str | None, int]:
     """(topology, servers) when neither ``--topology`` nor (for a workload) ``--servers``
     is given: DSS 8440 servers for the MLP, an IPU-POD16 for a workload (the system of the
     published recipes its efficiencies come from)."""
-    if servers is None and model != MLP:
+    if servers is None and ModelKind.of(model) is ModelKind.WORKLOAD:
         return DEFAULTS.workload_topology, 1
     return None, DEFAULTS.servers if servers is None else servers
 

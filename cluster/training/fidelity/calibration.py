@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 
 from cluster.errors import SettingError, UserError
 from cluster.model.topology import Topology
-from cluster.training.config import MLP, TrainConfig
+from cluster.training.config import TrainConfig
+from cluster.training.kinds import ModelKind
 from cluster.training.step_timing import step_time
 from cluster.training.workloads import DEFAULT_EFFICIENCIES, Efficiencies
 
@@ -45,7 +46,7 @@ def calibrate(config: TrainConfig, topology: Topology,
     """The efficiency scale at which ``config``'s simulated step takes
     ``measured_step_seconds`` (bisection on its logarithm: the step only shrinks as the
     efficiencies grow)."""
-    if config.model == MLP:
+    if config.kind is ModelKind.MLP:
         raise SettingError("model", "calibration prices a workload's compute: give {model} "
                            "(resnet50, bert-large, ... or a workload file), not the MLP")
     if not (isinstance(measured_step_seconds, (int, float)) and measured_step_seconds > 0

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.training.config import MLP, TrainConfig
+from cluster.training.config import TrainConfig
 from cluster.training.defaults import RULES
+from cluster.training.kinds import ModelKind
 from cluster.training.workloads.registry import BUILTINS
 
 
@@ -48,7 +49,7 @@ VALUES: dict[str, Callable[[TrainConfig], Any]] = {
     "--seed": lambda c: c.seed,
     "--lr": lambda c: c.lr,
     "--momentum": lambda c: c.momentum,
-    "--hidden": lambda c: ",".join(map(str, c.hidden_widths)) if c.model == MLP else None,
+    "--hidden": lambda c: ",".join(map(str, c.hidden_widths)) if c.kind is ModelKind.MLP else None,
     "--layers-per-ipu": lambda c: (None if c.layers_per_ipu is None
                                    else ",".join(map(str, c.layers_per_ipu))),
     "--final-stage-on-first-ipu": lambda c: c.final_stage_on_first_ipu,
