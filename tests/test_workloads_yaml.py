@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from cluster.errors import SpecError, UserError
 from cluster.training.config import TrainConfig
+from cluster.training.plan import plan_for
 from cluster.training.workloads import (
     DType,
     Layer,
@@ -298,7 +299,7 @@ def test_a_workload_without_parameters_is_refused_before_training(tmp_path):
                     "output_bytes: 4, stashed_bytes: 4}\n")
     config = TrainConfig(model=str(path), topology="pod16", mode=Mode.PHANTOM)
     with pytest.raises(UserError, match="no parameters, so there is nothing to train"):
-        config.validate()
+        plan_for(config)
 
 
 def test_a_workload_file_changed_on_disk_is_read_anew(tmp_path):

@@ -2,8 +2,9 @@
 share, and the run configuration they describe.
 
 Every default is :data:`~cluster.training.defaults.DEFAULTS`'; :func:`make_config` turns
-the options into a :class:`~cluster.training.config.TrainConfig`, the defaults left out
-resolved by what fits (:func:`cluster.training.fit.resolve`).
+the options into a :class:`~cluster.training.config.TrainConfig` and resolves it once into
+a :class:`~cluster.training.plan.TrainPlan`, the defaults left out filled by what fits
+(:func:`cluster.training.fit.resolve`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from cluster.training.fit import default_topology, resolve
 from cluster.training.kinds import ModelKind, Split
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import schedule_names
+from cluster.training.plan import TrainPlan
 from cluster.training.workloads import DType
 from cluster.training.workloads.arithmetic import whole_numbers
 from cluster.training.workloads.registry import hidden_widths
@@ -141,11 +143,11 @@ def make_config(servers: int | None, mode: str | None, check: bool,
                 steps: int, algorithm: str, seed: int, lr: float, momentum: float,
                 hidden: str | None, efficiency_scale: float = DEFAULTS.efficiency_scale,
                 layers_per_ipu: str | None = None, final_stage_on_first_ipu: bool = False,
-                topology: str | None = None) -> TrainConfig:
-    """The training configuration the options describe, each default left out resolved
-    (:func:`cluster.training.fit.resolve`): the topology and mode by the model, the
-    micro-batch and IPUs per replica the first that fit, a pipeline's accumulation the
-    one that keeps its bubble small."""
+                topology: str | None = None) -> TrainPlan:
+    """The run the options describe, resolved once (:func:`cluster.training.fit.resolve`):
+    its topology loaded and workload built, each default left out filled (the topology
+    and mode by the model, the micro-batch and IPUs per replica the first that fit, a
+    pipeline's accumulation the one that keeps its bubble small), and checked."""
     free = frozenset(name for name, value in (("micro_batch", micro_batch),
                                               ("ipus_per_replica", ipus_per_replica),
                                               ("accumulation", gradient_accumulation))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cluster.errors import SettingError
-from cluster.model.topology import Topology
 from cluster.training.defaults import DEFAULTS
 from cluster.training.kinds import MLP_NAME, ModelKind, Split
 from cluster.training.numpy_mlp import MLPSpec
@@ -22,8 +21,6 @@ from cluster.training.workloads import (
     DType,
     Efficiencies,
     Workload,
-    mlp_workload,
-    workload,
 )
 from gcl.modes import Mode
 
@@ -83,14 +80,22 @@ class TrainConfig:
         if self.split in SPLITS:
             object.__setattr__(self, "split", Split(self.split))
 
-    def validate(self, topology: Topology | None = None, server_size: int | None = None) -> None:
-        """A SettingError naming the setting to change if this run cannot go ahead; a server
-        (or rack) of ``server_size`` IPUs bounds the replicas per server."""
+    def check_settings(self, server_size: int | None = None) -> None:
+        """A SettingError naming the setting to change if the settings do not go together;
+        a server (or rack) of ``server_size`` IPUs bounds the replicas per server. The
+        checks that need the workload are :meth:`check_workload`'s."""
         self._check_placement(server_size or IPUS_PER_SERVER)
         self._check_counts()
         self._check_modes()
         self._check_split()
-        self._check_workload(self._check_stages())
+        self._check_final_stage()
+
+    def check_workload(self, built: Workload) -> None:
+        """A SettingError naming the setting to change if this run's workload (``built``)
+        cannot go on its stages as asked, has nothing to train, or its schedule or
+        efficiencies do not fit it."""
+        self._check_stages(built)
+        self._check_workload(built)
         self._check_efficiency()
         self._check_schedule()
 
@@ -201,17 +206,18 @@ class TrainConfig:
                 f"{error}; the {self.pipeline_stages} stages are the {self.ipus_per_replica} "
                 "IPUs' and the final stage back on the first IPU", error.needed) from None
 
-    def _check_stages(self) -> Workload:
-        """This run's workload, or a SettingError naming the setting if its layers cannot go
-        on the pipeline's stages as asked (``--layers-per-ipu``,
-        ``--final-stage-on-first-ipu``)."""
-        if self.final_stage_on_first_ipu and (self.splits_columns or self.kind is ModelKind.MLP
-                                              or self.ipus_per_replica < 2):
+    def _check_final_stage(self) -> None:
+        """A SettingError unless the last stage can go back on the replica's first IPU."""
+        if self.final_stage_on_first_ipu and (self.splits_columns or self.ipus_per_replica < 2
+                                              or self.kind is ModelKind.MLP):
             raise SettingError("final_stage_on_first_ipu", "{final_stage_on_first_ipu} runs a "
                                "workload's last pipeline stage on the replica's first IPU: "
                                "give {model} and {ipus_per_replica} 2 or more, and leave "
                                "out {split} shard")
-        built = self.workload()
+
+    def _check_stages(self, built: Workload) -> None:
+        """A SettingError naming the setting if the layers of ``built`` cannot go on the
+        pipeline's stages as asked (``--layers-per-ipu``)."""
         layers = len(built.layers)
         if self.layers_per_ipu is not None:
             stage_layers([0] * layers, self.pipeline_stages, self.layers_per_ipu)
@@ -220,11 +226,11 @@ class TrainConfig:
                                "pipeline stages need at least {stages} (add hidden layers "
                                "with {hidden}, or use fewer {ipus_per_replica})",
                                layers=layers, stages=self.pipeline_stages)
-        if self.layers_per_ipu is not None and (self.splits_columns or self.kind is ModelKind.MLP):
+        if self.layers_per_ipu is not None and (self.splits_columns
+                                                or self.kind is ModelKind.MLP):
             raise SettingError("layers_per_ipu", "{layers_per_ipu} places a workload's layers "
                                "on pipeline stages: give {model}, and leave out {split} "
                                "shard")
-        return built
 
     @property
     def kind(self) -> ModelKind:
@@ -304,23 +310,6 @@ class TrainConfig:
         the published IPU recipes of the built-in workloads do (Graphcore's ResNet-50,
         BERT and GPT-2 training recompute), and not for the MLP."""
         return self.recompute if self.recompute is not None else self.kind is not ModelKind.MLP
-
-    def workload(self) -> Workload:
-        """What the cost model prices: the MLP of ``spec``, or ``model`` with the
-        sequence length and gradient dtype asked for."""
-        if self.kind is ModelKind.MLP:
-            if self.sequence_length is not None:
-                raise SettingError("sequence_length", "{sequence_length} applies to bert-base, "
-                                   "bert-large and gpt2-xl, not to the MLP")
-            built = mlp_workload(self.spec)
-            return built if self.gradient_dtype is None else replace(
-                built, gradient_dtype=DType(self.gradient_dtype))
-        options: dict[str, object] = {}
-        if self.sequence_length is not None:
-            options["sequence_length"] = self.sequence_length
-        if self.gradient_dtype is not None:
-            options["gradient_dtype"] = self.gradient_dtype
-        return workload(self.model, **options)
 
     @property
     def efficiencies(self) -> Efficiencies:
