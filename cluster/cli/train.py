@@ -172,7 +172,7 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
         echo(json.dumps(record, indent=2))
     else:
         _echo_record(record, config, echo)
-        if _defaulted(record, "--gradient-accumulation") and pipelined(config):
+        if "accumulation" in plan.chosen and pipelined(config):
             echo(_accumulation_note(plan))
         echo(f"# every setting: {record['made_by']}")
     if trace_path is not None:
@@ -180,11 +180,6 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
         if wall is not None:
             wall.add_to(trace)
         save_trace(trace, trace_path)
-
-
-def _defaulted(record: dict[str, Any], option: str) -> bool:
-    """Whether the run took ``option``'s default (it was not given)."""
-    return any(item["option"] == option and not item["given"] for item in record["settings"])
 
 
 def _accumulation_note(plan: TrainPlan) -> str:

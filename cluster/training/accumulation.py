@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from cluster.errors import UserError
 from cluster.training.config import TrainConfig
 from cluster.training.pipeline.schedules import check_schedule_shape
-from cluster.training.placement import replica_ipus
 from cluster.training.plan import TrainPlan
 from cluster.training.step_timing import replica_pipeline_time
 
@@ -47,9 +46,7 @@ def pipelined(config: TrainConfig) -> bool:
 def bubble_share(run: TrainPlan) -> float:
     """The pipeline bubble's share of the pipeline's span (simulated seconds over
     simulated seconds) for the ``run`` as it stands."""
-    config, topology = run.config, run.topology
-    chains = replica_ipus(config, topology).reshape(config.replicas, config.ipus_per_replica)
-    time = replica_pipeline_time(config, topology, run.workload, chains)
+    time = replica_pipeline_time(run.config, run.topology, run.workload, run.chains)
     return time.bubble_seconds / time.span_seconds if time.span_seconds > 0 else 0.0
 
 

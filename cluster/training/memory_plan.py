@@ -59,7 +59,7 @@ def stage_memory(run: TrainPlan) -> list[StageMemory]:
                           config.pipeline_stages, config.layers_per_ipu)
     in_flight = pipeline_schedule(config.pipeline_schedule, len(stages),
                                   config.accumulation).stashed()
-    chain = replica_ipus(config, topology)[:config.ipus_per_replica].tolist()
+    chain = run.chains[0].tolist()
     held: dict[int, tuple[int, str, MemoryUse]] = {}  # IPU -> first stage, layers, bytes
     for s, (ipu, layers) in enumerate(zip(config.stage_ipus, stages)):
         chosen = [workload.layers[i] for i in layers]

@@ -10,13 +10,16 @@ step takes the plan, so none of them loads a topology or parses a workload again
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
+
+import numpy as np
 
 from cluster.errors import SettingError
 from cluster.model.topology import Topology
 from cluster.training.config import TrainConfig
 from cluster.training.kinds import ModelKind, Split
-from cluster.training.placement import server_ipus, topology_for
+from cluster.training.placement import replica_ipus, server_ipus, topology_for
 from cluster.training.workloads import DType, Workload, mlp_workload, workload
 
 WORKLOAD_SETTINGS = frozenset({"model", "sequence_length", "gradient_dtype"})
@@ -26,12 +29,21 @@ WORKLOAD_SETTINGS = frozenset({"model", "sequence_length", "gradient_dtype"})
 @dataclass(frozen=True)
 class TrainPlan:
     """A run as it goes: ``config`` placed on ``topology`` (servers or racks, replicas on
-    each), and the ``workload`` it prices."""
+    each, :attr:`chains`), the ``workload`` it prices, and which settings were ``chosen``
+    for it rather than given (:func:`cluster.training.fit.resolve`)."""
 
     config: TrainConfig
     topology: Topology
     workload: Workload
     fixed: bool = False  # the workload was given (an imported module), not built here
+    chosen: frozenset[str] = frozenset()  # settings left out that fit's resolve chose
+
+    @cached_property
+    def chains(self) -> np.ndarray:
+        """The placed replicas: each row one replica's IPUs in stage order
+        (:func:`~cluster.training.placement.replica_ipus`)."""
+        return replica_ipus(self.config, self.topology).reshape(
+            self.config.replicas, self.config.ipus_per_replica)
 
     @property
     def kind(self) -> ModelKind:

@@ -28,7 +28,6 @@ from cluster.model.trace import Trace
 from cluster.training.pipeline.lock_step import lock_step_op_times
 from cluster.training.pipeline.pass_schedule import Op, Pass
 from cluster.training.pipeline.timing import op_times
-from cluster.training.placement import replica_ipus
 from cluster.training.plan import TrainPlan
 from cluster.training.step_collectives import PartSpan, step_collectives
 from cluster.training.step_parts import STEP_PARTS
@@ -66,8 +65,7 @@ def pipeline_ops(plan: TrainPlan) -> PipelineOps | None:
     config, topology = plan.config, plan.topology
     if config.ipus_per_replica == 1 or config.splits_columns:
         return None
-    chains = replica_ipus(config, topology).reshape(config.replicas, config.ipus_per_replica)
-    costs = pipeline_costs(config, topology, plan.workload, chains)
+    costs = pipeline_costs(config, topology, plan.workload, plan.chains)
     if costs.schedule.cycles is not None:
         times, cycles = lock_step_op_times(costs.schedule, costs.forward, costs.backward,
                                            costs.cycle_copy, config.stage_ipus)
