@@ -81,14 +81,14 @@ def resolve(config: TrainConfig, free: frozenset[str] = frozenset(),
         candidates = [fewest_taken(candidate) for candidate in candidates]
     fitting = [c for c in candidates if fits(c)]
     if not fitting:
-        chosen = plan_for(candidates[0].config, topology, candidates[0].workload,
+        picked = plan_for(candidates[0].config, topology, candidates[0].workload,
                           fixed=candidates[0].fixed)
     elif "accumulation" not in free or not pipelined(fitting[0].config):
-        chosen = fitting[0]
+        picked = fitting[0]
     else:
         k = fitting[0].config.ipus_per_replica
-        chosen = _accumulating([c for c in fitting if c.config.ipus_per_replica == k])
-    return replace(chosen, chosen=free)
+        picked = _accumulating([c for c in fitting if c.config.ipus_per_replica == k])
+    return replace(picked, chosen=free)
 
 
 def _accumulating(candidates: list[TrainPlan]) -> TrainPlan:
