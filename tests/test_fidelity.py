@@ -24,6 +24,7 @@ from cluster.training.fidelity.published import TABLE, load_published, train_con
 from cluster.training.fidelity.validation import growths, predict
 from cluster.training.memory_plan import stage_memory
 from cluster.training.pipeline.stages import stage_layers
+from cluster.training.plan import plan_for
 from cluster.training.step_timing import step_time
 from cluster.training.workloads import forward_seconds, update_seconds, workload
 from gcl import plan, simulate
@@ -186,17 +187,18 @@ def _resnet(topology="pod16", accumulation=10, scale=1.0):
 
 def test_calibration_finds_the_scale_that_reproduces_the_measured_step():
     topology = load_topology("pod16")
-    found = calibrate(_resnet(), topology, 0.1)
+    found = calibrate(plan_for(_resnet(), topology), 0.1)
     assert found.predicted_step_seconds == pytest.approx(0.1, rel=1e-9)
-    base, scaled = (step_time(_resnet(scale=s), topology) for s in (1.0, found.efficiency_scale))
+    base, scaled = (step_time(plan_for(_resnet(scale=s), topology))
+                    for s in (1.0, found.efficiency_scale))
     # compute is the only part it moves, exactly as 1/scale
     assert scaled.compute_seconds * found.efficiency_scale == pytest.approx(base.compute_seconds)
     assert (scaled.host_io_seconds, scaled.local_allreduce_seconds) == (
         base.host_io_seconds, base.local_allreduce_seconds)
     with pytest.raises(UserError, match="faster than this configuration can run"):
-        calibrate(_resnet(), topology, 1e-4)
+        calibrate(plan_for(_resnet(), topology), 1e-4)
     with pytest.raises(UserError, match="positive number"):
-        calibrate(_resnet(), topology, float("nan"))
+        calibrate(plan_for(_resnet(), topology), float("nan"))
 
 
 def test_only_the_calibration_points_published_figures_move_the_predictions(tmp_path):
@@ -260,8 +262,7 @@ def test_layers_per_ipu_places_the_recipes_layers_on_each_stage():
                          pipeline_schedule="1f1b", optimizer_state="sharded",
                          layers_per_ipu=counts)
     topology = load_topology("pod64")
-    config.validate(topology, 64)
-    step = step_time(config, topology)
+    step = step_time(plan_for(config, topology))
     bounds = [0, *accumulate(counts)]
     gc200 = topology.ipu_processors[0]
     for (a, b), seconds in zip(pairwise(bounds), step.stage_compute_seconds):
@@ -269,7 +270,7 @@ def test_layers_per_ipu_places_the_recipes_layers_on_each_stage():
         # 96 micro-batches, each a forward, a backward (2 forwards) and a recomputation
         assert seconds == pytest.approx(96 * (1 + 2 + 1) * forward, rel=1e-12)
     with pytest.raises(UserError, match="--layers-per-ipu"):
-        replace(config, layers_per_ipu=(4, 4)).validate(topology, 64)
+        plan_for(replace(config, layers_per_ipu=(4, 4)), topology)
 
 
 def test_sharded_optimizer_state_splits_the_state_and_the_update_over_the_replicas():
@@ -278,11 +279,11 @@ def test_sharded_optimizer_state_splits_the_state_and_the_update_over_the_replic
                        micro_batch=2, accumulation=96, pipeline_schedule="1f1b")
     sharded = replace(base, optimizer_state="sharded")
     topology = load_topology("pod64")
-    whole, split = stage_memory(base, topology), stage_memory(sharded, topology)
+    whole, split = (stage_memory(plan_for(c, topology)) for c in (base, sharded))
     for a, b in zip(whole, split):
         assert b.use.optimizer_bytes == math.ceil(a.use.optimizer_bytes / 8)
-    assert step_time(sharded, topology).update_seconds == pytest.approx(
-        step_time(base, topology).update_seconds / 8, rel=1e-3)
+    assert step_time(plan_for(sharded, topology)).update_seconds == pytest.approx(
+        step_time(plan_for(base, topology)).update_seconds / 8, rel=1e-3)
 
 
 def _ipupod(*args):
@@ -399,7 +400,7 @@ def test_only_the_bert_entries_run_popart_s_pipeline():
     # a pipelined ResNet-50 (a TensorFlow recipe) is not held to PopART's micro-batch limit
     resnet = replace(entries[0], ipus_per_replica=4, gradient_accumulation=4)
     assert train_config(resnet).pipeline_schedule == "fill-drain"
-    train_config(resnet).validate()
+    plan_for(train_config(resnet))
 
 
 @pytest.mark.parametrize("index, field, value, words", [
@@ -452,7 +453,8 @@ def test_sharded_state_in_streaming_memory_streams_only_each_replicas_share():
                          ipus_per_replica=4, micro_batch=2, accumulation=192,
                          pipeline_schedule="1f1b", optimizer_state="sharded-streaming")
     topology = load_topology("pod16")
-    assert all(stage.use.optimizer_bytes == 0 for stage in stage_memory(config, topology))
+    assert all(stage.use.optimizer_bytes == 0
+               for stage in stage_memory(plan_for(config, topology)))
     bert = workload("bert-large", sequence_length=512)
     stages = stage_layers([layer.training_flops for layer in bert.layers], 4)
     gc200 = topology.ipu_processors[0]
@@ -462,5 +464,5 @@ def test_sharded_state_in_streaming_memory_streams_only_each_replicas_share():
         state_bytes = share * bert.optimizer_values_per_parameter * 4  # float32
         by_hand.append(update_seconds(bert, gc200, share, config.efficiencies)
                        + state_bytes / hw.pcie_gen4_x16().bandwidth_Bps)
-    assert step_time(config, topology).update_seconds == pytest.approx(max(by_hand),
-                                                                       rel=1e-12)
+    assert step_time(plan_for(config, topology)).update_seconds == pytest.approx(
+        max(by_hand), rel=1e-12)

@@ -18,6 +18,7 @@ from cluster.training.config import TrainConfig
 from cluster.training.memory_plan import stage_memory
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.timing import _earliest_start_order, _span, pipeline_time
+from cluster.training.plan import plan_for
 from cluster.training.step_timing import step_time
 from cluster.training.workloads import forward_seconds, memory_use
 from gcl import CommGroup, plan, simulate
@@ -79,14 +80,14 @@ def test_transfers_never_shorten_a_wrapped_pipeline(stages, micro, name, data):
 
 def test_ipu_zero_computes_the_first_and_last_stages_and_reduces_both_gradients():
     config, topology = _bert(), load_topology("pod16")
-    config.validate(topology, 16)
+    run = plan_for(config, topology)
     assert config.pipeline_stages == 5 and config.stage_ipus == (0, 1, 2, 3, 0)
-    bert, gc200 = config.workload(), topology.ipu_processors[0]
+    bert, gc200 = run.workload, topology.ipu_processors[0]
     bounds = list(pairwise([0, *accumulate(COUNTS)]))
     # each micro-batch: a forward, a backward (two forwards) and a recomputation
     stage = [8 * 4 * forward_seconds(bert, gc200, 2, config.efficiencies, bert.layers[a:b])
              for a, b in bounds]
-    step = step_time(config, topology)
+    step = step_time(run)
     assert step.stage_compute_seconds == pytest.approx(stage, rel=1e-12)
     assert step.compute_seconds == pytest.approx(max(stage[0] + stage[4], *stage[1:4]),
                                                  rel=1e-12)
@@ -103,9 +104,10 @@ def test_ipu_zero_computes_the_first_and_last_stages_and_reduces_both_gradients(
 
 def test_ipu_zero_holds_both_stages_memory_and_recomputes_one_at_a_time():
     config, topology = _bert(), load_topology("pod16")
-    plan_ = stage_memory(config, topology)
+    run = plan_for(config, topology)
+    plan_ = stage_memory(run)
     assert [entry.ipu for entry in plan_] == [0, 1, 3, 2]
-    bert = config.workload()
+    bert = run.workload
     bounds = list(pairwise([0, *accumulate(COUNTS)]))
     in_flight = pipeline_schedule("1f1b", 5, 8).stashed()
     first, last = (memory_use(bert, bert.layers[a:b], 2, in_flight[s], True,
@@ -128,7 +130,7 @@ def test_ipu_zero_holds_both_stages_memory_and_recomputes_one_at_a_time():
 ])
 def test_a_placement_that_cannot_wrap_is_refused_naming_the_option(changes, words):
     with pytest.raises(UserError, match=words):
-        _bert(**changes).validate(load_topology("pod16"), 16)
+        plan_for(_bert(**changes), load_topology("pod16"))
 
 
 def test_the_recipes_configs_give_their_stages_and_the_wrap():

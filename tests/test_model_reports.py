@@ -12,6 +12,7 @@ from cluster.training.config import TrainConfig
 from cluster.training.fidelity.published import ALGORITHM, load_published
 from cluster.training.fidelity.validation import predict
 from cluster.training.memory_plan import OutOfMemory
+from cluster.training.plan import plan_for
 from cluster.training.trainer import train
 
 STEP_KEYS = {"sim_seconds", "compute_seconds", "host_io_seconds", "local_allreduce_seconds",
@@ -46,16 +47,16 @@ def test_a_model_too_big_for_its_ipus_is_refused_naming_the_stage_and_what_would
     with pytest.raises(OutOfMemory, match=r"stage 0 of 2 .* on IPU r0\.m0\.ipu0.*"
                                           r"try --ipus-per-replica 16 --optimizer-state "
                                           r"streaming \(each checked: it fits\)"):
-        train(config)
-    fits = train(TrainConfig(model="gpt2-xl", topology="pod16", mode="phantom", micro_batch=1,
-                             ipus_per_replica=16, accumulation=16, steps=1,
-                             replicas_per_server=0, optimizer_state="streaming",
-                             sequence_length=512))
+        train(plan_for(config))
+    fits = train(plan_for(TrainConfig(model="gpt2-xl", topology="pod16", mode="phantom",
+                                      micro_batch=1, ipus_per_replica=16, accumulation=16,
+                                      steps=1, replicas_per_server=0,
+                                      optimizer_state="streaming", sequence_length=512)))
     assert fits["replicas"] == 1 and len(fits["steps"][0]["stage_compute_seconds"]) == 16
     whole = TrainConfig(model="gpt2-xl", topology="pod16", mode="phantom", micro_batch=1,
                         ipus_per_replica=16, steps=1, replicas_per_server=0)
     with pytest.raises(OutOfMemory, match="nothing tried fits"):  # and no hint that fails
-        train(whole)
+        train(plan_for(whole))
 
 
 @pytest.mark.parametrize("changes, words", [
@@ -66,7 +67,7 @@ def test_a_model_too_big_for_its_ipus_is_refused_naming_the_stage_and_what_would
 ])
 def test_workload_options_that_cannot_work_are_user_errors(changes, words):
     with pytest.raises(UserError, match=words):
-        train(TrainConfig(**{"servers": 1, "steps": 1, **changes}))
+        train(plan_for(TrainConfig(**{"servers": 1, "steps": 1, **changes})))
 
 
 def test_the_reports_write_their_readme_and_plots(tmp_path):
@@ -164,7 +165,8 @@ def test_the_pipeline_tables_bubble_is_the_one_bubble_png_plots_and_both_say_whi
 
     monkeypatch.setattr(sweeps, "save_png", keep_axes)
     rows = sweeps.pipeline_sweep(
-        TrainConfig(model="bert-base", topology="pod16", micro_batch=2, mode=Mode.PHANTOM),
+        plan_for(TrainConfig(model="bert-base", topology="pod16", micro_batch=2,
+                             mode=Mode.PHANTOM)),
         [2, 4], ["fill-drain"], [1, 4])
     table = sweeps.pipeline_table(rows)
     sweeps.plot_pipeline(rows, tmp_path)

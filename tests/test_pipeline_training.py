@@ -9,6 +9,7 @@ from cluster.training.config import TrainConfig
 from cluster.training.numpy_mlp import MLPSpec
 from cluster.training.pipeline.stage_math import stage_offsets
 from cluster.training.pipeline.stages import split_layers
+from cluster.training.plan import plan_for
 from cluster.training.trainer import train
 from cluster.training.workloads import mlp_workload
 from ipu_node.pod import EmulatedPod
@@ -35,7 +36,7 @@ def test_pipelined_training_equals_single_process_training(server, stages, sched
     config = TrainConfig(servers=1, ipus_per_replica=stages, replicas_per_server=replicas,
                          pipeline_schedule=schedule, recompute=recompute,
                          accumulation=micro_batches, micro_batch=8, steps=3, check=True)
-    record = train(config, pod=server)
+    record = train(plan_for(config, server.topology), pod=server)
     assert record["replicas_identical"] is True
     assert record["reference_max_rel_error"] < 1e-6
     step = record["steps"][0]
@@ -51,7 +52,7 @@ def test_pipelined_training_equals_single_process_training(server, stages, sched
 def test_after_a_pipelined_step_each_ipu_holds_only_its_stage(server):
     config = TrainConfig(servers=1, ipus_per_replica=4, replicas_per_server=4,
                          accumulation=3, micro_batch=8, steps=2)
-    train(config, pod=server)
+    train(plan_for(config, server.topology), pod=server)
     spec = MLPSpec(config.input_size, config.hidden_widths, config.classes)
     ranges = split_layers([l.training_flops for l in mlp_workload(spec).layers], 4)
     sizes = [stage_offsets(spec, r)[1] - stage_offsets(spec, r)[0] for r in ranges]
@@ -78,7 +79,7 @@ def test_the_train_command_pipelines_with_recomputation_and_checks_it(ipupod_her
 def test_sharded_replicas_train_like_one_process_through_the_trainer(server):
     config = TrainConfig(servers=1, ipus_per_replica=4, replicas_per_server=4, split="shard",
                          accumulation=2, micro_batch=8, steps=3, check=True)
-    record = train(config, pod=server)
+    record = train(plan_for(config, server.topology), pod=server)
     assert record["split"] == "shard" and record["replicas_identical"] is True
     assert record["reference_max_rel_error"] < 1e-6
     step = record["steps"][0]

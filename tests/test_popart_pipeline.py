@@ -22,6 +22,7 @@ from cluster.training.pipeline.pass_schedule import (
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.timing import pipeline_time
 from cluster.training.placement import replica_ipus
+from cluster.training.plan import plan_for
 from cluster.training.step_timing import replica_pipeline_time
 from cluster.training.workloads import Layer, LayerKind, Workload
 
@@ -57,17 +58,17 @@ def test_fewer_micro_batches_than_pipeline_stages_are_refused_as_popart_does():
         pipeline_schedule("popart", 2, 1)
     # a run's options are refused before anything is built or launched
     with pytest.raises(TooFewMicroBatches, match="--gradient-accumulation 7 or more"):
-        TrainConfig(model="bert-large", topology="pod16", mode=Mode.PHANTOM, servers=1,
+        plan_for(TrainConfig(model="bert-large", topology="pod16", mode=Mode.PHANTOM, servers=1,
                     replicas_per_server=4, ipus_per_replica=4, accumulation=6,
-                    pipeline_schedule="popart").validate()
-    TrainConfig(model="bert-large", topology="pod16", mode=Mode.PHANTOM, servers=1,
+                    pipeline_schedule="popart"))
+    plan_for(TrainConfig(model="bert-large", topology="pod16", mode=Mode.PHANTOM, servers=1,
                 replicas_per_server=16, ipus_per_replica=1, accumulation=1,
-                pipeline_schedule="popart").validate()  # one stage is no pipeline
+                pipeline_schedule="popart"))  # one stage is no pipeline
     # with the final stage back on the first IPU, the error says where the 5th stage is
     with pytest.raises(TooFewMicroBatches, match="9 or more .*the 5 stages are the 4 IPUs'"):
-        TrainConfig(model="bert-large", topology="pod16", mode=Mode.PHANTOM, servers=1,
+        plan_for(TrainConfig(model="bert-large", topology="pod16", mode=Mode.PHANTOM, servers=1,
                     replicas_per_server=4, ipus_per_replica=4, accumulation=8,
-                    final_stage_on_first_ipu=True, pipeline_schedule="popart").validate()
+                    final_stage_on_first_ipu=True, pipeline_schedule="popart"))
 
 
 def test_too_few_micro_batches_keeps_its_count_across_processes():

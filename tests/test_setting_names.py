@@ -14,6 +14,7 @@ from cluster.cli.main import cli
 from cluster.errors import SettingError, UserError
 from cluster.setting_names import SETTING_NAMES
 from cluster.training.config import TrainConfig
+from cluster.training.plan import plan_for
 from gcl.modes import Mode
 
 
@@ -45,7 +46,7 @@ def test_every_option_the_table_names_is_an_option_of_a_command():
 ])
 def test_a_bad_setting_is_refused_with_its_field_and_its_option(changes, field, words):
     with pytest.raises(SettingError) as refused:
-        TrainConfig(**changes).validate()
+        plan_for(TrainConfig(**changes))
     assert refused.value.field == field and words in str(refused.value)
     again = pickle.loads(pickle.dumps(refused.value))  # across processes (Ray) whole
     assert type(again) is SettingError and again.field == field and str(again) == str(

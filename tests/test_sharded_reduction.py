@@ -14,6 +14,7 @@ from cluster.model.spec import load_topology
 from cluster.training.config import TrainConfig
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.placement import gradient_group, replica_ipus
+from cluster.training.plan import plan_for
 from cluster.training.step_timing import step_time
 from cluster.training.workloads import DType, workload
 from gcl import plan, simulate
@@ -65,7 +66,7 @@ def test_sharded_state_across_racks_reduces_in_each_rack_then_across_then_gather
     resnet = workload("resnet50")
     assert resnet.gradient_dtype == resnet.weight_dtype == DType.FLOAT16
     shard = math.ceil(resnet.parameter_count / 64)
-    step = step_time(RESNET, load_topology("pod128"))
+    step = step_time(plan_for(RESNET, load_topology("pod128")))
     assert step.local_allreduce_seconds == pytest.approx(_in_rack_ring(2 * shard, True),
                                                          rel=1e-12)
     assert step.global_allreduce_seconds == pytest.approx(_cross_rack_pairs(shard),
@@ -77,7 +78,7 @@ def test_sharded_state_across_racks_reduces_in_each_rack_then_across_then_gather
 
 def test_on_one_rack_the_sharded_state_costs_one_allreduce_and_no_gather():
     one_rack = replace(RESNET, topology="pod64", servers=1)
-    step = step_time(one_rack, load_topology("pod64"))
+    step = step_time(plan_for(one_rack, load_topology("pod64")))
     # a ring allreduce round the rack's 64 IPUs: its reduce-scatter, then its all-gather,
     # each of 1/64 of the gradient (the shard)
     chunk = 2 * math.ceil(workload("resnet50").parameter_count / 64)
@@ -90,7 +91,7 @@ def test_on_one_rack_the_sharded_state_costs_one_allreduce_and_no_gather():
 def test_unsharded_state_across_racks_is_still_one_ring_through_every_rack():
     config = replace(RESNET, optimizer_state="in-processor")
     topology = load_topology("pod128")
-    step = step_time(config, topology)
+    step = step_time(plan_for(config, topology))
     ring = plan("allreduce", topology, workload("resnet50").parameter_count, dtype="float16",
                 algorithm_name="clockwise_ring", ipus=replica_ipus(config, topology))
     assert step.local_allreduce_seconds == 0.0 and step.weight_gather_seconds == 0.0
@@ -100,13 +101,14 @@ def test_unsharded_state_across_racks_is_still_one_ring_through_every_rack():
 
 def test_pipelined_sharded_bert_across_racks_reduces_each_stage_shard_across_racks():
     topology = load_topology("pod128")
-    bert = BERT.workload()
+    run = plan_for(BERT, topology)
+    bert = run.workload
     stages = stage_layers([layer.training_flops for layer in bert.layers], 8,
                           BERT.layers_per_ipu)
     largest = max(sum(bert.layers[i].parameters for i in layers) for layers in stages)
     shard = math.ceil(largest / 8)  # each stage's gradient padded to the largest stage's
     assert bert.gradient_dtype == DType.FLOAT16
-    step = step_time(BERT, topology)
+    step = step_time(run)
     # stage s of the replicas at the same position of both racks: 64 pairs, each M2000's 4
     # IPUs all in one, as with one IPU per replica
     assert step.global_allreduce_seconds == pytest.approx(_cross_rack_pairs(shard),
@@ -116,7 +118,8 @@ def test_pipelined_sharded_bert_across_racks_reduces_each_stage_shard_across_rac
                     ipus=replica_ipus(BERT, topology))
     assert step.global_allreduce_seconds < simulate(old_ring, topology).sim_seconds
     # in each rack the reduce-scatter and the all-gather are one rack's allreduce's halves
-    one_rack = step_time(replace(BERT, topology="pod64", servers=1), load_topology("pod64"))
+    one_rack = step_time(plan_for(replace(BERT, topology="pod64", servers=1),
+                                  load_topology("pod64")))
     assert step.local_allreduce_seconds + step.weight_gather_seconds == pytest.approx(
         one_rack.local_allreduce_seconds, rel=1e-9)
     assert 0 < step.weight_gather_seconds < step.local_allreduce_seconds

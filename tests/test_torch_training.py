@@ -18,6 +18,7 @@ from cluster.errors import UserError
 from cluster.model.trace import BOTH_CLOCKS
 from cluster.training.config import TrainConfig
 from cluster.training.placement import topology_for
+from cluster.training.plan import plan_for
 from cluster.training.step_trace import STEP
 from cluster.training.trainer import train
 from cluster.training.workloads import Workload, workload
@@ -146,8 +147,8 @@ def test_the_poptorch_shaped_model_trains_like_one_process_and_copies_weights_ba
 def test_a_step_is_priced_as_phantom_mode_prices_the_same_workload():
     placement = TrainConfig(servers=2, micro_batch=2)
     priced = simulated_step_time(workload("resnet50"), placement, topology_for(placement))
-    phantom = train(TrainConfig(servers=2, micro_batch=2, model="resnet50", mode="phantom",
-                                recompute=False, steps=1))
+    phantom = train(plan_for(TrainConfig(servers=2, micro_batch=2, model="resnet50",
+                                         mode="phantom", recompute=False, steps=1)))
     assert priced.sim_seconds == phantom["steps"][0]["sim_seconds"] > 0
 
 

@@ -18,6 +18,7 @@ from cluster.training.config import TrainConfig
 from cluster.training.pipeline.lock_step import lock_step_op_times, lock_step_time
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.timing import op_times, pipeline_time
+from cluster.training.plan import plan_for
 from cluster.training.step_collectives import SHARD_EXCHANGE, SHARDED_REDUCTION
 from cluster.training.step_parts import STEP_PARTS
 from cluster.training.step_trace import CYCLES, PARTS, STEP, config_trace, run_trace
@@ -444,8 +445,9 @@ def test_the_sharded_optimizer_state_collectives_are_each_their_part(tmp_path):
 def test_a_column_split_draws_its_collectives_adding_up_to_the_shard_exchange():
     config = TrainConfig(topology="pod16", model="mlp", ipus_per_replica=4, split="shard",
                          mode="phantom", replicas_per_server=0, accumulation=3, steps=2)
-    record = train(config)
-    trace = config_trace(record, config)
+    plan = plan_for(config)
+    record = train(plan)
+    trace = config_trace(record, plan)
     for row in record["steps"]:
         drawn = [s for s in trace.spans if s.track == SHARD_EXCHANGE
                  and s.args["step"] == row["step"]]

@@ -10,7 +10,8 @@ import pytest
 from cluster.errors import UserError
 from cluster.model.hardware import pcie_gen3_x16
 from cluster.training.numpy_mlp import training_flops
-from cluster.training.trainer import TrainConfig, step_time, topology_for, train
+from cluster.training.plan import plan_for
+from cluster.training.trainer import TrainConfig, step_time, train
 from ipu_node.pod import EmulatedPod
 
 STEP_KEYS = {"step", "loss", "sim_seconds", "compute_seconds", "host_io_seconds",
@@ -28,7 +29,7 @@ def two_servers(ray_session):
 def test_training_on_two_servers_equals_single_process_training(two_servers, gcd, accumulation):
     config = TrainConfig(servers=2, ipus_per_replica=gcd, replicas_per_server=16 // gcd,
                          steps=6, accumulation=accumulation, micro_batch=16, check=True)
-    record = train(config, pod=two_servers)
+    record = train(plan_for(config, two_servers.topology), pod=two_servers)
     assert record["replicas_identical"] is True
     assert record["reference_max_rel_error"] < 1e-6
     losses = [s["loss"] for s in record["steps"]]
@@ -41,7 +42,7 @@ def test_training_on_two_servers_equals_single_process_training(two_servers, gcd
 
 def test_step_time_parts_follow_the_catalogue_and_the_cost_model():
     config = TrainConfig(servers=2, micro_batch=32)
-    parts = step_time(config, topology_for(config))
+    parts = step_time(plan_for(config))
     assert parts.compute_seconds == pytest.approx(
         training_flops(config.spec, 32) / 31.1e12, rel=1e-12)  # GC2 fp32 peak
     # 16 replicas per server share the PCIe fabric's four x16 Gen3 uplinks.
@@ -62,14 +63,14 @@ def test_step_time_parts_follow_the_catalogue_and_the_cost_model():
 
 def test_one_server_has_no_global_allreduce():
     config = TrainConfig(servers=1)
-    assert step_time(config, topology_for(config)).global_allreduce_seconds == 0
+    assert step_time(plan_for(config)).global_allreduce_seconds == 0
 
 
 def test_phantom_throughput_grows_with_servers_and_needs_no_devices():
-    rates = [train(TrainConfig(servers=n, steps=2, mode="phantom"))[
+    rates = [train(plan_for(TrainConfig(servers=n, steps=2, mode="phantom")))[
         "throughput_samples_per_sim_second"] for n in (1, 2, 4, 8)]
     assert rates == sorted(rates)
-    record = train(TrainConfig(servers=8, steps=2, mode="phantom"))
+    record = train(plan_for(TrainConfig(servers=8, steps=2, mode="phantom")))
     assert record["replicas_identical"] is None and record["steps"][0]["loss"] is None
 
 
@@ -89,7 +90,7 @@ def test_phantom_throughput_grows_with_servers_and_needs_no_devices():
 ])
 def test_bad_training_options_are_refused(changes, words):
     with pytest.raises(UserError, match=words):
-        train(TrainConfig(**{"mode": "phantom", **changes}))
+        train(plan_for(TrainConfig(**{"mode": "phantom", **changes})))
 
 
 def test_the_train_command_prints_the_documented_json(ipupod_here):
@@ -109,8 +110,8 @@ def test_the_train_command_refuses_bad_options_in_one_line():
 def test_training_runs_on_an_ipu_pod_too(ray_session):
     pod = EmulatedPod.launch("pod16")
     try:
-        record = train(TrainConfig(topology="pod16", steps=3, micro_batch=8, check=True),
-                       pod=pod)
+        record = train(plan_for(TrainConfig(topology="pod16", steps=3, micro_batch=8,
+                                            check=True), pod.topology), pod=pod)
     finally:
         pod.shutdown()
     assert (record["topology"], record["replicas"]) == ("pod16", 16)
@@ -118,7 +119,7 @@ def test_training_runs_on_an_ipu_pod_too(ray_session):
 
 
 def test_phantom_training_on_a_large_pod_with_a_replica_per_ipu_pair():
-    record = train(TrainConfig(topology="pod256", ipus_per_replica=2, replicas_per_server=32,
-                               steps=1, mode="phantom"))
+    record = train(plan_for(TrainConfig(topology="pod256", ipus_per_replica=2,
+                                        replicas_per_server=32, steps=1, mode="phantom")))
     assert (record["servers"], record["replicas"]) == (4, 128)
     assert record["steps"][0]["global_allreduce_seconds"] > 0

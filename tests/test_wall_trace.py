@@ -13,6 +13,7 @@ import pytest
 from cluster.cli.train import run
 from cluster.model.trace import BOTH_CLOCKS, WALL, WALL_PREFIX, Trace
 from cluster.training.config import TrainConfig
+from cluster.training.plan import plan_for
 from cluster.training.step_parts import STEP_PARTS
 from cluster.training.step_trace import PARTS, STEP, run_trace
 from ipu_node.device_spec import describe
@@ -74,7 +75,7 @@ def test_an_actor_keeps_at_most_its_capacity_and_counts_the_rest():
 def test_a_real_training_run_traces_both_clocks_apart(ray_session):
     config = TrainConfig(servers=2, steps=2)  # two servers: the hosts relay between them
     wall = WallRecorder()
-    record = run(config, None, lambda step, total: None, wall)
+    record = run(plan_for(config), None, lambda step, total: None, wall)
     trace = run_trace(record)
     wall.add_to(trace)
     document = trace.document()

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from cluster.errors import SpecError, UserError
 from cluster.training.config import TrainConfig
+from cluster.training.plan import plan_for
 from cluster.training.workloads import (
     DType,
     Layer,
@@ -26,6 +27,7 @@ from cluster.training.workloads import (
     to_yaml,
     workload,
     workload_names,
+    workload_yaml,
 )
 from cluster.training.workloads.workload_yaml import MAX_FILE_BYTES, MAX_LAYERS, MAX_PARAMETERS
 from gcl.modes import Mode
@@ -298,17 +300,35 @@ def test_a_workload_without_parameters_is_refused_before_training(tmp_path):
                     "output_bytes: 4, stashed_bytes: 4}\n")
     config = TrainConfig(model=str(path), topology="pod16", mode=Mode.PHANTOM)
     with pytest.raises(UserError, match="no parameters, so there is nothing to train"):
-        config.validate()
+        plan_for(config)
 
 
 def test_a_workload_file_changed_on_disk_is_read_anew(tmp_path):
     path = tmp_path / "net.yaml"
     dump_workload(workload("resnet50"), path)
     first = load_workload(path)
-    assert load_workload(path) is first  # the same text is parsed once
+    assert load_workload(path) == first
     changed = dataclasses.replace(first, layers=first.layers[:3])
     dump_workload(changed, path)
     assert load_workload(path) == changed
     path.write_text("version: 1\n", encoding="utf-8")
     with pytest.raises(SpecError, match="net.yaml"):
         load_workload(path)
+
+
+@pytest.mark.parametrize("options, status", [((), 0), (("--micro-batch", "64"), 2)])
+def test_one_train_reads_its_workload_file_once(ipupod_main, monkeypatch, options, status):
+    # resolved once: the defaults that fit, the checks and (when it does not fit) the
+    # hint's every candidate all price the one workload read from the file
+    read = []
+    read_text = workload_yaml.read_text
+
+    def counted(file: str, *args: str) -> str:
+        read.append(file)
+        return read_text(file, *args)
+
+    monkeypatch.setattr(workload_yaml, "read_text", counted)
+    run = ipupod_main("train", "--model", str(EXAMPLES / "bert-large.yaml"), "--steps", "1",
+                      *options)
+    assert run.returncode == status, run.stderr[-2000:]
+    assert len(read) == 1 and read[0].endswith("bert-large.yaml")

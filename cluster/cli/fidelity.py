@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from cluster.errors import UserError
 from cluster.training.fidelity.calibration import calibrate
 from cluster.training.fidelity.published import TABLE, load_published
 from cluster.training.fidelity.validation import ERROR_BAR, Prediction, growths, predict
-from cluster.training.placement import checked_topology
 from cluster.training.step_parts import STEP_PARTS
 from cluster.training.step_timing import step_time
 
@@ -47,11 +45,11 @@ def calibrate_command(topology_spec: str, measured_step_ms: float, as_json: bool
         raise UserError("--efficiency-scale is what calibrate finds from --measured-step-ms: "
                         "leave it out")
     options["efficiency_scale"] = 1.0
-    config = make_config(None, "phantom", False, topology=topology_spec, **options)
-    topology = checked_topology(config)
-    assumed = settings_record(command_settings(config))
-    found = calibrate(config, topology, measured_step_ms / 1e3)
-    step = step_time(replace(config, efficiency_scale=found.efficiency_scale), topology)
+    plan = make_config(None, "phantom", False, topology=topology_spec, **options)
+    config, topology = plan.config, plan.topology
+    assumed = settings_record(command_settings(plan))
+    found = calibrate(plan, measured_step_ms / 1e3)
+    step = step_time(plan.changed(efficiency_scale=found.efficiency_scale))
     if as_json:
         click.echo(json.dumps({"topology": topology.name, "model": config.model,
                                "measured_step_seconds": found.measured_step_seconds,

@@ -15,13 +15,13 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from cluster.training.config import TrainConfig
+from cluster.training.plan import TrainPlan
 from cluster.training.reports.settings import VALUES, Setting, config_value, made_by, setting
 
 _LEFT_OUT = {"as_json", "ray_address"}  # how to print and where Ray is: not the run's
 
 
-def command_settings(config: TrainConfig, swept: Collection[str] = (),
+def command_settings(plan: TrainPlan, swept: Collection[str] = (),
                      ctx: click.Context | None = None,
                      rules: Mapping[str, str] | None = None) -> list[Setting]:
     """Every visible option of the current command with the value the run used;
@@ -36,7 +36,7 @@ def command_settings(config: TrainConfig, swept: Collection[str] = (),
         given = ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
         option = next((o for o in param.opts if o in VALUES and o not in swept), None)
         if option is not None:
-            found.append(setting(option, config_value(option, config), given,
+            found.append(setting(option, config_value(option, plan), given,
                                  (rules or {}).get(option)))
             continue
         value: Any = ctx.params.get(name)

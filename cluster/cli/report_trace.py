@@ -7,13 +7,12 @@ fastest pipeline, the most servers)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cluster.cli.trace import draw
 from cluster.cli.trace_option import save_trace
-from cluster.training.config import TrainConfig
+from cluster.training.plan import TrainPlan
 from cluster.training.records import RunRecord
 from cluster.training.step_trace import config_trace
 from cluster.training.trainer import train
@@ -24,12 +23,12 @@ if TYPE_CHECKING:
 TRACE_PNG = "trace.png"
 
 
-def trace_run(record: RunRecord, config: TrainConfig, trace_path: Path, out_dir: Path,
+def trace_run(record: RunRecord, plan: TrainPlan, trace_path: Path, out_dir: Path,
               what: str, wall: WallRecorder | None = None) -> list[str]:
-    """Write the trace of ``record`` (a run of ``config``; with ``wall``, real mode's wall
+    """Write the trace of ``record`` (a run of the ``plan``; with ``wall``, real mode's wall
     clock too) to ``trace_path``, draw it into ``out_dir``; the README's lines for it,
     which say it is of ``what``."""
-    trace = config_trace(record, config)
+    trace = config_trace(record, plan)
     if wall is not None:
         wall.add_to(trace)
     save_trace(trace, trace_path)
@@ -42,7 +41,7 @@ def trace_run(record: RunRecord, config: TrainConfig, trace_path: Path, out_dir:
             f"![A step's timeline]({TRACE_PNG})", ""]
 
 
-def trace_phantom(config: TrainConfig, trace_path: Path, out_dir: Path, what: str) -> list[str]:
-    """:func:`trace_run` of one phantom step of ``config``."""
-    config = replace(config, steps=1)
-    return trace_run(train(config), config, trace_path, out_dir, what)
+def trace_phantom(plan: TrainPlan, trace_path: Path, out_dir: Path, what: str) -> list[str]:
+    """:func:`trace_run` of one phantom step of the ``plan``."""
+    plan = plan.changed(steps=1)
+    return trace_run(train(plan), plan, trace_path, out_dir, what)

@@ -4,7 +4,6 @@ workload, written as README.md and PNG plots (:mod:`cluster.training.reports.swe
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from cluster.training.defaults import DEFAULTS
 from cluster.training.fit import resolve, sweep_micro_batch
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import schedule_names
+from cluster.training.plan import TrainPlan
 from cluster.training.reports import sweeps
 from cluster.training.reports.settings import Setting
 from cluster.training.reports.settings import markdown as settings_markdown
@@ -87,8 +87,8 @@ def model_options(command: Any) -> Any:
 
 def _base(model: str, sequence_length: int | None, gradient_dtype: str | None,
           micro_batch: int | None, optimizer_state: str, topology: str,
-          **fields: Any) -> TrainConfig:
-    """The phantom run the report sweeps from, placed on ``topology``, with the
+          **fields: Any) -> TrainPlan:
+    """The phantom run the report sweeps from, planned on ``topology``, with the
     micro-batch (and ``fields``' IPUs per replica and accumulation when None) the first
     that fits (:func:`cluster.training.fit.resolve`)."""
     free = {"micro_batch"} if micro_batch is None else set()
@@ -150,8 +150,8 @@ def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batche
     with report_folder(out_dir):
         base = _base(topology=topology, **{**model, "micro_batch": model["micro_batch"] or 1})
         if model["micro_batch"] is None:  # the one at which the most of the sweep fits
-            base = replace(base, micro_batch=sweep_micro_batch(
-                sweeps.pipeline_configs(base, *sweep)))
+            base = base.changed(micro_batch=sweep_micro_batch(
+                base, sweeps.pipeline_configs(base.config, *sweep)))
         rows = sweeps.pipeline_sweep(base, *sweep)
         if not any(row["fits"] for row in rows):
             raise UserError(f"{model['model']} runs in none of these configurations: "
@@ -163,14 +163,14 @@ def pipeline_report_command(topology: str, ks: str, schedules: str, micro_batche
              sweeps.pipeline_table(rows), sweeps.plot_pipeline(rows, out_dir), traced)
 
 
-def _trace_fastest(base: TrainConfig, rows: list[dict[str, Any]], trace_path: Path,
+def _trace_fastest(base: TrainPlan, rows: list[dict[str, Any]], trace_path: Path,
                    out_dir: Path) -> list[str]:
     """``--trace``: the pipeline of the highest throughput (the first such row)."""
     row = max((row for row in rows if row["fits"]), key=lambda row: row["throughput"])
-    config = replace(base, ipus_per_replica=row["ipus_per_replica"],
-                     pipeline_schedule=row["schedule"], accumulation=row["micro_batches"],
-                     replicas_per_server=0)
-    return trace_phantom(config, trace_path, out_dir,
+    plan = base.replanned(ipus_per_replica=row["ipus_per_replica"],
+                          pipeline_schedule=row["schedule"], accumulation=row["micro_batches"],
+                          replicas_per_server=0)
+    return trace_phantom(plan, trace_path, out_dir,
                          f"the fastest pipeline: {row['ipus_per_replica']} IPUs per replica, "
                          f"{row['schedule']}, {row['micro_batches']} micro-batches")
 
@@ -216,7 +216,7 @@ def scaling_report_command(topologies: str, k: str | None, gradient_accumulation
                             f"{rows[0]['why']}")
         largest = [row for row in rows if row["fits"]][-1]
         traced = [] if trace_path is None else trace_phantom(
-            replace(base, topology=largest["topology"], replicas_per_server=0), trace_path,
+            base.replanned(topology=largest["topology"], replicas_per_server=0), trace_path,
             out_dir, f"the last topology that fits, {largest['topology']}")
     _publish(out_dir, f"Scaling {model['model']} across PODs (simulated)",
              command_settings(base), rows, as_json, sweeps.topology_table(rows),

@@ -27,11 +27,12 @@ from cluster.cli.training_options import common_options, make_config
 from cluster.errors import UserError
 from cluster.model.units import plural
 from cluster.training.accumulation import BUBBLE_SHARE, bubble_share, pipelined
-from cluster.training.config import MLP, TrainConfig
+from cluster.training.config import TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.fit import check_fits
+from cluster.training.kinds import ModelKind
 from cluster.training.memory_plan import stage_memory
-from cluster.training.placement import checked_topology
+from cluster.training.plan import TrainPlan
 from cluster.training.records import RunRecord
 from cluster.training.reports.servers import format_table, scaling_rows, write_report
 from cluster.training.reports.settings import made_by
@@ -45,23 +46,22 @@ if TYPE_CHECKING:
     from ipu_node.wall_trace import WallRecorder
 
 
-def run(config: TrainConfig, ray_address: str | None, on_step: Progress,
+def run(plan: TrainPlan, ray_address: str | None, on_step: Progress,
         wall: WallRecorder | None = None, placement: Placement = Placement()) -> RunRecord:
     """Launch the servers if the run needs devices, train, shut them down; ``wall``
     (real mode) records what the devices did, a driver span per step."""
-    if config.mode != Mode.REAL:
-        return train(config, on_step=on_step)
+    if plan.config.mode != Mode.REAL:
+        return train(plan, on_step=on_step)
     # Ray: only for real mode (phantom training needs no devices)
 
-    topology = checked_topology(config)  # before any actor starts
-    check_fits(config, topology, stage_memory(config, topology))
-    pod = launch_pod(topology, ray_address, placement)
+    check_fits(plan, stage_memory(plan))  # before any actor starts
+    pod = launch_pod(plan.topology, ray_address, placement)
     try:
         if wall is None:
-            return train(config, pod=pod, on_step=on_step)
+            return train(plan, pod=pod, on_step=on_step)
         wall.start(pod)
         try:
-            return train(config, pod=pod, on_step=wall.marking(on_step))
+            return train(plan, pod=pod, on_step=wall.marking(on_step))
         finally:
             wall.stop(pod)
     finally:
@@ -71,12 +71,12 @@ def run(config: TrainConfig, ray_address: str | None, on_step: Progress,
 UNCOUNTED_KEY = "flops_not_counted"
 
 
-def _uncounted(config: TrainConfig) -> dict[str, Any]:
+def _uncounted(plan: TrainPlan) -> dict[str, Any]:
     """``{UNCOUNTED_KEY: {layer: [ops]}}`` for a workload file whose importer met ops of
     unknown FLOPs (its ``uncounted_ops``); empty otherwise."""
-    if config.model == MLP:
+    if plan.kind is ModelKind.MLP:
         return {}
-    found = config.workload().uncounted
+    found = plan.workload.uncounted
     return {UNCOUNTED_KEY: {name: list(ops) for name, ops in found.items()}} if found else {}
 
 
@@ -159,36 +159,32 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
                               {**options, "ray_address": ray_address,
                                "placement": placement})
         return
-    config = make_config(servers, mode, check, topology=topology_spec, **options)
     check_trace_path(trace_path)
-    assumed = settings_record(command_settings(config))
+    plan = make_config(servers, mode, check, topology=topology_spec, **options)
+    config = plan.config
+    assumed = settings_record(command_settings(plan))
     wall = wall_recorder(config.mode, trace_path)
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
-        record = {**run(config, ray_address, on_step, wall, placement), **assumed,
-                  **_uncounted(config)}
+        record = {**run(plan, ray_address, on_step, wall, placement), **assumed,
+                  **_uncounted(plan)}
     echo = partial(click.echo, file=out)
     if as_json:
         echo(json.dumps(record, indent=2))
     else:
         _echo_record(record, config, echo)
-        if _defaulted(record, "--gradient-accumulation") and pipelined(config):
-            echo(_accumulation_note(config))
+        if "accumulation" in plan.chosen and pipelined(config):
+            echo(_accumulation_note(plan))
         echo(f"# every setting: {record['made_by']}")
     if trace_path is not None:
-        trace = config_trace(record, config)
+        trace = config_trace(record, plan)
         if wall is not None:
             wall.add_to(trace)
         save_trace(trace, trace_path)
 
 
-def _defaulted(record: dict[str, Any], option: str) -> bool:
-    """Whether the run took ``option``'s default (it was not given)."""
-    return any(item["option"] == option and not item["given"] for item in record["settings"])
-
-
-def _accumulation_note(config: TrainConfig) -> str:
+def _accumulation_note(plan: TrainPlan) -> str:
     """What the default gradient accumulation of a pipelined run is, and why."""
-    share = bubble_share(config, checked_topology(config))
+    config, share = plan.config, bubble_share(plan)
     why = ("the smallest power of two keeping the pipeline's bubble at most "
            f"{BUBBLE_SHARE:.0%} of its time" if share <= BUBBLE_SHARE else
            "the most micro-batches in flight that fit In-Processor-Memory, short of a bubble "
@@ -234,17 +230,17 @@ def train_report_command(server_list: str, real_up_to: int, out_dir: Path, as_js
     runs, traced = [], []
     with report_folder(out_dir), ray_chatter_to_stderr() as out:  # checked before training
         for servers in counts:
-            real = servers <= real_up_to and options["model"] == MLP
-            config = make_config(servers, "real" if real else "phantom", False, **options)
+            real = servers <= real_up_to and ModelKind.of(options["model"]) is ModelKind.MLP
+            plan = make_config(servers, "real" if real else "phantom", False, **options)
             last = servers == counts[-1]
-            wall = wall_recorder(config.mode, trace_path if last else None)
-            with progress(f"{servers} servers ({config.mode})",
-                          total=config.steps) as on_step:
-                runs.append(run(config, ray_address, on_step, wall))
+            wall = wall_recorder(plan.config.mode, trace_path if last else None)
+            with progress(f"{servers} servers ({plan.config.mode})",
+                          total=plan.config.steps) as on_step:
+                runs.append(run(plan, ray_address, on_step, wall))
             if len(runs) == 1:
-                assumed = command_settings(config, swept=("--servers",))
+                assumed = command_settings(plan, swept=("--servers",))
             if last and trace_path is not None:
-                traced = trace_run(runs[-1], config, trace_path, out_dir,
+                traced = trace_run(runs[-1], plan, trace_path, out_dir,
                                    f"the run on {plural(servers, 'server')}", wall)
         paths = write_report(runs, out_dir, made_by("train-report", assumed),
                              settings_markdown(assumed), traced)

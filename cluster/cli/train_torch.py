@@ -23,7 +23,7 @@ from cluster.model.topology import Topology
 from cluster.training.config import MLP, TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.importers.notes import UncountedOpsWarning
-from cluster.training.placement import topology_for
+from cluster.training.plan import TrainPlan, plan_for
 from cluster.training.step_parts import StepTime, parts_spent
 from cluster.training.torch_replicas.run import (
     TorchModel,
@@ -33,7 +33,6 @@ from cluster.training.torch_replicas.run import (
     train_torch,
 )
 from cluster.training.torch_replicas.torch_trace import torch_trace
-from cluster.training.trainer import resolve
 from gcl.modes import Mode
 
 if TYPE_CHECKING:
@@ -92,9 +91,8 @@ def run_torch(factory: str | None, shape_text: str | None, servers: int | None,
     _refuse_the_mlps_options(mode, options)
     check_trace_path(trace_path)
     shape = sample_shape(shape_text)
-    config = torch_config(servers, topology_spec, check, options)
-    topology = topology_for(config)
-    config = resolve(config, topology)  # checked: a UserError naming what to change
+    plan = plan_for(torch_config(servers, topology_spec, check, options))  # checked
+    config, topology = plan.config, plan.topology
     model = load_model(factory, shape)  # everything checked before a device starts
     priced, parts = _priced(model, config, topology)
     wall = wall_recorder(Mode.REAL, trace_path)
@@ -132,7 +130,7 @@ def _train(model: TorchModel, config: TrainConfig, pod: EmulatedPod, parts: Step
 
 
 def _priced(model: TorchModel, config: TrainConfig,
-            topology: Topology) -> tuple[TrainConfig, StepTime]:
+            topology: Topology) -> tuple[TrainPlan, StepTime]:
     """The run as priced and its step (:func:`priced_run`); each op the importer could not
     count is named in one ``warning:`` line on standard error."""
     with warnings.catch_warnings(record=True) as caught:

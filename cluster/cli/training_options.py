@@ -2,8 +2,9 @@
 share, and the run configuration they describe.
 
 Every default is :data:`~cluster.training.defaults.DEFAULTS`'; :func:`make_config` turns
-the options into a :class:`~cluster.training.config.TrainConfig`, the defaults left out
-resolved by what fits (:func:`cluster.training.fit.resolve`).
+the options into a :class:`~cluster.training.config.TrainConfig` and resolves it once into
+a :class:`~cluster.training.plan.TrainPlan`, the defaults left out filled by what fits
+(:func:`cluster.training.fit.resolve`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from typing import Any, TypeVar
 
 import click
 
-from cluster.training.config import IPUS_PER_REPLICA, MLP, SPLITS, TrainConfig
+from cluster.training.config import IPUS_PER_REPLICA, SPLITS, TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.fit import default_topology, resolve
+from cluster.training.kinds import ModelKind, Split
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import schedule_names
+from cluster.training.plan import TrainPlan
 from cluster.training.workloads import DType
 from cluster.training.workloads.arithmetic import whole_numbers
 from cluster.training.workloads.registry import hidden_widths
@@ -79,7 +82,8 @@ COMMON_OPTIONS = [
                  help="IPUs per replica (its Graph Compile Domain; --gcd is the same): a "
                       "pipeline of as many stages on successive IPUs (default: the fewest "
                       "that fit In-Processor-Memory)."),
-    click.option("--split", type=click.Choice(list(SPLITS)), default=DEFAULTS.split,
+    click.option("--split", type=click.Choice([str(split) for split in SPLITS]),
+                 default=str(DEFAULTS.split),
                  show_default=True,
                  help="How a replica's layers spread over its IPUs: pipeline stages, or the "
                       "MLP's widest layer split by columns (shard)."),
@@ -139,11 +143,11 @@ def make_config(servers: int | None, mode: str | None, check: bool,
                 steps: int, algorithm: str, seed: int, lr: float, momentum: float,
                 hidden: str | None, efficiency_scale: float = DEFAULTS.efficiency_scale,
                 layers_per_ipu: str | None = None, final_stage_on_first_ipu: bool = False,
-                topology: str | None = None) -> TrainConfig:
-    """The training configuration the options describe, each default left out resolved
-    (:func:`cluster.training.fit.resolve`): the topology and mode by the model, the
-    micro-batch and IPUs per replica the first that fit, a pipeline's accumulation the
-    one that keeps its bubble small."""
+                topology: str | None = None) -> TrainPlan:
+    """The run the options describe, resolved once (:func:`cluster.training.fit.resolve`):
+    its topology loaded and workload built, each default left out filled (the topology
+    and mode by the model, the micro-batch and IPUs per replica the first that fit, a
+    pipeline's accumulation the one that keeps its bubble small), and checked."""
     free = frozenset(name for name, value in (("micro_batch", micro_batch),
                                               ("ipus_per_replica", ipus_per_replica),
                                               ("accumulation", gradient_accumulation))
@@ -151,7 +155,7 @@ def make_config(servers: int | None, mode: str | None, check: bool,
     if topology is None:
         topology, servers = default_topology(model, servers)
     config = TrainConfig(
-        servers=servers or 1, topology=topology, model=model, split=split,
+        servers=servers or 1, topology=topology, model=model, split=Split(split),
         ipus_per_replica=int(ipus_per_replica or DEFAULTS.ipus_per_replica[0]),
         sequence_length=sequence_length, gradient_dtype=gradient_dtype,
         optimizer_state=OptimizerState(optimizer_state),
@@ -162,7 +166,8 @@ def make_config(servers: int | None, mode: str | None, check: bool,
                       else gradient_accumulation),
         steps=steps, algorithm=algorithm, seed=seed,
         lr=lr, momentum=momentum, hidden=_hidden(hidden), check=check,
-        mode=Mode(mode or (Mode.REAL if model == MLP else Mode.PHANTOM)),
+        mode=Mode(mode or (Mode.REAL if ModelKind.of(model) is ModelKind.MLP
+                           else Mode.PHANTOM)),
         efficiency_scale=efficiency_scale,
         layers_per_ipu=layer_counts(layers_per_ipu),
         final_stage_on_first_ipu=final_stage_on_first_ipu)

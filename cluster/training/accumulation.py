@@ -14,13 +14,12 @@ accumulates 1.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cluster.errors import UserError
-from cluster.model.topology import Topology
 from cluster.training.config import TrainConfig
 from cluster.training.pipeline.schedules import check_schedule_shape
-from cluster.training.placement import replica_ipus
+from cluster.training.plan import TrainPlan
 from cluster.training.step_timing import replica_pipeline_time
 
 BUBBLE_SHARE = 0.10
@@ -44,47 +43,45 @@ def pipelined(config: TrainConfig) -> bool:
     return config.pipeline_stages > 1 and not config.splits_columns
 
 
-def bubble_share(config: TrainConfig, topology: Topology) -> float:
+def bubble_share(run: TrainPlan) -> float:
     """The pipeline bubble's share of the pipeline's span (simulated seconds over
-    simulated seconds) for ``config`` as it stands."""
-    chains = replica_ipus(config, topology).reshape(config.replicas, config.ipus_per_replica)
-    time = replica_pipeline_time(config, topology, config.workload(), chains)
+    simulated seconds) for the ``run`` as it stands."""
+    time = replica_pipeline_time(run.config, run.topology, run.workload, run.chains)
     return time.bubble_seconds / time.span_seconds if time.span_seconds > 0 else 0.0
 
 
-def default_accumulation(config: TrainConfig, topology: Topology,
-                         fits: Callable[[TrainConfig, Topology], bool]) -> AccumulationChoice:
-    """The smallest power of two that keeps ``config``'s bubble at most
+def default_accumulation(run: TrainPlan,
+                         fits: Callable[[TrainPlan], bool]) -> AccumulationChoice:
+    """The smallest power of two that keeps the ``run``'s bubble at most
     :data:`BUBBLE_SHARE` of its pipeline's span and that ``fits``; if memory runs out
     first, the largest that fits. 1 for a run that is not pipelined."""
-    if not pipelined(config):
+    if not pipelined(run.config):
         return AccumulationChoice(1, 0.0, True)
     best: AccumulationChoice | None = None
     count = 1
     while count <= MOST_DEFAULT_ACCUMULATION:
-        candidate = replace(config, accumulation=count)
-        if _schedule_takes(candidate):
-            if not fits(candidate, topology):
+        candidate = run.changed(accumulation=count)
+        if _schedule_takes(candidate.config):
+            if not fits(candidate):
                 if best is not None:
                     break  # more micro-batches in flight only need more memory
             else:
-                share = bubble_share(candidate, topology)
+                share = bubble_share(candidate)
                 best = AccumulationChoice(count, share, share <= BUBBLE_SHARE)
                 if best.reached:
                     return best
         count *= 2
-    return best or AccumulationChoice(config.accumulation, bubble_share(config, topology),
-                                      False)
+    return best or AccumulationChoice(run.config.accumulation, bubble_share(run), False)
 
 
-def fewest_taken(config: TrainConfig) -> TrainConfig:
-    """``config`` with the smallest power of two of micro-batches its pipeline schedule
+def fewest_taken(run: TrainPlan) -> TrainPlan:
+    """The ``run`` with the smallest power of two of micro-batches its pipeline schedule
     runs (PopART's lock-step needs ``2K - 1`` or more for ``K`` stages; the others, 1)."""
     count = 1
     while count < MOST_DEFAULT_ACCUMULATION and not _schedule_takes(
-            replace(config, accumulation=count)):
+            run.changed(accumulation=count).config):
         count *= 2
-    return replace(config, accumulation=count)
+    return run.changed(accumulation=count)
 
 
 def _schedule_takes(config: TrainConfig) -> bool:

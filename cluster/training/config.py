@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cluster.errors import SettingError
-from cluster.model.topology import Topology
 from cluster.training.defaults import DEFAULTS
+from cluster.training.kinds import MLP_NAME, ModelKind, Split
 from cluster.training.numpy_mlp import MLPSpec
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.pass_schedule import TooFewMicroBatches
@@ -21,8 +21,6 @@ from cluster.training.workloads import (
     DType,
     Efficiencies,
     Workload,
-    mlp_workload,
-    workload,
 )
 from gcl.modes import Mode
 
@@ -33,10 +31,9 @@ MAX_STEPS = 1_000_000  # a run's steps: each keeps its figures
 MAX_ACCUMULATION = 1 << 16  # micro-batches a step: its schedule holds every one's passes
 MAX_MICRO_BATCH = 1 << 20  # samples a micro-batch: far past any IPU's memory, and a bound
 # that keeps the memory arithmetic in floating point
-MLP = "mlp"  # the trainer's own model: the only one real mode trains
+MLP = MLP_NAME  # the trainer's own model: the only one real mode trains
 OPTIMIZER_STATE = tuple(OptimizerState)  # where the optimiser's values live, nearest first
-PIPELINE, SHARD = "pipeline", "shard"  # how a replica's layers spread over its IPUs
-SPLITS = (PIPELINE, SHARD)
+SPLITS = tuple(Split)  # how a replica's layers spread over its IPUs
 
 
 @dataclass(frozen=True)
@@ -70,25 +67,35 @@ class TrainConfig:
     sequence_length: int | None = None  # BERT and GPT-2: tokens per sample
     gradient_dtype: str | None = None  # default: the workload's
     optimizer_state: OptimizerState = DEFAULTS.optimizer_state  # a plain name is taken too
-    split: str = DEFAULTS.split  # or "shard": the MLP's widest layer by columns over the IPUs
+    split: Split = DEFAULTS.split  # or "shard": the MLP's widest layer by columns over the IPUs
     efficiency_scale: float = DEFAULTS.efficiency_scale  # each kind's efficiency times this
     layers_per_ipu: tuple[int, ...] | None = None  # a recipe's stages; None: balanced
     final_stage_on_first_ipu: bool = False  # one stage more, back on the replica's IPU 0
 
     def __post_init__(self) -> None:
-        """A plain optimiser-state name becomes its :class:`OptimizerState` (an unknown
-        one is left for :meth:`validate` to refuse)."""
+        """A plain optimiser-state or split name becomes its :class:`OptimizerState` or
+        :class:`Split` (an unknown one is left for :meth:`validate` to refuse)."""
         if self.optimizer_state in OPTIMIZER_STATE:
             object.__setattr__(self, "optimizer_state", OptimizerState(self.optimizer_state))
+        if self.split in SPLITS:
+            object.__setattr__(self, "split", Split(self.split))
 
-    def validate(self, topology: Topology | None = None, server_size: int | None = None) -> None:
-        """A SettingError naming the setting to change if this run cannot go ahead; a server
-        (or rack) of ``server_size`` IPUs bounds the replicas per server."""
+    def check_settings(self, server_size: int | None = None) -> None:
+        """A SettingError naming the setting to change if the settings do not go together;
+        a server (or rack) of ``server_size`` IPUs bounds the replicas per server. The
+        checks that need the workload are :meth:`check_workload`'s."""
         self._check_placement(server_size or IPUS_PER_SERVER)
         self._check_counts()
         self._check_modes()
         self._check_split()
-        self._check_workload(self._check_stages())
+        self._check_final_stage()
+
+    def check_workload(self, built: Workload) -> None:
+        """A SettingError naming the setting to change if this run's workload (``built``)
+        cannot go on its stages as asked, has nothing to train, or its schedule or
+        efficiencies do not fit it."""
+        self._check_stages(built)
+        self._check_workload(built)
         self._check_efficiency()
         self._check_schedule()
 
@@ -136,7 +143,7 @@ class TrainConfig:
         """A SettingError if the mode, dtype and optimiser state do not go together."""
         if self.mode not in tuple(Mode):
             raise SettingError("mode", "{mode} is real or phantom")
-        if self.model != MLP and self.mode == Mode.REAL:
+        if self.kind is not ModelKind.MLP and self.mode == Mode.REAL:
             raise SettingError("mode", "{model} {given} trains in phantom mode only (a "
                                "workload has counts, not weights): add {mode} phantom, or "
                                "train the MLP in real mode", given=self.model[:60])
@@ -157,7 +164,7 @@ class TrainConfig:
         """A SettingError if a sharded layer is asked for what only pipelines do."""
         if self.split not in SPLITS:
             raise SettingError("split", "{split} is {choices}", choices=" or ".join(SPLITS))
-        if self.splits_columns and self.model != MLP:
+        if self.splits_columns and self.kind is not ModelKind.MLP:
             raise SettingError("split", "{split} shard splits the MLP's widest layer: use it "
                                "without {model}, or pipeline the workload ({split} pipeline)")
         if self.splits_columns and (self.recompute or self.pipeline_schedule != DEFAULT):
@@ -167,7 +174,7 @@ class TrainConfig:
 
     def _check_workload(self, built: Workload) -> None:
         """A SettingError if the workload (``built``) has no weights: no gradient to reduce."""
-        if self.model != MLP and built.parameter_count == 0:
+        if self.kind is not ModelKind.MLP and built.parameter_count == 0:
             raise SettingError("model", "{model} {given}: the workload has no parameters, so "
                                "there is nothing to train: give a layer parameters",
                                given=self.model[:60])
@@ -175,7 +182,7 @@ class TrainConfig:
     def _check_efficiency(self) -> None:
         """A SettingError if --efficiency-scale has nothing to scale or scales past the peak."""
         if self.efficiency_scale != 1.0:
-            if self.model == MLP:
+            if self.kind is ModelKind.MLP:
                 raise SettingError("efficiency_scale", "{efficiency_scale} scales a workload's "
                                    "efficiencies: give {model}, or leave it out for the MLP "
                                    "(priced at peak)")
@@ -199,17 +206,18 @@ class TrainConfig:
                 f"{error}; the {self.pipeline_stages} stages are the {self.ipus_per_replica} "
                 "IPUs' and the final stage back on the first IPU", error.needed) from None
 
-    def _check_stages(self) -> Workload:
-        """This run's workload, or a SettingError naming the setting if its layers cannot go
-        on the pipeline's stages as asked (``--layers-per-ipu``,
-        ``--final-stage-on-first-ipu``)."""
-        if self.final_stage_on_first_ipu and (self.splits_columns or self.model == MLP
-                                              or self.ipus_per_replica < 2):
+    def _check_final_stage(self) -> None:
+        """A SettingError unless the last stage can go back on the replica's first IPU."""
+        if self.final_stage_on_first_ipu and (self.splits_columns or self.ipus_per_replica < 2
+                                              or self.kind is ModelKind.MLP):
             raise SettingError("final_stage_on_first_ipu", "{final_stage_on_first_ipu} runs a "
                                "workload's last pipeline stage on the replica's first IPU: "
                                "give {model} and {ipus_per_replica} 2 or more, and leave "
                                "out {split} shard")
-        built = self.workload()
+
+    def _check_stages(self, built: Workload) -> None:
+        """A SettingError naming the setting if the layers of ``built`` cannot go on the
+        pipeline's stages as asked (``--layers-per-ipu``)."""
         layers = len(built.layers)
         if self.layers_per_ipu is not None:
             stage_layers([0] * layers, self.pipeline_stages, self.layers_per_ipu)
@@ -218,11 +226,16 @@ class TrainConfig:
                                "pipeline stages need at least {stages} (add hidden layers "
                                "with {hidden}, or use fewer {ipus_per_replica})",
                                layers=layers, stages=self.pipeline_stages)
-        if self.layers_per_ipu is not None and (self.splits_columns or self.model == MLP):
+        if self.layers_per_ipu is not None and (self.splits_columns
+                                                or self.kind is ModelKind.MLP):
             raise SettingError("layers_per_ipu", "{layers_per_ipu} places a workload's layers "
                                "on pipeline stages: give {model}, and leave out {split} "
                                "shard")
-        return built
+
+    @property
+    def kind(self) -> ModelKind:
+        """The trainer's MLP or a workload (``model`` told apart once: :class:`ModelKind`)."""
+        return ModelKind.of(self.model)
 
     @property
     def gcd(self) -> int:
@@ -263,7 +276,7 @@ class TrainConfig:
         boundary (at least one), so that every stage has a layer; one when sharding."""
         if self.hidden is not None:
             return tuple(self.hidden)
-        if self.split == SHARD:
+        if self.split is Split.SHARD:
             return (DEFAULT_WIDTH,)
         return (DEFAULT_WIDTH,) * max(1, self.ipus_per_replica - 1)
 
@@ -289,38 +302,21 @@ class TrainConfig:
         """Whether a replica of several IPUs splits one layer by columns instead of
         pipelining (``--split shard``; not the optimiser state's sharding over replicas,
         :attr:`optimizer_shards`)."""
-        return self.split == SHARD and self.ipus_per_replica > 1
+        return self.split is Split.SHARD and self.ipus_per_replica > 1
 
     @property
     def recomputes(self) -> bool:
         """Whether stages recompute their activations: ``recompute`` if given, else as
         the published IPU recipes of the built-in workloads do (Graphcore's ResNet-50,
         BERT and GPT-2 training recompute), and not for the MLP."""
-        return self.recompute if self.recompute is not None else self.model != MLP
-
-    def workload(self) -> Workload:
-        """What the cost model prices: the MLP of ``spec``, or ``model`` with the
-        sequence length and gradient dtype asked for."""
-        if self.model == MLP:
-            if self.sequence_length is not None:
-                raise SettingError("sequence_length", "{sequence_length} applies to bert-base, "
-                                   "bert-large and gpt2-xl, not to the MLP")
-            built = mlp_workload(self.spec)
-            return built if self.gradient_dtype is None else replace(
-                built, gradient_dtype=DType(self.gradient_dtype))
-        options: dict[str, object] = {}
-        if self.sequence_length is not None:
-            options["sequence_length"] = self.sequence_length
-        if self.gradient_dtype is not None:
-            options["gradient_dtype"] = self.gradient_dtype
-        return workload(self.model, **options)
+        return self.recompute if self.recompute is not None else self.kind is not ModelKind.MLP
 
     @property
     def efficiencies(self) -> Efficiencies:
         """Fractions of peak: the published-throughput defaults for a workload, times
         ``efficiency_scale`` (``ipupod calibrate``); peak for the MLP, whose step is priced
         as it always was (its FLOPs at the fp32 peak)."""
-        if self.model == MLP:
+        if self.kind is ModelKind.MLP:
             return Efficiencies.peak()
         return DEFAULT_EFFICIENCIES.scaled(self.efficiency_scale)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cluster.training.kinds import Split
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import DEFAULT as DEFAULT_SCHEDULE
 from gcl.algorithms.hierarchical import Hierarchical
@@ -33,7 +34,7 @@ class Defaults:
     optimizer_state: OptimizerState = OptimizerState.IN_PROCESSOR
     algorithm: str = Hierarchical.name
     pipeline_schedule: str = DEFAULT_SCHEDULE
-    split: str = "pipeline"
+    split: Split = Split.PIPELINE
     accumulation: int = 1
     efficiency_scale: float = 1.0
     steps: int = 20

@@ -15,11 +15,11 @@ from typing import Any
 
 from cluster.errors import UserError
 from cluster.model.hardware import DeviceKind
-from cluster.model.topology import Topology
 from cluster.setting_names import SETTING_NAMES
 from cluster.training.accumulation import default_accumulation, fewest_taken, pipelined
-from cluster.training.config import IPUS_PER_REPLICA, MLP, OPTIMIZER_STATE, TrainConfig
+from cluster.training.config import IPUS_PER_REPLICA, OPTIMIZER_STATE, TrainConfig
 from cluster.training.defaults import DEFAULTS
+from cluster.training.kinds import ModelKind
 from cluster.training.memory_plan import (
     StageMemory,
     decimal,
@@ -28,6 +28,8 @@ from cluster.training.memory_plan import (
     unfit_stage,
 )
 from cluster.training.placement import server_ipus, topology_for
+from cluster.training.plan import TrainPlan, build_workload, check, placed, plan_for
+from cluster.training.workloads import Workload
 
 FREE = frozenset({"micro_batch", "ipus_per_replica", "accumulation"})
 """The defaults :func:`resolve` chooses to fit: the IPUs per replica and the micro-batch
@@ -40,107 +42,120 @@ def default_topology(model: str, servers: int | None) -> tuple[str | None, int]:
     """(topology, servers) when neither ``--topology`` nor (for a workload) ``--servers``
     is given: DSS 8440 servers for the MLP, an IPU-POD16 for a workload (the system of the
     published recipes its efficiencies come from)."""
-    if servers is None and model != MLP:
+    if servers is None and ModelKind.of(model) is ModelKind.WORKLOAD:
         return DEFAULTS.workload_topology, 1
     return None, DEFAULTS.servers if servers is None else servers
 
 
-def fits(config: TrainConfig, topology: Topology) -> bool:
-    """Whether ``config`` runs on ``topology``: valid, and every stage fits its IPU."""
+def fits(plan: TrainPlan) -> bool:
+    """Whether ``plan`` runs: valid, and every stage fits its IPU."""
     try:
-        config.validate(topology, server_ipus(topology)[0].size)
-        return unfit_stage(config, topology, stage_memory(config, topology)) is None
+        check(plan)
+        return unfit_stage(plan, stage_memory(plan)) is None
     except UserError:
         return False
 
 
-def placed(config: TrainConfig, topology: Topology) -> TrainConfig:
-    """``config`` with the topology's servers (or racks), and as many replicas on each as
-    its IPUs hold when ``replicas_per_server`` is 0."""
-    servers = server_ipus(topology)
-    per = config.replicas_per_server or max(1, servers[0].size // config.ipus_per_replica)
-    return replace(config, servers=len(servers) if config.topology else config.servers,
-                   replicas_per_server=per)
-
-
-def resolve(config: TrainConfig, free: frozenset[str] = frozenset()) -> TrainConfig:
-    """``config`` placed on its topology, with each default in ``free`` (of :data:`FREE`)
-    the first of DEFAULTS' that fits: the fewest IPUs per replica, then the largest
-    micro-batch, then for a pipeline the accumulation that keeps its bubble small
+def resolve(config: TrainConfig, free: frozenset[str] = frozenset(),
+            given: Workload | None = None) -> TrainPlan:
+    """``config`` planned on its topology (:func:`~cluster.training.plan.plan_for`), with
+    each default in ``free`` (of :data:`FREE`) the first of DEFAULTS' that fits: the
+    fewest IPUs per replica, then the largest micro-batch, then for a pipeline the
+    accumulation that keeps its bubble small
     (:func:`~cluster.training.accumulation.default_accumulation`). If none fits, the
-    first, so the run refuses with :func:`check_fits`'s hint."""
+    first, so the run refuses with :func:`check_fits`'s hint. ``given``: the workload,
+    already built (a workload's, not the MLP's, whose widths follow the IPUs)."""
     topology = topology_for(config)
     size = server_ipus(topology)[0].size
     ks = ([k for k in DEFAULTS.ipus_per_replica if k <= size]
           if "ipus_per_replica" in free else [config.ipus_per_replica])
     batches = DEFAULTS.micro_batches if "micro_batch" in free else (config.micro_batch,)
-    candidates = [placed(replace(config, ipus_per_replica=k, micro_batch=m), topology)
-                  for k in ks for m in batches]
+    asked = [placed(replace(config, ipus_per_replica=k, micro_batch=m), topology)
+             for k in ks for m in batches]
+    try:
+        first = (TrainPlan(asked[0], topology, build_workload(asked[0])) if given is None
+                 else TrainPlan(asked[0], topology, given, fixed=True))
+    except UserError:  # no workload, so nothing fits: plan_for says why, in its order
+        return plan_for(asked[0], topology)
+    candidates = [first.with_config(candidate) for candidate in asked]
     if "accumulation" in free:  # as few micro-batches as each schedule takes, to start
         candidates = [fewest_taken(candidate) for candidate in candidates]
-    fitting = [c for c in candidates if fits(c, topology)]
+    fitting = [c for c in candidates if fits(c)]
     if not fitting:
-        return candidates[0]
-    if "accumulation" not in free or not pipelined(fitting[0]):
-        return fitting[0]
-    return _accumulating(
-        [c for c in fitting if c.ipus_per_replica == fitting[0].ipus_per_replica], topology)
+        picked = plan_for(candidates[0].config, topology, candidates[0].workload,
+                          fixed=candidates[0].fixed)
+    elif "accumulation" not in free or not pipelined(fitting[0].config):
+        picked = fitting[0]
+    else:
+        k = fitting[0].config.ipus_per_replica
+        picked = _accumulating([c for c in fitting if c.config.ipus_per_replica == k])
+    return replace(picked, chosen=free)
 
 
-def _accumulating(candidates: list[TrainConfig], topology: Topology) -> TrainConfig:
+def _accumulating(candidates: list[TrainPlan]) -> TrainPlan:
     """Of ``candidates`` (one replica shape, the largest micro-batch first), the first
     whose default accumulation keeps its pipeline's bubble small, with it; if none does,
     the one whose bubble is smallest."""
     tried = []
-    for config in candidates:
-        choice = default_accumulation(config, topology, fits)
-        tried.append((choice, config))
+    for plan in candidates:
+        choice = default_accumulation(plan, fits)
+        tried.append((choice, plan))
         if choice.reached:
             break
-    choice, config = min(tried, key=lambda pair: (not pair[0].reached, pair[0].bubble_share))
-    return replace(config, accumulation=choice.accumulation)
+    choice, plan = min(tried, key=lambda pair: (not pair[0].reached, pair[0].bubble_share))
+    return plan.changed(accumulation=choice.accumulation)
 
 
-def check_fits(config: TrainConfig, topology: Topology, plan: list[StageMemory]) -> None:
-    """OutOfMemory naming the first stage that does not fit, its IPU, what fills it and
-    configurations that would fit (each checked)."""
-    stage = unfit_stage(config, topology, plan)
+def check_fits(plan: TrainPlan, stages: list[StageMemory]) -> None:
+    """OutOfMemory naming the first of the ``plan``'s ``stages`` that does not fit, its
+    IPU, what fills it and configurations that would fit (each checked)."""
+    stage = unfit_stage(plan, stages)
     if stage is not None:
-        raise out_of_memory(config, stage, hint(config, topology))
+        raise out_of_memory(plan.config, stage, hint(plan))
 
 
-def hint(config: TrainConfig, topology: Topology) -> str:
-    """Up to :data:`HINTS` changes that make ``config`` fit, fewest options changed first
+def hint(plan: TrainPlan) -> str:
+    """Up to :data:`HINTS` changes that make ``plan`` fit, fewest options changed first
     (each checked with :func:`fits`); else an IPU-POD16's if this is no POD; else why
     nothing will."""
-    found = _fitting_changes(config, topology)
+    found = _fitting_changes(plan)
     if found:
         return "try " + ", or ".join(_as_options(changes) for changes in found) + \
             " (each checked: it fits)"
-    if not any(unit.kind == DeviceKind.IPU_M2000 for unit in topology.units):
-        pod = resolve(replace(config, topology=DEFAULTS.workload_topology,
-                              replicas_per_server=0), FREE)
-        pod_topology = topology_for(pod)
-        if fits(pod, pod_topology):
-            memory = decimal(int(pod_topology.ipu_processors[0].in_processor_memory_bytes))
+    if not any(unit.kind == DeviceKind.IPU_M2000 for unit in plan.topology.units):
+        pod = _on_a_pod(plan)
+        if pod is not None and fits(pod):
+            memory = decimal(int(pod.topology.ipu_processors[0].in_processor_memory_bytes))
             return ("nothing tried fits these IPUs; on an IPU-POD16 ({memory} each) it "
                     "fits with {topology} {pod} {ipus_per_replica} {ipus} {micro_batch} "
                     "{micro}").format_map({**SETTING_NAMES, "memory": memory,
                                            "pod": DEFAULTS.workload_topology,
-                                           "ipus": pod.ipus_per_replica,
-                                           "micro": pod.micro_batch})
+                                           "ipus": pod.config.ipus_per_replica,
+                                           "micro": pod.config.micro_batch})
     return ("nothing tried fits (up to 16 IPUs per replica, micro-batch 1, recomputation, "
             "every {optimizer_state}): make the model smaller (a shorter {sequence_length}, "
             "a workload file) or use IPUs with more memory").format_map(SETTING_NAMES)
 
 
-def _fitting_changes(config: TrainConfig, topology: Topology) -> list[dict[str, Any]]:
+def _on_a_pod(plan: TrainPlan) -> TrainPlan | None:
+    """``plan`` resolved on an IPU-POD16 with the IPUs per replica and micro-batch that
+    fit it, or None if it cannot run there."""
+    try:
+        return resolve(replace(plan.config, topology=DEFAULTS.workload_topology,
+                               replicas_per_server=0), FREE,
+                       plan.workload if plan.fixed or plan.kind is ModelKind.WORKLOAD
+                       else None)
+    except UserError:
+        return None
+
+
+def _fitting_changes(plan: TrainPlan) -> list[dict[str, Any]]:
     """The fitting changes of the fewest options, best first (fewer IPUs per replica, a
     larger micro-batch, the optimiser state nearer the chip), one for each set of
     options."""
-    choices = _choices(config, topology)
+    choices = _choices(plan)
     lean = dict(zip(choices, (options[-1] for options in choices.values())))
-    if not _could_fit(_changed(config, topology, lean), topology):
+    if not _could_fit(_changed(plan, lean)):
         return []  # not even with every option at its leanest
     combos = sorted(product(*choices.values()), key=lambda combo: (
         sum(value != options[0] for value, options in zip(combo, choices.values())),
@@ -152,24 +167,24 @@ def _fitting_changes(config: TrainConfig, topology: Topology) -> list[dict[str, 
         if found and len(changes) > len(found[0]):
             break
         if (changes and len(found) < HINTS and set(changes) not in [set(f) for f in found]
-                and fits(_changed(config, topology, changes), topology)):
+                and fits(_changed(plan, changes))):
             found.append(changes)
     return found
 
 
-def _could_fit(config: TrainConfig, topology: Topology) -> bool:
-    """Whether ``config``'s stages fit their IPUs, or it cannot tell (its stages cannot
+def _could_fit(plan: TrainPlan) -> bool:
+    """Whether ``plan``'s stages fit their IPUs, or it cannot tell (its stages cannot
     be laid out as asked)."""
     try:
-        return unfit_stage(config, topology, stage_memory(config, topology)) is None
+        return unfit_stage(plan, stage_memory(plan)) is None
     except UserError:
         return True
 
 
-def _choices(config: TrainConfig, topology: Topology) -> dict[str, list[Any]]:
+def _choices(plan: TrainPlan) -> dict[str, list[Any]]:
     """Each option a hint may change: the run's value first, then the others to try."""
-    size = server_ipus(topology)[0].size
-    streams = all(unit.kind == DeviceKind.IPU_M2000 for unit in topology.units)
+    config, size = plan.config, plan.server_size
+    streams = all(unit.kind == DeviceKind.IPU_M2000 for unit in plan.topology.units)
     halves = [config.micro_batch >> i for i in range(config.micro_batch.bit_length())]
     states = [state for state in OPTIMIZER_STATE if state != config.optimizer_state
               and (streams or not state.offchip)]
@@ -180,13 +195,13 @@ def _choices(config: TrainConfig, topology: Topology) -> dict[str, list[Any]]:
             "optimizer_state": [config.optimizer_state, *states]}
 
 
-def _changed(config: TrainConfig, topology: Topology, changes: dict[str, Any]) -> TrainConfig:
-    """``config`` with ``changes`` (replicas per server no more than now, nor than fit)."""
+def _changed(plan: TrainPlan, changes: dict[str, Any]) -> TrainPlan:
+    """``plan`` with ``changes`` (replicas per server no more than now, nor than fit)."""
     fields = {("recompute" if name == "recomputes" else name): value
               for name, value in changes.items()}
-    new = replace(config, **fields)
-    per = server_ipus(topology)[0].size // new.ipus_per_replica
-    return replace(new, replicas_per_server=max(1, min(config.replicas_per_server, per)))
+    new = plan.changed(**fields)
+    per = plan.server_size // new.config.ipus_per_replica
+    return new.changed(replicas_per_server=max(1, min(plan.config.replicas_per_server, per)))
 
 
 def _as_options(changes: dict[str, Any]) -> str:
@@ -197,10 +212,10 @@ def _as_options(changes: dict[str, Any]) -> str:
                     for name, value in changes.items())
 
 
-def sweep_micro_batch(runs: list[TrainConfig]) -> int:
-    """The micro-batch of DEFAULTS' at which the most of a sweep's ``runs`` (one topology)
-    fit, the largest of those."""
-    topology = topology_for(runs[0])
-    fitting = {m: sum(fits(placed(replace(run, micro_batch=m), topology), topology)
+def sweep_micro_batch(base: TrainPlan, runs: list[TrainConfig]) -> int:
+    """The micro-batch of DEFAULTS' at which the most of a sweep's ``runs`` (on the
+    topology of ``base``, the plan they vary) fit, the largest of those."""
+    fitting = {m: sum(fits(base.with_config(placed(replace(run, micro_batch=m),
+                                                   base.topology)))
                       for run in runs) for m in DEFAULTS.micro_batches}
     return max(DEFAULTS.micro_batches, key=lambda m: (fitting[m], m))

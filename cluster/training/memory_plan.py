@@ -22,8 +22,9 @@ from cluster.training.config import TrainConfig
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.placement import replica_ipus
+from cluster.training.plan import TrainPlan
 from cluster.training.sharding import ColumnSplit
-from cluster.training.workloads import MemoryUse, memory_use
+from cluster.training.workloads import MemoryUse, Workload, memory_use
 
 
 class OutOfMemory(UserError):
@@ -49,17 +50,17 @@ class StageMemory:
                 "capacity_bytes": self.capacity_bytes}
 
 
-def stage_memory(config: TrainConfig, topology: Topology) -> list[StageMemory]:
-    """Each IPU's bytes: its stage's (both of IPU 0's when the last stage goes back to
-    it), or its share of a sharded layer."""
+def stage_memory(run: TrainPlan) -> list[StageMemory]:
+    """Each IPU's bytes of the ``run``: its stage's (both of IPU 0's when the last stage
+    goes back to it), or its share of a sharded layer."""
+    config, topology, workload = run.config, run.topology, run.workload
     if config.splits_columns:
-        return _sharded_memory(config, topology)
-    workload = config.workload()
+        return _sharded_memory(config, topology, workload)
     stages = stage_layers([layer.training_flops for layer in workload.layers],
                           config.pipeline_stages, config.layers_per_ipu)
     in_flight = pipeline_schedule(config.pipeline_schedule, len(stages),
                                   config.accumulation).stashed()
-    chain = replica_ipus(config, topology)[:config.ipus_per_replica].tolist()
+    chain = run.chains[0].tolist()
     held: dict[int, tuple[int, str, MemoryUse]] = {}  # IPU -> first stage, layers, bytes
     for s, (ipu, layers) in enumerate(zip(config.stage_ipus, stages)):
         chosen = [workload.layers[i] for i in layers]
@@ -84,12 +85,12 @@ def _together(a: MemoryUse, b: MemoryUse) -> MemoryUse:
                      max(a.recompute_bytes, b.recompute_bytes))
 
 
-def _sharded_memory(config: TrainConfig, topology: Topology) -> list[StageMemory]:
+def _sharded_memory(config: TrainConfig, topology: Topology,
+                    workload: Workload) -> list[StageMemory]:
     """Per IPU of a replica whose widest layer is split by columns: its parameters (IPU 0
     also every other layer), their gradient and velocity (float32), and one micro-batch's
     activations at a time (micro-batches run one after another): every layer's stash on
     IPU 0, the split layer's input and output columns on the others."""
-    workload = config.workload()
     split = ColumnSplit.of(config.spec, config.ipus_per_replica)
     chain = replica_ipus(config, topology)[:split.shards].tolist()
     layer = workload.layers[split.layer]
@@ -109,11 +110,11 @@ def _sharded_memory(config: TrainConfig, topology: Topology) -> list[StageMemory
     return plan
 
 
-def unfit_stage(config: TrainConfig, topology: Topology,
-                plan: list[StageMemory]) -> StageMemory | None:
-    """The first stage of ``plan`` that does not fit its IPU's In-Processor-Memory, or
-    None; a SettingError if the optimiser's values are to live in Streaming Memory the
-    topology's IPUs do not have."""
+def unfit_stage(run: TrainPlan, plan: list[StageMemory]) -> StageMemory | None:
+    """The first stage of ``plan`` (the ``run``'s) that does not fit its IPU's
+    In-Processor-Memory, or None; a SettingError if the optimiser's values are to live in
+    Streaming Memory the topology's IPUs do not have."""
+    config, topology = run.config, run.topology
     machines = [set(u.ipus) for u in topology.units if u.kind == DeviceKind.IPU_M2000]
     if config.optimizer_offchip and not all(
             any(stage.ipu in ipus for ipus in machines) for stage in plan):

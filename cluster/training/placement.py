@@ -68,11 +68,3 @@ def machines(topology: Topology) -> str:
     per = len(topology.servers[0].units)
     return (f"{count} {', '.join(groups)} server{'' if count == 1 else 's'} of {per} "
             f"{' and '.join(kinds)} card{'' if per == 1 else 's'}{' each' if count > 1 else ''}")
-
-
-def checked_topology(config: TrainConfig) -> Topology:
-    """The topology ``config`` trains on, ``config`` checked against it (a UserError
-    naming what to change): what a command does before it starts anything."""
-    topology = topology_for(config)
-    config.validate(topology, server_ipus(topology)[0].size)
-    return topology

@@ -18,11 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.training.config import TrainConfig
-from cluster.training.placement import topology_for
+from cluster.training.plan import TrainPlan
 from cluster.training.sharding import sharded_time
 from cluster.training.step_timing import sharded_reduction_timing
-from cluster.training.trainer import resolve
 
 SHARDED_REDUCTION = "gradient reduction (sharded state)"  # the tracks' names
 SHARD_EXCHANGE = "shard exchange"
@@ -41,13 +39,12 @@ class PartSpan:
     args: Mapping[str, Any] = field(default_factory=dict)
 
 
-def step_collectives(config: TrainConfig) -> list[PartSpan]:
-    """The spans of ``config``'s step for its sharded reduction and its column split (none
-    when it has neither)."""
-    topology = topology_for(config)
-    config = resolve(config, topology)
+def step_collectives(plan: TrainPlan) -> list[PartSpan]:
+    """The spans of the ``plan``'s step for its sharded reduction and its column split
+    (none when it has neither)."""
+    config, topology = plan.config, plan.topology
     spans = []
-    reduction = sharded_reduction_timing(config, topology)
+    reduction = sharded_reduction_timing(plan)
     if reduction is not None:
         rack = {"group": f"the {config.replicas_per_server} replicas of each rack or server"}
         spans += [

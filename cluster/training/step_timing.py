@@ -28,7 +28,8 @@ from cluster.training.pipeline.pass_schedule import PipelineSchedule
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.pipeline.timing import PipelineTime, pipeline_time
-from cluster.training.placement import gradient_group, replica_ipus
+from cluster.training.placement import gradient_group
+from cluster.training.plan import TrainPlan
 from cluster.training.sharded_reduction import (
     ShardedReduction,
     sharded_reduction,
@@ -47,12 +48,9 @@ from gcl.collectives import CollectiveName
 from gcl.phantom import Timing
 
 
-def step_time(config: TrainConfig, topology: Topology) -> StepTime:
-    """Simulated seconds of one step of ``config`` on ``topology``, by part (the same
-    every step)."""
-    ipus = replica_ipus(config, topology)
-    chains = ipus.reshape(config.replicas, config.ipus_per_replica)
-    workload = config.workload()
+def step_time(run: TrainPlan) -> StepTime:
+    """Simulated seconds of one step of the ``run``, by part (the same every step)."""
+    config, topology, workload, chains = run.config, run.topology, run.workload, run.chains
     if config.splits_columns:
         return _sharded_step_time(config, topology, workload, chains)
     pipeline = replica_pipeline_time(config, topology, workload, chains)
@@ -126,26 +124,24 @@ def _gradient_allreduce(config: TrainConfig, topology: Topology, workload: Workl
     return simulate(schedule, topology), spans
 
 
-def gradient_allreduce_timing(config: TrainConfig, topology: Topology) -> Timing | None:
-    """The phases of the gradient allreduce a step of ``config`` runs (as :func:`step_time`
-    prices it: its local and global parts are these phases by scope), or None when the
-    optimiser state is sharded across racks (three collectives instead)."""
-    chains = replica_ipus(config, topology).reshape(config.replicas, config.ipus_per_replica)
+def gradient_allreduce_timing(run: TrainPlan) -> Timing | None:
+    """The phases of the gradient allreduce a step of the ``run`` runs (as
+    :func:`step_time` prices it: its local and global parts are these phases by scope), or
+    None when the optimiser state is sharded across racks (three collectives instead)."""
+    config, topology, workload, chains = run.config, run.topology, run.workload, run.chains
     if shards_across_racks(config, chains):
         return None
-    workload = config.workload()
     return _gradient_allreduce(config, topology, workload, chains,
                                _ipu_params(config, workload))[0]
 
 
-def sharded_reduction_timing(config: TrainConfig, topology: Topology) -> ShardedReduction | None:
-    """The three collectives a step of ``config`` runs instead of the gradient allreduce
+def sharded_reduction_timing(run: TrainPlan) -> ShardedReduction | None:
+    """The three collectives a step of the ``run`` runs instead of the gradient allreduce
     when the optimiser state is sharded across racks (as :func:`step_time` prices them:
     the local, global and weight-gather parts), or None when it runs the allreduce."""
-    chains = replica_ipus(config, topology).reshape(config.replicas, config.ipus_per_replica)
+    config, topology, workload, chains = run.config, run.topology, run.workload, run.chains
     if not shards_across_racks(config, chains):
         return None
-    workload = config.workload()
     return sharded_reduction(config, topology, workload, chains, _ipu_params(config, workload))
 
 

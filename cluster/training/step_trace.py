@@ -24,17 +24,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.model.topology import Topology
 from cluster.model.trace import Trace
-from cluster.training.config import TrainConfig
 from cluster.training.pipeline.lock_step import lock_step_op_times
 from cluster.training.pipeline.pass_schedule import Op, Pass
 from cluster.training.pipeline.timing import op_times
-from cluster.training.placement import replica_ipus, topology_for
+from cluster.training.plan import TrainPlan
 from cluster.training.step_collectives import PartSpan, step_collectives
 from cluster.training.step_parts import STEP_PARTS
 from cluster.training.step_timing import gradient_allreduce_timing, pipeline_costs
-from cluster.training.trainer import resolve
 from gcl.phantom import Timing
 
 STEP, STAGES = "step", "stages"  # process names
@@ -61,15 +58,14 @@ class PipelineOps:
     copy_seconds: float = 0.0  # lock-step: each cycle's copies, after its compute
 
 
-def pipeline_ops(config: TrainConfig) -> PipelineOps | None:
-    """The op times of ``config``'s pipeline as the step's pricing runs it (a lock-step
+def pipeline_ops(plan: TrainPlan) -> PipelineOps | None:
+    """The op times of the ``plan``'s pipeline as the step's pricing runs it (a lock-step
     schedule cycle by cycle, :mod:`.pipeline.lock_step`), or None when it has none to
     draw: one IPU per replica, or a column split."""
+    config, topology = plan.config, plan.topology
     if config.ipus_per_replica == 1 or config.splits_columns:
         return None
-    config, topology = _resolved(config)
-    chains = replica_ipus(config, topology).reshape(config.replicas, config.ipus_per_replica)
-    costs = pipeline_costs(config, topology, config.workload(), chains)
+    costs = pipeline_costs(config, topology, plan.workload, plan.chains)
     if costs.schedule.cycles is not None:
         times, cycles = lock_step_op_times(costs.schedule, costs.forward, costs.backward,
                                            costs.cycle_copy, config.stage_ipus)
@@ -80,18 +76,11 @@ def pipeline_ops(config: TrainConfig) -> PipelineOps | None:
     return PipelineOps(times, config.stage_ipus, costs.forward, config.recomputes)
 
 
-def _resolved(config: TrainConfig) -> tuple[TrainConfig, Topology]:
-    """``config`` as the run resolved it, and its topology."""
-    topology = topology_for(config)
-    return resolve(config, topology), topology
-
-
-def gradient_phases(config: TrainConfig) -> Timing | None:
+def gradient_phases(plan: TrainPlan) -> Timing | None:
     """The gradient allreduce's phases as the step's pricing costs them, or None when the
     optimiser state is sharded across racks (three collectives instead:
     :func:`~.step_collectives.step_collectives`)."""
-    config, topology = _resolved(config)
-    return gradient_allreduce_timing(config, topology)
+    return gradient_allreduce_timing(plan)
 
 
 def stage_track(stage: int, ipu: int, replicas: int) -> str:
@@ -154,11 +143,11 @@ def run_trace(record: Mapping[str, Any], ops: PipelineOps | None = None,
     return trace
 
 
-def config_trace(record: Mapping[str, Any], config: TrainConfig) -> Trace:
-    """:func:`run_trace` of a run of ``config``, with everything its pricing works out:
+def config_trace(record: Mapping[str, Any], plan: TrainPlan) -> Trace:
+    """:func:`run_trace` of a run of the ``plan``, with everything its pricing works out:
     the pipeline's ops, the gradient allreduce's phases and the other collectives."""
-    return run_trace(record, pipeline_ops(config), gradient_phases(config),
-                     step_collectives(config))
+    return run_trace(record, pipeline_ops(plan), gradient_phases(plan),
+                     step_collectives(plan))
 
 
 def _parts(trace: Trace, row: Mapping[str, Any], start: float) -> dict[str, float]:

@@ -15,25 +15,18 @@ any scale.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cluster.errors import SettingError
 from cluster.training.config import IPUS_PER_SERVER, TrainConfig
 from cluster.training.data import make_dataset, replica_slice, step_batch, train_reference
 from cluster.training.fit import check_fits
 from cluster.training.memory_plan import StageMemory, stage_memory
 from cluster.training.numpy_mlp import init_params
 from cluster.training.pipeline.real_pipeline import train_pipelined
-from cluster.training.placement import (
-    gradient_group,
-    machines,
-    replica_ipus,
-    server_ipus,
-    topology_for,
-)
+from cluster.training.placement import gradient_group, machines, replica_ipus, server_ipus
+from cluster.training.plan import TrainPlan
 from cluster.training.records import RunRecord, step_record
 from cluster.training.replica import (
     GRAD,
@@ -52,40 +45,24 @@ if TYPE_CHECKING:
     from cluster.model.topology import Topology
     from ipu_node.pod import EmulatedPod
 
-__all__ = ["IPUS_PER_SERVER", "StepTime", "TrainConfig", "server_ipus", "step_time",
-           "topology_for", "train"]
+__all__ = ["IPUS_PER_SERVER", "StepTime", "TrainConfig", "TrainPlan", "server_ipus",
+           "step_time", "train"]
 
 
-def resolve(config: TrainConfig, topology: Topology) -> TrainConfig:
-    """``config`` as it runs on ``topology`` (checked): the servers a topology has, and as
-    many replicas per server as fit when not given."""
-    if config.topology:
-        config = replace(config, servers=len(server_ipus(topology)))
-    server_size = server_ipus(topology)[0].size
-    if config.replicas_per_server == 0 and config.ipus_per_replica > 0:  # as many as fit
-        config = replace(config, replicas_per_server=max(1, server_size
-                                                         // config.ipus_per_replica))
-    config.validate(topology, server_size)
-    return config
-
-
-def train(config: TrainConfig, pod: EmulatedPod | None = None,
+def train(plan: TrainPlan, pod: EmulatedPod | None = None,
           on_step: Callable[[int, int], None] | None = None) -> RunRecord:
-    """Run ``config``; return the record ``ipupod train --json`` prints. In real mode
-    ``pod`` is a launched :class:`~ipu_node.pod.EmulatedPod` of ``topology_for(config)``."""
-    if config.servers < 1 and not config.topology:
-        raise SettingError("servers", "{servers} must be 1 or more")
-    topology = pod.topology if pod is not None else topology_for(config)
-    config = resolve(config, topology)
-    memory = stage_memory(config, topology)
-    check_fits(config, topology, memory)
-    parts = step_time(config, topology)
+    """Run the ``plan``; return the record ``ipupod train --json`` prints. In real mode
+    ``pod`` is a launched :class:`~ipu_node.pod.EmulatedPod` of the plan's topology."""
+    config, topology = plan.config, plan.topology
+    memory = stage_memory(plan)
+    check_fits(plan, memory)
+    parts = step_time(plan)
     identical: bool | None = None
     losses: Sequence[float | None]  # None per step in phantom mode: no data, no loss
     if config.mode == Mode.REAL:
         if pod is None:
             raise ValueError("real mode trains on the devices: pass pod, a launched "
-                             "EmulatedPod of topology_for(config)")
+                             "EmulatedPod of the plan's topology")
         train_on_devices = (_train_real if config.ipus_per_replica == 1 else
                             train_sharded if config.splits_columns else train_pipelined)
         losses, identical = train_on_devices(config, pod, on_step)

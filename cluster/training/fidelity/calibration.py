@@ -12,11 +12,11 @@ configurations of the same model and software are then predicted with that facto
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cluster.errors import SettingError, UserError
-from cluster.model.topology import Topology
-from cluster.training.config import MLP, TrainConfig
+from cluster.training.kinds import ModelKind
+from cluster.training.plan import TrainPlan
 from cluster.training.step_timing import step_time
 from cluster.training.workloads import DEFAULT_EFFICIENCIES, Efficiencies
 
@@ -35,17 +35,16 @@ class Calibration:
     predicted_step_seconds: float
 
 
-def simulated_step_seconds(config: TrainConfig, topology: Topology, scale: float) -> float:
-    """The simulated step of ``config`` with every efficiency times ``scale``."""
-    return step_time(replace(config, efficiency_scale=scale), topology).sim_seconds
+def simulated_step_seconds(plan: TrainPlan, scale: float) -> float:
+    """The simulated step of the ``plan`` with every efficiency times ``scale``."""
+    return step_time(plan.changed(efficiency_scale=scale)).sim_seconds
 
 
-def calibrate(config: TrainConfig, topology: Topology,
-              measured_step_seconds: float) -> Calibration:
-    """The efficiency scale at which ``config``'s simulated step takes
+def calibrate(plan: TrainPlan, measured_step_seconds: float) -> Calibration:
+    """The efficiency scale at which the ``plan``'s simulated step takes
     ``measured_step_seconds`` (bisection on its logarithm: the step only shrinks as the
     efficiencies grow)."""
-    if config.model == MLP:
+    if plan.kind is ModelKind.MLP:
         raise SettingError("model", "calibration prices a workload's compute: give {model} "
                            "(resnet50, bert-large, ... or a workload file), not the MLP")
     if not (isinstance(measured_step_seconds, (int, float)) and measured_step_seconds > 0
@@ -53,24 +52,24 @@ def calibrate(config: TrainConfig, topology: Topology,
         raise UserError(f"the measured step time must be a positive number of seconds, not "
                         f"{measured_step_seconds!r}")
     highest = 1 / max(vars(DEFAULT_EFFICIENCIES).values())  # every kind at most peak
-    fastest = simulated_step_seconds(config, topology, highest)
+    fastest = simulated_step_seconds(plan, highest)
     if fastest > measured_step_seconds:
         raise UserError(
             f"a step of {measured_step_seconds * 1e3:.4g} ms is faster than this "
             f"configuration can run even at the IPU's peak ({fastest * 1e3:.4g} ms, of "
             "which the network, host and update take the rest): check that the options "
             "match the measured run (micro-batch, accumulation, IPUs per replica)")
-    if simulated_step_seconds(config, topology, LOWEST_SCALE) < measured_step_seconds:
+    if simulated_step_seconds(plan, LOWEST_SCALE) < measured_step_seconds:
         raise UserError(f"a step of {measured_step_seconds * 1e3:.4g} ms is slower than this "
                         "configuration at a millionth of its default efficiency: check the "
                         "units (milliseconds) and the options")
     low, high = math.log(LOWEST_SCALE), math.log(highest)
     for _ in range(BISECTIONS):
         middle = (low + high) / 2
-        if simulated_step_seconds(config, topology, math.exp(middle)) > measured_step_seconds:
+        if simulated_step_seconds(plan, math.exp(middle)) > measured_step_seconds:
             low = middle
         else:
             high = middle
     scale = math.exp((low + high) / 2)
     return Calibration(scale, DEFAULT_EFFICIENCIES.scaled(scale), measured_step_seconds,
-                       simulated_step_seconds(config, topology, scale))
+                       simulated_step_seconds(plan, scale))

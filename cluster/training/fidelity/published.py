@@ -19,7 +19,8 @@ from typing import Any, cast, get_args, get_origin, get_type_hints
 from cluster.errors import UserError, quoted
 from cluster.model.files import open_regular
 from cluster.model.hardware import IPUS_PER_POD64
-from cluster.training.config import MLP, TrainConfig
+from cluster.training.config import TrainConfig
+from cluster.training.kinds import ModelKind
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import DEFAULT as DEFAULT_SCHEDULE
 from cluster.training.pipeline.schedules import popart
@@ -132,10 +133,10 @@ def _entry(row: Any, where: str) -> PublishedStep:
             entry.ipus, entry.ipus_per_replica, entry.micro_batch, entry.hosts,
             entry.gradient_accumulation, entry.runs) < 1:
         raise UserError(f"{where}: counts and the step times must be positive (and finite)")
-    if entry.model not in BUILTINS or entry.model == MLP:
+    if entry.model not in BUILTINS or ModelKind.of(entry.model) is ModelKind.MLP:
+        workloads = (m for m in BUILTINS if ModelKind.of(m) is ModelKind.WORKLOAD)
         raise UserError(f"{where}: model is one of the built-in workloads "
-                        f"({', '.join(m for m in BUILTINS if m != MLP)}), not "
-                        f"{quoted(entry.model, 40)}")
+                        f"({', '.join(workloads)}), not {quoted(entry.model, 40)}")
     if entry.topology != f"pod{entry.ipus}" or entry.ipus % entry.ipus_per_replica:
         raise UserError(f"{where}: topology must be pod{entry.ipus} (its ipus), in whole "
                         f"replicas of ipus_per_replica IPUs")

@@ -14,13 +14,11 @@ from itertools import groupby, pairwise
 from typing import Any
 
 from cluster.errors import UserError
-from cluster.model.hardware import IPUS_PER_POD64
-from cluster.model.spec import load_topology
-from cluster.training.config import TrainConfig
 from cluster.training.fidelity.calibration import calibrate
 from cluster.training.fidelity.published import PublishedStep, train_config
 from cluster.training.fit import check_fits
 from cluster.training.memory_plan import stage_memory
+from cluster.training.plan import TrainPlan, plan_for
 from cluster.training.step_timing import StepTime, step_time
 
 ERROR_BAR = 0.05
@@ -59,19 +57,17 @@ def _group(entry: PublishedStep) -> tuple[str, str]:
     return entry.round, entry.model
 
 
-def _checked(entry: PublishedStep, scale: float = 1.0) -> TrainConfig:
-    """``entry``'s run, checked as ``ipupod train`` checks its options; a UserError
-    naming the entry if the emulator cannot run it."""
-    config = train_config(entry, scale)
+def _checked(entry: PublishedStep, scale: float = 1.0) -> TrainPlan:
+    """``entry``'s run planned and checked as ``ipupod train`` checks its options; a
+    UserError naming the entry if the emulator cannot run it."""
     try:
-        topology = load_topology(entry.topology)
-        config.validate(topology, min(entry.ipus, IPUS_PER_POD64))
-        check_fits(config, topology, stage_memory(config, topology))
+        plan = plan_for(train_config(entry, scale))
+        check_fits(plan, stage_memory(plan))
     except UserError as error:
         raise UserError(f"published entry {entry.label}: {error} (the table's fields "
                         "layers_per_ipu, final_stage_on_first_ipu, ... are those options)"
                         ) from None
-    return config
+    return plan
 
 
 def predict(published: list[PublishedStep]) -> list[Prediction]:
@@ -83,10 +79,9 @@ def predict(published: list[PublishedStep]) -> list[Prediction]:
         if anchor.ipus != 16:
             raise UserError(f"{round_} {model}: the calibration point is an IPU-POD16 run, "
                             f"and the table has none (smallest: {anchor.topology})")
-        scale = calibrate(_checked(anchor), load_topology(anchor.topology),
-                          anchor.step_seconds).efficiency_scale
+        scale = calibrate(_checked(anchor), anchor.step_seconds).efficiency_scale
         for entry in group:
-            step = step_time(_checked(entry, scale), load_topology(entry.topology))
+            step = step_time(_checked(entry, scale))
             predictions.append(Prediction(entry, entry is anchor, scale, step))
     return predictions
 

@@ -14,8 +14,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.training.config import MLP, TrainConfig
+from cluster.training.config import TrainConfig
 from cluster.training.defaults import RULES
+from cluster.training.kinds import ModelKind
+from cluster.training.plan import TrainPlan
 from cluster.training.workloads.registry import BUILTINS
 
 
@@ -28,33 +30,34 @@ def _sequence_length(config: TrainConfig) -> int | None:
     return None if parameter is None else int(parameter.default)
 
 
-VALUES: dict[str, Callable[[TrainConfig], Any]] = {
-    "--model": lambda c: c.model,
-    "--topology": lambda c: c.topology,
-    "--servers": lambda c: None if c.topology else c.servers,
-    "--mode": lambda c: str(c.mode),
-    "--replicas-per-server": lambda c: c.replicas_per_server,
-    "--ipus-per-replica": lambda c: c.ipus_per_replica,
-    "--split": lambda c: c.split,
-    "--pipeline-schedule": lambda c: c.pipeline_schedule,
-    "--recompute": lambda c: c.recomputes,
-    "--sequence-length": _sequence_length,
-    "--gradient-dtype": lambda c: str(c.workload().gradient_dtype),
-    "--optimizer-state": lambda c: c.optimizer_state,
-    "--micro-batch": lambda c: c.micro_batch,
-    "--gradient-accumulation": lambda c: c.accumulation,
-    "--steps": lambda c: c.steps,
-    "--algorithm": lambda c: c.algorithm,
-    "--seed": lambda c: c.seed,
-    "--lr": lambda c: c.lr,
-    "--momentum": lambda c: c.momentum,
-    "--hidden": lambda c: ",".join(map(str, c.hidden_widths)) if c.model == MLP else None,
-    "--layers-per-ipu": lambda c: (None if c.layers_per_ipu is None
-                                   else ",".join(map(str, c.layers_per_ipu))),
-    "--final-stage-on-first-ipu": lambda c: c.final_stage_on_first_ipu,
-    "--efficiency-scale": lambda c: c.efficiency_scale,
+VALUES: dict[str, Callable[[TrainPlan], Any]] = {
+    "--model": lambda p: p.config.model,
+    "--topology": lambda p: p.config.topology,
+    "--servers": lambda p: None if p.config.topology else p.config.servers,
+    "--mode": lambda p: str(p.config.mode),
+    "--replicas-per-server": lambda p: p.config.replicas_per_server,
+    "--ipus-per-replica": lambda p: p.config.ipus_per_replica,
+    "--split": lambda p: str(p.config.split),
+    "--pipeline-schedule": lambda p: p.config.pipeline_schedule,
+    "--recompute": lambda p: p.config.recomputes,
+    "--sequence-length": lambda p: _sequence_length(p.config),
+    "--gradient-dtype": lambda p: str(p.workload.gradient_dtype),
+    "--optimizer-state": lambda p: p.config.optimizer_state,
+    "--micro-batch": lambda p: p.config.micro_batch,
+    "--gradient-accumulation": lambda p: p.config.accumulation,
+    "--steps": lambda p: p.config.steps,
+    "--algorithm": lambda p: p.config.algorithm,
+    "--seed": lambda p: p.config.seed,
+    "--lr": lambda p: p.config.lr,
+    "--momentum": lambda p: p.config.momentum,
+    "--hidden": lambda p: (",".join(map(str, p.config.hidden_widths))
+                           if p.kind is ModelKind.MLP else None),
+    "--layers-per-ipu": lambda p: (None if p.config.layers_per_ipu is None
+                                   else ",".join(map(str, p.config.layers_per_ipu))),
+    "--final-stage-on-first-ipu": lambda p: p.config.final_stage_on_first_ipu,
+    "--efficiency-scale": lambda p: p.config.efficiency_scale,
 }
-"""How to read each training option's value off a (resolved) run configuration."""
+"""How to read each training option's value off a resolved run."""
 
 
 @dataclass(frozen=True)
@@ -88,9 +91,9 @@ def setting(option: str, value: Any, given: bool, rule: str | None = None) -> Se
     return Setting(option, value, given, rule or RULES.get(option, "the command's default"))
 
 
-def config_value(option: str, config: TrainConfig) -> Any:
-    """The value ``config`` runs with for ``option`` (one of :data:`VALUES`)."""
-    return VALUES[option](config)
+def config_value(option: str, plan: TrainPlan) -> Any:
+    """The value the ``plan`` runs with for ``option`` (one of :data:`VALUES`)."""
+    return VALUES[option](plan)
 
 
 def made_by(command: str, settings: Iterable[Setting]) -> str:

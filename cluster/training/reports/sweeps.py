@@ -19,6 +19,7 @@ from cluster.training.config import TrainConfig
 from cluster.training.memory_plan import OutOfMemory
 from cluster.training.pipeline.pass_schedule import TooFewMicroBatches
 from cluster.training.pipeline.schedules import fill_drain
+from cluster.training.plan import TrainPlan
 from cluster.training.reports.document import (
     SIM_NOTE,
     legend,
@@ -49,14 +50,15 @@ def parts_shown(rows: list[Row]) -> list[StepPart]:
     return parts_spent(row for row in rows if row["fits"])
 
 
-def _run(config: TrainConfig) -> Row:
-    """One phantom run as a row, or a row saying why it does not fit the IPUs' memory or
-    why its schedule cannot run that many micro-batches (any other mistake in the options
-    is the user's to mend: it is raised)."""
+def _run(base: TrainPlan, config: TrainConfig) -> Row:
+    """One phantom run of ``config`` (a variation of ``base``) as a row, or a row saying
+    why it does not fit the IPUs' memory or why its schedule cannot run that many
+    micro-batches (any other mistake in the options is the user's to mend: it is
+    raised)."""
     row: Row = {"topology": config.topology, "ipus_per_replica": config.ipus_per_replica,
                 "schedule": config.pipeline_schedule, "micro_batches": config.accumulation}
     try:
-        record = train(replace(config, steps=1))
+        record = train(base.replanned_as(replace(config, steps=1)))
     except OutOfMemory as error:
         return {**row, "fits": False, "verdict": "does not fit", "why": str(error)}
     except TooFewMicroBatches as error:
@@ -82,16 +84,17 @@ def pipeline_configs(base: TrainConfig, ipus_per_replica: Iterable[int],
             for k in ipus_per_replica for schedule in schedules for m in micro_batches]
 
 
-def pipeline_sweep(base: TrainConfig, ipus_per_replica: Iterable[int],
+def pipeline_sweep(base: TrainPlan, ipus_per_replica: Iterable[int],
                    schedules: Iterable[str], micro_batches: Iterable[int]) -> list[Row]:
     """Every combination, in phantom mode."""
-    return [_run(config) for config in pipeline_configs(base, ipus_per_replica, schedules,
-                                                       micro_batches)]
+    return [_run(base, config) for config in pipeline_configs(base.config, ipus_per_replica,
+                                                             schedules, micro_batches)]
 
 
-def scaling_sweep(base: TrainConfig, topologies: Iterable[str]) -> list[Row]:
+def scaling_sweep(base: TrainPlan, topologies: Iterable[str]) -> list[Row]:
     """The same run on each topology, with per-IPU efficiency against the first that fits."""
-    rows = [_run(replace(base, topology=name, replicas_per_server=0)) for name in topologies]
+    rows = [_run(base, replace(base.config, topology=name, replicas_per_server=0))
+            for name in topologies]
     fitting = [row for row in rows if row["fits"]]
     if fitting:
         base_rate = fitting[0]["throughput"] / fitting[0]["ipus"]

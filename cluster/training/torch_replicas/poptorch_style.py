@@ -29,6 +29,7 @@ from cluster.training.config import MLP, TrainConfig
 from cluster.training.data import replica_slice
 from cluster.training.importers.torch_factory import require_torch
 from cluster.training.placement import replica_ipus, server_ipus, topology_for
+from cluster.training.plan import plan_for
 from cluster.training.torch_replicas.begin_block import (
     BeginBlock,
     layers_per_stage,
@@ -39,7 +40,6 @@ from cluster.training.torch_replicas.pricing import simulated_step_time
 from cluster.training.torch_replicas.replica_tasks import MODEL_LOSS
 from cluster.training.torch_replicas.replicas import TorchReplicas, pickled
 from cluster.training.torch_replicas.workload import torch_workload
-from cluster.training.trainer import resolve
 from gcl.modes import Mode
 
 if TYPE_CHECKING:
@@ -127,14 +127,14 @@ def placement(settings: Settings, ipus_per_replica: int,
                          topology=settings.topology, ipus_per_replica=ipus_per_replica,
                          micro_batch=1, accumulation=settings.gradient_accumulation,
                          mode=Mode.REAL, model=MLP, algorithm=settings.algorithm)
-    topology = on if on is not None else topology_for(config)
+    topology = on if on is not None else topology_for(config)  # to count its servers
     servers = len(server_ipus(topology))
     if replicas % servers:
         raise UserError(f"replicationFactor {replicas} does not spread evenly over the "
                         f"{servers} servers or racks of {topology.name}: use a multiple of "
                         f"{servers}")
     config = replace(config, servers=servers, replicas_per_server=replicas // servers)
-    return resolve(config, topology), topology
+    return plan_for(config, topology).config, topology
 
 
 def _checked_optimizer(model: Any, optimizer: Any) -> tuple[type, dict[str, Any]]:

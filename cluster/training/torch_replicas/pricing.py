@@ -11,42 +11,27 @@ model too big for an IPU is refused before anything starts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import replace
 
 from cluster.model.topology import Topology
 from cluster.training.config import TrainConfig
 from cluster.training.fit import check_fits
 from cluster.training.memory_plan import stage_memory
+from cluster.training.plan import TrainPlan, plan_for
 from cluster.training.step_parts import StepTime
 from cluster.training.step_timing import step_time
-from cluster.training.trainer import resolve
 from cluster.training.workloads import Workload
 from gcl.modes import Mode
 
 
-@dataclass(frozen=True)
-class WorkloadConfig(TrainConfig):
-    """A run priced on a workload given as an object (an imported module) rather than a
-    built-in name or YAML file: ``model`` is only its label."""
-
-    given: Workload | None = None
-
-    def workload(self) -> Workload:
-        """The given workload (the base class's when none is given)."""
-        return self.given if self.given is not None else super().workload()
-
-
 def priced_config(workload: Workload, placement: TrainConfig,
-                  layers_per_ipu: tuple[int, ...] | None = None) -> WorkloadConfig:
+                  layers_per_ipu: tuple[int, ...] | None = None) -> TrainConfig:
     """``placement`` (servers or topology, replicas, IPUs per replica, micro-batch,
-    accumulation) priced on ``workload``: phantom mode, no recomputation (PopTorch's
-    default), stages as ``layers_per_ipu`` (None: balanced on FLOPs)."""
-    settings: dict[str, Any] = {field.name: getattr(placement, field.name)
-                                for field in fields(TrainConfig)}
-    settings.update(model=workload.name, mode=Mode.PHANTOM, check=False, recompute=False,
-                    hidden=None, layers_per_ipu=layers_per_ipu, given=workload)
-    return WorkloadConfig(**settings)
+    accumulation) priced on ``workload`` (``model`` is only its label): phantom mode, no
+    recomputation (PopTorch's default), stages as ``layers_per_ipu`` (None: balanced on
+    FLOPs)."""
+    return replace(placement, model=workload.name, mode=Mode.PHANTOM, check=False,
+                   recompute=False, hidden=None, layers_per_ipu=layers_per_ipu)
 
 
 def simulated_step_time(workload: Workload, placement: TrainConfig, topology: Topology,
@@ -57,9 +42,11 @@ def simulated_step_time(workload: Workload, placement: TrainConfig, topology: To
 
 
 def priced_step(workload: Workload, placement: TrainConfig, topology: Topology,
-                layers_per_ipu: tuple[int, ...] | None = None) -> tuple[TrainConfig, StepTime]:
-    """:func:`simulated_step_time`, with the run as it was priced (resolved on
-    ``topology``): what draws its simulated timeline (:mod:`.torch_trace`)."""
-    config = resolve(priced_config(workload, placement, layers_per_ipu), topology)
-    check_fits(config, topology, stage_memory(config, topology))
-    return config, step_time(config, topology)
+                layers_per_ipu: tuple[int, ...] | None = None) -> tuple[TrainPlan, StepTime]:
+    """:func:`simulated_step_time`, with the run as it was priced (planned on
+    ``topology`` with ``workload`` as given): what draws its simulated timeline
+    (:mod:`.torch_trace`)."""
+    plan = plan_for(priced_config(workload, placement, layers_per_ipu), topology, workload,
+                    fixed=True)
+    check_fits(plan, stage_memory(plan))
+    return plan, step_time(plan)

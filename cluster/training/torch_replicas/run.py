@@ -24,6 +24,7 @@ from cluster.training.config import TrainConfig
 from cluster.training.data import replica_slice
 from cluster.training.importers.torch_factory import build_module, one_line, require_torch
 from cluster.training.placement import machines, replica_ipus
+from cluster.training.plan import TrainPlan
 from cluster.training.step_parts import StepTime
 from cluster.training.torch_replicas.pricing import priced_step
 from cluster.training.torch_replicas.replica_tasks import LOGITS
@@ -117,7 +118,7 @@ def price(model: TorchModel, config: TrainConfig, topology: Topology) -> StepTim
 
 
 def priced_run(model: TorchModel, config: TrainConfig,
-               topology: Topology) -> tuple[TrainConfig, StepTime]:
+               topology: Topology) -> tuple[TrainPlan, StepTime]:
     """:func:`price`, with the run as it was priced (what draws its simulated timeline:
     :func:`~.torch_trace.torch_trace`)."""
     workload = torch_workload(model.module, model.sample_shape, model.spec)

@@ -12,18 +12,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from cluster.model.trace import Trace
-from cluster.training.config import TrainConfig
+from cluster.training.plan import TrainPlan
 from cluster.training.step_trace import config_trace
 
 
-def torch_trace(record: Mapping[str, Any], priced: TrainConfig) -> Trace:
+def torch_trace(record: Mapping[str, Any], priced: TrainPlan) -> Trace:
     """The simulated timeline of ``record`` (what ``train --torch --json`` prints), whose
     step was priced as ``priced`` (:func:`~.run.priced_run`)."""
     parts = record["sim_step_parts"]
     run = {"topology": record["topology"], "model": record["model"], "mode": record["mode"],
-           "replicas": record["replicas"], "ipus_per_replica": priced.ipus_per_replica,
-           "pipeline_schedule": priced.pipeline_schedule, "algorithm": record["algorithm"],
-           "stage_ipus": list(priced.stage_ipus),
+           "replicas": record["replicas"], "ipus_per_replica": priced.config.ipus_per_replica,
+           "pipeline_schedule": priced.config.pipeline_schedule, "algorithm": record["algorithm"],
+           "stage_ipus": list(priced.config.stage_ipus),
            "steps": [{**parts, "step": step["step"], "loss": step["loss"],
                       "sim_seconds": step["sim_seconds"]} for step in record["steps"]]}
     trace = config_trace(run, priced)

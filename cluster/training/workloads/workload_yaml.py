@@ -31,7 +31,6 @@ expand into a huge one. Every mistake is a :class:`SpecError` naming the file, t
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from typing import Any
@@ -59,7 +58,6 @@ MAX_PARAMETERS = 10**12  # per layer: 2 TB of float16 weights, beyond any IPU-PO
 MAX_FLOPS = 10**16  # per layer and sample: a thousand times a GPT-3 layer's
 MAX_BYTES = 2**40  # per layer and sample, and per input sample: 1 TiB
 MAX_OPTIMIZER_VALUES = 16
-PARSED_KEPT = 4  # workload texts parsed and kept (4 MiB each at most)
 LAYER_FIELDS = ("name", "kind", "parameters", "forward_flops", "output_bytes",
                 "stashed_bytes")
 _BOUNDS = {"parameters": MAX_PARAMETERS, "forward_flops": MAX_FLOPS,
@@ -214,17 +212,11 @@ def parse_workload(text: str, file: str = "<workload>") -> Workload:
 
 
 def load_workload(path: str | os.PathLike[str]) -> Workload:
-    """Read a workload file (UTF-8 YAML, at most 4 MiB). The file is read every time; a
-    text already parsed is not parsed again (one ``train`` checks up to 30 configurations,
-    each of which loads the workload)."""
+    """Read and parse a workload file (UTF-8 YAML, at most 4 MiB), every time: a run
+    reads it once, when it is resolved (:func:`cluster.training.plan.plan_for`)."""
     file = os.fspath(path)
     text = read_text(file, "workload", "; use 'repeat' for repeated layers")
-    return _parsed(text, shown_path(file))
-
-
-@functools.lru_cache(maxsize=PARSED_KEPT)
-def _parsed(text: str, shown: str) -> Workload:
-    return parse_workload(text, shown)  # a Workload is frozen: safe to share
+    return parse_workload(text, shown_path(file))
 
 
 class _OneLine(dict[str, Any]):
