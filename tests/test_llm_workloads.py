@@ -5,6 +5,7 @@ FLOPs, the layers their architectures say, and price (or are refused) in phantom
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from cluster.training.workloads import (
     Layer,
     LayerKind,
     Workload,
+    load_workload,
     parse_workload,
     to_yaml,
     workload,
@@ -176,3 +178,8 @@ def test_a_model_pipelining_cannot_fit_is_refused_in_one_line(ipupod_main, model
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith(f"error: {model}: ") and result.stderr.count("\n") == 1
     assert "In-Processor-Memory" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_exported_moe_example_is_the_built_in():
+    examples = Path(__file__).resolve().parent.parent / "examples" / "workloads"
+    assert load_workload(examples / "moe-8x7b.yaml") == workload("moe-8x7b")
