@@ -11,6 +11,7 @@ import pytest
 
 from cluster.errors import SpecError
 from cluster.training.workloads import (
+    Experts,
     Layer,
     LayerKind,
     Workload,
@@ -19,7 +20,6 @@ from cluster.training.workloads import (
     to_yaml,
     workload,
 )
-from cluster.training.workloads.experts import Experts
 from cluster.training.workloads.gpt3 import CONFIGS
 
 # Brown et al. 2020, Table 2.1: n_params as published, and half a unit of its last digit
@@ -83,6 +83,7 @@ def test_gpt_j_blocks_are_parallel_with_one_norm_and_an_untied_head_with_bias():
     assert attention.parameters == 4 * h * h + 2 * h  # no biases, the block's layer norm
     assert mlp.parameters == 2 * h * f + f + h  # no norm of its own
     assert attention.output_bytes == 2 * 2 * 16 * h  # the residual sum and the normed input
+    assert mlp.stashed_bytes == 2 * 2 * 16 * f  # GELU's and the last product's inputs only
     assert head.parameters == 2 * h + h * vocabulary + vocabulary
     assert w.layers[0].parameters == vocabulary * h  # no position table: rotary
 
@@ -101,6 +102,9 @@ def test_llama_70b_attention_shares_8_key_value_heads_and_its_ffn_is_swiglu():
     assert mlp.parameters == 3 * h * f + h
     assert attention.forward_flops > 2 * s * (2 * h * h + 2 * h * kv) + 4 * s * s * h
     assert mlp.forward_flops > 6 * s * h * f
+    # no dropout: norm, projections' and output's inputs, Q, K, V, the softmax output
+    assert attention.stashed_bytes == 2 * s * (4 * h + 2 * kv) + 2 * 64 * s * s
+    assert mlp.stashed_bytes == 2 * (2 * s * h + 3 * s * f)
     assert workload("llama-7b").layers[1].parameters == 4 * 4096 * 4096 + 4096
 
 

@@ -12,11 +12,11 @@ Clusters", section 5.1, and Korthikanti et al. 2022, section 4.1):
   ``Q K^T`` and context ``softmax V``, ``4 s^2 h`` FLOPs, every score computed (a causal
   mask saves no work on the IPU); rotary position embedding (Su et al. 2021) on
   ``rotary_dims`` of every query and key head, 3 FLOPs an element; a norm (layer norm
-  ``2 h`` parameters, RMSNorm ``h``). Stashed: the norm's and the three projections'
-  inputs ``3 p s h``, Q, K, V ``p s (h + 2 g d)``, the softmax output ``p a s^2``; with
-  dropout also its mask and result ``(p + 1) a s^2`` and the output mask ``s h``: with
-  ``g = a`` and ``p = 2``, ``11 s h + 5 a s^2`` plus ``2 s h`` for the norm, as in
-  Korthikanti et al.
+  ``2 h`` parameters, RMSNorm ``h``). Stashed: the inputs of the norm, of the Q, K and V
+  projections and of the output projection ``3 p s h``, Q, K, V ``p s (h + 2 g d)``,
+  the softmax output ``p a s^2``; with dropout also its mask and result
+  ``(p + 1) a s^2`` and the output mask ``s h``: with ``g = a`` and ``p = 2``,
+  ``11 s h + 5 a s^2`` plus ``2 s h`` for the norm, as in Korthikanti et al.
 - FFN: ``2 h f`` parameters (GELU) or ``3 h f`` (SwiGLU, Shazeer 2020: a gate and an up
   projection, their SiLU-gated product, a down projection), biases ``f + h`` if it has
   them (``2 f + h`` gated), a norm; ``2 s`` FLOPs per weight. Stashed: the inputs of the
@@ -27,15 +27,16 @@ Clusters", section 5.1, and Korthikanti et al. 2022, section 4.1):
 A parallel block (GPT-J; Wang and Komatsuzaki 2021) feeds attention and FFN the same
 normed input: its one norm is in the attention layer, whose output then carries the normed
 input beside the residual sum (``2 p s h``: what a pipeline cut there must carry), and its
-FFN has no norm. A mixture-of-experts FFN (:func:`moe_layer`) holds ``E`` such FFNs and
+FFN has no norm and stashes no input of its own (the attention layer keeps the normed
+input both read). A mixture-of-experts FFN (:func:`moe_layer`) holds ``E`` such FFNs and
 a router ``h E`` (no bias); per sample its FLOPs are those of every expert's buffer,
 ``E ceil(C k s / E)`` tokens (:class:`.Experts`), plus the router ``2 s h E``, its softmax
 over ``E`` and the combine ``2 k s h``. Stashed: the norm's and router's inputs
 ``2 p s h``, the router's probabilities ``p s E``, the int32 choices ``4 k s``, per buffered
-token its expert's input and inner tensors ``p (h + 3 f)`` (SwiGLU), and the ``k s h``
-expert outputs the routing weights' gradient needs. Both halves hand on ``s h`` partials
-otherwise. Whether the norm comes
-first (GPT-2) or last (BERT) changes no count.
+token its expert's input and inner tensors ``p (h + 3 f)`` (SwiGLU), and the
+``p k s h`` expert outputs the routing weights' gradient needs. Both halves hand on
+``s h`` partials otherwise. Whether the norm comes first (GPT-2) or last (BERT) changes
+no count.
 """
 
 from __future__ import annotations
@@ -135,7 +136,9 @@ def ffn_layer(name: str, s: int, shape: BlockShape, p: int) -> Layer:
     per_hidden = (ADD_FLOPS + (DROPOUT_FLOPS if shape.dropout else 0)
                   + (0 if shape.parallel else shape.norm_flops))
     per_width = ACTIVATION_FLOPS + (GATE_FLOPS if shape.gated else 0)
-    kept_inputs = 1 if shape.parallel else 2  # the norm's input and the first products'
+    # the norm's input and the first products'; in a parallel block the attention layer
+    # keeps the normed input both halves read
+    kept_inputs = 0 if shape.parallel else 2
     return Layer(
         name, LayerKind.DENSE, parameters=products * h * f + biases + norm,
         forward_flops=2 * products * s * h * f + per_width * s * f + per_hidden * s * h,
