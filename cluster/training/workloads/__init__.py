@@ -20,6 +20,7 @@ from cluster.training.workloads.compute import (
     update_flops,
     update_seconds,
 )
+from cluster.training.workloads.experts import Experts
 from cluster.training.workloads.gpt2 import gpt2_xl
 from cluster.training.workloads.layers import (
     BACKWARD_FLOPS_FACTOR,
@@ -48,6 +49,7 @@ __all__ = [
     "UPDATE_FLOPS_PER_PARAMETER",
     "DType",
     "Efficiencies",
+    "Experts",
     "Layer",
     "LayerKind",
     "MemoryUse",

@@ -25,7 +25,11 @@ ADD_FLOPS = 1  # per element: a residual addition
 DROPOUT_FLOPS = 1  # per element: a product with the scaled mask
 NORM_FLOPS = 8  # per element, batch or layer norm in training: mean 1, variance 3
 #                 (subtract, square, add), normalise 2, scale and shift 2
-ACTIVATION_FLOPS = 8  # per element, GELU (tanh form) or tanh: an assumed 8
+RMS_NORM_FLOPS = 4  # per element, RMSNorm (Zhang and Sennrich 2019): square, sum,
+#                     normalise, scale
+ACTIVATION_FLOPS = 8  # per element, GELU (tanh form), tanh or SiLU: an assumed 8
+GATE_FLOPS = 1  # per element of a gated FFN (SwiGLU): the activation times the up projection
+ROTARY_FLOPS = 3  # per rotated element of a query or key: x cos + rotate(x) sin
 SOFTMAX_FLOPS = 5  # per element: max, subtract, exp, sum, divide
 SCORE_SCALE_MASK_FLOPS = 2  # per attention score: scale by 1/sqrt(head size), add the mask
 LOSS_FLOPS_PER_LOGIT = SOFTMAX_FLOPS  # softmax cross-entropy: the softmax dominates

@@ -49,7 +49,7 @@ from cluster.training.workloads.arithmetic import (
 )
 from cluster.training.workloads.layers import Layer, LayerKind, Workload
 from cluster.training.workloads.registry import builtin_workload
-from cluster.training.workloads.transformer import attention_layer, ffn_layer
+from cluster.training.workloads.transformer import BlockShape, attention_layer, ffn_layer
 
 VOCABULARY = 30_522
 MAX_POSITIONS = 512
@@ -101,9 +101,10 @@ def bert(config: BertConfig, sequence_length: int = 128, masked_positions: int |
          else whole("masked_positions", masked_positions, 1, s))
     h, p = config.hidden, precision.partials.itemsize
     layers = [_embeddings(s, h, p)]
+    shape = BlockShape(h, config.heads, config.ffn)
     for i in range(config.layers):
-        layers += [attention_layer(f"encoder{i}.attention", s, h, config.heads, p),
-                   ffn_layer(f"encoder{i}.ffn", s, h, config.ffn, p)]
+        layers += [attention_layer(f"encoder{i}.attention", s, shape, p),
+                   ffn_layer(f"encoder{i}.ffn", s, shape, p)]
     logits = m * VOCABULARY + 2
     layers += [_heads(h, m, p),
                Layer("loss", LayerKind.LOSS, parameters=0,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from cluster.errors import SpecError
 from cluster.model.text_enum import TextEnum
+from cluster.training.workloads.experts import Experts
 
 
 class LayerKind(TextEnum):
@@ -53,7 +54,9 @@ class Layer:
     stage boundary after it) and ``stashed_bytes`` (what its backward pass needs kept from
     the forward: the memory recomputation saves). ``uncounted_ops``: ops an importer met
     in this layer without knowing their FLOPs (taken as 0), so that whoever prices the
-    layer can say its compute is short."""
+    layer can say its compute is short. ``experts``: a mixture-of-experts layer's routing
+    (its parameters are all its experts', its FLOPs those of every expert's buffer);
+    ``None`` for any other layer."""
 
     name: str
     kind: LayerKind
@@ -62,6 +65,7 @@ class Layer:
     output_bytes: int
     stashed_bytes: int
     uncounted_ops: tuple[str, ...] = ()
+    experts: Experts | None = None
 
     def __post_init__(self) -> None:
         for field in ("parameters", "forward_flops", "output_bytes", "stashed_bytes"):

@@ -2,7 +2,8 @@
 
 Built-ins (their builders decorated by :func:`builtin_workload` in their own modules, which
 :data:`BUILTINS` finds by walking this package): ``resnet50``, ``bert-base``,
-``bert-large``, ``gpt2-xl`` and ``mlp`` (the trainer's NumPy MLP). Options are keyword
+``bert-large``, ``gpt2-xl``, the GPT-3 family ``gpt3-125m`` ... ``gpt3-175b``, ``gpt-j-6b``,
+``llama-7b``, ``llama-70b``, ``moe-8x7b`` and ``mlp`` (the trainer's NumPy MLP). Options are keyword
 arguments: each built-in's own, read from its builder's signature (``sequence_length=384``),
 and for those whose builder takes a ``precision`` (all but ``mlp``) the
 number formats ``weight_dtype``, ``gradient_dtype``, ``partials_dtype`` (``"float16"``

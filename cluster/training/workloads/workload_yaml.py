@@ -1,4 +1,4 @@
-"""Workload files: :func:`load_workload` reads a ``version: 1`` or ``2`` YAML file,
+"""Workload files: :func:`load_workload` reads a ``version: 1``, ``2`` or ``3`` YAML file,
 :func:`to_yaml` writes one that reads back equal.
 
 The format (``docs/workloads.md``; ``examples/workloads/`` has files)::
@@ -20,8 +20,10 @@ The format (``docs/workloads.md``; ``examples/workloads/`` has files)::
 
 A single layer may carry ``repeat: N`` too. Version 2 adds one optional field per layer,
 ``uncounted_ops: [cumsum]``: the ops an importer met in it without knowing their FLOPs
-(taken as 0), which ``train`` names; :func:`to_yaml` writes version 1 unless a layer
-has such ops, so that a file without them reads in an older ipupod too.
+(taken as 0), which ``train`` names. Version 3 adds ``experts: {count: 8, top_k: 2,
+capacity_factor: 1.25}`` to a mixture-of-experts layer (:class:`.Experts`).
+:func:`to_yaml` writes the lowest version that holds the workload (1 unless a layer has
+such ops or experts), so that a file without them reads in an older ipupod too.
 
 Files are at most 4 MiB, 10,000 layers once repeats are expanded; counts are whole numbers
 within the bounds below; YAML aliases (``*name``) are refused, so a small file cannot
@@ -46,10 +48,12 @@ from cluster.model.strict_yaml import (
     show,
     shown_path,
 )
+from cluster.training.workloads.experts import MAX_EXPERTS, Experts
 from cluster.training.workloads.layers import DType, Layer, LayerKind, Workload
 
-VERSIONS = (1, 2)
+VERSIONS = (1, 2, 3)
 UNCOUNTED_VERSION = 2  # the first version with a layer's uncounted_ops
+EXPERTS_VERSION = 3  # the first version with a layer's experts
 MAX_UNCOUNTED_OPS = 100  # per layer
 MAX_LAYERS = 10_000  # after repeats: a typo like 100000000 fails instead of eating memory
 MAX_NAME_CHARS = 200
@@ -67,6 +71,8 @@ _TOP_OPTIONAL = ("description", "weight_dtype", "gradient_dtype", "partials_dtyp
                  "optimizer_values_per_parameter")
 _COUNTER = "{i}"
 UNCOUNTED_FIELD = "uncounted_ops"
+EXPERTS_FIELD = "experts"
+EXPERTS_FIELDS = ("count", "top_k", "capacity_factor")
 
 
 class _Reader(FieldReader):
@@ -115,12 +121,29 @@ def _uncounted(r: _Reader, value: Any, path: str) -> tuple[str, ...]:
     return tuple(r.text(op, f"{path}[{k}]") for k, op in enumerate(value))
 
 
+def _experts(r: _Reader, value: Any, path: str) -> Experts:
+    """A layer's ``experts``: count, top_k and capacity_factor, in a version 3 file."""
+    if r.version < EXPERTS_VERSION:
+        r.fail(path, f"this field needs 'version: {EXPERTS_VERSION}' at the top of the file")
+    entry = r.fields(value, path, EXPERTS_FIELDS)
+    count = r.whole(entry["count"], f"{path}.count", MAX_EXPERTS, 1)
+    top_k = r.whole(entry["top_k"], f"{path}.top_k", count, 1)
+    factor, low, high = entry["capacity_factor"], top_k / count, count / top_k
+    if (isinstance(factor, bool) or not isinstance(factor, (int, float))
+            or not low <= factor <= high):
+        r.fail(f"{path}.capacity_factor", f"expected a number from {low:g} to {high:g} "
+                                          f"for top-{top_k} of {count}, got {show(factor)}")
+    return Experts(count, top_k, factor)
+
+
 def _layer(r: _Reader, entry: dict[str, Any], path: str, name: str) -> Layer:
     counts = {key: r.whole(entry[key], f"{path}.{key}", high) for key, high in _BOUNDS.items()}
     uncounted = (_uncounted(r, entry[UNCOUNTED_FIELD], f"{path}.{UNCOUNTED_FIELD}")
                  if UNCOUNTED_FIELD in entry else ())
+    experts = (_experts(r, entry[EXPERTS_FIELD], f"{path}.{EXPERTS_FIELD}")
+               if EXPERTS_FIELD in entry else None)
     return Layer(name=name, kind=r.choice(entry["kind"], f"{path}.kind", LayerKind),
-                 uncounted_ops=uncounted, **counts)
+                 uncounted_ops=uncounted, experts=experts, **counts)
 
 
 def _expand(r: _Reader, entry: Any, path: str) -> list[Layer]:
@@ -149,8 +172,8 @@ def _expand(r: _Reader, entry: Any, path: str) -> list[Layer]:
 def _checked(r: _Reader, entry: Any, path: str, in_group: bool) -> dict[str, Any]:
     """A layer mapping whose name has ``{i}`` exactly when it is repeated (in a group,
     or by its own ``repeat``)."""
-    entry = r.fields(entry, path, LAYER_FIELDS,
-                     (UNCOUNTED_FIELD,) if in_group else ("repeat", UNCOUNTED_FIELD))
+    optional = (UNCOUNTED_FIELD, EXPERTS_FIELD)
+    entry = r.fields(entry, path, LAYER_FIELDS, optional if in_group else ("repeat", *optional))
     name = r.text(entry["name"], f"{path}.name")
     repeated = in_group or "repeat" in entry
     if repeated and _COUNTER not in name:
@@ -168,7 +191,7 @@ def _workload(r: _Reader, data: Any) -> Workload:
             isinstance(data["version"], bool) or data["version"] not in VERSIONS):
         r.fail("version", f"supported versions: {', '.join(map(str, VERSIONS))} (got "
                           f"{show(data['version'])}): write 'version: 1' (2 for a layer's "
-                          f"{UNCOUNTED_FIELD})")
+                          f"{UNCOUNTED_FIELD}, 3 for its {EXPERTS_FIELD})")
     top = r.fields(data, "", _TOP_REQUIRED, _TOP_OPTIONAL)
     r.version = top["version"]
     if "description" in top:
@@ -236,14 +259,24 @@ def _layer_data(layer: Layer) -> dict[str, Any]:
                     **{key: getattr(layer, key) for key in _BOUNDS})
     if layer.uncounted_ops:
         data[UNCOUNTED_FIELD] = list(layer.uncounted_ops)
+    if layer.experts is not None:
+        data[EXPERTS_FIELD] = {key: getattr(layer.experts, key) for key in EXPERTS_FIELDS}
     return data
 
 
+def _version(workload: Workload) -> int:
+    """The lowest version that holds ``workload``."""
+    if any(layer.experts is not None for layer in workload.layers):
+        return EXPERTS_VERSION
+    return UNCOUNTED_VERSION if workload.uncounted else VERSIONS[0]
+
+
 def to_yaml(workload: Workload, comment: str = "") -> str:
-    """``workload`` as a version 1 file (2 if a layer has ``uncounted_ops``), one layer a
-    line, that reads back equal; ``comment`` (lines of text) goes on top after ``# ``."""
-    version = UNCOUNTED_VERSION if workload.uncounted else VERSIONS[0]
-    data = {"version": version, "name": workload.name, "input_bytes": workload.input_bytes,
+    """``workload`` as a file of the lowest version that holds it (1; 2 if a layer has
+    ``uncounted_ops``; 3 if one has ``experts``), one layer a line, that reads back equal;
+    ``comment`` (lines of text) goes on top after ``# ``."""
+    data = {"version": _version(workload), "name": workload.name,
+            "input_bytes": workload.input_bytes,
             "weight_dtype": workload.weight_dtype.value,
             "gradient_dtype": workload.gradient_dtype.value,
             "partials_dtype": workload.partials_dtype.value,
