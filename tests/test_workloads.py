@@ -151,10 +151,10 @@ def test_mlp_is_the_trainers_model_at_its_defaults():
 
 
 def test_names_and_options():
-    assert workload_names() == (
-        "bert-base", "bert-large", "gpt-j-6b", "gpt2-xl", "gpt3-1.3b", "gpt3-125m", "gpt3-13b",
-        "gpt3-175b", "gpt3-2.7b", "gpt3-350m", "gpt3-6.7b", "llama-70b", "llama-7b", "mlp",
-        "moe-8x7b", "resnet50")
+    assert workload_names() == (  # by family, then by size as people read it
+        "bert-base", "bert-large", "gpt2-xl", "gpt3-125m", "gpt3-350m", "gpt3-1.3b",
+        "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b", "gpt-j-6b", "llama-7b",
+        "llama-70b", "mlp", "moe-8x7b", "resnet50")
     w = workload("bert-base", partials_dtype="float32", gradient_dtype="float32",
                  optimizer_values_per_parameter=1)
     assert (w.partials_dtype, w.gradient_dtype, w.weight_dtype) == (

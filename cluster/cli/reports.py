@@ -33,6 +33,7 @@ from cluster.training.plan import TrainPlan
 from cluster.training.reports import sweeps
 from cluster.training.reports.settings import Setting
 from cluster.training.reports.settings import markdown as settings_markdown
+from cluster.training.workloads.registry import workload_names
 from gcl.modes import Mode
 
 
@@ -59,7 +60,7 @@ def _counts(text: str, option: str) -> list[int]:
 
 MODEL_OPTIONS = [
     click.option("--model", default=DEFAULTS.report_model, show_default=True,
-                 help="A built-in workload (resnet50, bert-base, bert-large, gpt2-xl, mlp) "
+                 help=f"A built-in workload ({', '.join(workload_names())}) "
                       "or a workload YAML file."),
     click.option("--sequence-length", type=int, default=None,
                  help="Tokens per sample for the BERTs and GPT-2."),

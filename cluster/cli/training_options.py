@@ -23,7 +23,7 @@ from cluster.training.pipeline.schedules import schedule_names
 from cluster.training.plan import TrainPlan
 from cluster.training.workloads import DType
 from cluster.training.workloads.arithmetic import whole_numbers
-from cluster.training.workloads.registry import hidden_widths
+from cluster.training.workloads.registry import hidden_widths, workload_names
 from cluster.training.workloads.workload_yaml import MAX_LAYERS
 from gcl.modes import Mode
 
@@ -95,10 +95,11 @@ COMMON_OPTIONS = [
                       "for the MLP)."),
     click.option("--model", default=DEFAULTS.model, show_default=True,
                  help="What to train: mlp (the NumPy MLP, real or phantom), or a workload "
-                      "priced in phantom mode: resnet50, bert-base, bert-large, gpt2-xl, or "
+                      "priced in phantom mode: one of "
+                      f"{', '.join(name for name in workload_names() if name != 'mlp')}, or "
                       "a workload YAML file (docs/workloads.md)."),
     click.option("--sequence-length", type=int, default=None,
-                 help="Tokens per sample for bert-base, bert-large and gpt2-xl."),
+                 help="Tokens per sample, for a language model (BERT, GPT, Llama, MoE)."),
     GRADIENT_DTYPE_OPTION,
     OPTIMIZER_STATE_OPTION,
     MICRO_BATCH_OPTION,

@@ -97,8 +97,8 @@ def build_workload(config: TrainConfig) -> Workload:
     asked for."""
     if config.kind is ModelKind.MLP:
         if config.sequence_length is not None:
-            raise SettingError("sequence_length", "{sequence_length} applies to bert-base, "
-                               "bert-large and gpt2-xl, not to the MLP")
+            raise SettingError("sequence_length", "{sequence_length} applies to a language "
+                               "model (BERT, GPT, Llama, MoE), not to the MLP")
         built = mlp_workload(config.spec)
         return built if config.gradient_dtype is None else replace(
             built, gradient_dtype=DType(config.gradient_dtype))

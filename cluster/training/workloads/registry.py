@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -105,9 +106,20 @@ def _mlp(input_size: Any = 64, hidden: Any = (128,), classes: Any = 10) -> Workl
     return mlp_workload(spec)
 
 
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([kmb]?)")
+_UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9}
+
+
+def _by_size(name: str) -> tuple[tuple[str, float], ...]:
+    """A sort key reading sizes as people do: ``gpt3-125m`` before ``gpt3-1.3b``."""
+    parts = _SIZE.split(name)  # text, number, unit, text, number, unit, ..., text
+    return tuple((parts[i], float(parts[i + 1]) * _UNITS[parts[i + 2]] if i + 1 < len(parts)
+                  else 0.0) for i in range(0, len(parts), 3))
+
+
 def workload_names() -> tuple[str, ...]:
-    """The built-in workloads' names, sorted."""
-    return tuple(sorted(BUILTINS))
+    """The built-in workloads' names, sorted by family, then size."""
+    return tuple(sorted(BUILTINS, key=_by_size))
 
 
 def _looks_like_a_file(name: str) -> bool:
