@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import gzip
 import json
-import runpy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -378,7 +379,10 @@ def test_chakra_show_json_gives_the_same_totals(trace_folder: Path, ipupod_main)
 
 
 def test_the_example_trace_is_what_its_script_writes_and_reads_back(tmp_path: Path) -> None:
-    runpy.run_path(str(EXAMPLES / "chakra_step.py"))["main"](tmp_path)
+    root = EXAMPLES.parent  # the example run as a user runs it, with this Python
+    run = subprocess.run([sys.executable, str(root / "examples" / "chakra_step.py"),
+                          str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
     for rank in (0, 1):
         name = f"step.{rank}.et"
         assert (tmp_path / name).read_bytes() == (EXAMPLES / "chakra" / name).read_bytes()

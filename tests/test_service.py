@@ -624,6 +624,9 @@ def test_every_json_command_prints_one_json_document(service, tmp_path, ipupod_h
         "calibrate": ["calibrate", "--model", "resnet50", "--micro-batch", "16",
                       "--measured-step-ms", "100"],
         "validate": ["validate"],
+        "chakra show": ["chakra", "show", os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "chakra",
+            "step")],
         "train-report": ["train-report", "--servers", "1,2", "--real-up-to", "0", "--steps",
                          "2", "--out", str(tmp_path / "train")],
         "scaling-report": ["scaling-report", "--model", "resnet50", "--topologies", "pod16",
