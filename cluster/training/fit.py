@@ -134,7 +134,9 @@ def hint(plan: TrainPlan) -> str:
                                            "micro": pod.config.micro_batch})
     return ("nothing tried fits (up to 16 IPUs per replica, micro-batch 1, recomputation, "
             "every {optimizer_state}): make the model smaller (a shorter {sequence_length}, "
-            "a workload file) or use IPUs with more memory").format_map(SETTING_NAMES)
+            "a workload file) or use IPUs with more memory; splitting each layer over "
+            "IPUs (tensor parallelism), what a model this size needs, is not in the "
+            "emulator yet").format_map(SETTING_NAMES)
 
 
 def _on_a_pod(plan: TrainPlan) -> TrainPlan | None:
