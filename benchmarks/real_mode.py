@@ -13,6 +13,9 @@
    against torch.distributed's gloo backend allreducing the same bytes over 16 processes on
    this machine, in the same run (the peer runs after Ray is stopped, so neither competes
    with the other). Target: at most 0.5 times gloo's time (best of the repeats).
+4. The floors of ``benchmarks/floors.py``, in the same run: each launch against Ray and as
+   many bare actors started from nothing right after it, the allreduce against one process
+   doing the same reads, sums and writes with NumPy; each printed as a ratio.
 
     python benchmarks/real_mode.py            # a table
     python benchmarks/real_mode.py --json     # the same as JSON
@@ -33,6 +36,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from benchmarks.floors import (  # noqa: E402 - needs ROOT on the path
+    bare_actor_floor_seconds,
+    memory_floor_seconds,
+)
 from benchmarks.procfs import cpu_seconds, rollup_bytes  # noqa: E402 - needs ROOT on the path
 
 ALLREDUCE_BYTES = 64 << 20
@@ -168,16 +175,20 @@ def main() -> None:
         parser.error("--repeats must be at least 1")
     per_process = [int(n) for n in args.devices_per_process.split(",")]
     launches = [] if args.skip_launch else [launch_pod64(n) for n in per_process]
+    for launch in launches:  # the floor: as many bare actors, right after each launch
+        launch["bare_actors"] = bare_actor_floor_seconds(launch["processes"])
     bigs = [] if args.skip_launch else [launch_and_allreduce(args.big_pod, n)
                                         for n in per_process]
     emulator = emulator_allreduce(args.repeats, args.algorithms.split(","), args.placement,
                                   not args.out_of_place)
+    memory = memory_floor_seconds(ALLREDUCE_BYTES, 16, args.repeats)
     from benchmarks.gloo_peer import gloo_allreduce_seconds, torch_available
 
     gloo = (gloo_allreduce_seconds(16, ALLREDUCE_BYTES, args.repeats)
             if torch_available() else {"skipped": "torch is not installed"})
     if args.json:
-        report = {"pod64_launch": launches, "big_pod": bigs, "emulator": emulator, "gloo": gloo}
+        report = {"pod64_launch": launches, "big_pod": bigs, "emulator": emulator,
+                  "memory_floor": memory, "gloo": gloo}
         print(json.dumps(report, indent=2))
         return
     for launch in launches:
@@ -188,6 +199,11 @@ def main() -> None:
               f"PSS {launch['actors_pss_bytes'] / 2**30:.2f} GiB, "
               f"USS {launch['actors_uss_bytes'] / 2**30:.2f} GiB (target 1 GiB), "
               f"machine used +{launch['machine_used_delta_bytes'] / 2**30:.2f} GiB")
+        bare = launch["bare_actors"]
+        print(f"  floor: Ray and {bare['actors']} bare actors from nothing "
+              f"{bare['launch_seconds']:.1f} s (Ray {bare['ray_start_seconds']:.1f} s): "
+              f"launch / floor {launch['launch_seconds'] / bare['launch_seconds']:.2f}x "
+              "(target 1.3x)")
     for big in bigs:
         print(f"{big['topology']} launch ({big['devices']} devices in {big['processes']} "
               f"processes) {big['launch_seconds']:.1f} s "
@@ -199,6 +215,11 @@ def main() -> None:
         print(f"  emulator {name:<26} {row['best_seconds']:7.3f} {row['median_seconds']:7.3f}"
               f"  correct={row['correct']}  (simulated {row['sim_seconds'] * 1e3:.3f} ms; "
               f"card actors' CPU {row['actors_cpu_seconds_per_allreduce']:.3f} s a run)")
+    print(f"  memory floor (one process: sum 16 buffers, write the sum back) "
+          f"{memory['best_seconds']:7.3f} {memory['median_seconds']:7.3f}")
+    for name, row in emulator.items():
+        print(f"  {name} / memory floor (best): "
+              f"{row['best_seconds'] / memory['best_seconds']:.2f}x (target 2x)")
     if "skipped" in gloo:
         print(f"  gloo: skipped ({gloo['skipped']})")
     else:
