@@ -74,6 +74,17 @@ def test_when_memory_stops_it_short_the_most_that_fit_is_taken_and_said(ipupod_m
     assert "a smaller --micro-batch" in out
 
 
+def test_at_micro_batch_1_a_memory_bound_fill_drain_points_to_1f1b_which_reaches_it(
+        ipupod_main):
+    out = printed(ipupod_main, "train", "--model", "gpt3-125m", "--topology", "pod16",
+                  "--steps", "1")
+    assert "--micro-batch 1 --gradient-accumulation 2 " in out
+    assert "--pipeline-schedule 1f1b stashes at most K - s micro-batches" in out
+    step, accumulation = run(ipupod_main, "--model", "gpt3-125m", "--topology", "pod16",
+                             "--pipeline-schedule", "1f1b")
+    assert accumulation["value"] == 32 and bubble_share(step) <= 0.10
+
+
 def test_a_lock_step_schedule_gets_at_least_the_micro_batches_it_needs(ipupod_main):
     # PopART's schedule needs 2K - 1 micro-batches for K stages: 15 for 8
     _, accumulation = run(ipupod_main, "--model", "bert-large", "--topology", "pod64",

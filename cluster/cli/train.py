@@ -182,13 +182,24 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
         save_trace(trace, trace_path)
 
 
+def _room_for_more(config: TrainConfig) -> str:
+    """What leaves memory for more micro-batches in flight: a smaller micro-batch, else a
+    schedule that stashes fewer of them than fill-drain's all."""
+    if config.micro_batch > 1:
+        return "a smaller --micro-batch leaves room for more"
+    if config.pipeline_schedule == "fill-drain":
+        return ("--pipeline-schedule 1f1b stashes at most K - s micro-batches on stage s of "
+                "K, not all of them")
+    return "a sharded --optimizer-state leaves room for more"
+
+
 def _accumulation_note(plan: TrainPlan) -> str:
     """What the default gradient accumulation of a pipelined run is, and why."""
     config, share = plan.config, bubble_share(plan)
     why = ("the smallest power of two keeping the pipeline's bubble at most "
            f"{BUBBLE_SHARE:.0%} of its time" if share <= BUBBLE_SHARE else
            "the most micro-batches in flight that fit In-Processor-Memory, short of a bubble "
-           f"of {BUBBLE_SHARE:.0%} (a smaller --micro-batch leaves room for more)")
+           f"of {BUBBLE_SHARE:.0%} ({_room_for_more(config)})")
     return (f"# gradient accumulation {config.accumulation} by default for a pipeline of "
             f"{config.pipeline_stages} stages: {why}; bubble {share:.1%} of the pipeline's "
             "time (--gradient-accumulation to choose)")
