@@ -52,6 +52,8 @@ COMMANDS = {
                                    "Pipelining report: throughput, bubble against stages."),
     "partition": LazyCommand("cluster.cli.partition:partition_group",
                              "Create, list, show and remove partitions (as `vipu` does)."),
+    "replay": LazyCommand("cluster.cli.replay:replay_command",
+                          "Replay a Chakra execution trace on an emulated POD (phantom)."),
     "remove": LazyCommand("cluster.cli.vipu:remove_group",
                           "V-IPU's verb first: `remove partition NAME`."),
     "scaling-report": LazyCommand("cluster.cli.reports:scaling_report_command",
