@@ -270,9 +270,10 @@ class ReplayEngine:
             rank, index = min(arrived)
             there = {r for r, _ in arrived}
             missing = [r for r in self.layout.groups[pg_name] if r not in there]
+            verb = "reach" if len(missing) > 1 else "reaches"
             return _stuck(self.runs[rank], index, left,
                           f"collective {call} of {_group(pg_name)} waits for "
-                          f"{_ranks(missing)}, which never reach it")
+                          f"{_ranks(missing)}, which never {verb} it")
         for (rank, index) in sorted(self.posted):
             sender = self.runs[rank].nodes[index].detail
             src = sender.src if isinstance(sender, PeerToPeer) else None

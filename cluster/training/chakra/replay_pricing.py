@@ -18,7 +18,6 @@ kind, size and IPUs), so a trace of many identical steps prices each collective 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,7 +89,7 @@ class ReplayPricer:
     def compute_seconds(self, node: ChakraNode, ipu: int) -> tuple[float, bool]:
         """A COMP node's seconds on IPU ``ipu``, and whether it had any time to give."""
         num_ops = node.detail.num_ops if isinstance(node.detail, Compute) else None
-        traced = node.duration_micros * 1e-6
+        traced = node.duration_micros / 1e6
         if self.options.compute is ComputeSource.TRACE and node.duration_micros:
             return traced, True
         if num_ops is not None:
@@ -188,7 +187,3 @@ def schedule_link_bytes(topology: Topology, schedule: Schedule) -> tuple[np.ndar
     links = np.flatnonzero(total)
     return links, total[links]
 
-
-def group_ipus(ranks: Sequence[int]) -> tuple[int, ...]:
-    """The IPUs of a group of ranks (rank ``r`` runs on IPU ``r``)."""
-    return tuple(ranks)

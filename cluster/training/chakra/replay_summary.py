@@ -129,7 +129,7 @@ def link_rows(record: ReplayRecord, topology: Topology, end_seconds: float) -> l
         seconds = carried[link] / topology.directed_bandwidth_Bps[link]
         rows.append({"link": topology.link_label(link),
                      "type": topology.link_types[topology.directed_type[link]].name,
-                     "bytes": int(round(carried[link])),
+                     "bytes": round(float(carried[link])),
                      "busy_fraction": seconds / end_seconds if end_seconds > 0 else 0.0})
     return rows
 
