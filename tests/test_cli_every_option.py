@@ -38,7 +38,7 @@ EXPECTED_COMMANDS = {
     "bench", "calibrate", "chakra show", "create partition", "devices", "fault cut",
     "fault degrade", "fault heal", "fault kill", "fault list", "links", "list partitions",
     "monitor", "partition create", "partition list", "partition remove", "partition show",
-    "pipeline-report", "remove partition", "scaling-report", "serve", "show partition",
+    "pipeline-report", "remove partition", "replay", "scaling-report", "serve", "show partition",
     "status", "topology list", "topology show", "trace show", "train", "train-report", "user add",
     "user list", "user remove", "user rotate", "validate", "workload import",
 }
@@ -57,7 +57,8 @@ BASE: dict[str, list[str]] = {  # what keeps each command fast, off Ray and off 
     "workload import": ["--out={out}.yaml"],
 }
 ARGUMENTS = {"collective": "allreduce", "name": "p", "card": "s0.card0", "link": "s0.card0.ipu0",
-             "spec": "pod16"}
+             "spec": "pod16",
+             "trace": str(Path(__file__).resolve().parent.parent / "examples" / "chakra" / "step")}
 
 NUMBERS = st.sampled_from([
     "0", "-0", "-1", "1.5", str(2**31), str(2**63), str(10**30), f"-{10**30}", "9" * 4301,

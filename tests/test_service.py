@@ -627,6 +627,9 @@ def test_every_json_command_prints_one_json_document(service, tmp_path, ipupod_h
         "chakra show": ["chakra", "show", os.path.join(
             os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "chakra",
             "step")],
+        "replay": ["replay", os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "chakra",
+            "step"), "--topology", "pod16"],
         "train-report": ["train-report", "--servers", "1,2", "--real-up-to", "0", "--steps",
                          "2", "--out", str(tmp_path / "train")],
         "scaling-report": ["scaling-report", "--model", "resnet50", "--topologies", "pod16",
