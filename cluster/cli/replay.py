@@ -17,6 +17,9 @@ from cluster.cli.trace_option import check_trace_path, save_trace, trace_option
 from cluster.model.hardware import FIGURE_SOURCES
 from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
 from cluster.model.units import format_size, plural
+from cluster.training.chakra.replay_pricing import ComputeSource, ReplayOptions
+from cluster.training.chakra.replay_run import replay
+from cluster.training.chakra.replay_trace import replay_trace
 from gcl.algorithms import algorithms
 from gcl.collectives import DTYPES, DType
 from gcl.planner import AUTO
@@ -58,9 +61,6 @@ def replay_command(trace: str, topology_spec: str, compute: str, algorithm: str,
     `ipupod chakra show` takes it."""
     # protobuf and the generated schema load only when this command runs
     from cluster.training.chakra.et_reader import read_chakra_trace
-    from cluster.training.chakra.replay_pricing import ComputeSource, ReplayOptions
-    from cluster.training.chakra.replay_run import replay
-    from cluster.training.chakra.replay_trace import replay_trace
 
     if algorithm != AUTO and algorithm not in algorithms():
         raise click.BadParameter(f"unknown algorithm {algorithm!r}: use auto, "
