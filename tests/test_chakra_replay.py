@@ -20,6 +20,7 @@ from gcl.bench_spec import BenchSpec, SizeRange
 from gcl.collectives import ALLREDUCE
 from ipupod_proto import chakra_et_pb2 as et
 from tests.test_chakra_reader import attr, coll, comp, framed
+from tests.test_chakra_reader import write_trace as write_reader_trace
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 MiB = 1 << 20
@@ -231,3 +232,29 @@ def test_compute_from_the_ipu_prices_num_ops_and_notes_nodes_without_a_time(tmp_
     assert by_trace["end_seconds"] == pytest.approx(100e-6)
     assert by_ipu["end_seconds"] == pytest.approx(10**12 / (250e12 * 0.22))
     assert by_trace["no_duration_nodes"] == by_ipu["no_duration_nodes"] == 1
+
+
+@pytest.mark.parametrize("topology", ["pod16", "dss8440"])
+def test_a_trace_in_chakras_generator_conventions_replays_every_node_kind(
+        tmp_path, topology) -> None:
+    # the reader's test trace: compute, an all-reduce on the default group, an all-gather
+    # on 'tp', metadata, a ring of sends and receives, a load and a store; one rank gzipped
+    trace = read_chakra_trace(str(write_reader_trace(tmp_path, ranks=4)))
+    record, summary = replay(trace, load_topology(topology))
+    kinds = summary["collectives"]
+    assert (kinds["all-reduce"]["count"], kinds["all-reduce"]["bytes"]) == (1, 64 * MiB)
+    assert (kinds["all-gather"]["count"], kinds["all-gather"]["bytes"]) == (1, 1024)
+    assert (kinds["send"]["count"], kinds["send"]["bytes"]) == (4, 4 * 4096)
+    assert summary["groups"] == {"": [0, 1, 2, 3], "tp": [0, 1, 2, 3]}
+    assert all(rank["memory_seconds"] > 0 for rank in summary["per_rank"])
+    assert all(end != -1.0 for run in record.runs for end in run.end)
+
+
+def test_the_link_table_carries_what_the_cost_model_says_the_allreduce_moves(tmp_path) -> None:
+    topology = load_topology("pod16")
+    _, summary = replay(read_chakra_trace(allreduce_trace(tmp_path, 16, 16 * MiB)), topology)
+    [row] = run_phantom(BenchSpec(ALLREDUCE, SizeRange(16 * MiB, 16 * MiB)).place(topology))
+    assert sum(link["bytes"] for link in summary["links"]) == pytest.approx(
+        sum(row.link_type_bytes.values()))
+    busiest = summary["links"][0]
+    assert busiest["busy_fraction"] <= 1.0

@@ -1,6 +1,7 @@
 """Sends matched with receives: the n-th ``COMM_SEND`` from rank ``s`` to rank ``d`` with
 tag ``t`` (in ``s``'s file order) pairs with the n-th ``COMM_RECV`` on ``d`` from ``s``
-with tag ``t`` (in ``d``'s file order). A send's source is its own rank, a receive's
+with tag ``t`` (in ``d``'s file order); where a send or receive between ``s`` and ``d``
+gives no ``comm_tag``, their sends and receives pair in file order whatever the tags. A send's source is its own rank, a receive's
 destination its own rank; a send without ``comm_dst``, a receive without ``comm_src``,
 or one left without a partner is refused by name; the
 send's bytes are what moves."""
@@ -34,10 +35,29 @@ def pair_sends(ranks: Sequence[ChakraRank]) -> dict[Endpoint, Endpoint]:
                                     "paired with a send")
                 receives.setdefault((detail.src, rank.rank, detail.tag), []).append(
                     (rank.rank, index))
+    sends, receives = _untagged_channels(sends, receives)
     pairs: dict[Endpoint, Endpoint] = {}
     for key in sorted({*sends, *receives}, key=str):
         _pair_key(ranks, key, sends.get(key, []), receives.get(key, []), pairs)
     return pairs
+
+
+def _untagged_channels(sends: dict[PairKey, list[Endpoint]],
+                       receives: dict[PairKey, list[Endpoint]],
+                       ) -> tuple[dict[PairKey, list[Endpoint]], dict[PairKey, list[Endpoint]]]:
+    """The sends and receives keyed again so that between two ranks where any send or
+    receive has no tag, all pair in file order whatever their tags (key tag ``None``)."""
+    untagged = {(src, dst) for src, dst, tag in (*sends, *receives) if tag is None}
+    if not untagged:
+        return sends, receives
+    out: list[dict[PairKey, list[Endpoint]]] = []
+    for keyed in (sends, receives):
+        merged: dict[PairKey, list[Endpoint]] = {}
+        for (src, dst, tag), ends in keyed.items():
+            key = (src, dst, None) if (src, dst) in untagged else (src, dst, tag)
+            merged.setdefault(key, []).extend(ends)
+        out.append({key: sorted(ends) for key, ends in merged.items()})
+    return out[0], out[1]
 
 
 def _pair_key(ranks: Sequence[ChakraRank], key: PairKey, sends: list[Endpoint],
