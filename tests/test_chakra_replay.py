@@ -258,3 +258,12 @@ def test_the_link_table_carries_what_the_cost_model_says_the_allreduce_moves(tmp
         sum(row.link_type_bytes.values()))
     busiest = summary["links"][0]
     assert busiest["busy_fraction"] <= 1.0
+
+
+def test_a_collective_gcl_refuses_is_one_error_line_naming_the_node(tmp_path, ipupod_main) -> None:
+    run = ipupod_main("replay", allreduce_trace(tmp_path, 2, 1 << 40), "--topology", "pod16")
+    assert run.returncode == 2 and run.stdout == ""
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith("error: cannot replay: rank 1's node 1 ('coll1': all-reduce of "
+                           "1,099,511,627,776 bytes on 2 ranks) cannot run: ")
+    assert "In-Processor-Memory" in line

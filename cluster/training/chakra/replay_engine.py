@@ -217,7 +217,13 @@ class ReplayEngine:
         if len(arrived) < len(members):
             return
         del self.gathering[(detail.pg_name, call)]
-        priced = self.pricer.collective(detail, members)
+        try:
+            priced = self.pricer.collective(detail, members)
+        except UserError as error:
+            node = self.runs[rank].nodes[index]
+            raise UserError(f"cannot replay: rank {rank}'s node {node.id} ({quoted(node.name)}: "
+                            f"{detail.comm_type} of {detail.size_bytes:,} bytes on "
+                            f"{len(members):,} ranks) cannot run: {error}") from None
         cause = self.runs[rank].cause[index]
         for other, other_index in arrived:
             _check_same(self.runs[other], other_index, self.runs[rank], index, call)
