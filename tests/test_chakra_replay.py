@@ -267,3 +267,22 @@ def test_a_collective_gcl_refuses_is_one_error_line_naming_the_node(tmp_path, ip
     assert line.startswith("error: cannot replay: rank 1's node 1 ('coll1': all-reduce of "
                            "1,099,511,627,776 bytes on 2 ranks) cannot run: ")
     assert "In-Processor-Memory" in line
+
+
+def test_allreduces_at_once_on_disjoint_groups_share_the_network_as_bench_groups_do(
+        tmp_path, ipupod_main) -> None:
+    size = 16 * MiB
+    groups = [[coll(1, et.ALL_REDUCE, size, pg_name=f"tp{rank // 4}")] for rank in range(16)]
+    summary = replayed(ipupod_main, write(tmp_path / "at-once", groups), "--topology", "pod16")
+    together = bench_seconds(ipupod_main, "pod16", size, "--group", "consecutive:4")
+    assert summary["end_seconds"] == together
+    assert summary["collectives"]["all-reduce"]["count"] == 4
+    # the same, but group tp0 starts later than the others: it runs alone on its IPUs
+    late = [[comp(1, 1000 if rank < 4 else 0), coll(2, et.ALL_REDUCE, size, deps=(1,),
+                                                    pg_name=f"tp{rank // 4}")]
+            for rank in range(16)]
+    topology = load_topology("pod16")
+    _, summary = replay(read_chakra_trace(write(tmp_path / "late", late)), topology)
+    [alone] = run_phantom(BenchSpec(ALLREDUCE, SizeRange(size, size)).place(topology,
+                                                                            [0, 1, 2, 3]))
+    assert summary["end_seconds"] == 1000e-6 + alone.sim_seconds

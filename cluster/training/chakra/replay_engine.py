@@ -6,7 +6,9 @@ is ready when the last node it depends on ends. Then
 - a COMP node waits for its rank's IPU: one compute node runs at a time, in the order they
   became ready (communication and memory nodes run beside it);
 - a COMM_COLL node waits for every rank of its process group to reach the same collective
-  (the n-th each issues on that group), and all of them run it together;
+  (the n-th each issues on that group), and all of them run it together; collectives that
+  start at one time are priced together where GCL would run them as replica groups
+  (:mod:`.replay_collectives`);
 - a COMM_SEND starts at once and ends when its bytes arrive; its paired COMM_RECV ends
   when the bytes have arrived and it is ready, whichever is later;
 - MEM_LOAD, MEM_STORE and METADATA nodes run at once.
@@ -32,6 +34,7 @@ from cluster.training.chakra.et_nodes import (
     NodeKind,
     PeerToPeer,
 )
+from cluster.training.chakra.replay_collectives import Gathered, price_together
 from cluster.training.chakra.replay_layout import ReplayLayout
 from cluster.training.chakra.replay_pairs import Endpoint, pair_sends
 from cluster.training.chakra.replay_pricing import Priced, ReplayPricer
@@ -129,6 +132,8 @@ class ReplayEngine:
         self.gathering: dict[tuple[str, int], list[Endpoint]] = {}
         self.arrivals: dict[Endpoint, tuple[float, float, Endpoint]] = {}
         self.posted: dict[Endpoint, float] = {}
+        self.pending: list[Gathered] = []  # collectives ready to start at pending_time
+        self.pending_time = 0.0
         self.events: list[tuple[float, int, int, int]] = []
         self.sequence = 0
 
@@ -139,7 +144,10 @@ class ReplayEngine:
                 if count == 0:
                     run.ready[index] = 0.0
                     self._ready(rank, index, 0.0)
-        while self.events:
+        while self.events or self.pending:
+            if self.pending and (not self.events or self.events[0][0] > self.pending_time):
+                self._start_pending()  # every event of their time is done
+                continue
             time, _, rank, index = heapq.heappop(self.events)
             self._complete(rank, index, time)
         for run in self.runs:
@@ -217,21 +225,29 @@ class ReplayEngine:
         if len(arrived) < len(members):
             return
         del self.gathering[(detail.pg_name, call)]
-        try:
-            priced = self.pricer.collective(detail, members)
-        except UserError as error:
-            node = self.runs[rank].nodes[index]
-            raise UserError(f"cannot replay: rank {rank}'s node {node.id} ({quoted(node.name)}: "
-                            f"{detail.comm_type} of {detail.size_bytes:,} bytes on "
-                            f"{len(members):,} ranks) cannot run: {error}") from None
-        cause = self.runs[rank].cause[index]
-        for other, other_index in arrived:
-            _check_same(self.runs[other], other_index, self.runs[rank], index, call)
-            self.runs[other].cause[other_index] = cause
-            self._finish(other, other_index, time, time + priced.seconds)
-        self.record.collectives.append(CollectiveRun(detail.pg_name, call, detail, members,
-                                                     time, priced.seconds, priced.algorithm))
-        self.record.use(priced)
+        self.pending.append(Gathered(detail, call, members, tuple(arrived), rank,
+                                     self.runs[rank].nodes[index]))
+        self.pending_time = time
+
+    def _start_pending(self) -> None:
+        """Start the collectives whose groups all arrived at ``pending_time``, priced
+        together where they can be (:func:`~.replay_collectives.price_together`)."""
+        batch, self.pending, time = self.pending, [], self.pending_time
+        used: dict[int, Priced] = {}
+        for gathered, priced in price_together(self.pricer, batch):
+            last = gathered.arrived[-1]
+            cause = self.runs[last[0]].cause[last[1]]
+            for other, other_index in gathered.arrived:
+                _check_same(self.runs[other], other_index, self.runs[last[0]], last[1],
+                            gathered.call)
+                self.runs[other].cause[other_index] = cause
+                self._finish(other, other_index, time, time + priced.seconds)
+            self.record.collectives.append(CollectiveRun(
+                gathered.detail.pg_name, gathered.call, gathered.detail, gathered.members,
+                time, priced.seconds, priced.algorithm))
+            used[id(priced)] = priced
+        for priced in used.values():
+            self.record.use(priced)
 
     def _peer(self, rank: int, index: int) -> Endpoint:
         """The replayed rank and node paired with node ``index`` of ``rank`` (in the same

@@ -1,10 +1,10 @@
 """Sends matched with receives: the n-th ``COMM_SEND`` from rank ``s`` to rank ``d`` with
 tag ``t`` (in ``s``'s file order) pairs with the n-th ``COMM_RECV`` on ``d`` from ``s``
 with tag ``t`` (in ``d``'s file order); where a send or receive between ``s`` and ``d``
-gives no ``comm_tag``, their sends and receives pair in file order whatever the tags. A send's source is its own rank, a receive's
-destination its own rank; a send without ``comm_dst``, a receive without ``comm_src``,
-or one left without a partner is refused by name; the
-send's bytes are what moves."""
+gives no ``comm_tag``, their sends and receives pair in file order whatever the tags. A
+send's source is its own rank, a receive's destination its own rank; a send without
+``comm_dst``, a receive without ``comm_src``, or one left without a partner is refused by
+name; the send's bytes are what moves."""
 
 from __future__ import annotations
 

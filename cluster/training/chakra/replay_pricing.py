@@ -5,10 +5,11 @@ kind, size and IPUs), so a trace of many identical steps prices each collective 
 - COMP: its ``duration_micros`` (``--compute trace``), or its ``num_ops`` FLOPs over the
   IPU's float16 peak times the dense-layer efficiency the training pricing uses
   (``--compute ipu``); each falls back to the other, and a node with neither is 0 s.
-- COMM_COLL: GCL's schedule on the group's IPUs, timed by the cost model
-  (:func:`gcl.planner.plan_timed`), exactly as ``ipupod bench`` prices that collective,
-  ``comm_size`` taken as bench's size; a reduce as an all-reduce (GCL has no reduce to one
-  root), a barrier as one sync (local within an IPU-Link domain, else global).
+- COMM_COLL: GCL's schedule on the group's IPUs (or on several groups at once, as replica
+  groups), timed by the cost model (:func:`gcl.planner.plan_timed`), exactly as ``ipupod
+  bench`` prices that collective, ``comm_size`` taken as bench's size; a reduce as an
+  all-reduce (GCL has no reduce to one root), a barrier as one sync (local within an
+  IPU-Link domain, else global).
 - COMM_SEND: one transfer over the route between the two IPUs, a superstep of the cost
   model (as the training pricing prices a pipeline's boundary).
 - MEM_LOAD / MEM_STORE: the bytes over an IPU-M2000's link to its Streaming Memory (PCIe
@@ -98,28 +99,31 @@ class ReplayPricer:
             return num_ops / (peak * COMPUTE_EFFICIENCY), True
         return traced, node.duration_micros > 0
 
-    def collective(self, detail: Collective, ipus: tuple[int, ...]) -> Priced:
-        """A collective on the IPUs ``ipus`` (its group, in rank order)."""
-        key = (detail.comm_type, detail.size_bytes, ipus)
+    def collective(self, detail: Collective, groups: tuple[tuple[int, ...], ...]) -> Priced:
+        """A collective run at once on each of ``groups`` (disjoint, of one size; each its
+        IPUs in rank order), priced as one schedule: GCL's replica groups, sharing the
+        network as ``ipupod bench --group`` prices them."""
+        key = (detail.comm_type, detail.size_bytes, groups)
         if key not in self._collectives:
-            self._collectives[key] = self._price_collective(detail, ipus)
+            self._collectives[key] = self._price_collective(detail, groups)
         return self._collectives[key]
 
-    def _price_collective(self, detail: Collective, ipus: tuple[int, ...]) -> Priced:
-        if len(ipus) < 2:
+    def _price_collective(self, detail: Collective,
+                          groups: tuple[tuple[int, ...], ...]) -> Priced:
+        size = len(groups[0])
+        if size < 2:
             return Priced(0.0, "", *NO_LINKS)
         if detail.comm_type is CommType.BARRIER:
             router = router_of(self.topology)
-            members = np.asarray(ipus, dtype=np.int64)
-            local = bool(router.same_domain(members[:1].repeat(len(members)), members).all())
+            ipus = np.asarray(groups, dtype=np.int64)
+            local = bool(router.same_domain(ipus[:, :1].repeat(size, axis=1), ipus).all())
             sync = self.topology.sync_local_seconds if local else self.topology.sync_global_seconds
             return Priced(sync, "sync", *NO_LINKS)
         coll = collective(GCL_NAMES[detail.comm_type])
-        itemsize = self.options.dtype.itemsize
-        count = coll.count_for_bytes(detail.size_bytes, len(ipus), itemsize)
+        count = coll.count_for_bytes(detail.size_bytes, size, self.options.dtype.itemsize)
         schedule, timing = plan_timed(coll, self.topology, count, dtype=self.options.dtype.value,
                                       algorithm_name=self._algorithm(coll),
-                                      groups=[np.asarray(ipus, dtype=np.int64)])
+                                      groups=[np.asarray(g, dtype=np.int64) for g in groups])
         links, link_bytes = schedule_link_bytes(self.topology, schedule)
         return Priced(timing.sim_seconds, schedule.algorithm, links, link_bytes)
 
