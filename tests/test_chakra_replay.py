@@ -286,3 +286,12 @@ def test_allreduces_at_once_on_disjoint_groups_share_the_network_as_bench_groups
     [alone] = run_phantom(BenchSpec(ALLREDUCE, SizeRange(size, size)).place(topology,
                                                                             [0, 1, 2, 3]))
     assert summary["end_seconds"] == 1000e-6 + alone.sim_seconds
+
+
+def test_an_unknown_algorithm_is_one_error_line_and_an_alias_is_taken(ipupod_main) -> None:
+    example = str(EXAMPLES / "chakra" / "step")
+    run = ipupod_main("replay", example, "--topology", "pod16", "--algorithm", "nope")
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.startswith("error: unknown algorithm 'nope': use auto, ")
+    assert replayed(ipupod_main, example, "--topology", "pod16", "--algorithm",
+                    "ring")["algorithm"] == "ring"

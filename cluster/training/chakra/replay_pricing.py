@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cluster.errors import ScheduleError
 from cluster.model.costmodel import superstep_cost
 from cluster.model.hardware import DeviceKind, pcie_gen4_x16
 from cluster.model.routing import router_of
@@ -33,8 +34,8 @@ from cluster.training.step_timing import host_io_seconds
 from cluster.training.workloads import DEFAULT_EFFICIENCIES, peak_flops_per_second
 from cluster.training.workloads.layers import DType as ComputeDType
 from gcl.algorithms import algorithm as checked_algorithm
+from gcl.collectives import COLLECTIVES, DType, collective
 from gcl.collectives import Collective as GclCollective
-from gcl.collectives import DType, collective
 from gcl.planner import AUTO, plan_timed
 from gcl.schedule import Schedule
 
@@ -63,6 +64,22 @@ class ReplayOptions:
     dtype: DType = DType.FLOAT32
     ranks_to: int | None = None
 
+    def __post_init__(self) -> None:
+        if self.algorithm != AUTO:
+            _check_known(self.algorithm)
+
+
+def _check_known(name: str) -> None:
+    """Refuse an algorithm GCL does not know (by name or alias) that runs no collective."""
+    refusals = []
+    for known in COLLECTIVES.values():
+        try:
+            checked_algorithm(name, known)
+            return
+        except ScheduleError as error:
+            refusals.append(error)
+    raise refusals[0]
+
 
 @dataclass(frozen=True)
 class Priced:
@@ -81,7 +98,7 @@ class ReplayPricer:
     def __init__(self, topology: Topology, options: ReplayOptions) -> None:
         self.topology = topology
         self.options = options
-        self._collectives: dict[tuple[CommType, int, tuple[int, ...]], Priced] = {}
+        self._collectives: dict[tuple[CommType, int, tuple[tuple[int, ...], ...]], Priced] = {}
         self._transfers: dict[tuple[int, int, int], Priced] = {}
         self._memory: dict[tuple[int, int], float] = {}
         streaming = [u.ipus for u in topology.units if u.kind == DeviceKind.IPU_M2000]
@@ -133,7 +150,7 @@ class ReplayPricer:
             return AUTO
         try:
             checked_algorithm(self.options.algorithm, coll)
-        except ValueError:
+        except ScheduleError:
             return AUTO
         return self.options.algorithm
 
