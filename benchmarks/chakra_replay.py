@@ -23,18 +23,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from cluster.training.chakra.et_writer import rank_bytes  # noqa: E402
 from ipupod_proto import chakra_et_pb2 as et  # noqa: E402
 
 TP = 8  # ranks per tensor-parallel group
 NODES_PER_BLOCK = 10
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(0x80 | (value & 0x7F))
-        value >>= 7
-    return bytes(out + bytes([value]))
 
 
 def _attrs(node: et.Node, **values: int | str) -> et.Node:
@@ -76,13 +69,12 @@ def block(rank: int, first: int, after: int | None) -> list[et.Node]:
 def write_trace(folder: Path, ranks: int, blocks: int) -> str:
     """The trace's files, ``bench.RANK.et``; its prefix."""
     for rank in range(ranks):
-        parts = [et.GlobalMetadata(version="0.0.4").SerializeToString()]
+        nodes: list[et.Node] = []
         after = None
         for b in range(blocks):
-            nodes = block(rank, b * NODES_PER_BLOCK, after)
-            parts += [node.SerializeToString() for node in nodes]
+            nodes += block(rank, b * NODES_PER_BLOCK, after)
             after = b * NODES_PER_BLOCK + 5  # the default group's all-reduce
-        (folder / f"bench.{rank}.et").write_bytes(b"".join(_varint(len(p)) + p for p in parts))
+        (folder / f"bench.{rank}.et").write_bytes(rank_bytes(nodes))
     return str(folder / "bench")
 
 

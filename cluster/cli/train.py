@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cluster.cli import train_torch
+from cluster.cli.chakra_out import chakra_out_option, prepare_export, write_export
 from cluster.cli.made_by import command_settings, settings_record
 from cluster.cli.output import Progress, progress, ray_chatter_to_stderr
 from cluster.cli.paths import CheckedPath
@@ -145,15 +146,20 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
 @click.option("--sample-shape", "shape_text", default=None, metavar="SIZES",
               help="With --torch: one sample's shape, no batch dimension, e.g. 3,32,32.")
 @trace_option
+@chakra_out_option
 @placement_options
 @common_options
 def train_command(servers: int | None, topology_spec: str | None, mode: str | None,
                   check: bool, as_json: bool, trace_path: Path | None,
-                  placement: Placement, ray_address: str | None, **options: Any) -> None:
+                  chakra_out: Path | None, placement: Placement, ray_address: str | None,
+                  **options: Any) -> None:
     """Train an MLP data-parallel across emulated DSS 8440 servers (or a POD)."""
 
     torch_factory, shape_text = options.pop("torch_factory"), options.pop("shape_text")
     if torch_factory is not None or shape_text is not None:  # your model: --torch
+        if chakra_out is not None:
+            raise UserError("--chakra-out exports a priced workload's step, not a --torch "
+                            "model's: drop one of them")
         train_torch.run_torch(torch_factory, shape_text, servers, topology_spec, mode, check,
                               as_json, trace_path,
                               {**options, "ray_address": ray_address,
@@ -161,6 +167,7 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
         return
     check_trace_path(trace_path)
     plan = make_config(servers, mode, check, topology=topology_spec, **options)
+    export = prepare_export(chakra_out, plan) if chakra_out is not None else None
     config = plan.config
     assumed = settings_record(command_settings(plan))
     wall = wall_recorder(config.mode, trace_path)
@@ -180,6 +187,8 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
         if wall is not None:
             wall.add_to(trace)
         save_trace(trace, trace_path)
+    if export is not None and chakra_out is not None:
+        write_export(chakra_out, export, record["topology"])
 
 
 def _room_for_more(config: TrainConfig) -> str:

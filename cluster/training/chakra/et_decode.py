@@ -1,10 +1,12 @@
 """One Chakra protobuf ``Node`` decoded into a :class:`~.et_nodes.ChakraNode`: its type
 and the attributes its kind needs (Chakra's names: ``num_ops``, ``comm_type``,
-``comm_size``, ``pg_name``, ``comm_src``, ``comm_dst``, ``comm_tag``, ``tensor_size``),
-checked; the attributes and fields it does not use are counted by name."""
+``comm_size``, ``pg_name``, ``comm_src``, ``comm_dst``, ``comm_tag``, ``tensor_size``;
+and ``duration_seconds``, a COMP node's exact time as ipupod's export writes it), checked;
+the attributes and fields it does not use are counted by name."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
@@ -32,7 +34,7 @@ COMM_TYPES: dict[int, CommType] = {
     et.BARRIER: CommType.BARRIER}
 INTEGER_VALUES = {"int32_val", "int64_val", "uint32_val", "uint64_val", "sint32_val",
                   "sint64_val", "fixed32_val", "fixed64_val", "sfixed32_val", "sfixed64_val"}
-USED = {NodeKind.METADATA: set(), NodeKind.COMP: {"num_ops"},
+USED = {NodeKind.METADATA: set(), NodeKind.COMP: {"num_ops", "duration_seconds"},
         NodeKind.COMM_COLL: {"comm_type", "comm_size", "pg_name"},
         NodeKind.COMM_SEND: {"comm_src", "comm_dst", "comm_tag", "comm_size", "tensor_size",
                              "pg_name"},
@@ -80,7 +82,8 @@ def _attributes(message: Any) -> dict[str, Any]:
 def _detail(kind: NodeKind, attributes: dict[str, Any]) -> Detail:
     """What a node of ``kind`` carries, from its attributes."""
     if kind is NodeKind.COMP:
-        return Compute(num_ops=_integer(attributes, "num_ops"))
+        return Compute(num_ops=_integer(attributes, "num_ops"),
+                       duration_seconds=_seconds(attributes, "duration_seconds"))
     if kind is NodeKind.COMM_COLL:
         return _collective(attributes)
     if kind in (NodeKind.COMM_SEND, NodeKind.COMM_RECV):
@@ -130,6 +133,21 @@ def _integer(attributes: dict[str, Any], name: str) -> int | None:
     value = int(getattr(attribute, which))
     if value < 0:
         raise NodeProblem(f"its attribute {name} is negative ({value})")
+    return value
+
+
+def _seconds(attributes: dict[str, Any], name: str) -> float | None:
+    """The ``double_val`` attribute ``name``: finite seconds of 0 or more, ``None`` when
+    absent."""
+    attribute = attributes.get(name)
+    if attribute is None:
+        return None
+    if attribute.WhichOneof("value") != "double_val":
+        raise NodeProblem(f"its attribute {name} is not a double_val (seconds)")
+    value = float(attribute.double_val)
+    if not math.isfinite(value) or value < 0:
+        raise NodeProblem(f"its attribute {name} is not a finite number of seconds of 0 or "
+                          f"more ({value})")
     return value
 
 

@@ -37,9 +37,12 @@ class CommType(TextEnum):
 @dataclass(frozen=True, slots=True)
 class Compute:
     """A COMP node's work: its FLOPs when the trace gives a ``num_ops`` attribute (its
-    time is then the node's ``duration_micros`` as recorded, or to be priced)."""
+    time is then the node's ``duration_micros`` as recorded, or to be priced), and its
+    time in seconds to the float when it gives a ``duration_seconds`` attribute (as
+    ``ipupod train --chakra-out`` writes beside ``duration_micros``)."""
 
     num_ops: int | None
+    duration_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

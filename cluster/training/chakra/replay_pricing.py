@@ -2,7 +2,8 @@
 bytes it puts on each directed link; every distinct question is priced once (cached by
 kind, size and IPUs), so a trace of many identical steps prices each collective once.
 
-- COMP: its ``duration_micros`` (``--compute trace``), or its ``num_ops`` FLOPs over the
+- COMP: its ``duration_micros`` (``--compute trace``; its ``duration_seconds`` attribute
+  instead where it has one, as ipupod's export writes), or its ``num_ops`` FLOPs over the
   IPU's float16 peak times the dense-layer efficiency the training pricing uses
   (``--compute ipu``); each falls back to the other, and a node with neither is 0 s.
 - COMM_COLL: GCL's schedule on the group's IPUs (or on several groups at once, as replica
@@ -106,9 +107,12 @@ class ReplayPricer:
 
     def compute_seconds(self, node: ChakraNode, ipu: int) -> tuple[float, bool]:
         """A COMP node's seconds on IPU ``ipu``, and whether it had any time to give."""
-        num_ops = node.detail.num_ops if isinstance(node.detail, Compute) else None
-        traced = node.duration_micros / 1e6
-        if self.options.compute is ComputeSource.TRACE and node.duration_micros:
+        detail = node.detail
+        num_ops = detail.num_ops if isinstance(detail, Compute) else None
+        exact = detail.duration_seconds if isinstance(detail, Compute) else None
+        traced = node.duration_micros / 1e6 if exact is None else exact
+        if self.options.compute is ComputeSource.TRACE and (exact is not None
+                                                            or node.duration_micros):
             return traced, True
         if num_ops is not None:
             processor = self.topology.ipu_processors[ipu]

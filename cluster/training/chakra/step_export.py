@@ -1,0 +1,67 @@
+"""A priced training step as a Chakra trace (``ipupod train --chakra-out DIR``): rank ``r``
+is the replica on IPU ``r``, and its file holds the step as the pricing lays it out, one
+part after the other: the host's input, the forward and backward passes, the gradient
+all-reduce over every replica (the default process group; ``comm_size`` its bytes in the
+gradients' type), the weight update. COMP nodes carry the simulated seconds exactly
+(``duration_seconds``), so replaying the trace on the same topology, with the gradients'
+type and the run's algorithm, gives the step's time (to rounding).
+
+Data-parallel steps only, for now: one IPU per replica, replicas on IPUs 0 to R-1, the
+optimiser state not sharded across racks; a pipeline's sends, a column split's
+collectives and a sharded reduction's three collectives are refused by name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cluster.errors import UserError
+from cluster.training.chakra.et_nodes import CommType
+from cluster.training.chakra.et_writer import collective_node, compute_node
+from cluster.training.plan import TrainPlan
+from cluster.training.sharded_reduction import shards_across_racks
+from cluster.training.step_timing import step_time
+from ipupod_proto import chakra_et_pb2 as et
+
+
+@dataclass(frozen=True)
+class StepExport:
+    """The step's nodes for each rank, and how to replay them as priced: the gradients'
+    element type (``--dtype``) and the run's allreduce algorithm (``--algorithm``)."""
+
+    ranks: list[list[et.Node]]
+    dtype: str
+    algorithm: str
+    sim_seconds: float
+
+
+def step_export(plan: TrainPlan) -> StepExport:
+    """The ``plan``'s step as per-rank Chakra nodes, or a UserError saying what the export
+    does not cover yet."""
+    config, workload, chains = plan.config, plan.workload, plan.chains
+    if config.ipus_per_replica > 1:
+        raise UserError(f"--chakra-out exports data-parallel steps (one IPU per replica) "
+                        f"only, for now: this run has {config.ipus_per_replica} IPUs per "
+                        "replica (a pipeline's sends or a column split's collectives are not "
+                        "exported yet)")
+    if shards_across_racks(config, chains):
+        raise UserError("--chakra-out does not export a sharded optimiser state's "
+                        "reduce-scatter, cross-rack allreduce and all-gather yet: keep "
+                        "--optimizer-state unsharded to export the step")
+    ipus = chains[:, 0]
+    if not np.array_equal(ipus, np.arange(len(ipus))):
+        raise UserError("--chakra-out needs the replicas on IPUs 0 to R-1 (a replayed rank "
+                        "r runs on IPU r); this run places them elsewhere")
+    step = step_time(plan)
+    gradient_bytes = (sum(layer.parameters for layer in workload.layers)
+                      * workload.gradient_dtype.itemsize)
+    pipeline = (step.compute_seconds + step.pipeline_bubble_seconds
+                + step.inter_stage_seconds)
+    nodes = [compute_node(1, "host input", step.host_io_seconds),
+             compute_node(2, "forward and backward", pipeline, deps=[1]),
+             collective_node(3, "allreduce(gradients)", CommType.ALL_REDUCE, gradient_bytes,
+                             deps=[2]),
+             compute_node(4, "weight update", step.update_seconds, deps=[3])]
+    return StepExport([list(nodes) for _ in ipus], workload.gradient_dtype.value,
+                      config.algorithm, step.sim_seconds)

@@ -1,0 +1,76 @@
+"""``ipupod train --chakra-out DIR``: the priced step written as a Chakra trace, read back
+by the reader and replayed on the same topology in the step's simulated time (to 1e-9
+relative); runs the export does not cover, a folder that holds a trace already and
+``--torch`` are one error line, with nothing written."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from cluster.training.chakra.et_nodes import Collective, CommType, Compute, NodeKind
+from cluster.training.chakra.et_reader import read_chakra_trace
+
+
+def train_and_export(ipupod_main, folder: Path, *options: str) -> tuple[float, list[str]]:
+    """The step's simulated seconds, and the replay command the note gives."""
+    run = ipupod_main("train", "--mode", "phantom", "--steps", "1", "--json",
+                      "--chakra-out", str(folder), *options)
+    assert run.returncode == 0, run.stderr
+    [note] = [line for line in run.stderr.splitlines() if "Chakra trace written" in line]
+    command = shlex.split(note.split("replay it: ", 1)[1])
+    assert command[:2] == ["ipupod", "replay"]
+    return json.loads(run.stdout)["steps"][0]["sim_seconds"], command[1:]
+
+
+@pytest.mark.parametrize("options", [
+    ("--model", "resnet50", "--topology", "pod16"),
+    ("--model", "resnet50", "--topology", "pod128"),
+    ("--model", "mlp", "--servers", "2"),
+])
+def test_an_exported_step_replays_in_the_steps_time(tmp_path, ipupod_main, options) -> None:
+    folder = tmp_path / "trace"
+    step_seconds, replay = train_and_export(ipupod_main, folder, *options)
+    run = ipupod_main(*replay, "--json")
+    assert run.returncode == 0, run.stderr
+    replayed = json.loads(run.stdout)
+    assert replayed["end_seconds"] == pytest.approx(step_seconds, rel=1e-9, abs=0)
+    trace = read_chakra_trace(str(folder / "step"))
+    assert len(trace.ranks) == replayed["ranks"] > 1
+    kinds = [node.kind for node in trace.ranks[0].nodes]
+    assert kinds == [NodeKind.COMP, NodeKind.COMP, NodeKind.COMM_COLL, NodeKind.COMP]
+    allreduce = trace.ranks[0].nodes[2].detail
+    assert isinstance(allreduce, Collective) and allreduce.comm_type is CommType.ALL_REDUCE
+    forward = trace.ranks[0].nodes[1]
+    assert isinstance(forward.detail, Compute) and forward.detail.duration_seconds
+    assert forward.duration_micros == round(forward.detail.duration_seconds * 1e6)
+
+
+def test_a_pipelined_run_is_refused_before_it_trains(tmp_path, ipupod_main) -> None:
+    folder = tmp_path / "trace"
+    run = ipupod_main("train", "--mode", "phantom", "--model", "bert-large", "--topology",
+                      "pod16", "--ipus-per-replica", "4", "--chakra-out", str(folder))
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.startswith("error: --chakra-out exports data-parallel steps (one IPU "
+                                 "per replica) only, for now: this run has 4 IPUs per replica")
+    assert not folder.exists()
+
+
+def test_a_folder_holding_a_trace_is_refused(tmp_path, ipupod_main) -> None:
+    (tmp_path / "old.0.et").write_bytes(b"")
+    run = ipupod_main("train", "--mode", "phantom", "--model", "resnet50", "--topology",
+                      "pod16", "--chakra-out", str(tmp_path))
+    assert run.returncode == 2
+    assert "already holds Chakra trace files" in run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.0.et"]
+
+
+def test_a_torch_model_cannot_be_exported(tmp_path, ipupod_main) -> None:
+    run = ipupod_main("train", "--torch", "x.py:f", "--sample-shape", "3",
+                      "--chakra-out", str(tmp_path / "t"))
+    assert run.returncode == 2
+    assert run.stderr.strip() == ("error: --chakra-out exports a priced workload's step, not "
+                                  "a --torch model's: drop one of them")
