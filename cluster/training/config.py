@@ -87,12 +87,12 @@ class TrainConfig:
         """A SettingError naming the setting to change if the settings do not go together;
         a server (or rack) of ``server_size`` IPUs bounds the replicas per server. The
         checks that need the workload are :meth:`check_workload`'s."""
+        self._check_tensor_parallel(server_size or IPUS_PER_SERVER)
         self._check_placement(server_size or IPUS_PER_SERVER)
         self._check_counts()
         self._check_modes()
         self._check_split()
         self._check_final_stage()
-        self._check_tensor_parallel()
 
     def check_workload(self, built: Workload) -> None:
         """A SettingError naming the setting to change if this run's workload (``built``)
@@ -221,12 +221,18 @@ class TrainConfig:
                                "give {model} and {ipus_per_replica} 2 or more, and leave "
                                "out {split} shard")
 
-    def _check_tensor_parallel(self) -> None:
+    def _check_tensor_parallel(self, server_ipus: int) -> None:
         """A SettingError unless a tensor-parallel replica is one tensor group of a
-        workload's (pipelining it, or the MLP's column split, is not in the emulator)."""
+        workload's (pipelining it, or the MLP's column split, is not in the emulator) that
+        a server of ``server_ipus`` IPUs holds whole."""
         layout = self.tensor_parallel
         if not layout.on:
             return
+        if server_ipus % layout.size:
+            raise SettingError("tensor_parallel", "{tensor_parallel} {given}: a tensor group "
+                               "of {size} IPUs does not divide a server or rack of {server}: "
+                               "use a T1 x T2 that does", given=str(layout), size=layout.size,
+                               server=server_ipus)
         if self.kind is ModelKind.MLP:
             raise SettingError("tensor_parallel", "{tensor_parallel} splits a transformer's "
                                "layers: give {model} a transformer (gpt3-2.7b, bert-large, "
