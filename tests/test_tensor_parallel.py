@@ -151,8 +151,9 @@ def test_each_kind_is_priced_by_the_cost_model_over_every_replicas_groups_at_onc
     assert kind.seconds == alone.sim_seconds and kind.group_size == 4
 
 
-@pytest.mark.parametrize("text, layout", [("4", TensorParallel(4)), ("4x4", TensorParallel(4, 4)),
-                                          (" 2X8 ", TensorParallel(2, 8)), (None, TensorParallel())])
+@pytest.mark.parametrize("text, layout", [
+    ("4", TensorParallel(4)), ("4x4", TensorParallel(4, 4)), (" 2X8 ", TensorParallel(2, 8)),
+    (None, TensorParallel())])
 def test_the_option_is_read_once_into_a_layout(text, layout):
     assert parse_tensor_parallel(text) == layout
     assert str(layout) == ("1" if text is None else text.strip().lower())
