@@ -1,6 +1,6 @@
 """The simulated seconds of a step's tensor-parallel all-reduces.
 
-Every all-reduce of :func:`~.collectives.micro_batch_collectives` runs over its group of
+Every all-reduce of :func:`~.layer_allreduces.micro_batch_collectives` runs over its group of
 each replica's tensor group, all replicas' groups at once (a group of groups, as the
 gradient allreduce runs its replica groups), priced by the same cost model: a GCL
 schedule of the run's allreduce algorithm, simulated on the topology (links the groups
@@ -19,7 +19,7 @@ import numpy as np
 
 from cluster.model.topology import Topology
 from cluster.training.plan import TrainPlan
-from cluster.training.tensor_parallel.collectives import (
+from cluster.training.tensor_parallel.layer_allreduces import (
     Axis,
     Phase,
     TensorCollective,
