@@ -246,12 +246,15 @@ def test_a_workload_file_carries_each_layers_tensor_shape_and_reads_back_equal()
     model = workload("gpt3-125m")
     text = to_yaml(model)
     assert text.startswith("version: 4\n")
-    assert "tensor: {role: attention, hidden: 768, tokens: 2048, heads: 12}" in text
+    assert ("tensor: {role: attention, hidden: 768, tokens: 2048, heads: 12, inner: 2304}"
+            in text)
     assert parse_workload(text) == model
 
 
 @pytest.mark.parametrize("tensor, words", [
-    ("{role: attention, hidden: 8, tokens: 4}", "heads"),
+    ("{role: attention, hidden: 8, tokens: 4, inner: 24}", "heads"),
+    ("{role: ffn, hidden: 8, tokens: 4}", "inner"),
+    ("{role: loss, hidden: 8, tokens: 4, inner: 3}", "inner"),
     ("{role: ffn, hidden: 8, tokens: 4, heads: 2}", "heads"),
     ("{role: head, hidden: 0, tokens: 4}", "hidden"),
     ("{role: decoder, hidden: 8, tokens: 4}", "role"),
@@ -269,7 +272,7 @@ def test_a_bad_tensor_shape_in_a_workload_file_is_a_spec_error_naming_the_field(
 def test_a_tensor_shape_needs_version_4():
     text = ("version: 3\nname: w\ninput_bytes: 4\nlayers:\n"
             "- {name: a, kind: dense, parameters: 10, forward_flops: 20, output_bytes: 4, "
-            "stashed_bytes: 8, tensor: {role: ffn, hidden: 8, tokens: 4}}\n")
+            "stashed_bytes: 8, tensor: {role: ffn, hidden: 8, tokens: 4, inner: 32}}\n")
     with pytest.raises(SpecError, match="version: 4"):
         parse_workload(text)
 

@@ -182,9 +182,10 @@ def _fitting_changes(plan: TrainPlan) -> list[dict[str, Any]]:
 
 def _spelt(plan: TrainPlan, changes: dict[str, Any]) -> dict[str, Any]:
     """``changes`` as a command line takes them: a tensor-parallel layout with the IPUs
-    per replica it makes when the ``plan`` gave others."""
+    per replica it makes when the ``plan`` was given others (not when it chose them)."""
     layout = changes.get("tensor_parallel")
-    if layout is None or layout.size == plan.config.ipus_per_replica:
+    if (layout is None or layout.size == plan.config.ipus_per_replica
+            or "ipus_per_replica" in plan.chosen):
         return changes
     return {"ipus_per_replica": layout.size, **changes}
 

@@ -17,22 +17,23 @@ operations" per layer, one for the embedding, four for the head):
   target's logit and its sum of exponentials (``tokens`` float32 values each): 4 in all.
 
 2-D (``T1 x T2``, Graphcore's GPT-3 175B PopXL recipe, whose README counts 8 all-reduces
-a layer, 1 for the embedding and 5 for the head; which ones, and their sizes, are
-assumed here, not published):
+a layer, 1 for the embedding and 5 for the head; which ones, and their sizes, are not
+published: assumed here are those of splitting each product's weight over both groups,
+the activations' hidden dimension over ``t2`` and the inner one over ``t1``):
 
-- attention and FFN: forward, the all-reduce over ``t2`` of their norm's statistics (each
-  token's sum and sum of squares, ``2 tokens`` float32; the hidden dimension is split over
-  ``t2``) and over ``t1`` of their output (``n / T2``: split over ``t2``); backward, the
-  same two: 8 a transformer layer;
-- embedding: over ``t1``, of the vocabulary-split lookups (``n / T2``);
-- head: forward, the final norm's statistics over ``t2`` (``2 tokens`` float32) and its
-  input gathered over ``t2`` (an all-reduce of the zero-padded slices, ``n``), so that
-  each IPU of the group computes the logits of its ``V / (T1 T2)`` of the vocabulary;
-  backward, its input's gradient over the whole group (``n``); loss: over the whole
-  group, each token's largest logit, then its target's logit and sum of exponentials
-  together (``tokens`` and ``2 tokens`` float32): 5 in all. (Summing the logits' partial
-  products over ``t2`` instead would carry ``tokens x V / T1`` values, twenty times
-  more for GPT-3's vocabulary and hidden sizes.)
+- attention and FFN: forward, the first products' (queries, keys and values; the FFN's
+  first) partial sums over ``t2`` (``tokens x inner / T1``: their input is split over
+  ``t2``, their output over ``t1``) and the second product's output over ``t1``
+  (``n / T2``); backward, the gradient of the first products' output over ``t2`` and of
+  the layer's input over ``t1``, the same sizes: 8 a transformer layer (the norms'
+  statistics over ``t2``, a few bytes a token, not counted);
+- embedding: the table split by vocabulary over ``t1`` and hidden over ``t2``: the
+  lookups summed over ``t1`` (``n / T2``);
+- head: forward, the logits' partial sums over ``t2`` (``tokens x V / T1``), backward its
+  input's gradient over ``t1`` (``n / T2``); loss: each token's largest logit, target
+  logit and sum of exponentials over ``t1`` (``tokens`` float32 each): 5 in all.
+
+An all-reduce over a group of one IPU (``T1`` or ``T2`` of 1) is none.
 
 With recomputation every layer's forward runs again in the backward pass (as the step's
 compute prices it), and so do its forward all-reduces (``recompute``; Graphcore's counts
@@ -106,20 +107,22 @@ def _two_d(layer: Layer, layout: TensorParallel,
            p: DType) -> list[tuple[Phase, Axis, str, int, DType]]:
     """(phase, axis, what, values, dtype) of each 2-D all-reduce of ``layer``."""
     assert layer.tensor is not None
-    n, tokens, role = layer.tensor.activation_values, layer.tensor.tokens, layer.tensor.role
-    split = -(-n // layout.t2)
-    statistics = (Axis.T2, "norm statistics", 2 * tokens, F32)
+    shape = layer.tensor
+    tokens, role = shape.tokens, shape.role
+    split = tokens * -(-shape.hidden // layout.t2)  # n / T2
+    wide = tokens * -(-shape.inner // layout.t1)  # the first products' share of t1
     if role in (TensorRole.ATTENTION, TensorRole.FFN):
-        return [(phase, *each) for phase in (_FORWARD, _BACKWARD)
-                for each in (statistics, (Axis.T1, "output" if phase is _FORWARD
-                                          else "input gradient", split, p))]
+        return [(_FORWARD, Axis.T2, "first products' partial sums", wide, p),
+                (_FORWARD, Axis.T1, "output", split, p),
+                (_BACKWARD, Axis.T2, "first products' output gradient", wide, p),
+                (_BACKWARD, Axis.T1, "input gradient", split, p)]
     if role is TensorRole.EMBEDDING:
         return [(_FORWARD, Axis.T1, "lookups", split, p)]
     if role is TensorRole.HEAD:
-        return [(_FORWARD, *statistics), (_FORWARD, Axis.T2, "input", n, p),
-                (_BACKWARD, Axis.TENSOR, "input gradient", n, p)]
-    return [(_FORWARD, Axis.TENSOR, "largest logit", tokens, F32),
-            (_FORWARD, Axis.TENSOR, "target logit and sum of exponentials", 2 * tokens, F32)]
+        return [(_FORWARD, Axis.T2, "logits' partial sums", wide, p),
+                (_BACKWARD, Axis.T1, "input gradient", split, p)]
+    return [(_FORWARD, Axis.T1, what, tokens, F32)
+            for what in ("largest logit", "target logit", "sum of exponentials")]
 
 
 def layer_collectives(layer: Layer, layout: TensorParallel,
@@ -130,8 +133,9 @@ def layer_collectives(layer: Layer, layout: TensorParallel,
         return []
     found = (_two_d(layer, layout, partials) if layout.two_d
              else _one_d(layer, partials))
+    sizes = {Axis.TENSOR: layout.size, Axis.T1: layout.t1, Axis.T2: layout.t2}
     return [TensorCollective(layer.name, layer.tensor.role, phase, axis, what, values, dtype)
-            for phase, axis, what, values, dtype in found]
+            for phase, axis, what, values, dtype in found if sizes[axis] > 1]
 
 
 def micro_batch_collectives(workload: Workload, layout: TensorParallel,

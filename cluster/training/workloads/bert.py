@@ -92,7 +92,7 @@ def _heads(h: int, m: int, p: int) -> Layer:
     return Layer("heads", LayerKind.DENSE, parameters=pooler_nsp + mlm, forward_flops=flops,
                  output_bytes=p * (m * VOCABULARY + 2),
                  stashed_bytes=p * (2 * h + 4 * m * h),  # pooler in, tanh out; MLM 4 inputs
-                 tensor=TensorShape(TensorRole.HEAD, h, m))
+                 tensor=TensorShape(TensorRole.HEAD, h, m, inner=VOCABULARY))
 
 
 def bert(config: BertConfig, sequence_length: int = 128, masked_positions: int | None = None,

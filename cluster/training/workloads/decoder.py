@@ -80,7 +80,7 @@ def _head_and_loss(config: DecoderConfig, s: int, p: int) -> list[Layer]:
         Layer("head", LayerKind.DENSE, parameters=shape.norm_parameters + untied,
               forward_flops=shape.norm_flops * s * h + 2 * s * h * v, output_bytes=p * s * v,
               stashed_bytes=2 * p * s * h,  # the norm's input and the logits' input
-              tensor=TensorShape(TensorRole.HEAD, h, s)),
+              tensor=TensorShape(TensorRole.HEAD, h, s, inner=v)),
         Layer("loss", LayerKind.LOSS, parameters=0, forward_flops=LOSS_FLOPS_PER_LOGIT * s * v,
               output_bytes=p, stashed_bytes=p * s * v, tensor=TensorShape(TensorRole.LOSS, h, s))]
 

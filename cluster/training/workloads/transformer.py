@@ -125,7 +125,7 @@ def attention_layer(name: str, s: int, shape: BlockShape, p: int) -> Layer:
         output_bytes=(2 if shape.parallel else 1) * p * s * h,
         stashed_bytes=p * s * (4 * h + 2 * kv) + score_bytes
         + (MASK_BYTES * s * h if shape.dropout else 0),
-        tensor=TensorShape(TensorRole.ATTENTION, h, s, a))
+        tensor=TensorShape(TensorRole.ATTENTION, h, s, a, inner=h + 2 * kv))
 
 
 def ffn_layer(name: str, s: int, shape: BlockShape, p: int) -> Layer:
@@ -147,7 +147,7 @@ def ffn_layer(name: str, s: int, shape: BlockShape, p: int) -> Layer:
         output_bytes=p * s * h,
         stashed_bytes=kept_inputs * p * s * h + products * p * s * f
         + (MASK_BYTES * s * h if shape.dropout else 0),
-        tensor=TensorShape(TensorRole.FFN, h, s))
+        tensor=TensorShape(TensorRole.FFN, h, s, inner=(products - 1) * f))
 
 
 def moe_layer(name: str, s: int, shape: BlockShape, experts: Experts, p: int) -> Layer:

@@ -22,8 +22,9 @@ A single layer may carry ``repeat: N`` too. Version 2 adds one optional field pe
 ``uncounted_ops: [cumsum]``: the ops an importer met in it without knowing their FLOPs
 (taken as 0), which ``train`` names. Version 3 adds ``experts: {count: 8, top_k: 2,
 capacity_factor: 1.25}`` to a mixture-of-experts layer (:class:`.Experts`). Version 4
-adds ``tensor: {role: attention, hidden: 2560, tokens: 2048, heads: 32}`` to a layer tensor
-parallelism can split (:class:`.TensorShape`; ``heads`` for attention only).
+adds ``tensor: {role: attention, hidden: 2560, tokens: 2048, heads: 32, inner: 7680}`` to a
+layer tensor parallelism can split (:class:`.TensorShape`; ``heads`` for attention only,
+``inner`` for attention, ffn and head).
 :func:`to_yaml` writes the lowest version that holds the workload (1 unless a layer has
 such ops, experts or a tensor shape), so that a file without them reads in an older
 ipupod too.
@@ -53,7 +54,7 @@ from cluster.model.strict_yaml import (
 )
 from cluster.training.workloads.experts import MAX_EXPERTS, Experts
 from cluster.training.workloads.layers import DType, Layer, LayerKind, Workload
-from cluster.training.workloads.tensor_shape import TensorRole, TensorShape
+from cluster.training.workloads.tensor_shape import INNER_ROLES, TensorRole, TensorShape
 
 VERSIONS = (1, 2, 3, 4)
 UNCOUNTED_VERSION = 2  # the first version with a layer's uncounted_ops
@@ -150,7 +151,7 @@ def _tensor(r: _Reader, value: Any, path: str) -> TensorShape:
     4 file."""
     if r.version < TENSOR_VERSION:
         r.fail(path, f"this field needs 'version: {TENSOR_VERSION}' at the top of the file")
-    entry = r.fields(value, path, TENSOR_FIELDS, ("heads",))
+    entry = r.fields(value, path, TENSOR_FIELDS, ("heads", "inner"))
     role = r.choice(entry["role"], f"{path}.role", TensorRole)
     hidden = r.whole(entry["hidden"], f"{path}.hidden", MAX_TENSOR_SIZE, 1)
     tokens = r.whole(entry["tokens"], f"{path}.tokens", MAX_TENSOR_SIZE, 1)
@@ -159,7 +160,12 @@ def _tensor(r: _Reader, value: Any, path: str) -> TensorShape:
         r.fail(f"{path}.heads", "an attention layer gives its heads (1 or more), no other "
                                 "role does")
     heads = r.whole(entry["heads"], f"{path}.heads", hidden, 1) if attention else 0
-    return TensorShape(role, hidden, tokens, heads)
+    widened = role in INNER_ROLES
+    if widened != ("inner" in entry):
+        r.fail(f"{path}.inner", "attention, ffn and head give their first products' width "
+                                "(1 or more), the embedding and the loss do not")
+    inner = r.whole(entry["inner"], f"{path}.inner", MAX_TENSOR_SIZE, 1) if widened else 0
+    return TensorShape(role, hidden, tokens, heads, inner)
 
 
 def _layer(r: _Reader, entry: dict[str, Any], path: str, name: str) -> Layer:
@@ -293,7 +299,8 @@ def _layer_data(layer: Layer) -> dict[str, Any]:
     if layer.tensor is not None:
         data[TENSOR_FIELD] = {"role": layer.tensor.role.value, "hidden": layer.tensor.hidden,
                               "tokens": layer.tensor.tokens,
-                              **({"heads": layer.tensor.heads} if layer.tensor.heads else {})}
+                              **({"heads": layer.tensor.heads} if layer.tensor.heads else {}),
+                              **({"inner": layer.tensor.inner} if layer.tensor.inner else {})}
     return data
 
 
