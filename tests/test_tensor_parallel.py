@@ -74,6 +74,30 @@ def test_each_1d_layer_all_reduce_carries_micro_batch_x_sequence_x_hidden_x_byte
     assert {c.axis for c in blocks} == {Axis.TENSOR}
 
 
+def test_each_2d_all_reduce_carries_its_share_of_the_layers_activation():
+    hidden, micro_batch, float16 = 2560, 2, 2  # gpt3-2.7b, 4 x 4
+    found = micro_batch_collectives(workload("gpt3-2.7b"), TWO_D, recomputes=False)
+    block = {(c.phase, c.axis, c.what): c.nbytes(micro_batch)
+             for c in found if c.layer == "block0.attention"}
+    assert block == {
+        (Phase.FORWARD, Axis.T2, "first products' partial sums"):
+            micro_batch * SEQUENCE * 3 * hidden // 4 * float16,
+        (Phase.FORWARD, Axis.T1, "output"): micro_batch * SEQUENCE * hidden // 4 * float16,
+        (Phase.BACKWARD, Axis.T2, "first products' output gradient"):
+            micro_batch * SEQUENCE * 3 * hidden // 4 * float16,
+        (Phase.BACKWARD, Axis.T1, "input gradient"): micro_batch * SEQUENCE * hidden // 4
+        * float16}
+    ffn = [c.nbytes(micro_batch) for c in found
+           if c.layer == "block0.mlp" and c.axis is Axis.T2]
+    assert ffn == [micro_batch * SEQUENCE * 4 * hidden // 4 * float16] * 2
+
+
+def test_a_2d_group_of_one_ipu_along_an_axis_runs_no_all_reduce_over_it():
+    found = micro_batch_collectives(workload("gpt3-350m"), TensorParallel(1, 4), False)
+    assert {c.axis for c in found} == {Axis.T2}
+    assert Counter(c.layer.split(".")[0] for c in found)["block0"] == 4
+
+
 def test_recomputation_runs_each_forward_all_reduce_again():
     model = workload("gpt3-350m")
     base = micro_batch_collectives(model, ONE_D, recomputes=False)
@@ -140,6 +164,20 @@ def test_the_step_adds_the_tensor_parallel_collectives_and_its_spans_add_up_to_t
     assert sum(s.seconds for s in spans) == pytest.approx(time.tensor_parallel_seconds)
     forward = 4 * 24 + 1 + 4  # the forward's all-reduces, run again by recomputation
     assert sum(s.args["count"] for s in spans) == 8 * 24 + 1 + 5 + forward
+
+
+def test_the_trace_draws_each_kind_with_its_count_bytes_and_group(ipupod_main, tmp_path):
+    path = tmp_path / "tp.json"
+    done = ipupod_main("train", "--model", "gpt3-350m", "--tensor-parallel", "4",
+                       "--micro-batch", "1", "--optimizer-state", "streaming", "--steps", "1",
+                       "--trace", str(path))
+    assert done.returncode == 0, done.stderr
+    spans = [event for event in json.loads(path.read_text())["traceEvents"]
+             if event.get("ph") == "X"
+             and event["name"] == "forward all-reduce of the ffn's output"]
+    assert len(spans) == 1 and spans[0]["args"]["count"] == 24
+    assert spans[0]["args"]["bytes"] == SEQUENCE * GPT3_350M_HIDDEN * 2
+    assert "tensor groups of 4 IPUs" in spans[0]["args"]["group"]
 
 
 def test_each_kind_is_priced_by_the_cost_model_over_every_replicas_groups_at_once():
