@@ -11,11 +11,13 @@ one another along the IPU-Links), ``T2`` across them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from cluster.errors import SettingError
 
 GROUP_SIZES = (1, 2, 4, 8, 16)  # IPUs of a tensor group: a replica's aligned block
+_LAYOUT = re.compile(r"([0-9]{1,6})(?:\s*x\s*([0-9]{1,6}))?")  # T or T1xT2
 
 
 @dataclass(frozen=True)
@@ -51,11 +53,11 @@ def parse_tensor_parallel(text: str | None) -> TensorParallel:
     or a SettingError saying what it takes."""
     if text is None:
         return TensorParallel()
-    parts = text.strip().lower().split("x")
-    if len(parts) > 2 or not all(part.strip().isdigit() for part in parts):
+    found = _LAYOUT.fullmatch(text.strip().lower())
+    if found is None:
         raise SettingError("tensor_parallel", "{tensor_parallel} takes T (1-D, e.g. 4) or "
                            "T1xT2 (2-D, e.g. 4x4), not {given!r}", given=text[:40])
-    t1, t2 = (int(part) for part in (*parts, "1")[:2])
+    t1, t2 = int(found[1]), int(found[2] or 1)
     layout = TensorParallel(t1, t2)
     if min(t1, t2) < 1 or layout.size not in GROUP_SIZES:
         raise SettingError("tensor_parallel", "{tensor_parallel} {given}: a tensor group is "
