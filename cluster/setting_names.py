@@ -33,6 +33,7 @@ SETTING_NAMES: dict[str, str] = {
     "efficiency_scale": "--efficiency-scale",
     "final_stage_on_first_ipu": "--final-stage-on-first-ipu",
     "layers_per_ipu": "--layers-per-ipu",
+    "tensor_parallel": "--tensor-parallel",
     "hidden": "--hidden",
     "sequence_length": "--sequence-length",
     "topology": "--topology",

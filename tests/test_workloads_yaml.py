@@ -155,7 +155,7 @@ def with_layer(**changes: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("data, words", [
-    (spec(version=4), ["version", "supported versions: 1, 2, 3", "version: 1"]),
+    (spec(version=5), ["version", "supported versions: 1, 2, 3, 4", "version: 1"]),
     (spec(version="1"), ["version", "'1'"]),
     (spec(version=True), ["version"]),
     ({k: v for k, v in spec().items() if k != "version"}, ["version", "missing"]),

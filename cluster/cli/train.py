@@ -92,7 +92,7 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
                  echo: Callable[[str], None]) -> None:
     """A training run as text: the set-up, a line per step, throughput and checks."""
     first = record["steps"][0]
-    pipelined = config.ipus_per_replica > 1 and not config.splits_columns
+    pipelined = config.pipeline_stages > 1 and not config.splits_columns
     wrapped = (f" of {config.pipeline_stages} stages, the last on the first IPU"
                if config.final_stage_on_first_ipu else "")
     shape = (f"{config.ipus_per_replica} IPUs each: {config.pipeline_schedule} pipeline"
@@ -101,7 +101,10 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
              "in flight"
              f"{', recomputation' if config.recomputes else ''}" if pipelined else
              f"{config.ipus_per_replica} IPUs each, the widest layer sharded"
-             if config.splits_columns else "1 IPU each")
+             if config.splits_columns else
+             f"{config.ipus_per_replica} IPUs each: tensor-parallel {config.tensor_parallel}"
+             f"{', recomputation' if config.recomputes else ''}"
+             if config.tensor_parallel.on else "1 IPU each")
     echo(f"# {config.model} on {record['topology']} ({record['machines']}): "
          f"{config.replicas} replicas "
          f"({shape}), global batch {config.global_batch}, {config.mode} mode; times simulated")

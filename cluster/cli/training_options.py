@@ -21,6 +21,7 @@ from cluster.training.kinds import ModelKind, Split
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import schedule_names
 from cluster.training.plan import TrainPlan
+from cluster.training.tensor_parallel.layout import parse_tensor_parallel
 from cluster.training.workloads import DType
 from cluster.training.workloads.arithmetic import whole_numbers
 from cluster.training.workloads.registry import hidden_widths, workload_names
@@ -87,6 +88,11 @@ COMMON_OPTIONS = [
                  show_default=True,
                  help="How a replica's layers spread over its IPUs: pipeline stages, or the "
                       "MLP's widest layer split by columns (shard)."),
+    click.option("--tensor-parallel", default=None, metavar="T|T1xT2",
+                 help="Split each transformer layer over T IPUs (1-D, Megatron: heads and "
+                      "the FFN) or T1 x T2 (2-D, as Graphcore's GPT-3: T2 splits the hidden "
+                      "size); a replica is then its T IPUs, consecutive on IPU-Links "
+                      "(default: 1, off)."),
     PIPELINE_SCHEDULE_OPTION,
     click.option("--recompute/--no-recompute", default=None,
                  help="Keep only checkpoints between passes and recompute the rest in the "
@@ -144,7 +150,7 @@ def make_config(servers: int | None, mode: str | None, check: bool,
                 steps: int, algorithm: str, seed: int, lr: float, momentum: float,
                 hidden: str | None, efficiency_scale: float = DEFAULTS.efficiency_scale,
                 layers_per_ipu: str | None = None, final_stage_on_first_ipu: bool = False,
-                topology: str | None = None) -> TrainPlan:
+                topology: str | None = None, tensor_parallel: str | None = None) -> TrainPlan:
     """The run the options describe, resolved once (:func:`cluster.training.fit.resolve`):
     its topology loaded and workload built, each default left out filled (the topology
     and mode by the model, the micro-batch and IPUs per replica the first that fit, a
@@ -155,9 +161,11 @@ def make_config(servers: int | None, mode: str | None, check: bool,
                      if value is None)
     if topology is None:
         topology, servers = default_topology(model, servers)
+    layout = parse_tensor_parallel(tensor_parallel)
     config = TrainConfig(
         servers=servers or 1, topology=topology, model=model, split=Split(split),
-        ipus_per_replica=int(ipus_per_replica or DEFAULTS.ipus_per_replica[0]),
+        ipus_per_replica=int(ipus_per_replica or (layout.size if layout.on
+                                                  else DEFAULTS.ipus_per_replica[0])),
         sequence_length=sequence_length, gradient_dtype=gradient_dtype,
         optimizer_state=OptimizerState(optimizer_state),
         replicas_per_server=replicas_per_server or 0,
@@ -171,5 +179,5 @@ def make_config(servers: int | None, mode: str | None, check: bool,
                            else Mode.PHANTOM)),
         efficiency_scale=efficiency_scale,
         layers_per_ipu=layer_counts(layers_per_ipu),
-        final_stage_on_first_ipu=final_stage_on_first_ipu)
+        final_stage_on_first_ipu=final_stage_on_first_ipu, tensor_parallel=layout)
     return resolve(config, free)

@@ -16,6 +16,8 @@ from cluster.training.pipeline.schedules import (
     schedule_names,
 )
 from cluster.training.pipeline.stages import stage_layers
+from cluster.training.tensor_parallel.layout import OFF, TensorParallel
+from cluster.training.tensor_parallel.split import check_tensor_split
 from cluster.training.workloads import (
     DEFAULT_EFFICIENCIES,
     DType,
@@ -71,6 +73,7 @@ class TrainConfig:
     efficiency_scale: float = DEFAULTS.efficiency_scale  # each kind's efficiency times this
     layers_per_ipu: tuple[int, ...] | None = None  # a recipe's stages; None: balanced
     final_stage_on_first_ipu: bool = False  # one stage more, back on the replica's IPU 0
+    tensor_parallel: TensorParallel = OFF  # each layer split over the replica's IPUs
 
     def __post_init__(self) -> None:
         """A plain optimiser-state or split name becomes its :class:`OptimizerState` or
@@ -84,6 +87,7 @@ class TrainConfig:
         """A SettingError naming the setting to change if the settings do not go together;
         a server (or rack) of ``server_size`` IPUs bounds the replicas per server. The
         checks that need the workload are :meth:`check_workload`'s."""
+        self._check_tensor_parallel(server_size or IPUS_PER_SERVER)
         self._check_placement(server_size or IPUS_PER_SERVER)
         self._check_counts()
         self._check_modes()
@@ -96,6 +100,8 @@ class TrainConfig:
         efficiencies do not fit it."""
         self._check_stages(built)
         self._check_workload(built)
+        if self.kind is not ModelKind.MLP:
+            check_tensor_split(built, self.tensor_parallel)
         self._check_efficiency()
         self._check_schedule()
 
@@ -215,6 +221,34 @@ class TrainConfig:
                                "give {model} and {ipus_per_replica} 2 or more, and leave "
                                "out {split} shard")
 
+    def _check_tensor_parallel(self, server_ipus: int) -> None:
+        """A SettingError unless a tensor-parallel replica is one tensor group of a
+        workload's (pipelining it, or the MLP's column split, is not in the emulator) that
+        a server of ``server_ipus`` IPUs holds whole."""
+        layout = self.tensor_parallel
+        if not layout.on:
+            return
+        if server_ipus % layout.size:
+            raise SettingError("tensor_parallel", "{tensor_parallel} {given}: a tensor group "
+                               "of {size} IPUs does not divide a server or rack of {server}: "
+                               "use a T1 x T2 that does", given=str(layout), size=layout.size,
+                               server=server_ipus)
+        if self.kind is ModelKind.MLP:
+            raise SettingError("tensor_parallel", "{tensor_parallel} splits a transformer's "
+                               "layers: give {model} a transformer (gpt3-2.7b, bert-large, "
+                               "...), or leave it out for the MLP")
+        if self.splits_columns or self.final_stage_on_first_ipu or self.layers_per_ipu:
+            raise SettingError("tensor_parallel", "{tensor_parallel} with {split} shard, "
+                               "{final_stage_on_first_ipu} or {layers_per_ipu} is not in the "
+                               "emulator yet: leave those out")
+        if self.ipus_per_replica != layout.size:
+            raise SettingError("tensor_parallel", "{tensor_parallel} {given} makes a replica "
+                               "its {size} IPUs ({ipus_per_replica} {given_ipus}): give "
+                               "{ipus_per_replica} {size} or leave it out (pipeline stages of "
+                               "tensor groups are not in the emulator yet)",
+                               given=str(layout), size=layout.size,
+                               given_ipus=self.ipus_per_replica)
+
     def _check_stages(self, built: Workload) -> None:
         """A SettingError naming the setting if the layers of ``built`` cannot go on the
         pipeline's stages as asked (``--layers-per-ipu``)."""
@@ -244,20 +278,22 @@ class TrainConfig:
 
     @property
     def pipeline_stages(self) -> int:
-        """Pipeline stages of a replica: one per IPU, and one more with
-        ``final_stage_on_first_ipu``."""
-        return self.ipus_per_replica + (1 if self.final_stage_on_first_ipu else 0)
+        """Pipeline stages of a replica: one per IPU (per tensor group with
+        ``tensor_parallel``), and one more with ``final_stage_on_first_ipu``."""
+        return (max(1, self.ipus_per_replica // self.tensor_parallel.size)
+                + (1 if self.final_stage_on_first_ipu else 0))
 
     @property
     def stage_ipus(self) -> tuple[int, ...]:
         """Which of the replica's IPUs (0 to ``ipus_per_replica - 1``, along its chain)
-        runs each pipeline stage: stage ``s`` on IPU ``s``, and with
+        runs each pipeline stage (with ``tensor_parallel``, the first IPU of its tensor
+        group, which every IPU of the group runs alike): stage ``s`` on IPU ``s``, and with
         ``final_stage_on_first_ipu`` the last stage back on IPU 0, as Graphcore's BERT
         recipes place the heads and the loss beside the embeddings whose word table the
         masked-LM decoder shares (PopART: the embeddings are pipeline stage 0 and the
         masked-LM stage the last, both on virtual graph 0; ``bert_model.py`` of the
         MLPerf Training v1.0 and v1.1 submissions)."""
-        ipus = tuple(range(self.ipus_per_replica))
+        ipus = tuple(range(0, self.ipus_per_replica, self.tensor_parallel.size))
         return ipus + ((0,) if self.final_stage_on_first_ipu else ())
 
     @property

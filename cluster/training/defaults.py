@@ -70,6 +70,7 @@ RULES: dict[str, str] = {
                                "power of two keeping its bubble at most 10% of its time "
                                "that fits In-Processor-Memory",
     "--final-stage-on-first-ipu": "off: one stage on each IPU",
+    "--tensor-parallel": "1: each layer whole on its IPU (off)",
     "--steps": "20", "--seed": "0", "--lr": "0.05 (SGD with momentum)", "--momentum": "0.9",
     "--topologies": "IPU-POD16 to IPU-POD256",
 }

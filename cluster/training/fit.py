@@ -27,8 +27,10 @@ from cluster.training.memory_plan import (
     stage_memory,
     unfit_stage,
 )
+from cluster.training.optimizer_state import OptimizerState
 from cluster.training.placement import server_ipus, topology_for
 from cluster.training.plan import TrainPlan, build_workload, check, placed, plan_for
+from cluster.training.tensor_parallel.layout import GROUP_SIZES, TensorParallel
 from cluster.training.workloads import Workload
 
 FREE = frozenset({"micro_batch", "ipus_per_replica", "accumulation"})
@@ -60,7 +62,8 @@ def resolve(config: TrainConfig, free: frozenset[str] = frozenset(),
             given: Workload | None = None) -> TrainPlan:
     """``config`` planned on its topology (:func:`~cluster.training.plan.plan_for`), with
     each default in ``free`` (of :data:`FREE`) the first of DEFAULTS' that fits: the
-    fewest IPUs per replica, then the largest micro-batch, then for a pipeline the
+    fewest IPUs per replica (a tensor group's with tensor parallelism), then the largest
+    micro-batch, then for a pipeline the
     accumulation that keeps its bubble small
     (:func:`~cluster.training.accumulation.default_accumulation`). If none fits, the
     first, so the run refuses with :func:`check_fits`'s hint. ``given``: the workload,
@@ -68,7 +71,8 @@ def resolve(config: TrainConfig, free: frozenset[str] = frozenset(),
     topology = topology_for(config)
     size = server_ipus(topology)[0].size
     ks = ([k for k in DEFAULTS.ipus_per_replica if k <= size]
-          if "ipus_per_replica" in free else [config.ipus_per_replica])
+          if "ipus_per_replica" in free and not config.tensor_parallel.on
+          else [config.ipus_per_replica])
     batches = DEFAULTS.micro_batches if "micro_batch" in free else (config.micro_batch,)
     asked = [placed(replace(config, ipus_per_replica=k, micro_batch=m), topology)
              for k in ks for m in batches]
@@ -132,11 +136,13 @@ def hint(plan: TrainPlan) -> str:
                                            "pod": DEFAULTS.workload_topology,
                                            "ipus": pod.config.ipus_per_replica,
                                            "micro": pod.config.micro_batch})
+    beyond = ("; a transformer this size needs pipeline stages of tensor groups or its "
+              "weights streamed in phase by phase, neither in the emulator yet"
+              if _splits(plan) else "")
     return ("nothing tried fits (up to 16 IPUs per replica, micro-batch 1, recomputation, "
-            "every {optimizer_state}): make the model smaller (a shorter {sequence_length}, "
-            "a workload file) or use IPUs with more memory; splitting each layer over "
-            "IPUs (tensor parallelism), what a model this size needs, is not in the "
-            "emulator yet").format_map(SETTING_NAMES)
+            "every {optimizer_state}, {tensor_parallel} up to 16 for a transformer): make "
+            "the model smaller (a shorter {sequence_length}, a workload file) or use IPUs "
+            "with more memory").format_map(SETTING_NAMES) + beyond
 
 
 def _on_a_pod(plan: TrainPlan) -> TrainPlan | None:
@@ -156,12 +162,12 @@ def _fitting_changes(plan: TrainPlan) -> list[dict[str, Any]]:
     larger micro-batch, the optimiser state nearer the chip), one for each set of
     options."""
     choices = _choices(plan)
-    lean = dict(zip(choices, (options[-1] for options in choices.values())))
-    if not _could_fit(_changed(plan, lean)):
+    if not any(_could_fit(_changed(plan, lean)) for lean in _leanest(choices)):
         return []  # not even with every option at its leanest
     combos = sorted(product(*choices.values()), key=lambda combo: (
         sum(value != options[0] for value, options in zip(combo, choices.values())),
-        combo[0], -combo[1], OPTIMIZER_STATE.index(combo[3]), combo[2]))
+        combo[0], combo[4].size, -combo[1], OPTIMIZER_STATE.index(combo[3]), combo[2],
+        combo[4].t2))
     found: list[dict[str, Any]] = []
     for combo in combos:
         changes = {name: value for (name, options), value in zip(choices.items(), combo)
@@ -171,7 +177,27 @@ def _fitting_changes(plan: TrainPlan) -> list[dict[str, Any]]:
         if (changes and len(found) < HINTS and set(changes) not in [set(f) for f in found]
                 and fits(_changed(plan, changes))):
             found.append(changes)
-    return found
+    return [_spelt(plan, changes) for changes in found]
+
+
+def _spelt(plan: TrainPlan, changes: dict[str, Any]) -> dict[str, Any]:
+    """``changes`` as a command line takes them: a tensor-parallel layout with the IPUs
+    per replica it makes when the ``plan`` was given others (not when it chose them)."""
+    layout = changes.get("tensor_parallel")
+    if (layout is None or layout.size == plan.config.ipus_per_replica
+            or "ipus_per_replica" in plan.chosen):
+        return changes
+    return {"ipus_per_replica": layout.size, **changes}
+
+
+def _leanest(choices: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """The changes that leave the least in In-Processor-Memory: each option's last (an
+    optimiser state in Streaming Memory if one is offered), with each tensor-parallel
+    layout offered (none of them always holds the least)."""
+    lean = dict(zip(choices, (options[-1] for options in choices.values())))
+    lean["optimizer_state"] = next((state for state in choices["optimizer_state"]
+                                    if OptimizerState(state).offchip), lean["optimizer_state"])
+    return [{**lean, "tensor_parallel": layout} for layout in choices["tensor_parallel"]]
 
 
 def _could_fit(plan: TrainPlan) -> bool:
@@ -184,23 +210,47 @@ def _could_fit(plan: TrainPlan) -> bool:
 
 
 def _choices(plan: TrainPlan) -> dict[str, list[Any]]:
-    """Each option a hint may change: the run's value first, then the others to try."""
+    """Each option a hint may change: the run's value first, then the others to try
+    (more IPUs per replica as pipeline stages, or as a tensor group for a transformer;
+    not both)."""
     config, size = plan.config, plan.server_size
     streams = all(unit.kind == DeviceKind.IPU_M2000 for unit in plan.topology.units)
     halves = [config.micro_batch >> i for i in range(config.micro_batch.bit_length())]
     states = [state for state in OPTIMIZER_STATE if state != config.optimizer_state
               and (streams or not state.offchip)]
-    return {"ipus_per_replica": [config.ipus_per_replica] + [
-                k for k in IPUS_PER_REPLICA if config.ipus_per_replica < k <= size],
+    layout = config.tensor_parallel
+    return {"ipus_per_replica": [config.ipus_per_replica] + ([] if layout.on else [
+                k for k in IPUS_PER_REPLICA if config.ipus_per_replica < k <= size]),
             "micro_batch": halves,
             "recomputes": [config.recomputes] + ([] if config.recomputes else [True]),
-            "optimizer_state": [config.optimizer_state, *states]}
+            "optimizer_state": [config.optimizer_state, *states],
+            "tensor_parallel": [layout] + [
+                other for other in _layouts(size) if other.size >= layout.size
+                and other != layout and _splits(plan)]}
+
+
+def _layouts(server_size: int) -> list[TensorParallel]:
+    """Every tensor-parallel layout of 2 IPUs or more that a server or rack of
+    ``server_size`` IPUs holds: 1-D, then 2-D, the smallest first."""
+    sizes = [n for n in GROUP_SIZES if 1 < n <= server_size]
+    return ([TensorParallel(n) for n in sizes]
+            + [TensorParallel(n // t2, t2) for n in sizes for t2 in sizes if 1 < t2 < n])
+
+
+def _splits(plan: TrainPlan) -> bool:
+    """Whether tensor parallelism could split the ``plan``'s model (a workload with a
+    layer that has a tensor shape, and none of experts)."""
+    layers = plan.workload.layers
+    return (plan.kind is ModelKind.WORKLOAD and any(layer.tensor for layer in layers)
+            and not any(layer.experts for layer in layers))
 
 
 def _changed(plan: TrainPlan, changes: dict[str, Any]) -> TrainPlan:
     """``plan`` with ``changes`` (replicas per server no more than now, nor than fit)."""
     fields = {("recompute" if name == "recomputes" else name): value
               for name, value in changes.items()}
+    if "tensor_parallel" in changes:  # a replica is its tensor group
+        fields["ipus_per_replica"] = changes["tensor_parallel"].size
     new = plan.changed(**fields)
     per = plan.server_size // new.config.ipus_per_replica
     return new.changed(replicas_per_server=max(1, min(plan.config.replicas_per_server, per)))

@@ -52,8 +52,10 @@ class StageMemory:
 
 def stage_memory(run: TrainPlan) -> list[StageMemory]:
     """Each IPU's bytes of the ``run``: its stage's (both of IPU 0's when the last stage
-    goes back to it), or its share of a sharded layer."""
-    config, topology, workload = run.config, run.topology, run.workload
+    goes back to it), or its share of a sharded layer; with tensor parallelism, the first
+    IPU of the tensor group's share (:attr:`TrainPlan.rank_workload`: every IPU of the
+    group holds the same)."""
+    config, topology, workload = run.config, run.topology, run.rank_workload
     if config.splits_columns:
         return _sharded_memory(config, topology, workload)
     stages = stage_layers([layer.training_flops for layer in workload.layers],

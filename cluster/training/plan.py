@@ -20,6 +20,7 @@ from cluster.model.topology import Topology
 from cluster.training.config import TrainConfig
 from cluster.training.kinds import ModelKind, Split
 from cluster.training.placement import replica_ipus, server_ipus, topology_for
+from cluster.training.tensor_parallel.split import rank_workload
 from cluster.training.workloads import DType, Workload, mlp_workload, workload
 
 WORKLOAD_SETTINGS = frozenset({"model", "sequence_length", "gradient_dtype"})
@@ -44,6 +45,13 @@ class TrainPlan:
         (:func:`~cluster.training.placement.replica_ipus`)."""
         return replica_ipus(self.config, self.topology).reshape(
             self.config.replicas, self.config.ipus_per_replica)
+
+    @cached_property
+    def rank_workload(self) -> Workload:
+        """What each IPU of a replica's tensor group holds and computes: the workload's
+        layers split over the group (:mod:`.tensor_parallel.split`); the workload itself
+        without tensor parallelism."""
+        return rank_workload(self.workload, self.config.tensor_parallel)
 
     @property
     def kind(self) -> ModelKind:

@@ -23,6 +23,7 @@ class _StepParts(TypedDict):
     compute_seconds: float
     pipeline_bubble_seconds: float
     inter_stage_seconds: float
+    tensor_parallel_seconds: float
     host_io_seconds: float
     local_allreduce_seconds: float
     global_allreduce_seconds: float
@@ -62,6 +63,7 @@ class _RunRecord(TypedDict):
     ipus_per_replica: int
     gcd: int  # the same as ipus_per_replica: a replica's Graph Compile Domain
     split: str | None
+    tensor_parallel: str  # "1" (off), "T" (1-D) or "T1xT2" (2-D)
     pipeline_schedule: str
     recompute: bool
     stage_ipus: list[int]

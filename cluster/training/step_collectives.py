@@ -7,7 +7,11 @@ they make up (``ipupod train --trace``, :mod:`.step_trace`):
   rack (the weight gather part), a span each, as long as its part;
 - with the widest layer split over each replica's IPUs (:mod:`.sharding`): each of the
   split's collectives over the step's micro-batches (broadcast, all-gather,
-  reduce-scatter, allreduce), one after the other, adding up to the shard exchange part.
+  reduce-scatter, allreduce), one after the other, adding up to the shard exchange part;
+- with tensor parallelism (:mod:`.tensor_parallel.allreduce_time`): each kind of all-reduce over
+  the replicas' tensor groups (what it sums, of which layers, in which pass, over which
+  group), all of that kind in the step one after another, adding up to the
+  tensor-parallel collectives part.
 
 Each span is priced as the step's pricing prices it, so a part's spans add up to it.
 """
@@ -21,9 +25,11 @@ from typing import Any
 from cluster.training.plan import TrainPlan
 from cluster.training.sharding import sharded_time
 from cluster.training.step_timing import sharded_reduction_timing
+from cluster.training.tensor_parallel.allreduce_time import tensor_parallel_time
 
 SHARDED_REDUCTION = "gradient reduction (sharded state)"  # the tracks' names
 SHARD_EXCHANGE = "shard exchange"
+TENSOR_PARALLEL = "tensor-parallel collectives"
 
 
 @dataclass(frozen=True)
@@ -40,8 +46,8 @@ class PartSpan:
 
 
 def step_collectives(plan: TrainPlan) -> list[PartSpan]:
-    """The spans of the ``plan``'s step for its sharded reduction and its column split
-    (none when it has neither)."""
+    """The spans of the ``plan``'s step for its sharded reduction, its column split and
+    its tensor-parallel all-reduces (none when it has none of them)."""
     config, topology = plan.config, plan.topology
     spans = []
     reduction = sharded_reduction_timing(plan)
@@ -63,4 +69,18 @@ def step_collectives(plan: TrainPlan) -> list[PartSpan]:
                                      "group": f"each replica's {config.ipus_per_replica} IPUs"})
                   for name, seconds in sharded_time(config, topology).by_collective.items()
                   if seconds > 0]
-    return spans
+    return spans + _tensor_parallel_spans(plan)
+
+
+def _tensor_parallel_spans(plan: TrainPlan) -> list[PartSpan]:
+    """A span per kind of tensor-parallel all-reduce of the ``plan``'s step: its count,
+    bytes per IPU each, group and seconds each (simulated)."""
+    replicas = plan.config.replicas
+    return [PartSpan(TENSOR_PARALLEL, "tensor_parallel_seconds",
+                     f"{kind.phase} all-reduce of the {kind.role}'s {kind.what}",
+                     kind.total_seconds,
+                     {"count": kind.count, "bytes": kind.nbytes, "axis": str(kind.axis),
+                      "seconds_each": kind.seconds,
+                      "group": f"{kind.axis} groups of {kind.group_size} IPUs, every one of "
+                               f"{replicas} replicas' at once"})
+            for kind in tensor_parallel_time(plan).kinds]

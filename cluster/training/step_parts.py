@@ -48,7 +48,9 @@ class StepTime:
     pipeline stage's, or both of IPU 0's when the last stage goes back to it; a
     replica's, on one IPU); ``pipeline_bubble_seconds`` and ``inter_stage_seconds`` are
     what pipelining adds (:mod:`.pipeline.timing`, or :mod:`.pipeline.lock_step` for a
-    lock-step schedule's cycles); ``shard_exchange_seconds`` is a column split's
+    lock-step schedule's cycles); ``tensor_parallel_seconds`` the all-reduces of each
+    layer over a replica's tensor group (:mod:`.tensor_parallel.allreduce_time`, after the compute:
+    they do not overlap it); ``shard_exchange_seconds`` is a column split's
     collectives (:mod:`.sharding`); ``weight_gather_seconds`` the all-gather of sharded
     optimiser state's weights (:mod:`.sharded_reduction`). ``stage_compute_seconds``
     lists each stage's compute (not a part: the busiest is ``compute_seconds``)."""
@@ -56,6 +58,7 @@ class StepTime:
     compute_seconds: float = _part("compute", "compute", always=True)
     pipeline_bubble_seconds: float = _part("pipeline bubble", "bubble")
     inter_stage_seconds: float = _part("between stages", "stages-io")
+    tensor_parallel_seconds: float = _part("tensor-parallel collectives", "tensor-io")
     host_io_seconds: float = _part("host I/O", "host-io", always=True)
     local_allreduce_seconds: float = _part("local allreduce", "local-AR", always=True)
     global_allreduce_seconds: float = _part("global allreduce", "global-AR", always=True)

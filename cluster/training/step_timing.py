@@ -6,7 +6,11 @@ it spans several IPUs), then the gradients are allreduced, locally over IPU-Link
 globally between servers or racks (InfiniBand, GW-Links), and the weights updated. With the
 optimiser state sharded over each rack's replicas and several racks, the allreduce is
 PopART's reduce-scatter, cross-rack shard allreduce and all-gather instead
-(:mod:`.sharded_reduction`). Each part is simulated seconds on the emulated hardware, from
+(:mod:`.sharded_reduction`). With tensor parallelism each IPU of a replica's tensor group
+computes and holds its share of every layer (:attr:`TrainPlan.rank_workload`), the
+all-reduces inside the group are a part of their own (:mod:`.tensor_parallel.allreduce_time`),
+and each IPU's gradient is averaged with the same IPU of every other replica. Each part
+is simulated seconds on the emulated hardware, from
 the catalogue and the cost model; none is measured on this machine. The parts are
 :class:`~cluster.training.step_parts.StepTime`'s (:mod:`.step_parts`).
 """
@@ -37,6 +41,7 @@ from cluster.training.sharded_reduction import (
 )
 from cluster.training.sharding import ColumnSplit, sharded_time
 from cluster.training.step_parts import StepTime
+from cluster.training.tensor_parallel.allreduce_time import tensor_parallel_time
 from cluster.training.workloads import (
     BACKWARD_FLOPS_FACTOR,
     Workload,
@@ -50,26 +55,31 @@ from gcl.phantom import Timing
 
 def step_time(run: TrainPlan) -> StepTime:
     """Simulated seconds of one step of the ``run``, by part (the same every step)."""
-    config, topology, workload, chains = run.config, run.topology, run.workload, run.chains
+    config, topology, workload, chains = run.config, run.topology, run.rank_workload, run.chains
     if config.splits_columns:
         return _sharded_step_time(config, topology, workload, chains)
     pipeline = replica_pipeline_time(config, topology, workload, chains)
+    tensor = tensor_parallel_time(run).seconds if config.tensor_parallel.on else 0.0
     ipu_params = _ipu_params(config, workload)
     local, global_, gather = gradient_reduction_seconds(config, topology, workload, chains,
                                                         ipu_params)
     host_io, update = _host_io_and_update(config, topology, workload, chains, ipu_params)
     return StepTime(compute_seconds=pipeline.compute_seconds,
                     pipeline_bubble_seconds=pipeline.bubble_seconds,
-                    inter_stage_seconds=pipeline.inter_stage_seconds, host_io_seconds=host_io,
+                    inter_stage_seconds=pipeline.inter_stage_seconds,
+                    tensor_parallel_seconds=tensor, host_io_seconds=host_io,
                     local_allreduce_seconds=local, global_allreduce_seconds=global_,
                     update_seconds=update, weight_gather_seconds=gather,
                     stage_compute_seconds=pipeline.stage_compute_seconds)
 
 
 def _ipu_params(config: TrainConfig, workload: Workload) -> list[int]:
-    """Each IPU of a replica's parameters: its stages' (or its share of a column split's)."""
+    """Each IPU of a replica's parameters: its stages' (or its share of a column split's;
+    with tensor parallelism, ``workload`` is each IPU's share and every IPU holds it)."""
     if config.splits_columns:
         return list(ColumnSplit.of(config.spec, config.ipus_per_replica).ipu_parameters)
+    if config.tensor_parallel.on:
+        return [workload.parameter_count] * config.ipus_per_replica
     stages = stage_layers(_layer_flops(workload), config.pipeline_stages,
                           config.layers_per_ipu)
     ipu_params = [0] * config.ipus_per_replica
@@ -128,7 +138,7 @@ def gradient_allreduce_timing(run: TrainPlan) -> Timing | None:
     """The phases of the gradient allreduce a step of the ``run`` runs (as
     :func:`step_time` prices it: its local and global parts are these phases by scope), or
     None when the optimiser state is sharded across racks (three collectives instead)."""
-    config, topology, workload, chains = run.config, run.topology, run.workload, run.chains
+    config, topology, workload, chains = run.config, run.topology, run.rank_workload, run.chains
     if shards_across_racks(config, chains):
         return None
     return _gradient_allreduce(config, topology, workload, chains,
@@ -139,7 +149,7 @@ def sharded_reduction_timing(run: TrainPlan) -> ShardedReduction | None:
     """The three collectives a step of the ``run`` runs instead of the gradient allreduce
     when the optimiser state is sharded across racks (as :func:`step_time` prices them:
     the local, global and weight-gather parts), or None when it runs the allreduce."""
-    config, topology, workload, chains = run.config, run.topology, run.workload, run.chains
+    config, topology, workload, chains = run.config, run.topology, run.rank_workload, run.chains
     if not shards_across_racks(config, chains):
         return None
     return sharded_reduction(config, topology, workload, chains, _ipu_params(config, workload))
@@ -148,11 +158,12 @@ def sharded_reduction_timing(run: TrainPlan) -> ShardedReduction | None:
 def _host_io_and_update(config: TrainConfig, topology: Topology, workload: Workload,
                         chains: np.ndarray, ipu_params: list[int]) -> tuple[float, float]:
     """(host I/O, update) simulated seconds: the host's input to each replica's first IPU
-    for the step's micro-batches, and the slowest IPU's weight update of its
-    ``ipu_params[s]`` parameters (its share of them when the optimiser state is
-    sharded)."""
+    (every IPU of its tensor group with tensor parallelism) for the step's micro-batches,
+    and the slowest IPU's weight update of its ``ipu_params[s]`` parameters (its share of
+    them when the optimiser state is sharded)."""
     input_bytes = config.accumulation * config.micro_batch * workload.input_bytes
-    host_io = host_io_seconds(topology, chains[:, 0].tolist(), input_bytes)
+    fed = chains if config.tensor_parallel.on else chains[:, :1]
+    host_io = host_io_seconds(topology, fed.ravel().tolist(), input_bytes)
     update = max(stage_update_seconds(config, topology, workload, int(chains[0, s]), params)
                  for s, params in enumerate(ipu_params))
     return host_io, update

@@ -61,9 +61,9 @@ class PipelineOps:
 def pipeline_ops(plan: TrainPlan) -> PipelineOps | None:
     """The op times of the ``plan``'s pipeline as the step's pricing runs it (a lock-step
     schedule cycle by cycle, :mod:`.pipeline.lock_step`), or None when it has none to
-    draw: one IPU per replica, or a column split."""
+    draw: one stage per replica (one IPU, or one tensor group), or a column split."""
     config, topology = plan.config, plan.topology
-    if config.ipus_per_replica == 1 or config.splits_columns:
+    if config.pipeline_stages == 1 or config.splits_columns:
         return None
     costs = pipeline_costs(config, topology, plan.workload, plan.chains)
     if costs.schedule.cycles is not None:

@@ -94,7 +94,9 @@ def _record(config: TrainConfig, topology: Topology, parts: StepTime,
         "servers": config.servers, "optimizer_state": config.optimizer_state,
         "replicas": config.replicas, "micro_batch": config.micro_batch,
         "ipus_per_replica": config.ipus_per_replica, "gcd": config.ipus_per_replica,
-        "split": config.split if config.ipus_per_replica > 1 else None,
+        "split": (config.split if config.pipeline_stages > 1 or config.splits_columns
+                  else None),
+        "tensor_parallel": str(config.tensor_parallel),
         "pipeline_schedule": config.pipeline_schedule, "recompute": config.recomputes,
         "stage_ipus": list(config.stage_ipus),  # IPU of the replica each stage runs on
         "gradient_accumulation": config.accumulation, "mode": config.mode,

@@ -49,6 +49,7 @@ from cluster.training.workloads.arithmetic import (
 )
 from cluster.training.workloads.layers import Layer, LayerKind, Workload
 from cluster.training.workloads.registry import builtin_workload
+from cluster.training.workloads.tensor_shape import TensorRole, TensorShape
 from cluster.training.workloads.transformer import BlockShape, attention_layer, ffn_layer
 
 VOCABULARY = 30_522
@@ -78,7 +79,8 @@ def _embeddings(s: int, h: int, p: int) -> Layer:
                  parameters=(VOCABULARY + MAX_POSITIONS + SEGMENT_TYPES) * h + 2 * h,
                  forward_flops=(2 * ADD_FLOPS + NORM_FLOPS + DROPOUT_FLOPS) * elements,
                  output_bytes=p * elements,
-                 stashed_bytes=(p + MASK_BYTES) * elements + 2 * INT32_BYTES * s)
+                 stashed_bytes=(p + MASK_BYTES) * elements + 2 * INT32_BYTES * s,
+                 tensor=TensorShape(TensorRole.EMBEDDING, h, s))
 
 
 def _heads(h: int, m: int, p: int) -> Layer:
@@ -89,7 +91,8 @@ def _heads(h: int, m: int, p: int) -> Layer:
              + m * (2 * h * h + (ACTIVATION_FLOPS + NORM_FLOPS) * h + 2 * h * VOCABULARY))
     return Layer("heads", LayerKind.DENSE, parameters=pooler_nsp + mlm, forward_flops=flops,
                  output_bytes=p * (m * VOCABULARY + 2),
-                 stashed_bytes=p * (2 * h + 4 * m * h))  # pooler in, tanh out; MLM 4 inputs
+                 stashed_bytes=p * (2 * h + 4 * m * h),  # pooler in, tanh out; MLM 4 inputs
+                 tensor=TensorShape(TensorRole.HEAD, h, m, inner=VOCABULARY))
 
 
 def bert(config: BertConfig, sequence_length: int = 128, masked_positions: int | None = None,
@@ -109,7 +112,7 @@ def bert(config: BertConfig, sequence_length: int = 128, masked_positions: int |
     layers += [_heads(h, m, p),
                Layer("loss", LayerKind.LOSS, parameters=0,
                      forward_flops=LOSS_FLOPS_PER_LOGIT * logits, output_bytes=p,
-                     stashed_bytes=p * logits)]
+                     stashed_bytes=p * logits, tensor=TensorShape(TensorRole.LOSS, h, m))]
     # int32 token ids, segment ids and attention mask per token; masked positions and
     # their labels; the next-sentence label
     input_bytes = INT32_BYTES * (3 * s + 2 * m + 1)

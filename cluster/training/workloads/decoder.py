@@ -32,6 +32,7 @@ from cluster.training.workloads.arithmetic import (
 )
 from cluster.training.workloads.experts import Experts
 from cluster.training.workloads.layers import Layer, LayerKind, Workload
+from cluster.training.workloads.tensor_shape import TensorRole, TensorShape
 from cluster.training.workloads.transformer import (
     BlockShape,
     attention_layer,
@@ -68,7 +69,8 @@ def _embeddings(config: DecoderConfig, s: int, p: int) -> Layer:
     return Layer("embeddings", LayerKind.EMBEDDING,
                  parameters=(config.vocabulary + positions) * h,
                  forward_flops=per_element * s * h, output_bytes=p * s * h,
-                 stashed_bytes=(MASK_BYTES * s * h if dropout else 0) + INT32_BYTES * s)
+                 stashed_bytes=(MASK_BYTES * s * h if dropout else 0) + INT32_BYTES * s,
+                 tensor=TensorShape(TensorRole.EMBEDDING, h, s))
 
 
 def _head_and_loss(config: DecoderConfig, s: int, p: int) -> list[Layer]:
@@ -77,9 +79,10 @@ def _head_and_loss(config: DecoderConfig, s: int, p: int) -> list[Layer]:
     return [
         Layer("head", LayerKind.DENSE, parameters=shape.norm_parameters + untied,
               forward_flops=shape.norm_flops * s * h + 2 * s * h * v, output_bytes=p * s * v,
-              stashed_bytes=2 * p * s * h),  # the norm's input and the logits' input
+              stashed_bytes=2 * p * s * h,  # the norm's input and the logits' input
+              tensor=TensorShape(TensorRole.HEAD, h, s, inner=v)),
         Layer("loss", LayerKind.LOSS, parameters=0, forward_flops=LOSS_FLOPS_PER_LOGIT * s * v,
-              output_bytes=p, stashed_bytes=p * s * v)]
+              output_bytes=p, stashed_bytes=p * s * v, tensor=TensorShape(TensorRole.LOSS, h, s))]
 
 
 def decoder(config: DecoderConfig, sequence_length: int, precision: Precision = HALF

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from cluster.errors import SpecError
 from cluster.model.text_enum import TextEnum
 from cluster.training.workloads.experts import Experts
+from cluster.training.workloads.tensor_shape import TensorShape
 
 
 class LayerKind(TextEnum):
@@ -56,7 +57,9 @@ class Layer:
     in this layer without knowing their FLOPs (taken as 0), so that whoever prices the
     layer can say its compute is short. ``experts``: a mixture-of-experts layer's routing
     (its parameters are all its experts', its FLOPs those of every expert's buffer);
-    ``None`` for any other layer."""
+    ``None`` for any other layer. ``tensor``: how tensor parallelism splits it (a
+    transformer's layers, :mod:`.tensor_shape`); ``None``: it does not, and each IPU of
+    a tensor-parallel group runs it whole."""
 
     name: str
     kind: LayerKind
@@ -66,6 +69,7 @@ class Layer:
     stashed_bytes: int
     uncounted_ops: tuple[str, ...] = ()
     experts: Experts | None = None
+    tensor: TensorShape | None = None
 
     def __post_init__(self) -> None:
         for field in ("parameters", "forward_flops", "output_bytes", "stashed_bytes"):

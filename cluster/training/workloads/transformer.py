@@ -58,6 +58,7 @@ from cluster.training.workloads.arithmetic import (
 )
 from cluster.training.workloads.experts import Experts
 from cluster.training.workloads.layers import Layer, LayerKind
+from cluster.training.workloads.tensor_shape import TensorRole, TensorShape
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,8 @@ def attention_layer(name: str, s: int, shape: BlockShape, p: int) -> Layer:
         + rotary,
         output_bytes=(2 if shape.parallel else 1) * p * s * h,
         stashed_bytes=p * s * (4 * h + 2 * kv) + score_bytes
-        + (MASK_BYTES * s * h if shape.dropout else 0))
+        + (MASK_BYTES * s * h if shape.dropout else 0),
+        tensor=TensorShape(TensorRole.ATTENTION, h, s, a, inner=h + 2 * kv))
 
 
 def ffn_layer(name: str, s: int, shape: BlockShape, p: int) -> Layer:
@@ -144,7 +146,8 @@ def ffn_layer(name: str, s: int, shape: BlockShape, p: int) -> Layer:
         forward_flops=2 * products * s * h * f + per_width * s * f + per_hidden * s * h,
         output_bytes=p * s * h,
         stashed_bytes=kept_inputs * p * s * h + products * p * s * f
-        + (MASK_BYTES * s * h if shape.dropout else 0))
+        + (MASK_BYTES * s * h if shape.dropout else 0),
+        tensor=TensorShape(TensorRole.FFN, h, s, inner=(products - 1) * f))
 
 
 def moe_layer(name: str, s: int, shape: BlockShape, experts: Experts, p: int) -> Layer:

@@ -1,4 +1,4 @@
-"""Workload files: :func:`load_workload` reads a ``version: 1``, ``2`` or ``3`` YAML file,
+"""Workload files: :func:`load_workload` reads a ``version: 1`` to ``4`` YAML file,
 :func:`to_yaml` writes one that reads back equal.
 
 The format (``docs/workloads.md``; ``examples/workloads/`` has files)::
@@ -21,9 +21,13 @@ The format (``docs/workloads.md``; ``examples/workloads/`` has files)::
 A single layer may carry ``repeat: N`` too. Version 2 adds one optional field per layer,
 ``uncounted_ops: [cumsum]``: the ops an importer met in it without knowing their FLOPs
 (taken as 0), which ``train`` names. Version 3 adds ``experts: {count: 8, top_k: 2,
-capacity_factor: 1.25}`` to a mixture-of-experts layer (:class:`.Experts`).
+capacity_factor: 1.25}`` to a mixture-of-experts layer (:class:`.Experts`). Version 4
+adds ``tensor: {role: attention, hidden: 2560, tokens: 2048, heads: 32, inner: 7680}`` to a
+layer tensor parallelism can split (:class:`.TensorShape`; ``heads`` for attention only,
+``inner`` for attention, ffn and head).
 :func:`to_yaml` writes the lowest version that holds the workload (1 unless a layer has
-such ops or experts), so that a file without them reads in an older ipupod too.
+such ops, experts or a tensor shape), so that a file without them reads in an older
+ipupod too.
 
 Files are at most 4 MiB, 10,000 layers once repeats are expanded; counts are whole numbers
 within the bounds below; YAML aliases (``*name``) are refused, so a small file cannot
@@ -50,10 +54,12 @@ from cluster.model.strict_yaml import (
 )
 from cluster.training.workloads.experts import MAX_EXPERTS, Experts
 from cluster.training.workloads.layers import DType, Layer, LayerKind, Workload
+from cluster.training.workloads.tensor_shape import INNER_ROLES, TensorRole, TensorShape
 
-VERSIONS = (1, 2, 3)
+VERSIONS = (1, 2, 3, 4)
 UNCOUNTED_VERSION = 2  # the first version with a layer's uncounted_ops
 EXPERTS_VERSION = 3  # the first version with a layer's experts
+TENSOR_VERSION = 4  # the first version with a layer's tensor shape
 MAX_UNCOUNTED_OPS = 100  # per layer
 MAX_LAYERS = 10_000  # after repeats: a typo like 100000000 fails instead of eating memory
 MAX_NAME_CHARS = 200
@@ -73,6 +79,9 @@ _COUNTER = "{i}"
 UNCOUNTED_FIELD = "uncounted_ops"
 EXPERTS_FIELD = "experts"
 EXPERTS_FIELDS = ("count", "top_k", "capacity_factor")
+TENSOR_FIELD = "tensor"
+TENSOR_FIELDS = ("role", "hidden", "tokens")
+MAX_TENSOR_SIZE = 1 << 24  # a hidden size or tokens per sample: far past any model's
 
 
 class _Reader(FieldReader):
@@ -104,7 +113,8 @@ class _Reader(FieldReader):
                             + ("" if lines else " on one line"))
         return value
 
-    def choice(self, value: Any, path: str, choices: type[DType] | type[LayerKind]) -> Any:
+    def choice(self, value: Any, path: str,
+               choices: type[DType] | type[LayerKind] | type[TensorRole]) -> Any:
         names = [c.value for c in choices]
         if not isinstance(value, str) or value not in names:
             self.fail(path, f"{show(value)} is not one of {', '.join(names)}")
@@ -136,14 +146,38 @@ def _experts(r: _Reader, value: Any, path: str) -> Experts:
     return Experts(count, top_k, factor)
 
 
+def _tensor(r: _Reader, value: Any, path: str) -> TensorShape:
+    """A layer's ``tensor``: role, hidden, tokens (and heads for attention), in a version
+    4 file."""
+    if r.version < TENSOR_VERSION:
+        r.fail(path, f"this field needs 'version: {TENSOR_VERSION}' at the top of the file")
+    entry = r.fields(value, path, TENSOR_FIELDS, ("heads", "inner"))
+    role = r.choice(entry["role"], f"{path}.role", TensorRole)
+    hidden = r.whole(entry["hidden"], f"{path}.hidden", MAX_TENSOR_SIZE, 1)
+    tokens = r.whole(entry["tokens"], f"{path}.tokens", MAX_TENSOR_SIZE, 1)
+    attention = role is TensorRole.ATTENTION
+    if attention != ("heads" in entry):
+        r.fail(f"{path}.heads", "an attention layer gives its heads (1 or more), no other "
+                                "role does")
+    heads = r.whole(entry["heads"], f"{path}.heads", hidden, 1) if attention else 0
+    widened = role in INNER_ROLES
+    if widened != ("inner" in entry):
+        r.fail(f"{path}.inner", "attention, ffn and head give their first products' width "
+                                "(1 or more), the embedding and the loss do not")
+    inner = r.whole(entry["inner"], f"{path}.inner", MAX_TENSOR_SIZE, 1) if widened else 0
+    return TensorShape(role, hidden, tokens, heads, inner)
+
+
 def _layer(r: _Reader, entry: dict[str, Any], path: str, name: str) -> Layer:
     counts = {key: r.whole(entry[key], f"{path}.{key}", high) for key, high in _BOUNDS.items()}
     uncounted = (_uncounted(r, entry[UNCOUNTED_FIELD], f"{path}.{UNCOUNTED_FIELD}")
                  if UNCOUNTED_FIELD in entry else ())
     experts = (_experts(r, entry[EXPERTS_FIELD], f"{path}.{EXPERTS_FIELD}")
                if EXPERTS_FIELD in entry else None)
+    tensor = (_tensor(r, entry[TENSOR_FIELD], f"{path}.{TENSOR_FIELD}")
+              if TENSOR_FIELD in entry else None)
     return Layer(name=name, kind=r.choice(entry["kind"], f"{path}.kind", LayerKind),
-                 uncounted_ops=uncounted, experts=experts, **counts)
+                 uncounted_ops=uncounted, experts=experts, tensor=tensor, **counts)
 
 
 def _expand(r: _Reader, entry: Any, path: str) -> list[Layer]:
@@ -172,7 +206,7 @@ def _expand(r: _Reader, entry: Any, path: str) -> list[Layer]:
 def _checked(r: _Reader, entry: Any, path: str, in_group: bool) -> dict[str, Any]:
     """A layer mapping whose name has ``{i}`` exactly when it is repeated (in a group,
     or by its own ``repeat``)."""
-    optional = (UNCOUNTED_FIELD, EXPERTS_FIELD)
+    optional = (UNCOUNTED_FIELD, EXPERTS_FIELD, TENSOR_FIELD)
     entry = r.fields(entry, path, LAYER_FIELDS, optional if in_group else ("repeat", *optional))
     name = r.text(entry["name"], f"{path}.name")
     repeated = in_group or "repeat" in entry
@@ -191,7 +225,8 @@ def _workload(r: _Reader, data: Any) -> Workload:
             isinstance(data["version"], bool) or data["version"] not in VERSIONS):
         r.fail("version", f"supported versions: {', '.join(map(str, VERSIONS))} (got "
                           f"{show(data['version'])}): write 'version: 1' (2 for a layer's "
-                          f"{UNCOUNTED_FIELD}, 3 for its {EXPERTS_FIELD})")
+                          f"{UNCOUNTED_FIELD}, 3 for its {EXPERTS_FIELD}, 4 for its "
+                          f"{TENSOR_FIELD})")
     top = r.fields(data, "", _TOP_REQUIRED, _TOP_OPTIONAL)
     r.version = top["version"]
     if "description" in top:
@@ -261,11 +296,18 @@ def _layer_data(layer: Layer) -> dict[str, Any]:
         data[UNCOUNTED_FIELD] = list(layer.uncounted_ops)
     if layer.experts is not None:
         data[EXPERTS_FIELD] = {key: getattr(layer.experts, key) for key in EXPERTS_FIELDS}
+    if layer.tensor is not None:
+        data[TENSOR_FIELD] = {"role": layer.tensor.role.value, "hidden": layer.tensor.hidden,
+                              "tokens": layer.tensor.tokens,
+                              **({"heads": layer.tensor.heads} if layer.tensor.heads else {}),
+                              **({"inner": layer.tensor.inner} if layer.tensor.inner else {})}
     return data
 
 
 def _version(workload: Workload) -> int:
     """The lowest version that holds ``workload``."""
+    if any(layer.tensor is not None for layer in workload.layers):
+        return TENSOR_VERSION
     if any(layer.experts is not None for layer in workload.layers):
         return EXPERTS_VERSION
     return UNCOUNTED_VERSION if workload.uncounted else VERSIONS[0]
@@ -273,7 +315,8 @@ def _version(workload: Workload) -> int:
 
 def to_yaml(workload: Workload, comment: str = "") -> str:
     """``workload`` as a file of the lowest version that holds it (1; 2 if a layer has
-    ``uncounted_ops``; 3 if one has ``experts``), one layer a line, that reads back equal;
+    ``uncounted_ops``; 3 if one has ``experts``; 4 if one has a ``tensor`` shape), one
+    layer a line, that reads back equal;
     ``comment`` (lines of text) goes on top after ``# ``."""
     data = {"version": _version(workload), "name": workload.name,
             "input_bytes": workload.input_bytes,

@@ -1,0 +1,118 @@
+"""The simulated seconds of a step's tensor-parallel all-reduces.
+
+Every all-reduce of :func:`~.layer_allreduces.micro_batch_collectives` runs over its group of
+each replica's tensor group, all replicas' groups at once (a group of groups, as the
+gradient allreduce runs its replica groups), priced by the same cost model: a GCL
+schedule of the run's allreduce algorithm, simulated on the topology (links the groups
+share split their bandwidth). All-reduces of the same group and size cost the same, so
+each kind is priced once. They run one after another and do not overlap compute (an
+assumption: Poplar can overlap some of them, the cost model does not), once per
+micro-batch.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from cluster.model.topology import Topology
+from cluster.training.plan import TrainPlan
+from cluster.training.tensor_parallel.layer_allreduces import (
+    Axis,
+    Phase,
+    TensorCollective,
+    micro_batch_collectives,
+)
+from cluster.training.tensor_parallel.layout import TensorParallel
+from cluster.training.workloads.tensor_shape import TensorRole
+from gcl import plan, simulate
+from gcl.collectives import CollectiveName
+
+
+@dataclass(frozen=True)
+class CollectiveKind:
+    """All-reduces of one kind: ``what`` of the ``role``'s layers in ``phase``, over
+    ``axis`` groups of ``group_size`` IPUs, ``nbytes`` each per IPU; ``count`` of them a
+    step (every layer's, every micro-batch's), ``seconds`` each (simulated)."""
+
+    role: TensorRole
+    phase: Phase
+    axis: Axis
+    what: str
+    group_size: int
+    nbytes: int
+    count: int
+    seconds: float
+
+    @property
+    def total_seconds(self) -> float:
+        """All of them: ``count x seconds``."""
+        return self.count * self.seconds
+
+
+@dataclass(frozen=True)
+class TensorParallelTime:
+    """A step's tensor-parallel all-reduces by kind; ``seconds``: their sum."""
+
+    kinds: tuple[CollectiveKind, ...] = ()
+
+    @property
+    def seconds(self) -> float:
+        """Simulated seconds of all of them, one after another."""
+        return sum(kind.total_seconds for kind in self.kinds)
+
+
+def axis_groups(chains: np.ndarray, layout: TensorParallel, axis: Axis) -> list[np.ndarray]:
+    """The IPUs of every ``axis`` group of every replica: ``chains[r]`` is replica ``r``'s
+    tensor group, ``T1`` innermost (its IPU ``j T1 + i`` is ``i`` along ``t1``, ``j`` along
+    ``t2``)."""
+    if axis is Axis.TENSOR:
+        return list(chains)
+    grid = chains.reshape(len(chains), layout.t2, layout.t1)
+    if axis is Axis.T1:
+        return [grid[r, j] for r in range(len(chains)) for j in range(layout.t2)]
+    return [grid[r, :, i] for r in range(len(chains)) for i in range(layout.t1)]
+
+
+def group_size(layout: TensorParallel, axis: Axis) -> int:
+    """IPUs of an ``axis`` group."""
+    return {Axis.TENSOR: layout.size, Axis.T1: layout.t1, Axis.T2: layout.t2}[axis]
+
+
+def allreduce_seconds(topology: Topology, groups: list[np.ndarray], nbytes: int,
+                      itemsize: int, algorithm: str) -> float:
+    """Simulated seconds of an all-reduce of ``nbytes`` per IPU over every one of
+    ``groups`` at once, with ``algorithm`` (the run's)."""
+    dtype = "float16" if itemsize == 2 else "float32"
+    schedule = plan(CollectiveName.ALLREDUCE, topology, max(1, nbytes // itemsize),
+                    dtype=dtype, algorithm_name=algorithm, groups=groups)
+    return simulate(schedule, topology).sim_seconds
+
+
+def tensor_parallel_time(run: TrainPlan) -> TensorParallelTime:
+    """The ``run``'s tensor-parallel all-reduces for a step (none when it is off)."""
+    config = run.config
+    layout = config.tensor_parallel
+    if not layout.on:
+        return TensorParallelTime()
+    found = micro_batch_collectives(run.workload, layout, config.recomputes)
+    counted = Counter(_key(c, config.micro_batch) for c in found)
+    priced: dict[tuple[Axis, int, int], float] = {}
+    kinds = []
+    for (role, phase, axis, what, nbytes, itemsize), count in counted.items():
+        if (axis, nbytes, itemsize) not in priced:
+            priced[axis, nbytes, itemsize] = allreduce_seconds(
+                run.topology, axis_groups(run.chains, layout, axis), nbytes, itemsize,
+                config.algorithm)
+        kinds.append(CollectiveKind(role, phase, axis, what, group_size(layout, axis), nbytes,
+                                    count * config.accumulation, priced[axis, nbytes, itemsize]))
+    return TensorParallelTime(tuple(kinds))
+
+
+def _key(collective: TensorCollective, micro_batch: int
+         ) -> tuple[TensorRole, Phase, Axis, str, int, int]:
+    """What makes two all-reduces of a step the same kind."""
+    return (collective.role, collective.phase, collective.axis, collective.what,
+            collective.nbytes(micro_batch), collective.dtype.itemsize)
