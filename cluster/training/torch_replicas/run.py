@@ -6,15 +6,13 @@ loads and builds a module, a sample of ``sample_shape`` goes through it, its out
 is drawn from ``seed`` and ``s`` (inputs standard normal, labels from a fixed random
 linear teacher), and cut into one block of micro-batches per replica as the MLP's is
 (:func:`~cluster.training.data.replica_slice`). The loss is cross-entropy; the optimiser is
-SGD with momentum (``--lr``, ``--momentum``), as the MLP's.
+SGD with momentum (``--lr``, ``--momentum``), as the MLP's. Pure: the steps on the devices
+are :mod:`cluster.training.engines.torch_data_parallel`'s.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,18 +21,13 @@ from cluster.errors import UserError
 from cluster.training.config import TrainConfig
 from cluster.training.data import replica_slice
 from cluster.training.importers.torch_factory import build_module, one_line, require_torch
-from cluster.training.placement import machines, replica_ipus
 from cluster.training.plan import TrainPlan
 from cluster.training.step_parts import StepTime
 from cluster.training.torch_replicas.pricing import priced_step
-from cluster.training.torch_replicas.replica_tasks import LOGITS
-from cluster.training.torch_replicas.replicas import TorchReplicas, pickled
-from cluster.training.torch_replicas.single_process import relative_difference, train_reference
 from cluster.training.torch_replicas.workload import torch_workload
 
 if TYPE_CHECKING:
     from cluster.model.topology import Topology
-    from ipu_node.pod import EmulatedPod
 
 MAX_SAMPLE_ELEMENTS = 1 << 24  # numbers in one sample: far past any image or sequence
 
@@ -123,56 +116,3 @@ def priced_run(model: TorchModel, config: TrainConfig,
     :func:`~.torch_trace.torch_trace`)."""
     workload = torch_workload(model.module, model.sample_shape, model.spec)
     return priced_step(workload, config, topology)
-
-
-def train_torch(model: TorchModel, config: TrainConfig, pod: EmulatedPod,
-                parts: StepTime,
-                on_step: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Train ``model`` as ``config`` places it on ``pod``, its step priced as ``parts``
-    (:func:`price`); the record ``--json`` prints."""
-    settings = {"lr": config.lr, "momentum": config.momentum}
-    optimizer = require_torch().optim.SGD
-    ipus = replica_ipus(config, pod.topology)[::config.ipus_per_replica].tolist()
-    replicas = TorchReplicas(pod, ipus, pickled(model.module, optimizer, settings, LOGITS),
-                             config.algorithm)
-    steps, identical = [], True
-    for step in range(config.steps):
-        x, y = step_data(model, config.seed, step, config.global_batch)
-        started = time.perf_counter()
-        result = replicas.step(replica_work(config, x, y))
-        identical &= result.identical
-        steps.append({"step": step, "loss": result.loss,
-                      "wall_seconds": time.perf_counter() - started,
-                      "sim_seconds": parts.sim_seconds,
-                      "allreduce_wall_seconds": result.allreduce_wall_seconds,
-                      "allreduce_sim_seconds": result.allreduce_sim_seconds})
-        if on_step:
-            on_step(step + 1, config.steps)
-    record = _record(model, config, pod.topology, parts, steps, identical)
-    if config.check:
-        weights, losses = train_reference(
-            model.module, optimizer, settings, LOGITS,
-            (step_data(model, config.seed, step, config.global_batch)
-             for step in range(config.steps)))
-        record["reference_losses"] = losses
-        record["reference_max_rel_error"] = relative_difference(replicas.weights(), weights)
-    replicas.close()
-    return record
-
-
-def _record(model: TorchModel, config: TrainConfig, topology: Topology,
-            parts: StepTime, steps: list[dict[str, Any]],
-            identical: bool) -> dict[str, Any]:
-    """What ``ipupod train --torch ... --json`` prints."""
-    return {
-        "topology": topology.name, "machines": machines(topology), "model": model.spec,
-        "sample_shape": list(model.sample_shape), "classes": model.classes,
-        "parameters": model.parameters, "servers": config.servers,
-        "replicas": config.replicas, "micro_batch": config.micro_batch,
-        "gradient_accumulation": config.accumulation, "global_batch": config.global_batch,
-        "mode": "real", "algorithm": config.algorithm, "steps": steps,
-        "replicas_identical": identical,
-        "wall_step_seconds": statistics.median(s["wall_seconds"] for s in steps),
-        "sim_step_seconds": parts.sim_seconds, "sim_step_parts": asdict(parts),
-        "throughput_samples_per_sim_second": config.global_batch / parts.sim_seconds}
-

@@ -1,0 +1,112 @@
+"""Real-mode data-parallel training of a user's PyTorch classifier (``ipupod train --torch``).
+
+Each step's global batch is drawn on this process (:func:`~cluster.training.torch_replicas.
+run.step_data`) and cut into one block of micro-batches per replica; the replicas on the
+cards (:class:`~cluster.training.torch_replicas.replicas.TorchReplicas`) compute, allreduce
+their gradients and update. With ``check`` the same steps run in one process and the
+weights are compared.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cluster.training.engines.base import EngineRun, OnStep, StepEngine, StepResult
+from cluster.training.importers.torch_factory import require_torch
+from cluster.training.placement import machines, replica_ipus
+from cluster.training.torch_replicas.replica_tasks import LOGITS
+from cluster.training.torch_replicas.replicas import TorchReplicas, pickled
+from cluster.training.torch_replicas.run import TorchModel, replica_work, step_data
+from cluster.training.torch_replicas.single_process import relative_difference, train_reference
+
+if TYPE_CHECKING:
+    from cluster.model.topology import Topology
+    from cluster.training.config import TrainConfig
+    from cluster.training.plan import TrainPlan
+    from cluster.training.step_parts import StepTime
+    from ipu_node.pod import EmulatedPod
+
+
+class TorchEngine(StepEngine):
+    """Replicas of one IPU, each a copy of the user's module on its card."""
+
+    replicas: TorchReplicas  # from begin() on
+
+    def __init__(self, plan: TrainPlan, pod: EmulatedPod, model: TorchModel) -> None:
+        super().__init__(plan, pod)
+        self.model = model
+
+    @cached_property
+    def settings(self) -> dict[str, float]:
+        """The optimiser's settings."""
+        return {"lr": self.plan.config.lr, "momentum": self.plan.config.momentum}
+
+    def begin(self) -> None:
+        """The module's replicas on the cards (replica ``r`` on its replica's first IPU)."""
+        config = self.plan.config
+        ipus = replica_ipus(config, self.pod.topology)[::config.ipus_per_replica].tolist()
+        self.replicas = TorchReplicas(
+            self.pod, ipus, pickled(self.model.module, require_torch().optim.SGD,
+                                    self.settings, LOGITS), config.algorithm)
+
+    def batch(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """Step ``step``'s global batch."""
+        config = self.plan.config
+        return step_data(self.model, config.seed, step, config.global_batch)
+
+    def step(self, batch: tuple[np.ndarray, np.ndarray]) -> StepResult:
+        """Each replica on its micro-batches, the gradients' allreduce, the update."""
+        result = self.replicas.step(replica_work(self.plan.config, *batch))
+        return StepResult(result.loss, result.identical, result.allreduce_wall_seconds,
+                          result.allreduce_sim_seconds)
+
+    def reference_error(self) -> tuple[list[float], float]:
+        """The same steps in one process: its losses, and how far its weights are from
+        replica 0's."""
+        config = self.plan.config
+        weights, losses = train_reference(
+            self.model.module, require_torch().optim.SGD, self.settings, LOGITS,
+            (step_data(self.model, config.seed, step, config.global_batch)
+             for step in range(config.steps)))
+        return losses, relative_difference(self.replicas.weights(), weights)
+
+
+def train_torch(model: TorchModel, plan: TrainPlan, pod: EmulatedPod, parts: StepTime,
+                on_step: OnStep | None = None) -> dict[str, Any]:
+    """Train ``model`` as ``plan`` places it on ``pod``, its step priced as ``parts``
+    (:func:`~cluster.training.torch_replicas.run.price`); the record ``--json`` prints."""
+    engine = TorchEngine(plan, pod, model)
+    ran = engine.run(on_step)
+    record = _record(model, plan.config, pod.topology, parts, ran)
+    if plan.config.check:
+        record["reference_losses"], record["reference_max_rel_error"] = \
+            engine.reference_error()
+    engine.replicas.close()
+    return record
+
+
+def _record(model: TorchModel, config: TrainConfig, topology: Topology, parts: StepTime,
+            ran: EngineRun) -> dict[str, Any]:
+    """What ``ipupod train --torch ... --json`` prints."""
+    steps: list[dict[str, Any]] = [
+        {"step": step, "loss": stepped.result.loss, "wall_seconds": stepped.wall_seconds,
+         "sim_seconds": parts.sim_seconds,
+         "allreduce_wall_seconds": stepped.result.allreduce_wall_seconds,
+         "allreduce_sim_seconds": stepped.result.allreduce_sim_seconds}
+        for step, stepped in enumerate(ran.steps)]
+    return {
+        "topology": topology.name, "machines": machines(topology), "model": model.spec,
+        "sample_shape": list(model.sample_shape), "classes": model.classes,
+        "parameters": model.parameters, "servers": config.servers,
+        "replicas": config.replicas, "micro_batch": config.micro_batch,
+        "gradient_accumulation": config.accumulation, "global_batch": config.global_batch,
+        "mode": "real", "algorithm": config.algorithm, "steps": steps,
+        "replicas_identical": ran.identical,
+        "wall_step_seconds": statistics.median(s["wall_seconds"] for s in steps),
+        "sim_step_seconds": parts.sim_seconds, "sim_step_parts": asdict(parts),
+        "throughput_samples_per_sim_second": config.global_batch / parts.sim_seconds}
