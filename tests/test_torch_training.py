@@ -29,7 +29,7 @@ from tests.test_trace import SCHEMA
 
 torch = pytest.importorskip("torch", reason=NEEDS_TORCH_EXTRA)
 
-from cluster.training.engines.torch_data_parallel import train_torch  # noqa: E402
+from cluster.training.engines.torch_training import train_torch  # noqa: E402
 from cluster.training.importers.torch_factory import load_factory  # noqa: E402
 from cluster.training.torch_replicas import BeginBlock, Options, training_model  # noqa: E402
 from cluster.training.torch_replicas.begin_block import (  # noqa: E402

@@ -22,7 +22,7 @@ from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.training.config import MLP, TrainConfig
 from cluster.training.defaults import DEFAULTS
-from cluster.training.engines.torch_data_parallel import train_torch
+from cluster.training.engines.torch_training import train_torch
 from cluster.training.importers.notes import UncountedOpsWarning
 from cluster.training.plan import TrainPlan, plan_for
 from cluster.training.step_parts import StepTime, parts_spent

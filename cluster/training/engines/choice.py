@@ -11,7 +11,7 @@ their widest layer (:attr:`Split.SHARD <cluster.training.kinds.Split>`:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from cluster.training.engines.base import StepEngine
 from cluster.training.engines.data_parallel import DataParallelEngine
@@ -24,6 +24,14 @@ if TYPE_CHECKING:
     from cluster.training.plan import TrainPlan
     from cluster.training.torch_replicas.run import TorchModel
     from ipu_node.pod import EmulatedPod
+
+
+@overload
+def engine_for(plan: TrainPlan, pod: EmulatedPod, torch_model: TorchModel) -> TorchEngine: ...
+
+
+@overload
+def engine_for(plan: TrainPlan, pod: EmulatedPod, torch_model: None = None) -> StepEngine: ...
 
 
 def engine_for(plan: TrainPlan, pod: EmulatedPod,

@@ -3,32 +3,27 @@
 Each step's global batch is drawn on this process (:func:`~cluster.training.torch_replicas.
 run.step_data`) and cut into one block of micro-batches per replica; the replicas on the
 cards (:class:`~cluster.training.torch_replicas.replicas.TorchReplicas`) compute, allreduce
-their gradients and update. With ``check`` the same steps run in one process and the
-weights are compared.
+their gradients and update. The same steps in one process are the reference ``--check``
+compares the weights with (:mod:`.torch_training` writes the run's record).
 """
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import asdict
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cluster.training.engines.base import EngineRun, OnStep, StepEngine, StepResult
+from cluster.training.engines.base import StepEngine, StepResult
 from cluster.training.importers.torch_factory import require_torch
-from cluster.training.placement import machines, replica_ipus
+from cluster.training.placement import replica_ipus
 from cluster.training.torch_replicas.replica_tasks import LOGITS
 from cluster.training.torch_replicas.replicas import TorchReplicas, pickled
 from cluster.training.torch_replicas.run import TorchModel, replica_work, step_data
 from cluster.training.torch_replicas.single_process import relative_difference, train_reference
 
 if TYPE_CHECKING:
-    from cluster.model.topology import Topology
-    from cluster.training.config import TrainConfig
     from cluster.training.plan import TrainPlan
-    from cluster.training.step_parts import StepTime
     from ipu_node.pod import EmulatedPod
 
 
@@ -75,38 +70,6 @@ class TorchEngine(StepEngine):
              for step in range(config.steps)))
         return losses, relative_difference(self.replicas.weights(), weights)
 
-
-def train_torch(model: TorchModel, plan: TrainPlan, pod: EmulatedPod, parts: StepTime,
-                on_step: OnStep | None = None) -> dict[str, Any]:
-    """Train ``model`` as ``plan`` places it on ``pod``, its step priced as ``parts``
-    (:func:`~cluster.training.torch_replicas.run.price`); the record ``--json`` prints."""
-    engine = TorchEngine(plan, pod, model)
-    ran = engine.run(on_step)
-    record = _record(model, plan.config, pod.topology, parts, ran)
-    if plan.config.check:
-        record["reference_losses"], record["reference_max_rel_error"] = \
-            engine.reference_error()
-    engine.replicas.close()
-    return record
-
-
-def _record(model: TorchModel, config: TrainConfig, topology: Topology, parts: StepTime,
-            ran: EngineRun) -> dict[str, Any]:
-    """What ``ipupod train --torch ... --json`` prints."""
-    steps: list[dict[str, Any]] = [
-        {"step": step, "loss": stepped.result.loss, "wall_seconds": stepped.wall_seconds,
-         "sim_seconds": parts.sim_seconds,
-         "allreduce_wall_seconds": stepped.result.allreduce_wall_seconds,
-         "allreduce_sim_seconds": stepped.result.allreduce_sim_seconds}
-        for step, stepped in enumerate(ran.steps)]
-    return {
-        "topology": topology.name, "machines": machines(topology), "model": model.spec,
-        "sample_shape": list(model.sample_shape), "classes": model.classes,
-        "parameters": model.parameters, "servers": config.servers,
-        "replicas": config.replicas, "micro_batch": config.micro_batch,
-        "gradient_accumulation": config.accumulation, "global_batch": config.global_batch,
-        "mode": "real", "algorithm": config.algorithm, "steps": steps,
-        "replicas_identical": ran.identical,
-        "wall_step_seconds": statistics.median(s["wall_seconds"] for s in steps),
-        "sim_step_seconds": parts.sim_seconds, "sim_step_parts": asdict(parts),
-        "throughput_samples_per_sim_second": config.global_batch / parts.sim_seconds}
+    def close(self) -> None:
+        """Forget the replicas on the cards and free their tensors."""
+        self.replicas.close()
