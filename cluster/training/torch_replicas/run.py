@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cluster.errors import UserError
+from cluster.errors import SettingError, UserError
 from cluster.training.config import TrainConfig
 from cluster.training.data import replica_slice
 from cluster.training.importers.torch_factory import build_module, one_line, require_torch
@@ -51,12 +51,13 @@ def sample_shape(text: str) -> tuple[int, ...]:
     """One sample's shape from ``--sample-shape`` (``3,32,32``), checked."""
     parts = [part.strip() for part in text.split(",")]
     if not all(part.isdigit() and part.isascii() for part in parts) or len(parts) > 8:
-        raise UserError(f"--sample-shape takes up to 8 sizes separated by commas, such as "
-                        f"3,32,32 (one sample, no batch dimension), not {text[:40]!r}")
+        raise SettingError("sample_shape", "{sample_shape} takes up to 8 sizes separated by "
+                           "commas, such as 3,32,32 (one sample, no batch dimension), not "
+                           "{given!r}", given=text[:40])
     shape = tuple(int(part) for part in parts)
     if min(shape) < 1 or int(np.prod(shape, dtype=object)) > MAX_SAMPLE_ELEMENTS:
-        raise UserError(f"--sample-shape sizes must be 1 or more, {MAX_SAMPLE_ELEMENTS:,} "
-                        "numbers at most in all")
+        raise SettingError("sample_shape", "{sample_shape} sizes must be 1 or more, "
+                           "{most:,} numbers at most in all", most=MAX_SAMPLE_ELEMENTS)
     return shape
 
 
@@ -74,12 +75,14 @@ def load_model(spec: str, shape: tuple[int, ...]) -> TorchModel:
         with torch.no_grad():
             out = module(torch.zeros((2, *shape)))
     except Exception as error:  # noqa: BLE001 - the user's model: any failure is said
-        raise UserError(f"factory {spec}: the module cannot take samples of shape "
-                        f"{shape} (--sample-shape): {one_line(error)}") from None
+        raise SettingError("sample_shape", "factory {spec}: the module cannot take samples "
+                           "of shape {shape} ({sample_shape}): {error}", spec=spec,
+                           shape=shape, error=one_line(error)) from None
     if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[1] < 2:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise UserError(f"factory {spec}: train --torch trains a classifier, whose output is "
-                        f"(batch, classes) with 2 classes or more; it returned {got}")
+        raise SettingError("torch", "factory {spec}: train {torch} trains a classifier, "
+                           "whose output is (batch, classes) with 2 classes or more; it "
+                           "returned {got}", spec=spec, got=got)
     return TorchModel(spec, module, shape, int(out.shape[1]))
 
 
