@@ -16,9 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cluster.training import trainer
-from cluster.training.engines.base import EngineRun, StepEngine, StepResult
+from cluster.training.engines.base import EngineRun, StepEngine
 from cluster.training.engines.choice import engine_for
 from cluster.training.records import RunRecord
+from cluster.training.step_result import StepResult
 from cluster.training.trainer import OnStep
 
 if TYPE_CHECKING:

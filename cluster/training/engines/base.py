@@ -15,23 +15,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cluster.training.step_result import StepResult
 from cluster.training.trainer import OnStep
 
 if TYPE_CHECKING:
     from cluster.training.plan import TrainPlan
     from ipu_node.pod import EmulatedPod
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What one step on the devices left: the replicas' mean ``loss``, whether every
-    replica's weights are still the same (``identical``), and, where the engine times its
-    gradients' allreduce apart, that allreduce's wall and simulated seconds."""
-
-    loss: float
-    identical: bool
-    allreduce_wall_seconds: float | None = None
-    allreduce_sim_seconds: float | None = None
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from functools import cached_property
 import numpy as np
 
 from cluster.training.data import replica_slice
-from cluster.training.engines.base import StepResult
 from cluster.training.engines.mlp import Batch, MLPEngine
 from cluster.training.engines.replica_tasks import (
     GRAD,
@@ -23,6 +22,7 @@ from cluster.training.engines.replica_tasks import (
 )
 from cluster.training.numpy_mlp import init_params
 from cluster.training.placement import gradient_group, replica_ipus
+from cluster.training.step_result import StepResult
 from gcl.collectives import CollectiveName, ReduceOp
 
 

@@ -19,7 +19,6 @@ import numpy as np
 
 from cluster.training.config import TrainConfig
 from cluster.training.data import replica_slice
-from cluster.training.engines.base import StepResult
 from cluster.training.engines.mlp import Batch, MLPEngine
 from cluster.training.engines.stage_tasks import (
     GRAD,
@@ -39,6 +38,7 @@ from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stage_math import stage_offsets
 from cluster.training.pipeline.stages import split_layers
 from cluster.training.placement import gradient_group, replica_ipus
+from cluster.training.step_result import StepResult
 from cluster.training.workloads import mlp_workload
 from gcl import CommGroup
 from gcl.collectives import CollectiveName, ReduceOp

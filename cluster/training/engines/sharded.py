@@ -22,7 +22,6 @@ import numpy as np
 
 from cluster.training.config import TrainConfig
 from cluster.training.data import replica_slice
-from cluster.training.engines.base import StepResult
 from cluster.training.engines.mlp import Batch, MLPEngine
 from cluster.training.engines.shard_tasks import (
     GRAD,
@@ -47,6 +46,7 @@ from cluster.training.sharding.exchange import (
     Exchange,
     shard_group,
 )
+from cluster.training.step_result import StepResult
 from gcl.collectives import CollectiveName, ReduceOp
 
 if TYPE_CHECKING:

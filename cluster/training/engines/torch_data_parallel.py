@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cluster.training.engines.base import StepEngine, StepResult
+from cluster.training.engines.base import StepEngine
 from cluster.training.importers.torch_factory import require_torch
 from cluster.training.placement import replica_ipus
+from cluster.training.step_result import StepResult
 from cluster.training.torch_replicas.replica_tasks import LOGITS
 from cluster.training.torch_replicas.replicas import TorchReplicas, pickled
 from cluster.training.torch_replicas.run import TorchModel, replica_work, step_data
@@ -56,9 +57,7 @@ class TorchEngine(StepEngine):
 
     def step(self, batch: tuple[np.ndarray, np.ndarray]) -> StepResult:
         """Each replica on its micro-batches, the gradients' allreduce, the update."""
-        result = self.replicas.step(replica_work(self.plan.config, *batch))
-        return StepResult(result.loss, result.identical, result.allreduce_wall_seconds,
-                          result.allreduce_sim_seconds)
+        return self.replicas.step(replica_work(self.plan.config, *batch))
 
     def reference_error(self) -> tuple[list[float], float]:
         """The same steps in one process: its losses, and how far its weights are from
