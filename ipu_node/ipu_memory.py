@@ -7,10 +7,9 @@ which tensors may spill to (``streaming_bytes`` here is this IPU's quarter of it
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from cluster.host_memory import available_ram_bytes as available_ram_bytes  # re-exported
 from ipu_node.device_errors import OutOfMemory
 
 
@@ -43,18 +42,3 @@ class IpuMemory:
 
     def release(self, name: str) -> None:
         self.allocations.pop(name, None)
-
-
-def available_ram_bytes() -> int:
-    """This machine's free memory (bytes), to refuse real-mode work that cannot fit: the
-    kernel's ``MemAvailable`` (free pages and the cache it can drop), else free pages."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62

@@ -119,9 +119,6 @@ class EmulatedPod:
     def max_restarts(self) -> int:
         return self.fault_injector.max_restarts
 
-    def device_of(self, ipu: int) -> str:
-        return self.specs[self.owner[ipu]].name
-
     def nodes(self) -> dict[str, str | None]:
         """Which Ray node each device runs on now, by id (None outside Ray)."""
         with self.roster.lock:

@@ -6,11 +6,11 @@ import json
 import pytest
 
 from cluster.training.config import TrainConfig
+from cluster.training.engines import train
 from cluster.training.numpy_mlp import MLPSpec
 from cluster.training.pipeline.stage_math import stage_offsets
 from cluster.training.pipeline.stages import split_layers
 from cluster.training.plan import plan_for
-from cluster.training.trainer import train
 from cluster.training.workloads import mlp_workload
 from ipu_node.pod import EmulatedPod
 

@@ -14,7 +14,10 @@ from cluster.cli.main import cli
 from cluster.errors import SettingError, UserError
 from cluster.setting_names import SETTING_NAMES
 from cluster.training.config import TrainConfig
+from cluster.training.defaults import RULES
 from cluster.training.plan import plan_for
+from cluster.training.reports.settings import VALUES, default_rule
+from cluster.training.torch_replicas.run import sample_shape
 from gcl.modes import Mode
 
 
@@ -65,3 +68,17 @@ def test_the_cli_prints_the_pure_layers_refusal_in_one_line():
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1] == (
         "error: --gradient-accumulation must be 1 or more")
+
+
+def test_a_shape_refused_by_the_pure_layer_carries_its_field_and_reads_as_its_option():
+    with pytest.raises(SettingError) as refused:
+        sample_shape("3,x")
+    assert refused.value.field == "sample_shape"
+    assert str(refused.value) == ("--sample-shape takes up to 8 sizes separated by commas, "
+                                  "such as 3,32,32 (one sample, no batch dimension), not '3,x'")
+
+
+def test_what_a_report_assumed_is_keyed_by_field_and_each_field_has_its_option():
+    assert set(VALUES) <= set(SETTING_NAMES) and set(RULES) <= set(SETTING_NAMES)
+    assert default_rule("topology").startswith("DSS 8440 servers (--servers) for the MLP")
+    assert default_rule("no_such_field") == default_rule(None) == "the command's default"

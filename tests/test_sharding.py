@@ -14,16 +14,18 @@ from cluster.model.hardware import IPU_LINK_LATENCY_SECONDS, LOCAL_SYNC_SECONDS,
 from cluster.model.presets import build_preset
 from cluster.training.config import TrainConfig
 from cluster.training.data import make_dataset, train_reference
+from cluster.training.engines.sharded import ShardedEngine
 from cluster.training.numpy_mlp import MLPSpec, init_params, loss_and_grad
+from cluster.training.plan import TrainPlan
 from cluster.training.sharding import (
     ColumnSplit,
     shard_columns,
     sharded_loss_and_grad,
     sharded_time,
-    train_sharded,
     widest_layer,
 )
 from cluster.training.sharding.exchange import LAYER_IN
+from cluster.training.workloads import mlp_workload
 from ipu_node.pod import EmulatedPod
 
 DSS8440 = build_preset("dss8440")
@@ -186,6 +188,12 @@ def server(ray_session):
     pod.shutdown()
 
 
+def sharded_engine(config, pod):
+    """The sharded engine on ``config`` as given (not resolved: its widths are the ones
+    written, whatever ``split`` would default them to)."""
+    return ShardedEngine(TrainPlan(config, pod.topology, mlp_workload(config.spec)), pod)
+
+
 def reference_max_rel_error(config, losses):
     """As ``ipupod train --check`` computes it (cluster/training/trainer.py)."""
     x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)
@@ -209,7 +217,8 @@ def test_sharded_training_equals_single_process_training(server, ipus, replicas,
     config = TrainConfig(servers=1, ipus_per_replica=ipus, replicas_per_server=replicas,
                          accumulation=2, micro_batch=8, steps=3, hidden=hidden, classes=classes)
     steps = []
-    losses, identical = train_sharded(config, server, lambda step, of: steps.append(step))
+    ran = sharded_engine(config, server).run(lambda step, of: steps.append(step))
+    losses, identical = ran.losses, ran.identical
     assert identical is True and steps == [1, 2, 3]
     assert reference_max_rel_error(config, losses) < 1e-6
 
@@ -226,7 +235,7 @@ def test_real_exchanges_take_the_phantom_times_and_leave_only_parameters(server,
         return result
 
     monkeypatch.setattr(server, "collective", recorded)
-    train_sharded(config, server, None)
+    sharded_engine(config, server).run()
     time = sharded_time(config, server.topology)
     assert seconds.pop(LAYER_IN) == pytest.approx(time.broadcast_seconds, rel=1e-12)
     assert seconds.pop("shard.out") == pytest.approx(time.all_gather_seconds, rel=1e-12)

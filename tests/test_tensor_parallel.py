@@ -19,10 +19,10 @@ from cluster.training.optimizer_state import OptimizerState
 from cluster.training.plan import TrainPlan, plan_for
 from cluster.training.step_collectives import TENSOR_PARALLEL, step_collectives
 from cluster.training.step_timing import gradient_allreduce_timing, step_time
-from cluster.training.tensor_parallel.allreduce_time import axis_groups, tensor_parallel_time
 from cluster.training.tensor_parallel.layer_allreduces import Axis, Phase, micro_batch_collectives
 from cluster.training.tensor_parallel.layout import TensorParallel, parse_tensor_parallel
 from cluster.training.tensor_parallel.split import rank_workload
+from cluster.training.tensor_parallel_time import axis_groups, tensor_parallel_time
 from cluster.training.workloads import parse_workload, to_yaml, workload
 from cluster.training.workloads.tensor_shape import TensorRole
 from gcl import CommGroup, plan, simulate

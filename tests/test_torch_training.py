@@ -29,6 +29,7 @@ from tests.test_trace import SCHEMA
 
 torch = pytest.importorskip("torch", reason=NEEDS_TORCH_EXTRA)
 
+from cluster.training.engines.torch_training import train_torch  # noqa: E402
 from cluster.training.importers.torch_factory import load_factory  # noqa: E402
 from cluster.training.torch_replicas import BeginBlock, Options, training_model  # noqa: E402
 from cluster.training.torch_replicas.begin_block import (  # noqa: E402
@@ -38,7 +39,7 @@ from cluster.training.torch_replicas.begin_block import (  # noqa: E402
 )
 from cluster.training.torch_replicas.pricing import simulated_step_time  # noqa: E402
 from cluster.training.torch_replicas.replica_tasks import MODEL_LOSS  # noqa: E402
-from cluster.training.torch_replicas.run import load_model, price, train_torch  # noqa: E402
+from cluster.training.torch_replicas.run import load_model, price  # noqa: E402
 from cluster.training.torch_replicas.single_process import (  # noqa: E402
     relative_difference,
     train_reference,
@@ -105,7 +106,7 @@ def test_replicas_on_two_servers_end_with_the_weights_of_single_process_training
                          steps=3, check=True)
     parts = price(model, config, two_servers.topology)
     bytes_before = two_servers.link_bytes().sum()
-    record = train_torch(model, config, two_servers, parts)
+    record = train_torch(model, plan_for(config, two_servers.topology), two_servers, parts)
     assert record["replicas_identical"] is True
     assert record["reference_max_rel_error"] < 1e-5
     assert [round(s["loss"], 4) for s in record["steps"]] == [

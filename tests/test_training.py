@@ -9,9 +9,10 @@ import pytest
 
 from cluster.errors import UserError
 from cluster.model.hardware import pcie_gen3_x16
+from cluster.training.engines import train
 from cluster.training.numpy_mlp import training_flops
 from cluster.training.plan import plan_for
-from cluster.training.trainer import TrainConfig, step_time, train
+from cluster.training.trainer import TrainConfig, step_time
 from ipu_node.pod import EmulatedPod
 
 STEP_KEYS = {"step", "loss", "sim_seconds", "compute_seconds", "host_io_seconds",

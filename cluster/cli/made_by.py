@@ -15,10 +15,19 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from cluster.setting_names import SETTING_NAMES
 from cluster.training.plan import TrainPlan
-from cluster.training.reports.settings import VALUES, Setting, config_value, made_by, setting
+from cluster.training.reports.settings import (
+    VALUES,
+    Setting,
+    config_value,
+    default_rule,
+    made_by,
+)
 
 _LEFT_OUT = {"as_json", "ray_address"}  # how to print and where Ray is: not the run's
+_FIELD_OF = {option: field for field, option in SETTING_NAMES.items()}
+"""The setting each option spelling stands for (``--gcd``: ``gcd``)."""
 
 
 def command_settings(plan: TrainPlan, swept: Collection[str] = (),
@@ -34,16 +43,27 @@ def command_settings(plan: TrainPlan, swept: Collection[str] = (),
             continue
         name = str(param.name)
         given = ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
-        option = next((o for o in param.opts if o in VALUES and o not in swept), None)
+        negation = param.secondary_opts[0] if param.secondary_opts else None
+        option = next((o for o in param.opts
+                       if _FIELD_OF.get(o) in VALUES and o not in swept), None)
         if option is not None:
-            found.append(setting(option, config_value(option, plan), given,
-                                 (rules or {}).get(option)))
+            field = _FIELD_OF[option]
+            found.append(_setting(option, config_value(field, plan), given,
+                                  (rules or {}).get(option) or default_rule(field), negation))
             continue
         value: Any = ctx.params.get(name)
         if param.is_flag and not value:
             value = None
-        found.append(setting(max(param.opts, key=len), _plain(value), given))
+        option = max(param.opts, key=len)
+        found.append(_setting(option, _plain(value), given, default_rule(_FIELD_OF.get(option)),
+                              negation))
     return found
+
+
+def _setting(option: str, value: Any, given: bool, rule: str,
+             negation: str | None) -> Setting:
+    """A :class:`Setting`: a default's with its ``rule``, a given one's without."""
+    return Setting(option, value, given, "" if given else rule, negation)
 
 
 def _plain(value: Any) -> Any:

@@ -30,6 +30,7 @@ from cluster.model.units import plural
 from cluster.training.accumulation import BUBBLE_SHARE, bubble_share, pipelined
 from cluster.training.config import TrainConfig
 from cluster.training.defaults import DEFAULTS
+from cluster.training.engines import train
 from cluster.training.fit import check_fits
 from cluster.training.kinds import ModelKind
 from cluster.training.memory_plan import stage_memory
@@ -40,7 +41,6 @@ from cluster.training.reports.settings import made_by
 from cluster.training.reports.settings import markdown as settings_markdown
 from cluster.training.step_parts import parts_spent
 from cluster.training.step_trace import config_trace
-from cluster.training.trainer import train
 from gcl.modes import Mode
 
 if TYPE_CHECKING:

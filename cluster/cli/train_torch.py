@@ -22,6 +22,7 @@ from cluster.errors import UserError
 from cluster.model.topology import Topology
 from cluster.training.config import MLP, TrainConfig
 from cluster.training.defaults import DEFAULTS
+from cluster.training.engines.torch_training import train_torch
 from cluster.training.importers.notes import UncountedOpsWarning
 from cluster.training.plan import TrainPlan, plan_for
 from cluster.training.step_parts import StepTime, parts_spent
@@ -30,7 +31,6 @@ from cluster.training.torch_replicas.run import (
     load_model,
     priced_run,
     sample_shape,
-    train_torch,
 )
 from cluster.training.torch_replicas.torch_trace import torch_trace
 from gcl.modes import Mode
@@ -101,7 +101,7 @@ def run_torch(factory: str | None, shape_text: str | None, servers: int | None,
         pod = launch_pod(topology, options.get("ray_address"),
                          options.get("placement") or Placement())
         try:
-            record = _train(model, config, pod, parts, on_step, wall)
+            record = _train(model, plan, pod, parts, on_step, wall)
         finally:
             pod.shutdown()
     echo = partial(click.echo, file=out)
@@ -116,15 +116,15 @@ def run_torch(factory: str | None, shape_text: str | None, servers: int | None,
         save_trace(trace, trace_path)
 
 
-def _train(model: TorchModel, config: TrainConfig, pod: EmulatedPod, parts: StepTime,
+def _train(model: TorchModel, plan: TrainPlan, pod: EmulatedPod, parts: StepTime,
            on_step: Progress, wall: WallRecorder | None) -> dict[str, Any]:
     """:func:`train_torch` on ``pod``; ``wall`` records what the devices did, a driver span
     per step, and takes their spans before the POD stops."""
     if wall is None:
-        return train_torch(model, config, pod, parts, on_step)
+        return train_torch(model, plan, pod, parts, on_step)
     wall.start(pod)
     try:
-        return train_torch(model, config, pod, parts, wall.marking(on_step))
+        return train_torch(model, plan, pod, parts, wall.marking(on_step))
     finally:
         wall.stop(pod)
 

@@ -46,32 +46,33 @@ class Defaults:
 DEFAULTS = Defaults()
 
 RULES: dict[str, str] = {
-    "--model": "the MLP for train (the only model real mode trains), BERT-Large for the "
-               "workload reports",
-    "--topology": "DSS 8440 servers (--servers) for the MLP; an IPU-POD16 for a workload, "
-                  "the system of the published recipes its efficiencies come from",
-    "--mode": "real for the MLP, phantom for a workload (it has counts, not weights)",
-    "--micro-batch": "the largest of 32, 16, 8, 4, 2, 1 that fits In-Processor-Memory",
-    "--ipus-per-replica": "the fewest of 1, 2, 4, 8, 16 that fit In-Processor-Memory",
-    "--optimizer-state": "in-processor: Poplar's own placement, the published ResNet-50 "
-                         "recipes' and the only one a DSS 8440 has (Streaming Memory is an "
-                         "IPU-M2000's, and costs a transfer each update)",
-    "--algorithm": "hierarchical: IPU-Links inside a server or rack, then between them",
-    "--pipeline-schedule": f"{DEFAULT_SCHEDULE} (GPipe)",
-    "--split": "pipeline stages",
-    "--recompute": "as the model's published recipe (on for a workload, off for the MLP)",
-    "--gradient-dtype": "the model's number format",
-    "--sequence-length": "the model's",
-    "--layers-per-ipu": "balanced on FLOPs",
-    "--replicas-per-server": "as many as the server's (or rack's) IPUs hold",
-    "--efficiency-scale": "1: the published-throughput efficiencies, uncalibrated",
-    "--hidden": "128, once per stage boundary",
-    "--gradient-accumulation": "1: one micro-batch a step; for a pipeline, the smallest "
-                               "power of two keeping its bubble at most 10% of its time "
-                               "that fits In-Processor-Memory",
-    "--final-stage-on-first-ipu": "off: one stage on each IPU",
-    "--tensor-parallel": "1: each layer whole on its IPU (off)",
-    "--steps": "20", "--seed": "0", "--lr": "0.05 (SGD with momentum)", "--momentum": "0.9",
-    "--topologies": "IPU-POD16 to IPU-POD256",
+    "model": "the MLP for train (the only model real mode trains), BERT-Large for the "
+             "workload reports",
+    "topology": "DSS 8440 servers ({servers}) for the MLP; an IPU-POD16 for a workload, "
+                "the system of the published recipes its efficiencies come from",
+    "mode": "real for the MLP, phantom for a workload (it has counts, not weights)",
+    "micro_batch": "the largest of 32, 16, 8, 4, 2, 1 that fits In-Processor-Memory",
+    "ipus_per_replica": "the fewest of 1, 2, 4, 8, 16 that fit In-Processor-Memory",
+    "optimizer_state": "in-processor: Poplar's own placement, the published ResNet-50 "
+                       "recipes' and the only one a DSS 8440 has (Streaming Memory is an "
+                       "IPU-M2000's, and costs a transfer each update)",
+    "algorithm": "hierarchical: IPU-Links inside a server or rack, then between them",
+    "pipeline_schedule": f"{DEFAULT_SCHEDULE} (GPipe)",
+    "split": "pipeline stages",
+    "recompute": "as the model's published recipe (on for a workload, off for the MLP)",
+    "gradient_dtype": "the model's number format",
+    "sequence_length": "the model's",
+    "layers_per_ipu": "balanced on FLOPs",
+    "replicas_per_server": "as many as the server's (or rack's) IPUs hold",
+    "efficiency_scale": "1: the published-throughput efficiencies, uncalibrated",
+    "hidden": "128, once per stage boundary",
+    "accumulation": "1: one micro-batch a step; for a pipeline, the smallest power of two "
+                    "keeping its bubble at most 10% of its time that fits "
+                    "In-Processor-Memory",
+    "final_stage_on_first_ipu": "off: one stage on each IPU",
+    "tensor_parallel": "1: each layer whole on its IPU (off)",
+    "steps": "20", "seed": "0", "lr": "0.05 (SGD with momentum)", "momentum": "0.9",
+    "topologies": "IPU-POD16 to IPU-POD256",
 }
-"""Why each default is what it is, by option: what a report's settings table says."""
+"""Why each default is what it is, by field (its ``{field}`` placeholders: other settings,
+as :class:`~cluster.errors.SettingError` words them): what a report's settings table says."""

@@ -8,7 +8,7 @@ they make up (``ipupod train --trace``, :mod:`.step_trace`):
 - with the widest layer split over each replica's IPUs (:mod:`.sharding`): each of the
   split's collectives over the step's micro-batches (broadcast, all-gather,
   reduce-scatter, allreduce), one after the other, adding up to the shard exchange part;
-- with tensor parallelism (:mod:`.tensor_parallel.allreduce_time`): each kind of all-reduce over
+- with tensor parallelism (:mod:`.tensor_parallel_time`): each kind of all-reduce over
   the replicas' tensor groups (what it sums, of which layers, in which pass, over which
   group), all of that kind in the step one after another, adding up to the
   tensor-parallel collectives part.
@@ -25,7 +25,7 @@ from typing import Any
 from cluster.training.plan import TrainPlan
 from cluster.training.sharding import sharded_time
 from cluster.training.step_timing import sharded_reduction_timing
-from cluster.training.tensor_parallel.allreduce_time import tensor_parallel_time
+from cluster.training.tensor_parallel_time import tensor_parallel_time
 
 SHARDED_REDUCTION = "gradient reduction (sharded state)"  # the tracks' names
 SHARD_EXCHANGE = "shard exchange"

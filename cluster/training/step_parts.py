@@ -49,7 +49,7 @@ class StepTime:
     replica's, on one IPU); ``pipeline_bubble_seconds`` and ``inter_stage_seconds`` are
     what pipelining adds (:mod:`.pipeline.timing`, or :mod:`.pipeline.lock_step` for a
     lock-step schedule's cycles); ``tensor_parallel_seconds`` the all-reduces of each
-    layer over a replica's tensor group (:mod:`.tensor_parallel.allreduce_time`, after the compute:
+    layer over a replica's tensor group (:mod:`.tensor_parallel_time`, after the compute:
     they do not overlap it); ``shard_exchange_seconds`` is a column split's
     collectives (:mod:`.sharding`); ``weight_gather_seconds`` the all-gather of sharded
     optimiser state's weights (:mod:`.sharded_reduction`). ``stage_compute_seconds``

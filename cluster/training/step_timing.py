@@ -8,7 +8,7 @@ optimiser state sharded over each rack's replicas and several racks, the allredu
 PopART's reduce-scatter, cross-rack shard allreduce and all-gather instead
 (:mod:`.sharded_reduction`). With tensor parallelism each IPU of a replica's tensor group
 computes and holds its share of every layer (:attr:`TrainPlan.rank_workload`), the
-all-reduces inside the group are a part of their own (:mod:`.tensor_parallel.allreduce_time`),
+all-reduces inside the group are a part of their own (:mod:`.tensor_parallel_time`),
 and each IPU's gradient is averaged with the same IPU of every other replica. Each part
 is simulated seconds on the emulated hardware, from
 the catalogue and the cost model; none is measured on this machine. The parts are
@@ -41,7 +41,7 @@ from cluster.training.sharded_reduction import (
 )
 from cluster.training.sharding import ColumnSplit, sharded_time
 from cluster.training.step_parts import StepTime
-from cluster.training.tensor_parallel.allreduce_time import tensor_parallel_time
+from cluster.training.tensor_parallel_time import tensor_parallel_time
 from cluster.training.workloads import (
     BACKWARD_FLOPS_FACTOR,
     Workload,

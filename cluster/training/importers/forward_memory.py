@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from cluster.errors import UserError
-from ipu_node.ipu_memory import available_ram_bytes
+from cluster.host_memory import available_ram_bytes
 
 
 def _shown(nbytes: int) -> str:

@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cluster.errors import UserError
+from cluster.errors import SettingError
 from cluster.training.importers.notes import UncountedOpsWarning, uncounted_message
 from cluster.training.workloads.arithmetic import LOSS_FLOPS_PER_LOGIT
 from cluster.training.workloads.layers import DType, Layer, LayerKind, Workload
@@ -211,7 +211,7 @@ def finish_import(trace: Trace, name: str, partials: DType, strict: bool) -> Wor
     if trace.uncounted:
         message = uncounted_message(trace.uncounted)
         if strict:
-            raise UserError(f"{message}; --strict refuses a partial count (leave it out "
-                            "to import with these ops at 0 FLOPs)")
+            raise SettingError("strict", "{message}; {strict} refuses a partial count (leave "
+                               "it out to import with these ops at 0 FLOPs)", message=message)
         warnings.warn(message, UncountedOpsWarning, stacklevel=3)
     return build_workload(trace, name, partials)

@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from cluster.errors import UserError, quoted
+from cluster.errors import SettingError, UserError, quoted
 from cluster.training.importers.grouping import Span, Trace, Unit, finish_import
 from cluster.training.importers.notes import (
     FOLDED_MESSAGE,
@@ -97,16 +97,18 @@ def _fix_input_shape(model: Any, input_shape: tuple[int, ...] | None) -> tuple[i
     dims = inputs[0].type.tensor_type.shape.dim
     if input_shape is not None:
         if len(input_shape) != len(dims):
-            raise UserError(f"--input-shape has {len(input_shape)} dimensions; the model's "
-                            f"input {quoted(inputs[0].name)} has {len(dims)}")
+            raise SettingError("input_shape", "{input_shape} has {given} dimensions; the "
+                               "model's input {name} has {dims}", given=len(input_shape),
+                               name=quoted(inputs[0].name), dims=len(dims))
         for dim, size in zip(dims, input_shape):
             dim.dim_value = size
         return input_shape
     if any(not dim.HasField("dim_value") for dim in dims):
         names = ",".join(d.dim_param or "?" if not d.HasField("dim_value") else str(d.dim_value)
                          for d in dims)
-        raise UserError(f"the model's input {quoted(inputs[0].name)} has shape {names}: give "
-                        "--input-shape with every dimension, batch first (e.g. 1,3,224,224)")
+        raise SettingError("input_shape", "the model's input {name} has shape {names}: give "
+                           "{input_shape} with every dimension, batch first (e.g. "
+                           "1,3,224,224)", name=quoted(inputs[0].name), names=names)
     return tuple(d.dim_value for d in dims)
 
 

@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from cluster.errors import UserError, quoted
+from cluster.errors import SettingError, UserError, quoted
 from cluster.training.importers.torch_factory import build_module_and_sample, split_spec
 from cluster.training.importers.torch_import import check_input_shape
 from cluster.training.workloads.layers import Workload
@@ -45,9 +45,9 @@ def import_model(model: str, input_shape: tuple[int, ...] | None, name: str | No
     if is_factory_spec(model):
         module, sample = build_module_and_sample(model)
         if input_shape is None and sample is None:
-            raise UserError("a PyTorch factory needs --input-shape: the shape of one input, "
-                            "batch first (e.g. 1,3,224,224), unless it returns (module, "
-                            "sample input)")
+            raise SettingError("input_shape", "a PyTorch factory needs {input_shape}: the "
+                               "shape of one input, batch first (e.g. 1,3,224,224), unless it "
+                               "returns (module, sample input)")
         from cluster.training.importers.torch_import import import_torch_module
 
         return import_torch_module(module, input_shape, title, strict, integer_input,

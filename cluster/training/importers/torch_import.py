@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from cluster.errors import UserError
+from cluster.errors import SettingError, UserError
 from cluster.training.importers.forward_memory import check_forward_fits
 from cluster.training.importers.grouping import Span, Trace, Unit, finish_import
 from cluster.training.importers.notes import (
@@ -313,7 +313,8 @@ def _checked_sample(module: torch.nn.Module, input_shape: Sequence[int] | None,
         check_forward_fits(module, meta, False, torch)
         return sample
     if input_shape is None:
-        raise UserError("give the input's shape (--input-shape, batch first) or a sample")
+        raise SettingError("input_shape", "give the input's shape ({input_shape}, batch "
+                           "first) or a sample")
     shape = check_input_shape(input_shape)
     meta = _random_sample(module, shape, integer_input, torch, torch.device("meta"))
     check_forward_fits(module, meta, True, torch)
@@ -338,8 +339,9 @@ def trace_torch_module(module: torch.nn.Module, input_shape: Sequence[int] | Non
         with torch.enable_grad():
             _run(module, sample, recorder)
     except Exception as error:  # noqa: BLE001 - the user's network: report it in one line
-        raise UserError(f"the forward pass on an input of shape {','.join(map(str, shape))} "
-                        f"raised {one_line(error)}: check --input-shape") from None
+        raise SettingError("input_shape", "the forward pass on an input of shape {shape} "
+                           "raised {error}: check {input_shape}",
+                           shape=",".join(map(str, shape)), error=one_line(error)) from None
     finally:
         module.train(was_training)
         with torch.no_grad():

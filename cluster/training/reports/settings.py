@@ -3,7 +3,9 @@
 A :class:`Setting` is one command-line option with the value the run used: what the user
 gave, or the default (:mod:`cluster.training.defaults`) and why. Reports print them as a
 "Made by" command line that reruns the same thing with nothing left to a default, as a
-settings table, and under ``settings`` in ``--json``.
+settings table, and under ``settings`` in ``--json``. This module speaks in fields (a
+:class:`~cluster.training.config.TrainConfig` field, ``micro_batch``); the command spells
+each option as it names it (``cluster/cli/made_by.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from cluster.setting_names import SETTING_NAMES
 from cluster.training.config import TrainConfig
 from cluster.training.defaults import RULES
 from cluster.training.kinds import ModelKind
@@ -31,52 +34,55 @@ def _sequence_length(config: TrainConfig) -> int | None:
 
 
 VALUES: dict[str, Callable[[TrainPlan], Any]] = {
-    "--model": lambda p: p.config.model,
-    "--topology": lambda p: p.config.topology,
-    "--servers": lambda p: None if p.config.topology else p.config.servers,
-    "--mode": lambda p: str(p.config.mode),
-    "--replicas-per-server": lambda p: p.config.replicas_per_server,
-    "--ipus-per-replica": lambda p: p.config.ipus_per_replica,
-    "--split": lambda p: str(p.config.split),
-    "--pipeline-schedule": lambda p: p.config.pipeline_schedule,
-    "--recompute": lambda p: p.config.recomputes,
-    "--sequence-length": lambda p: _sequence_length(p.config),
-    "--gradient-dtype": lambda p: str(p.workload.gradient_dtype),
-    "--optimizer-state": lambda p: p.config.optimizer_state,
-    "--micro-batch": lambda p: p.config.micro_batch,
-    "--gradient-accumulation": lambda p: p.config.accumulation,
-    "--steps": lambda p: p.config.steps,
-    "--algorithm": lambda p: p.config.algorithm,
-    "--seed": lambda p: p.config.seed,
-    "--lr": lambda p: p.config.lr,
-    "--momentum": lambda p: p.config.momentum,
-    "--hidden": lambda p: (",".join(map(str, p.config.hidden_widths))
+    "model": lambda p: p.config.model,
+    "topology": lambda p: p.config.topology,
+    "servers": lambda p: None if p.config.topology else p.config.servers,
+    "mode": lambda p: str(p.config.mode),
+    "replicas_per_server": lambda p: p.config.replicas_per_server,
+    "ipus_per_replica": lambda p: p.config.ipus_per_replica,
+    "split": lambda p: str(p.config.split),
+    "pipeline_schedule": lambda p: p.config.pipeline_schedule,
+    "recompute": lambda p: p.config.recomputes,
+    "sequence_length": lambda p: _sequence_length(p.config),
+    "gradient_dtype": lambda p: str(p.workload.gradient_dtype),
+    "optimizer_state": lambda p: p.config.optimizer_state,
+    "micro_batch": lambda p: p.config.micro_batch,
+    "accumulation": lambda p: p.config.accumulation,
+    "steps": lambda p: p.config.steps,
+    "algorithm": lambda p: p.config.algorithm,
+    "seed": lambda p: p.config.seed,
+    "lr": lambda p: p.config.lr,
+    "momentum": lambda p: p.config.momentum,
+    "hidden": lambda p: (",".join(map(str, p.config.hidden_widths))
                            if p.kind is ModelKind.MLP else None),
-    "--layers-per-ipu": lambda p: (None if p.config.layers_per_ipu is None
+    "layers_per_ipu": lambda p: (None if p.config.layers_per_ipu is None
                                    else ",".join(map(str, p.config.layers_per_ipu))),
-    "--final-stage-on-first-ipu": lambda p: p.config.final_stage_on_first_ipu,
-    "--efficiency-scale": lambda p: p.config.efficiency_scale,
-    "--tensor-parallel": lambda p: str(p.config.tensor_parallel),
+    "final_stage_on_first_ipu": lambda p: p.config.final_stage_on_first_ipu,
+    "efficiency_scale": lambda p: p.config.efficiency_scale,
+    "tensor_parallel": lambda p: str(p.config.tensor_parallel),
 }
-"""How to read each training option's value off a resolved run."""
+"""How to read each training setting's value off a resolved run, by field."""
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One option as the run used it: ``value`` (None: the option left out, as with a
-    balanced ``--layers-per-ipu``), whether the user ``given`` it, else ``rule``."""
+    """One option as the run used it, spelt ``option`` as its command names it: ``value``
+    (None: the option left out, as with balanced layers per IPU), whether the user
+    ``given`` it, else ``rule``; ``negation``, the spelling that turns an on-off option
+    off, if it has one (a flag without one is off when left out)."""
 
     option: str
     value: Any
     given: bool
     rule: str = ""
+    negation: str | None = None
 
     def words(self) -> list[str]:
         """The option as it is typed: ``--micro-batch 16``, a flag, or nothing."""
-        if self.value is None or (self.value is False and self.option != "--recompute"):
+        if self.value is None or (self.value is False and self.negation is None):
             return []
         if isinstance(self.value, bool):
-            return [self.option if self.value else "--no-" + self.option.removeprefix("--")]
+            return [self.option if self.value else str(self.negation)]
         return [self.option, str(self.value)]
 
     def as_record(self) -> dict[str, Any]:
@@ -85,16 +91,17 @@ class Setting:
                 **({} if self.given else {"rule": self.rule})}
 
 
-def setting(option: str, value: Any, given: bool, rule: str | None = None) -> Setting:
-    """A :class:`Setting`; a default's ``rule`` is :data:`RULES`' unless given."""
-    if given:
-        return Setting(option, value, given)
-    return Setting(option, value, given, rule or RULES.get(option, "the command's default"))
+def default_rule(field: str | None) -> str:
+    """Why the default of the setting ``field`` is what it is (:data:`RULES`, its
+    placeholders worded as :data:`~cluster.setting_names.SETTING_NAMES` says)."""
+    if field is None or field not in RULES:
+        return "the command's default"
+    return RULES[field].format_map(SETTING_NAMES)
 
 
-def config_value(option: str, plan: TrainPlan) -> Any:
-    """The value the ``plan`` runs with for ``option`` (one of :data:`VALUES`)."""
-    return VALUES[option](plan)
+def config_value(field: str, plan: TrainPlan) -> Any:
+    """The value the ``plan`` runs with for the setting ``field`` (one of :data:`VALUES`)."""
+    return VALUES[field](plan)
 
 
 def made_by(command: str, settings: Iterable[Setting]) -> str:

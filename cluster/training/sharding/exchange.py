@@ -19,8 +19,8 @@ all-gather a reduce-scatter, in which only IPU 0 holds non-zero values, so that 
 receives its columns of the gradient (a scatter). GCL has no gather or reduce to one
 rank, so IPU 0's all-gather and allreduce leave copies on the others too, which they
 free. Phantom mode costs these records (:mod:`.cost`), real mode runs them
-(:mod:`.real_sharding`), with the same sizes, groups and algorithm: the two agree by
-construction.
+(:mod:`cluster.training.engines.sharded`), with the same sizes, groups and algorithm: the
+two agree by construction.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :mod:`.layout` is the option (``--tensor-parallel T`` or ``T1xT2``), :mod:`.split` what
 each IPU of a group holds and computes, :mod:`.layer_allreduces` the all-reduces each layer
-runs, :mod:`.allreduce_time` their simulated seconds (the step's "tensor-parallel collectives"
-part). Imported by module, not from here: the config needs :mod:`.layout` before the
-plan that :mod:`.allreduce_time` prices exists.
+runs. Their simulated seconds (the step's "tensor-parallel collectives" part) are
+:mod:`cluster.training.tensor_parallel_time`, a layer above: it prices a resolved plan,
+and the config, below the plan, needs this package. Imported by module, not from here.
 """

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import sys
 import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cluster.errors import UserError
+from cluster.training.step_result import StepResult
 from cluster.training.torch_replicas import replica_tasks
 from cluster.training.torch_replicas.replica_tasks import tensor_names
 from gcl.collectives import CollectiveName, ReduceOp
@@ -26,18 +26,6 @@ if TYPE_CHECKING:
     from ipu_node.pod import EmulatedPod
 
 MicroBatches = list[tuple[np.ndarray, np.ndarray]]  # a replica's (inputs, labels), in order
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """One data-parallel step: the mean loss over the replicas, whether every replica
-    holds the same weights after it, and the gradient allreduce's wall and simulated
-    seconds (as the devices ran it)."""
-
-    loss: float
-    identical: bool
-    allreduce_wall_seconds: float
-    allreduce_sim_seconds: float
 
 
 def pickled(module: Any, optimizer_class: type, settings: dict[str, Any],

@@ -6,35 +6,28 @@ loads and builds a module, a sample of ``sample_shape`` goes through it, its out
 is drawn from ``seed`` and ``s`` (inputs standard normal, labels from a fixed random
 linear teacher), and cut into one block of micro-batches per replica as the MLP's is
 (:func:`~cluster.training.data.replica_slice`). The loss is cross-entropy; the optimiser is
-SGD with momentum (``--lr``, ``--momentum``), as the MLP's.
+SGD with momentum (``--lr``, ``--momentum``), as the MLP's. Pure: the steps on the devices
+are :mod:`cluster.training.engines.torch_data_parallel`'s.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cluster.errors import UserError
+from cluster.errors import SettingError, UserError
 from cluster.training.config import TrainConfig
 from cluster.training.data import replica_slice
 from cluster.training.importers.torch_factory import build_module, one_line, require_torch
-from cluster.training.placement import machines, replica_ipus
 from cluster.training.plan import TrainPlan
 from cluster.training.step_parts import StepTime
 from cluster.training.torch_replicas.pricing import priced_step
-from cluster.training.torch_replicas.replica_tasks import LOGITS
-from cluster.training.torch_replicas.replicas import TorchReplicas, pickled
-from cluster.training.torch_replicas.single_process import relative_difference, train_reference
 from cluster.training.torch_replicas.workload import torch_workload
 
 if TYPE_CHECKING:
     from cluster.model.topology import Topology
-    from ipu_node.pod import EmulatedPod
 
 MAX_SAMPLE_ELEMENTS = 1 << 24  # numbers in one sample: far past any image or sequence
 
@@ -58,12 +51,13 @@ def sample_shape(text: str) -> tuple[int, ...]:
     """One sample's shape from ``--sample-shape`` (``3,32,32``), checked."""
     parts = [part.strip() for part in text.split(",")]
     if not all(part.isdigit() and part.isascii() for part in parts) or len(parts) > 8:
-        raise UserError(f"--sample-shape takes up to 8 sizes separated by commas, such as "
-                        f"3,32,32 (one sample, no batch dimension), not {text[:40]!r}")
+        raise SettingError("sample_shape", "{sample_shape} takes up to 8 sizes separated by "
+                           "commas, such as 3,32,32 (one sample, no batch dimension), not "
+                           "{given!r}", given=text[:40])
     shape = tuple(int(part) for part in parts)
     if min(shape) < 1 or int(np.prod(shape, dtype=object)) > MAX_SAMPLE_ELEMENTS:
-        raise UserError(f"--sample-shape sizes must be 1 or more, {MAX_SAMPLE_ELEMENTS:,} "
-                        "numbers at most in all")
+        raise SettingError("sample_shape", "{sample_shape} sizes must be 1 or more, "
+                           "{most:,} numbers at most in all", most=MAX_SAMPLE_ELEMENTS)
     return shape
 
 
@@ -81,12 +75,14 @@ def load_model(spec: str, shape: tuple[int, ...]) -> TorchModel:
         with torch.no_grad():
             out = module(torch.zeros((2, *shape)))
     except Exception as error:  # noqa: BLE001 - the user's model: any failure is said
-        raise UserError(f"factory {spec}: the module cannot take samples of shape "
-                        f"{shape} (--sample-shape): {one_line(error)}") from None
+        raise SettingError("sample_shape", "factory {spec}: the module cannot take samples "
+                           "of shape {shape} ({sample_shape}): {error}", spec=spec,
+                           shape=shape, error=one_line(error)) from None
     if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[1] < 2:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise UserError(f"factory {spec}: train --torch trains a classifier, whose output is "
-                        f"(batch, classes) with 2 classes or more; it returned {got}")
+        raise SettingError("torch", "factory {spec}: train {torch} trains a classifier, "
+                           "whose output is (batch, classes) with 2 classes or more; it "
+                           "returned {got}", spec=spec, got=got)
     return TorchModel(spec, module, shape, int(out.shape[1]))
 
 
@@ -123,56 +119,3 @@ def priced_run(model: TorchModel, config: TrainConfig,
     :func:`~.torch_trace.torch_trace`)."""
     workload = torch_workload(model.module, model.sample_shape, model.spec)
     return priced_step(workload, config, topology)
-
-
-def train_torch(model: TorchModel, config: TrainConfig, pod: EmulatedPod,
-                parts: StepTime,
-                on_step: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Train ``model`` as ``config`` places it on ``pod``, its step priced as ``parts``
-    (:func:`price`); the record ``--json`` prints."""
-    settings = {"lr": config.lr, "momentum": config.momentum}
-    optimizer = require_torch().optim.SGD
-    ipus = replica_ipus(config, pod.topology)[::config.ipus_per_replica].tolist()
-    replicas = TorchReplicas(pod, ipus, pickled(model.module, optimizer, settings, LOGITS),
-                             config.algorithm)
-    steps, identical = [], True
-    for step in range(config.steps):
-        x, y = step_data(model, config.seed, step, config.global_batch)
-        started = time.perf_counter()
-        result = replicas.step(replica_work(config, x, y))
-        identical &= result.identical
-        steps.append({"step": step, "loss": result.loss,
-                      "wall_seconds": time.perf_counter() - started,
-                      "sim_seconds": parts.sim_seconds,
-                      "allreduce_wall_seconds": result.allreduce_wall_seconds,
-                      "allreduce_sim_seconds": result.allreduce_sim_seconds})
-        if on_step:
-            on_step(step + 1, config.steps)
-    record = _record(model, config, pod.topology, parts, steps, identical)
-    if config.check:
-        weights, losses = train_reference(
-            model.module, optimizer, settings, LOGITS,
-            (step_data(model, config.seed, step, config.global_batch)
-             for step in range(config.steps)))
-        record["reference_losses"] = losses
-        record["reference_max_rel_error"] = relative_difference(replicas.weights(), weights)
-    replicas.close()
-    return record
-
-
-def _record(model: TorchModel, config: TrainConfig, topology: Topology,
-            parts: StepTime, steps: list[dict[str, Any]],
-            identical: bool) -> dict[str, Any]:
-    """What ``ipupod train --torch ... --json`` prints."""
-    return {
-        "topology": topology.name, "machines": machines(topology), "model": model.spec,
-        "sample_shape": list(model.sample_shape), "classes": model.classes,
-        "parameters": model.parameters, "servers": config.servers,
-        "replicas": config.replicas, "micro_batch": config.micro_batch,
-        "gradient_accumulation": config.accumulation, "global_batch": config.global_batch,
-        "mode": "real", "algorithm": config.algorithm, "steps": steps,
-        "replicas_identical": identical,
-        "wall_step_seconds": statistics.median(s["wall_seconds"] for s in steps),
-        "sim_step_seconds": parts.sim_seconds, "sim_step_parts": asdict(parts),
-        "throughput_samples_per_sim_second": config.global_batch / parts.sim_seconds}
-

@@ -11,7 +11,6 @@ host's input and labels and orders the rounds; no activation passes through it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -19,12 +18,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cluster.training.config import TrainConfig
-from cluster.training.data import make_dataset, replica_slice, step_batch
-from cluster.training.numpy_mlp import init_params
-from cluster.training.pipeline.pass_schedule import Op, Pass, PipelineSchedule
-from cluster.training.pipeline.schedules import pipeline_schedule
-from cluster.training.pipeline.stage_math import stage_offsets
-from cluster.training.pipeline.stage_tasks import (
+from cluster.training.data import replica_slice
+from cluster.training.engines.mlp import Batch, MLPEngine
+from cluster.training.engines.stage_tasks import (
     GRAD,
     GRAD_MEAN,
     RoundWork,
@@ -36,8 +32,13 @@ from cluster.training.pipeline.stage_tasks import (
     place_stages,
     run_round,
 )
+from cluster.training.numpy_mlp import init_params
+from cluster.training.pipeline.pass_schedule import Op, Pass, PipelineSchedule
+from cluster.training.pipeline.schedules import pipeline_schedule
+from cluster.training.pipeline.stage_math import stage_offsets
 from cluster.training.pipeline.stages import split_layers
 from cluster.training.placement import gradient_group, replica_ipus
+from cluster.training.step_result import StepResult
 from cluster.training.workloads import mlp_workload
 from gcl import CommGroup
 from gcl.collectives import CollectiveName, ReduceOp
@@ -79,28 +80,30 @@ def build_pipeline(config: TrainConfig, pod: EmulatedPod) -> Pipeline:
     return Pipeline(config, stages, chains, schedule)
 
 
-def train_pipelined(config: TrainConfig, pod: EmulatedPod,
-                    on_step: Callable[[int, int], None] | None) -> tuple[list[float], bool]:
-    """Train ``config`` with pipelined replicas on ``pod``; the mean loss of each step and
-    whether the replicas' weights stayed identical."""
-    pipeline = build_pipeline(config, pod)
-    start = init_params(config.spec, config.seed)
-    padded = max(stage.parameters for stage in pipeline.stages)
-    placing: dict[int, dict[int, tuple[np.ndarray, int]]] = {}
-    for stage in pipeline.stages:
-        first, stop = stage_offsets(config.spec, stage.layers)
-        for ipu in pipeline.chains[:, stage.index].tolist():
-            placing.setdefault(pod.owner[ipu], {})[ipu] = (start[first:stop], padded)
-    pod.call("execute", {d: (place_stages, work) for d, work in placing.items()})
-    x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)
-    losses, identical = [], True
-    for step in range(config.steps):
-        batch = step_batch(x, y, step, config.global_batch)
-        losses.append(_run_step(pipeline, pod, batch))
-        identical &= _update(pipeline, pod)
-        if on_step:
-            on_step(step + 1, config.steps)
-    return losses, identical
+class PipelinedEngine(MLPEngine):
+    """Replicas of several IPUs, a pipeline stage on each."""
+
+    @cached_property
+    def pipeline(self) -> Pipeline:
+        """The replicas' stages, placed."""
+        return build_pipeline(self.plan.config, self.pod)
+
+    def begin(self) -> None:
+        """Each stage's share of the starting weights on its IPUs."""
+        config, pipeline = self.plan.config, self.pipeline
+        start = init_params(config.spec, config.seed)
+        padded = max(stage.parameters for stage in pipeline.stages)
+        placing: dict[int, dict[int, tuple[np.ndarray, int]]] = {}
+        for stage in pipeline.stages:
+            first, stop = stage_offsets(config.spec, stage.layers)
+            for ipu in pipeline.chains[:, stage.index].tolist():
+                placing.setdefault(self.pod.owner[ipu], {})[ipu] = (start[first:stop], padded)
+        self.pod.call("execute", {d: (place_stages, work) for d, work in placing.items()})
+
+    def step(self, batch: Batch) -> StepResult:
+        """Every round of the schedule, then the stages' gradients averaged and applied."""
+        loss = _run_step(self.pipeline, self.pod, batch)
+        return StepResult(loss, _update(self.pipeline, self.pod))
 
 
 def _run_step(pipeline: Pipeline, pod: EmulatedPod,

@@ -2,25 +2,38 @@
 exchange between them real bytes over the emulated links.
 
 Micro-batch after micro-batch, every device runs its IPUs' share of a round
-(:mod:`.shard_tasks`) for every replica at once, then one GCL collective moves what the round
-left to where the next needs it (:mod:`.exchange`: broadcast, all-gather,
-reduce-scatter, allreduce; a replica's ``K`` IPUs one group). After the step's last
-micro-batch each IPU's gradient is averaged with the same IPU position of every other
-replica (one allreduce, CommGroup ORTHOGONAL) and applied with SGD and momentum. This
-process only streams the host's input and labels and orders the rounds; no activation
-or gradient passes through it.
+(:mod:`.shard_tasks`) for every replica at once, then one GCL collective moves what the
+round left to where the next needs it (:mod:`cluster.training.sharding.exchange`:
+broadcast, all-gather, reduce-scatter, allreduce; a replica's ``K`` IPUs one group).
+After the step's last micro-batch each IPU's gradient is averaged with the same IPU
+position of every other replica (one allreduce, CommGroup ORTHOGONAL) and applied with SGD
+and momentum. This process only streams the host's input and labels and orders the
+rounds; no activation or gradient passes through it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cluster.training.config import TrainConfig
-from cluster.training.data import make_dataset, replica_slice, step_batch
+from cluster.training.data import replica_slice
+from cluster.training.engines.mlp import Batch, MLPEngine
+from cluster.training.engines.shard_tasks import (
+    GRAD,
+    GRAD_MEAN,
+    apply_updates,
+    backward_shard,
+    begin_micro,
+    end_micro,
+    finish_forward,
+    forward_shard,
+    place_shards,
+)
 from cluster.training.numpy_mlp import init_params
 from cluster.training.placement import gradient_group, replica_ipus
 from cluster.training.sharding.columns import ColumnSplit
@@ -33,17 +46,7 @@ from cluster.training.sharding.exchange import (
     Exchange,
     shard_group,
 )
-from cluster.training.sharding.shard_tasks import (
-    GRAD,
-    GRAD_MEAN,
-    apply_updates,
-    backward_shard,
-    begin_micro,
-    end_micro,
-    finish_forward,
-    forward_shard,
-    place_shards,
-)
+from cluster.training.step_result import StepResult
 from gcl.collectives import CollectiveName, ReduceOp
 
 if TYPE_CHECKING:
@@ -86,23 +89,26 @@ def build_sharded(config: TrainConfig, pod: EmulatedPod) -> ShardedReplicas:
     return ShardedReplicas(config, split, chains)
 
 
-def train_sharded(config: TrainConfig, pod: EmulatedPod,
-                  on_step: Callable[[int, int], None] | None) -> tuple[list[float], bool]:
-    """Train ``config`` with sharded replicas on ``pod``; the mean loss of each step and
-    whether the replicas' weights stayed identical."""
-    sharded = build_sharded(config, pod)
-    rest, shards = sharded.split.split(init_params(config.spec, config.seed))
-    starting = [np.concatenate([shards[0], rest]), *shards[1:]]
-    padded = max(sharded.split.ipu_parameters)
-    sharded.round(pod, place_shards, lambda r, k: (starting[k], padded))
-    x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)
-    losses, identical = [], True
-    for step in range(config.steps):
-        losses.append(_run_step(sharded, pod, step_batch(x, y, step, config.global_batch)))
-        identical &= _update(sharded, pod)
-        if on_step:
-            on_step(step + 1, config.steps)
-    return losses, identical
+class ShardedEngine(MLPEngine):
+    """Replicas of several IPUs, the widest layer's columns split over them."""
+
+    @cached_property
+    def sharded(self) -> ShardedReplicas:
+        """The replicas' shards, placed."""
+        return build_sharded(self.plan.config, self.pod)
+
+    def begin(self) -> None:
+        """Each IPU's shard of the starting weights (IPU 0 also every other layer)."""
+        config, sharded = self.plan.config, self.sharded
+        rest, shards = sharded.split.split(init_params(config.spec, config.seed))
+        starting = [np.concatenate([shards[0], rest]), *shards[1:]]
+        padded = max(sharded.split.ipu_parameters)
+        sharded.round(self.pod, place_shards, lambda r, k: (starting[k], padded))
+
+    def step(self, batch: Batch) -> StepResult:
+        """Every micro-batch of the step, then each IPU's gradient averaged and applied."""
+        loss = _run_step(self.sharded, self.pod, batch)
+        return StepResult(loss, _update(self.sharded, self.pod))
 
 
 def _run_step(sharded: ShardedReplicas, pod: EmulatedPod,

@@ -1,11 +1,11 @@
 """Model replicas on emulated devices: weights, velocity and gradients live on the IPUs.
 
-A data-parallel replica of one IPU (GCD 1; a replica spanning several IPUs is pipelined:
-:mod:`cluster.training.pipeline`). The device computes the replica's forward and
-backward passes on the micro-batches the host streams to it, leaves the gradient on the
-IPU as tensor ``model.grad`` for the allreduce, and applies the averaged gradient
-(``model.grad.mean``) with SGD and momentum. A card runs these as tasks
-(``Card.execute``), without knowing what training is.
+A data-parallel replica of one IPU (GCD 1; a replica spanning several IPUs is pipelined,
+:mod:`.stage_tasks`, or sharded, :mod:`.shard_tasks`); its engine is :mod:`.data_parallel`.
+The device computes the replica's forward and backward passes on the micro-batches the
+host streams to it, leaves the gradient on the IPU as tensor ``model.grad`` for the
+allreduce, and applies the averaged gradient (``model.grad.mean``) with SGD and momentum.
+A card runs these as tasks (``Card.execute``), without knowing what training is.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 IPU ``k`` of a replica holds shard ``k`` of the widest layer; IPU 0 also holds every other
 layer. Each IPU keeps one flat vector of its parameters (``shard.params``: its shard, then,
-on IPU 0, the rest: :mod:`.columns`), its velocity, and its accumulated gradient, padded to
-the replica's largest (IPU 0's) so that one allreduce averages every position over the
-replicas. A micro-batch is five rounds, the exchanges of :mod:`.exchange` between them;
+on IPU 0, the rest: :mod:`cluster.training.sharding.columns`), its velocity, and its
+accumulated gradient, padded to the replica's largest (IPU 0's) so that one allreduce
+averages every position over the replicas. A micro-batch is five rounds, the exchanges of
+:mod:`cluster.training.sharding.exchange` between them;
 each task takes ``{ipu: (k, what that IPU needs)}``, reads what the last exchange left,
 computes, and leaves the next exchange's input (and, on the IPUs receiving a broadcast, a
 buffer for it). Everything on an IPU is accounted in its memory.
@@ -16,8 +17,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from cluster.training.engines.stage_tasks import update_weights
 from cluster.training.numpy_mlp import DTYPE
-from cluster.training.pipeline.stage_tasks import update_weights
 from cluster.training.sharding.columns import (
     ColumnSplit,
     head_backward,
