@@ -3,7 +3,7 @@
 :class:`~.base.StepEngine` is the interface and the loop (:meth:`~.base.StepEngine.run`:
 place the weights, then per step draw the batch, run it on the devices, tell the caller);
 one engine per way of splitting a replica: :mod:`.data_parallel` (replicas of one IPU,
-their tasks in :mod:`.replica_tasks`), :mod:`.pipelined` (stages, :mod:`.stage_tasks`),
+their tasks in :mod:`.data_parallel_tasks`), :mod:`.pipelined` (stages, :mod:`.stage_tasks`),
 :mod:`.sharded` (a layer's columns, :mod:`.shard_tasks`) and :mod:`.torch_data_parallel`
 (a user's PyTorch module; ``train --torch``'s run and record in :mod:`.torch_training`).
 :func:`~.choice.engine_for` picks one from the plan. The pricing these engines are

@@ -1,6 +1,6 @@
 """Real-mode data-parallel training of the MLP: replicas of one IPU each.
 
-Each device computes its replicas' gradients (:mod:`.replica_tasks`), the gradients are
+Each device computes its replicas' gradients (:mod:`.data_parallel_tasks`), the gradients are
 averaged by an allreduce on the devices, each device updates its replicas; this process only
 streams the micro-batches (the host's job).
 """
@@ -12,14 +12,14 @@ from functools import cached_property
 import numpy as np
 
 from cluster.training.data import replica_slice
-from cluster.training.engines.mlp import Batch, MLPEngine
-from cluster.training.engines.replica_tasks import (
+from cluster.training.engines.data_parallel_tasks import (
     GRAD,
     GRAD_MEAN,
     apply_update,
     compute_gradients,
     place_replicas,
 )
+from cluster.training.engines.mlp_engine import Batch, MLPEngine
 from cluster.training.numpy_mlp import init_params
 from cluster.training.placement import gradient_group, replica_ipus
 from cluster.training.step_result import StepResult

@@ -22,7 +22,7 @@ import numpy as np
 
 from cluster.training.config import TrainConfig
 from cluster.training.data import replica_slice
-from cluster.training.engines.mlp import Batch, MLPEngine
+from cluster.training.engines.mlp_engine import Batch, MLPEngine
 from cluster.training.engines.shard_tasks import (
     GRAD,
     GRAD_MEAN,
