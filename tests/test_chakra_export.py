@@ -73,6 +73,30 @@ def test_an_exported_pipelined_step_replays_in_the_steps_time(tmp_path, ipupod_m
     assert [n.name for n in first[-2:]] == ["allreduce(gradients)", "weight update"]
 
 
+@pytest.mark.parametrize("options", [
+    ("--model", "resnet50", "--topology", "pod128", "--optimizer-state", "sharded"),
+    ("--model", "mlp", "--servers", "2", "--optimizer-state", "sharded"),
+])
+def test_an_exported_sharded_reduction_replays_in_the_steps_time(tmp_path, ipupod_main,
+                                                                 options) -> None:
+    folder = tmp_path / "trace"
+    step_seconds, replay = train_and_export(ipupod_main, folder, *options)
+    run = ipupod_main(*replay, "--json")
+    assert run.returncode == 0, run.stderr
+    replayed = json.loads(run.stdout)
+    assert replayed["end_seconds"] == pytest.approx(step_seconds, rel=1e-9, abs=0)
+    trace = read_chakra_trace(str(folder / "step"))
+    collectives = [n.detail for n in trace.ranks[-1].nodes if isinstance(n.detail, Collective)]
+    per_rack = len(trace.ranks) // 2  # two racks (servers), the last rank in the second
+    assert [(c.comm_type, c.pg_name) for c in collectives] == [
+        (CommType.REDUCE_SCATTER, "rack 1"), (CommType.ALL_REDUCE, f"place {per_rack - 1}"),
+        (CommType.ALL_GATHER, "rack 1")]
+    scatter, shard, gather = (c.size_bytes for c in collectives)
+    assert scatter == gather == shard * per_rack
+    assert len(replayed["groups"]["rack 1"]) == per_rack
+    assert len(replayed["groups"][f"place {per_rack - 1}"]) == 2
+
+
 @pytest.mark.parametrize(("options", "refusal"), [
     (("--model", "bert-large", "--topology", "pod16", "--ipus-per-replica", "4",
       "--optimizer-state", "streaming"),

@@ -6,11 +6,10 @@ gradients' type), the weight update. COMP nodes carry the simulated seconds exac
 (``duration_seconds``), so replaying the trace on the same topology, with the gradients'
 type and the run's algorithm, gives the step's time (to rounding).
 
-A pipelined step of one replica is written per IPU by :mod:`.step_export_pipeline`.
-Covered: the replicas' IPUs being IPUs 0 to N-1, the optimiser state not sharded across
-racks; a column split's collectives, a sharded reduction's three collectives and the
-pipelines :func:`.step_export_pipeline.check_pipeline_exportable` refuses are refused by
-name."""
+A pipelined step of one replica is written per IPU by :mod:`.step_export_pipeline`, a
+sharded reduction's three collectives by :mod:`.step_export_sharded`. Covered: the
+replicas' IPUs being IPUs 0 to N-1; a column split's collectives and the pipelines
+:func:`.step_export_pipeline.check_pipeline_exportable` refuses are refused by name."""
 
 from __future__ import annotations
 
@@ -25,6 +24,7 @@ from cluster.training.chakra.step_export_pipeline import (
     check_pipeline_exportable,
     pipeline_rank_nodes,
 )
+from cluster.training.chakra.step_export_sharded import sharded_rank_nodes
 from cluster.training.plan import TrainPlan
 from cluster.training.sharded_reduction import shards_across_racks
 from cluster.training.step_timing import step_time
@@ -49,10 +49,6 @@ def step_export(plan: TrainPlan) -> StepExport:
     if config.splits_columns:
         raise UserError("--chakra-out does not export a column split's collectives yet: "
                         "use --split pipeline (or one IPU per replica) to export the step")
-    if shards_across_racks(config, chains):
-        raise UserError("--chakra-out does not export a sharded optimiser state's "
-                        "reduce-scatter, cross-rack allreduce and all-gather yet: keep "
-                        "--optimizer-state unsharded to export the step")
     if not np.array_equal(np.sort(chains.ravel()), np.arange(chains.size)):
         raise UserError("--chakra-out needs the replicas on IPUs 0 to N-1 (a replayed rank "
                         "r runs on IPU r); this run places them elsewhere")
@@ -61,8 +57,14 @@ def step_export(plan: TrainPlan) -> StepExport:
         step = step_time(plan)
         return StepExport(pipeline_rank_nodes(plan, step), workload.gradient_dtype.value,
                           config.algorithm, step.sim_seconds)
+    if not np.array_equal(chains[:, 0], np.arange(len(chains))):
+        raise UserError("--chakra-out needs replica r on IPU r (a replayed rank r runs on "
+                        "IPU r); this run places them in another order")
     ipus = chains[:, 0]
     step = step_time(plan)
+    if shards_across_racks(config, chains):
+        return StepExport(sharded_rank_nodes(plan, step), workload.gradient_dtype.value,
+                          config.algorithm, step.sim_seconds)
     gradient_bytes = (sum(layer.parameters for layer in workload.layers)
                       * workload.gradient_dtype.itemsize)
     pipeline = (step.compute_seconds + step.pipeline_bubble_seconds
