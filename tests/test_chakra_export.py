@@ -97,6 +97,30 @@ def test_an_exported_sharded_reduction_replays_in_the_steps_time(tmp_path, ipupo
     assert len(replayed["groups"][f"place {per_rack - 1}"]) == 2
 
 
+@pytest.mark.parametrize("options", [
+    ("--servers", "2"),
+    ("--topology", "pod16", "--gradient-accumulation", "3", "--hidden", "256,512,128"),
+])
+def test_an_exported_column_split_replays_in_the_steps_time(tmp_path, ipupod_main,
+                                                            options) -> None:
+    folder = tmp_path / "trace"
+    step_seconds, replay = train_and_export(ipupod_main, folder, "--model", "mlp",
+                                            "--ipus-per-replica", "2", "--split", "shard",
+                                            "--algorithm", "auto", *options)
+    run = ipupod_main(*replay, "--json")
+    assert run.returncode == 0, run.stderr
+    replayed = json.loads(run.stdout)
+    assert replayed["end_seconds"] == pytest.approx(step_seconds, rel=1e-9, abs=0)
+    nodes = read_chakra_trace(str(folder / "step")).ranks[1].nodes
+    exchanges = [n.detail for n in nodes
+                 if isinstance(n.detail, Collective) and n.detail.pg_name == "replica 0"]
+    per_micro = [CommType.BROADCAST, CommType.ALL_GATHER, CommType.REDUCE_SCATTER]
+    kinds = [c.comm_type for c in exchanges]
+    assert kinds[:3] == per_micro and len(kinds) % len(set(kinds)) == 0
+    assert [n.name for n in nodes[-2:]] == ["allreduce(gradients)", "weight update"]
+    assert replayed["groups"]["replica 0"] == [0, 1]
+
+
 @pytest.mark.parametrize(("options", "refusal"), [
     (("--model", "bert-large", "--topology", "pod16", "--ipus-per-replica", "4",
       "--optimizer-state", "streaming"),
@@ -106,7 +130,12 @@ def test_an_exported_sharded_reduction_replays_in_the_steps_time(tmp_path, ipupo
       "--pipeline-schedule", "popart"),
      "error: --chakra-out does not export a lock-step pipeline schedule (popart) yet"),
     (("--model", "mlp", "--servers", "2", "--ipus-per-replica", "2", "--split", "shard"),
-     "error: --chakra-out does not export a column split's collectives yet"),
+     "error: --chakra-out exports a column split with --algorithm auto only: its exchanges "
+     "run auto and its gradient all-reduce hierarchical"),
+    (("--model", "mlp", "--servers", "1", "--ipus-per-replica", "4", "--split", "shard",
+      "--algorithm", "auto"),
+     "error: --chakra-out does not export a column split whose replica's IPUs, in IPU-Link "
+     "order (0, 1, 3, 2), are not in rank order"),
 ])
 def test_a_step_the_export_would_not_reproduce_is_refused_before_it_trains(
         tmp_path, ipupod_main, options, refusal) -> None:

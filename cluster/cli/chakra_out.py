@@ -27,8 +27,8 @@ def chakra_out_option(function: F) -> F:
     return click.option("--chakra-out", "chakra_out", default=None, metavar="DIR",
                         type=CheckedPath(file_okay=False, path_type=Path),
                         help="Also write the priced step as a Chakra execution trace, "
-                             "DIR/step.RANK.et per IPU (data-parallel runs and "
-                             "one-replica pipelines; docs/chakra.md); `ipupod replay "
+                             "DIR/step.RANK.et per IPU (data-parallel runs, column "
+                             "splits, one-replica pipelines; docs/chakra.md); `ipupod replay "
                              "DIR/step` replays it.")(function)
 
 

@@ -7,9 +7,9 @@ gradients' type), the weight update. COMP nodes carry the simulated seconds exac
 type and the run's algorithm, gives the step's time (to rounding).
 
 A pipelined step of one replica is written per IPU by :mod:`.step_export_pipeline`, a
-sharded reduction's three collectives by :mod:`.step_export_sharded`. Covered: the
-replicas' IPUs being IPUs 0 to N-1; a column split's collectives and the pipelines
-:func:`.step_export_pipeline.check_pipeline_exportable` refuses are refused by name."""
+sharded reduction's three collectives by :mod:`.step_export_sharded`, a column split by
+:mod:`.step_export_columns`. Covered: the replicas' IPUs being IPUs 0 to N-1; what those
+modules cannot write so that it replays in the step's time is refused by name."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import numpy as np
 from cluster.errors import UserError
 from cluster.training.chakra.et_nodes import CommType
 from cluster.training.chakra.et_writer import collective_node, compute_node
+from cluster.training.chakra.step_export_columns import column_rank_nodes
 from cluster.training.chakra.step_export_pipeline import (
     check_pipeline_exportable,
     pipeline_rank_nodes,
@@ -46,12 +47,13 @@ def step_export(plan: TrainPlan) -> StepExport:
     """The ``plan``'s step as per-rank Chakra nodes, or a UserError saying what the export
     does not cover yet."""
     config, workload, chains = plan.config, plan.workload, plan.chains
-    if config.splits_columns:
-        raise UserError("--chakra-out does not export a column split's collectives yet: "
-                        "use --split pipeline (or one IPU per replica) to export the step")
     if not np.array_equal(np.sort(chains.ravel()), np.arange(chains.size)):
         raise UserError("--chakra-out needs the replicas on IPUs 0 to N-1 (a replayed rank "
                         "r runs on IPU r); this run places them elsewhere")
+    if config.splits_columns:
+        step = step_time(plan)
+        return StepExport(column_rank_nodes(plan, step), workload.gradient_dtype.value,
+                          config.algorithm, step.sim_seconds)
     if config.ipus_per_replica > 1:
         check_pipeline_exportable(plan)
         step = step_time(plan)
