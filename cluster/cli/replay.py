@@ -9,6 +9,7 @@ on a launched POD's devices with real data, checked against NumPy
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from cluster.model.units import format_size, plural
 from cluster.training.chakra.replay_engine import ReplayRecord
 from cluster.training.chakra.replay_pricing import ComputeSource, ReplayOptions
 from cluster.training.chakra.replay_real import (
+    check_fits,
     check_real_topology,
     moving_collectives,
     real_summary,
@@ -106,6 +108,8 @@ def _on_devices(record: ReplayRecord, summary: dict[str, Any], topology: Topolog
     """The replay's collectives run again on a launched POD with real data: the summary
     with mode real and what the devices did (``real``)."""
     runs = moving_collectives(record)  # checked before anything starts
+    check_fits(topology, runs, options,
+               devices_here=not (ray_address or os.environ.get("RAY_ADDRESS")))
     with ray_chatter_to_stderr():
         pod = launch_pod(topology, ray_address, Placement())
         try:

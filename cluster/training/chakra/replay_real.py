@@ -5,7 +5,8 @@ again on a launched POD's devices with real data: ``comm_size`` bytes of ``--dty
 rank (as ``ipupod bench`` sizes it), over the emulated links, each rank's result checked
 element by element against NumPy as bench's check does (inputs of small integers, so any
 order of summing is exact). A barrier and a collective on one rank move nothing and are
-not run. Up to a POD16 (16 IPUs), each collective up to 128 MiB a rank."""
+not run. Up to a POD16 (16 IPUs), each collective up to 128 MiB a rank and within the
+IPUs' and this machine's memory as bench estimates it."""
 
 from __future__ import annotations
 
@@ -14,12 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from cluster.errors import UserError, quoted
 from cluster.model.topology import Topology
-from cluster.model.units import format_size
+from cluster.model.units import GiB, format_size
 from cluster.training.chakra.et_nodes import CommType
 from cluster.training.chakra.replay_engine import CollectiveRun, ReplayRecord
 from cluster.training.chakra.replay_pricing import GCL_NAMES, ReplayOptions, algorithm_for
 from gcl.bench_rows import bench_inputs, count_wrong
+from gcl.bench_spec import BenchSpec, SizeRange
 from gcl.collectives import CollectiveName, ReduceOp, collective
+from gcl.modes import Mode
+from ipu_node.bench_fit import device_bytes, device_capacity, host_bytes
+from ipu_node.ipu_memory import available_ram_bytes
 
 if TYPE_CHECKING:
     from ipu_node.pod import EmulatedPod
@@ -65,6 +70,33 @@ def moving_collectives(record: ReplayRecord) -> list[CollectiveRun]:
                             f"{format_size(run.detail.size_bytes)}; replay it in --mode "
                             "phantom")
     return runs
+
+
+def check_fits(topology: Topology, runs: list[CollectiveRun], options: ReplayOptions,
+               devices_here: bool) -> None:
+    """Refuse, before anything starts, a collective of ``runs`` that the IPUs' memory or
+    this machine's (the devices' share when they run here, and the check's) has no room
+    for, estimated as ``ipupod bench --mode real`` estimates it."""
+    capacity, free_ram = device_capacity(topology), available_ram_bytes()
+    for run in {(r.detail.comm_type, r.detail.size_bytes, r.ranks): r for r in runs}.values():
+        coll = collective(GCL_NAMES[run.detail.comm_type])
+        bench = BenchSpec(coll, SizeRange(run.detail.size_bytes, run.detail.size_bytes),
+                          Mode.REAL, options.dtype,
+                          algorithm=algorithm_for(options.algorithm, coll)).place(topology,
+                                                                                  run.ranks)
+        what = (f"--mode real: collective {run.call} of process group "
+                f"{quoted(run.pg_name or 'default')} ({run.detail.comm_type} of "
+                f"{format_size(run.detail.size_bytes)} on {len(run.ranks)} ranks)")
+        peak, ipu = device_bytes(bench)[0], min(run.ranks, key=capacity.__getitem__)
+        if peak > capacity[ipu]:
+            raise UserError(f"{what} needs {peak:,} bytes per IPU but "
+                            f"{topology.ipu_name(ipu)} has {capacity[ipu]:,} free: replay it "
+                            "in --mode phantom")
+        needed = host_bytes(bench, len(run.ranks), len(run.ranks) if devices_here else 0)
+        if needed > free_ram:
+            raise UserError(f"{what} needs about {needed / GiB:.1f} GiB of this machine's "
+                            f"memory but {free_ram / GiB:.1f} GiB is free: replay it in "
+                            "--mode phantom, or on a Ray cluster (--ray-address)")
 
 
 def run_on_devices(pod: EmulatedPod, runs: list[CollectiveRun],
