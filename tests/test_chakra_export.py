@@ -97,12 +97,16 @@ def test_an_exported_sharded_reduction_replays_in_the_steps_time(tmp_path, ipupo
     assert len(replayed["groups"][f"place {per_rack - 1}"]) == 2
 
 
-@pytest.mark.parametrize("options", [
-    ("--servers", "2"),
-    ("--topology", "pod16", "--gradient-accumulation", "3", "--hidden", "256,512,128"),
+@pytest.mark.parametrize(("options", "last"), [
+    (("--servers", "2"), ["allreduce(gradients)", "weight update"]),
+    (("--topology", "pod16", "--gradient-accumulation", "3", "--hidden", "256,512,128"),
+     ["allreduce(gradients)", "weight update"]),
+    (("--servers", "2", "--optimizer-state", "sharded"),
+     ["reduce_scatter(gradients)", "allreduce(gradient shard)", "weight update",
+      "all_gather(weights)"]),
 ])
-def test_an_exported_column_split_replays_in_the_steps_time(tmp_path, ipupod_main,
-                                                            options) -> None:
+def test_an_exported_column_split_replays_in_the_steps_time(tmp_path, ipupod_main, options,
+                                                            last) -> None:
     folder = tmp_path / "trace"
     step_seconds, replay = train_and_export(ipupod_main, folder, "--model", "mlp",
                                             "--ipus-per-replica", "2", "--split", "shard",
@@ -117,7 +121,7 @@ def test_an_exported_column_split_replays_in_the_steps_time(tmp_path, ipupod_mai
     per_micro = [CommType.BROADCAST, CommType.ALL_GATHER, CommType.REDUCE_SCATTER]
     kinds = [c.comm_type for c in exchanges]
     assert kinds[:3] == per_micro and len(kinds) % len(set(kinds)) == 0
-    assert [n.name for n in nodes[-2:]] == ["allreduce(gradients)", "weight update"]
+    assert [n.name for n in nodes[-len(last):]] == last
     assert replayed["groups"]["replica 0"] == [0, 1]
 
 

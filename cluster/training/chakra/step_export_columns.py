@@ -9,16 +9,19 @@ REDUCE_SCATTER and, unless the layer is the first, the partial input gradients'
 ALL_REDUCE (:mod:`cluster.training.sharding.exchange`), float32, sized as the replay
 (and ``ipupod bench``) reads them. Then each IPU's gradients are all-reduced with the same
 IPU of every other replica (``replica-ipu P``, the largest IPU's share, as the pricing
-pads them), and the weights updated. Every replica's exchange starts at once (each waits
-for its slowest IPU, and every replica's slowest is as slow), so the replay prices them
-together as the pricing does."""
+pads them), and the weights updated (with the optimiser state sharded across racks, the
+three collectives of :mod:`.step_export_sharded` around the update instead). Every
+replica's exchange starts at once (each waits for its slowest IPU, and every replica's
+slowest is as slow), so the replay prices them together as the pricing does."""
 
 from __future__ import annotations
 
 from cluster.errors import UserError
 from cluster.training.chakra.et_nodes import CommType
 from cluster.training.chakra.et_writer import collective_node, compute_node
+from cluster.training.chakra.step_export_sharded import sharded_reduction_nodes
 from cluster.training.plan import TrainPlan
+from cluster.training.sharded_reduction import shards_across_racks
 from cluster.training.sharding import ColumnSplit, sharded_time
 from cluster.training.sharding.exchange import (
     ALGORITHM,
@@ -48,6 +51,7 @@ def column_rank_nodes(plan: TrainPlan, step: StepTime) -> list[list[et.Node]]:
                  for _ in range(config.accumulation)
                  for exchange in (*forward_exchanges(), *backward_exchanges(split))]
     gradient_bytes = max(split.ipu_parameters) * EXCHANGE_DTYPE.itemsize
+    sharded = shards_across_racks(config, plan.chains)
     ranks: dict[int, list[et.Node]] = {}
     for replica, chain in enumerate(plan.chains.tolist()):
         for position, ipu in enumerate(chain):
@@ -58,13 +62,24 @@ def column_rank_nodes(plan: TrainPlan, step: StepTime) -> list[list[et.Node]]:
                 nodes.append(collective_node(len(nodes) + 1, f"{comm_type}(shard exchange)",
                                              comm_type, size, pg_name=f"replica {replica}",
                                              deps=[len(nodes)]))
-            nodes.append(collective_node(len(nodes) + 1, "allreduce(gradients)",
-                                         CommType.ALL_REDUCE, gradient_bytes,
-                                         pg_name=f"replica-ipu{position}", deps=[len(nodes)]))
-            nodes.append(compute_node(len(nodes) + 1, "weight update", step.update_seconds,
-                                      deps=[len(nodes)]))
+            if sharded:
+                nodes += sharded_reduction_nodes(plan, step, split.ipu_parameters, replica,
+                                                 position, first_id=len(nodes) + 1)
+            else:
+                nodes += _gradient_nodes(len(nodes) + 1, gradient_bytes, position, step)
             ranks[ipu] = nodes
     return [ranks[ipu] for ipu in sorted(ranks)]
+
+
+def _gradient_nodes(first_id: int, gradient_bytes: int, position: int,
+                    step: StepTime) -> list[et.Node]:
+    """The gradient all-reduce of the IPU at ``position`` with that of every other replica,
+    then the update; ids from ``first_id``, the first after node ``first_id - 1``."""
+    return [collective_node(first_id, "allreduce(gradients)", CommType.ALL_REDUCE,
+                            gradient_bytes, pg_name=f"replica-ipu{position}",
+                            deps=[first_id - 1]),
+            compute_node(first_id + 1, "weight update", step.update_seconds,
+                         deps=[first_id])]
 
 
 def _check_replayable(plan: TrainPlan) -> None:
