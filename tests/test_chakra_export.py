@@ -49,13 +49,104 @@ def test_an_exported_step_replays_in_the_steps_time(tmp_path, ipupod_main, optio
     assert forward.duration_micros == round(forward.detail.duration_seconds * 1e6)
 
 
-def test_a_pipelined_run_is_refused_before_it_trains(tmp_path, ipupod_main) -> None:
+@pytest.mark.parametrize("options", [
+    ("--model", "bert-large", "--topology", "pod16", "--ipus-per-replica", "4",
+     "--replicas-per-server", "1", "--optimizer-state", "streaming"),
+    ("--model", "bert-large", "--topology", "pod16", "--ipus-per-replica", "16",
+     "--final-stage-on-first-ipu", "--pipeline-schedule", "1f1b"),
+])
+def test_an_exported_pipelined_step_replays_in_the_steps_time(tmp_path, ipupod_main,
+                                                              options) -> None:
     folder = tmp_path / "trace"
-    run = ipupod_main("train", "--mode", "phantom", "--model", "bert-large", "--topology",
-                      "pod16", "--ipus-per-replica", "4", "--chakra-out", str(folder))
+    step_seconds, replay = train_and_export(ipupod_main, folder, *options)
+    run = ipupod_main(*replay, "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["end_seconds"] == pytest.approx(step_seconds, rel=1e-9, abs=0)
+    trace = read_chakra_trace(str(folder / "step"))
+    first, second = trace.ranks[0].nodes, trace.ranks[1].nodes
+    assert first[0].name == "host input" and second[0].kind is NodeKind.COMM_RECV
+    sends = [n.detail for n in first if n.kind is NodeKind.COMM_SEND]
+    receives = [n.detail for n in second if n.kind is NodeKind.COMM_RECV]
+    assert sends and [(s.src, s.dst, s.tag, s.size_bytes) for s in sends if s.dst == 1] == [
+        (r.src, r.dst, r.tag, r.size_bytes) for r in receives if r.src == 0]
+    assert all(s.size_bytes > 0 for s in sends)
+    assert [n.name for n in first[-2:]] == ["allreduce(gradients)", "weight update"]
+
+
+@pytest.mark.parametrize("options", [
+    ("--model", "resnet50", "--topology", "pod128", "--optimizer-state", "sharded"),
+    ("--model", "mlp", "--servers", "2", "--optimizer-state", "sharded"),
+])
+def test_an_exported_sharded_reduction_replays_in_the_steps_time(tmp_path, ipupod_main,
+                                                                 options) -> None:
+    folder = tmp_path / "trace"
+    step_seconds, replay = train_and_export(ipupod_main, folder, *options)
+    run = ipupod_main(*replay, "--json")
+    assert run.returncode == 0, run.stderr
+    replayed = json.loads(run.stdout)
+    assert replayed["end_seconds"] == pytest.approx(step_seconds, rel=1e-9, abs=0)
+    trace = read_chakra_trace(str(folder / "step"))
+    collectives = [n.detail for n in trace.ranks[-1].nodes if isinstance(n.detail, Collective)]
+    per_rack = len(trace.ranks) // 2  # two racks (servers), the last rank in the second
+    assert [(c.comm_type, c.pg_name) for c in collectives] == [
+        (CommType.REDUCE_SCATTER, "rack 1"), (CommType.ALL_REDUCE, f"place {per_rack - 1}"),
+        (CommType.ALL_GATHER, "rack 1")]
+    scatter, shard, gather = (c.size_bytes for c in collectives)
+    assert scatter == gather == shard * per_rack
+    assert len(replayed["groups"]["rack 1"]) == per_rack
+    assert len(replayed["groups"][f"place {per_rack - 1}"]) == 2
+
+
+@pytest.mark.parametrize(("options", "last"), [
+    (("--servers", "2"), ["allreduce(gradients)", "weight update"]),
+    (("--topology", "pod16", "--gradient-accumulation", "3", "--hidden", "256,512,128"),
+     ["allreduce(gradients)", "weight update"]),
+    (("--servers", "2", "--optimizer-state", "sharded"),
+     ["reduce_scatter(gradients)", "allreduce(gradient shard)", "weight update",
+      "all_gather(weights)"]),
+])
+def test_an_exported_column_split_replays_in_the_steps_time(tmp_path, ipupod_main, options,
+                                                            last) -> None:
+    folder = tmp_path / "trace"
+    step_seconds, replay = train_and_export(ipupod_main, folder, "--model", "mlp",
+                                            "--ipus-per-replica", "2", "--split", "shard",
+                                            "--algorithm", "auto", *options)
+    run = ipupod_main(*replay, "--json")
+    assert run.returncode == 0, run.stderr
+    replayed = json.loads(run.stdout)
+    assert replayed["end_seconds"] == pytest.approx(step_seconds, rel=1e-9, abs=0)
+    nodes = read_chakra_trace(str(folder / "step")).ranks[1].nodes
+    exchanges = [n.detail for n in nodes
+                 if isinstance(n.detail, Collective) and n.detail.pg_name == "replica 0"]
+    per_micro = [CommType.BROADCAST, CommType.ALL_GATHER, CommType.REDUCE_SCATTER]
+    kinds = [c.comm_type for c in exchanges]
+    assert kinds[:3] == per_micro and len(kinds) % len(set(kinds)) == 0
+    assert [n.name for n in nodes[-len(last):]] == last
+    assert replayed["groups"]["replica 0"] == [0, 1]
+
+
+@pytest.mark.parametrize(("options", "refusal"), [
+    (("--model", "bert-large", "--topology", "pod16", "--ipus-per-replica", "4",
+      "--optimizer-state", "streaming"),
+     "error: --chakra-out exports a pipelined step of one replica only, for now: this run "
+     "has 4 replicas"),
+    (("--model", "bert-large", "--topology", "pod16", "--ipus-per-replica", "16",
+      "--pipeline-schedule", "popart"),
+     "error: --chakra-out does not export a lock-step pipeline schedule (popart) yet"),
+    (("--model", "mlp", "--servers", "2", "--ipus-per-replica", "2", "--split", "shard"),
+     "error: --chakra-out exports a column split with --algorithm auto only: its exchanges "
+     "run auto and its gradient all-reduce hierarchical"),
+    (("--model", "mlp", "--servers", "1", "--ipus-per-replica", "4", "--split", "shard",
+      "--algorithm", "auto"),
+     "error: --chakra-out does not export a column split whose replica's IPUs, in IPU-Link "
+     "order (0, 1, 3, 2), are not in rank order"),
+])
+def test_a_step_the_export_would_not_reproduce_is_refused_before_it_trains(
+        tmp_path, ipupod_main, options, refusal) -> None:
+    folder = tmp_path / "trace"
+    run = ipupod_main("train", "--mode", "phantom", *options, "--chakra-out", str(folder))
     assert run.returncode == 2 and run.stdout == ""
-    assert run.stderr.startswith("error: --chakra-out exports data-parallel steps (one IPU "
-                                 "per replica) only, for now: this run has 4 IPUs per replica")
+    assert run.stderr.startswith(refusal) and len(run.stderr.splitlines()) == 1
     assert not folder.exists()
 
 

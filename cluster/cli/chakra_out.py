@@ -27,8 +27,9 @@ def chakra_out_option(function: F) -> F:
     return click.option("--chakra-out", "chakra_out", default=None, metavar="DIR",
                         type=CheckedPath(file_okay=False, path_type=Path),
                         help="Also write the priced step as a Chakra execution trace, "
-                             "DIR/step.RANK.et per replica (data-parallel runs; "
-                             "docs/chakra.md); `ipupod replay DIR/step` replays it.")(function)
+                             "DIR/step.RANK.et per IPU (data-parallel runs, column "
+                             "splits, one-replica pipelines; docs/chakra.md); `ipupod replay "
+                             "DIR/step` replays it.")(function)
 
 
 def prepare_export(folder: Path, plan: TrainPlan) -> StepExport:

@@ -2,22 +2,37 @@
 emulated POD in phantom mode (``docs/chakra.md``): rank ``r`` on IPU ``r``, every node in
 dependency order, collectives through GCL and the cost model. Prints per-rank totals, the
 time in each collective kind, the critical path and the busiest links; ``--json`` all of
-it, ``--trace FILE`` a timeline."""
+it, ``--trace FILE`` a timeline. ``--mode real`` (up to a POD16) also runs each collective
+on a launched POD's devices with real data, checked against NumPy
+(:mod:`cluster.training.chakra.replay_real`)."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import click
 
+from cluster.cli.output import ray_chatter_to_stderr
 from cluster.cli.paths import CheckedPath
+from cluster.cli.phantom_note import options_given, phantom_note
+from cluster.cli.placement_flags import Placement, launch_pod
 from cluster.cli.trace_option import check_trace_path, save_trace, trace_option
 from cluster.model.hardware import FIGURE_SOURCES
 from cluster.model.spec import DEFAULT_TOPOLOGY, load_topology
+from cluster.model.topology import Topology
 from cluster.model.units import format_size, plural
+from cluster.training.chakra.replay_engine import ReplayRecord
 from cluster.training.chakra.replay_pricing import ComputeSource, ReplayOptions
+from cluster.training.chakra.replay_real import (
+    check_fits,
+    check_real_topology,
+    moving_collectives,
+    real_summary,
+    run_on_devices,
+)
 from cluster.training.chakra.replay_run import replay
 from cluster.training.chakra.replay_trace import replay_trace
 from gcl.collectives import DTYPES, DType
@@ -33,6 +48,13 @@ PATH_KINDS = 6  # kinds of node the critical path's line names
 @click.option("--topology", "topology_spec", default=DEFAULT_TOPOLOGY, show_default=True,
               help="A preset (dss8440, dss8440xN, pod16 ... pod65536) or a YAML file; rank r "
                    "runs on its IPU r.")
+@click.option("--mode", type=click.Choice(["phantom", "real"]), default="phantom",
+              show_default=True,
+              help="phantom: sizes only, simulated seconds; real (up to a POD16): also run "
+                   "each collective on emulated devices with real data, checked against "
+                   "NumPy.")
+@click.option("--ray-address", default=None,
+              help="Real mode: an existing Ray cluster (default: RAY_ADDRESS, else local Ray).")
 @click.option("--compute", type=click.Choice(["trace", "ipu"]), default="trace",
               show_default=True,
               help="COMP nodes' time: their duration_micros as traced, or their num_ops "
@@ -51,10 +73,11 @@ PATH_KINDS = 6  # kinds of node the critical path's line names
               help="Where seed and public figures disagree, which to use (presets).")
 @click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
 @trace_option
-def replay_command(trace: str, topology_spec: str, compute: str, algorithm: str, dtype: str,
-                   ranks_to: int | None, figures: str, as_json: bool,
-                   trace_path: Path | None) -> None:
-    """Replay a Chakra TRACE on an emulated POD (phantom mode: simulated seconds).
+def replay_command(trace: str, topology_spec: str, mode: str, ray_address: str | None,
+                   compute: str, algorithm: str, dtype: str, ranks_to: int | None,
+                   figures: str, as_json: bool, trace_path: Path | None) -> None:
+    """Replay a Chakra TRACE on an emulated POD (phantom mode: simulated seconds; real
+    mode: the collectives also move real bytes through emulated devices).
 
     TRACE is a folder of NAME.RANK.et files, a file pattern, a prefix or one file, as
     `ipupod chakra show` takes it."""
@@ -64,13 +87,37 @@ def replay_command(trace: str, topology_spec: str, compute: str, algorithm: str,
     options = ReplayOptions(ComputeSource(compute), algorithm, DType(dtype), ranks_to)
     check_trace_path(trace_path)
     topology = load_topology(topology_spec, figures)
+    if mode == "real":
+        check_real_topology(topology)
+    else:
+        for line in phantom_note(options_given(("ray_address", "--ray-address"))):
+            click.echo(line, err=True)
     chakra = read_chakra_trace(trace)
     record, summary = replay(chakra, topology, options)
+    if mode == "real":
+        summary = _on_devices(record, summary, topology, options, ray_address)
     click.echo(json.dumps(summary, indent=2) if as_json else render_text(summary))
     for line in notes(summary):
         click.echo(line, err=True)
     if trace_path is not None:
         save_trace(replay_trace(record, topology, trace), trace_path)
+
+
+def _on_devices(record: ReplayRecord, summary: dict[str, Any], topology: Topology,
+                options: ReplayOptions, ray_address: str | None) -> dict[str, Any]:
+    """The replay's collectives run again on a launched POD with real data: the summary
+    with mode real and what the devices did (``real``)."""
+    runs = moving_collectives(record)  # checked before anything starts
+    check_fits(topology, runs, options,
+               devices_here=not (ray_address or os.environ.get("RAY_ADDRESS")))
+    with ray_chatter_to_stderr():
+        pod = launch_pod(topology, ray_address, Placement())
+        try:
+            done = run_on_devices(pod, runs, options)
+        finally:
+            pod.shutdown(stop_ray=True)
+    return {**summary, "mode": "real",
+            "real": real_summary(done, len(record.collectives) - len(runs))}
 
 
 def notes(summary: dict[str, Any]) -> list[str]:
@@ -85,7 +132,7 @@ def notes(summary: dict[str, Any]) -> list[str]:
 def render_text(summary: dict[str, Any]) -> str:
     """The replay as text: a heading, a row per rank, collectives, critical path, links."""
     lines = [f"# ipupod replay {summary['trace']}: {plural(summary['ranks'], 'rank')} on "
-             f"{summary['topology']}, mode phantom, compute from {summary['compute']}, "
+             f"{summary['topology']}, mode {summary['mode']}, compute from {summary['compute']}, "
              f"algorithm {summary['algorithm']}, {summary['dtype']}",
              f"# simulated seconds; step ends at {_seconds(summary['end_seconds'])}"]
     lines += _table(["rank", "IPU", "nodes", "compute", "communication", "memory", "idle",
@@ -109,7 +156,20 @@ def render_text(summary: dict[str, Any]) -> str:
                      for row in links]) if links else ["  (no bytes crossed a link)"]
     if len(summary["links"]) > LINK_ROWS:
         lines.append(f"... and {len(summary['links']) - LINK_ROWS:,} more links (--json)")
+    if "real" in summary:
+        lines += ["", _real_line(summary["real"])]
     return "\n".join(lines)
+
+
+def _real_line(real: dict[str, Any]) -> str:
+    """What the devices did, in one line."""
+    ran = real["collectives"]
+    moved = sum(c["bytes"] for c in ran)
+    skipped = (f"; {plural(real['not_run'], 'collective')} moving nothing not run"
+               if real["not_run"] else "")
+    return (f"real mode: {plural(len(ran), 'collective')} ran on the devices with real data "
+            f"({format_size(moved)} a rank), {real['wrong']:,} elements wrong against NumPy, "
+            f"{real['wall_seconds']:.3g} s of wall{skipped}")
 
 
 def _path_line(path: dict[str, Any]) -> str:

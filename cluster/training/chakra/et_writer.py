@@ -1,5 +1,7 @@
 """Chakra traces written: nodes built with Chakra's names (``COMP_NODE`` with
-``duration_micros``, ``COMM_COLL_NODE`` with ``comm_type``, ``comm_size`` and ``pg_name``),
+``duration_micros``, ``COMM_COLL_NODE`` with ``comm_type``, ``comm_size`` and ``pg_name``,
+``COMM_SEND_NODE`` and ``COMM_RECV_NODE`` with ``comm_src``, ``comm_dst``, ``comm_tag`` and
+``comm_size``),
 each rank's file a ``GlobalMetadata`` then its ``Node`` messages, every message prefixed by
 its length as a varint (Chakra's ``encodeMessage``), so Chakra's reader and ours parse it.
 A COMP node also carries its exact time as a ``duration_seconds`` double attribute
@@ -42,6 +44,20 @@ def collective_node(node_id: int, name: str, comm_type: CommType, size_bytes: in
                       et.AttributeProto(name="comm_size", int64_val=size_bytes)])
     if pg_name:
         node.attr.append(et.AttributeProto(name="pg_name", string_val=pg_name))
+    return node
+
+
+def peer_node(node_id: int, name: str, send: bool, src: int, dst: int, tag: int,
+              size_bytes: int, deps: Sequence[int] = ()) -> et.Node:
+    """A COMM_SEND (``send``) or COMM_RECV node: ``size_bytes`` from rank ``src`` to rank
+    ``dst`` with ``comm_tag`` ``tag``, after ``deps``."""
+    node = et.Node(id=node_id, name=name, type=et.COMM_SEND_NODE if send else et.COMM_RECV_NODE,
+                   ctrl_deps=list(deps))
+    node.attr.extend([et.AttributeProto(name="is_cpu_op", bool_val=False),
+                      et.AttributeProto(name="comm_src", int64_val=src),
+                      et.AttributeProto(name="comm_dst", int64_val=dst),
+                      et.AttributeProto(name="comm_tag", int64_val=tag),
+                      et.AttributeProto(name="comm_size", int64_val=size_bytes)])
     return node
 
 

@@ -150,13 +150,7 @@ class ReplayPricer:
 
     def _algorithm(self, coll: GclCollective) -> str:
         """The chosen algorithm if it runs ``coll``, else auto."""
-        if self.options.algorithm == AUTO:
-            return AUTO
-        try:
-            checked_algorithm(self.options.algorithm, coll)
-        except ScheduleError:
-            return AUTO
-        return self.options.algorithm
+        return algorithm_for(self.options.algorithm, coll)
 
     def transfer(self, src_ipu: int, dst_ipu: int, nbytes: int) -> Priced:
         """``nbytes`` from IPU ``src_ipu`` to IPU ``dst_ipu``, alone on the network."""
@@ -183,6 +177,18 @@ class ReplayPricer:
             else:
                 self._memory[key] = host_io_seconds(self.topology, [ipu], nbytes)
         return self._memory[key]
+
+
+def algorithm_for(algorithm: str, coll: GclCollective) -> str:
+    """``algorithm`` if it runs ``coll``, else auto (``--algorithm`` names one where it
+    runs, as replay and bench take it)."""
+    if algorithm == AUTO:
+        return AUTO
+    try:
+        checked_algorithm(algorithm, coll)
+    except ScheduleError:
+        return AUTO
+    return algorithm
 
 
 def flow_link_bytes(topology: Topology, src: np.ndarray, dst: np.ndarray,

@@ -6,9 +6,10 @@ gradients' type), the weight update. COMP nodes carry the simulated seconds exac
 (``duration_seconds``), so replaying the trace on the same topology, with the gradients'
 type and the run's algorithm, gives the step's time (to rounding).
 
-Data-parallel steps only, for now: one IPU per replica, replicas on IPUs 0 to R-1, the
-optimiser state not sharded across racks; a pipeline's sends, a column split's
-collectives and a sharded reduction's three collectives are refused by name."""
+A pipelined step of one replica is written per IPU by :mod:`.step_export_pipeline`, a
+sharded reduction's three collectives by :mod:`.step_export_sharded`, a column split by
+:mod:`.step_export_columns`. Covered: the replicas' IPUs being IPUs 0 to N-1; what those
+modules cannot write so that it replays in the step's time is refused by name."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ import numpy as np
 from cluster.errors import UserError
 from cluster.training.chakra.et_nodes import CommType
 from cluster.training.chakra.et_writer import collective_node, compute_node
+from cluster.training.chakra.step_export_columns import column_rank_nodes
+from cluster.training.chakra.step_export_pipeline import (
+    check_pipeline_exportable,
+    pipeline_rank_nodes,
+)
+from cluster.training.chakra.step_export_sharded import sharded_rank_nodes
 from cluster.training.plan import TrainPlan
 from cluster.training.sharded_reduction import shards_across_racks
 from cluster.training.step_timing import step_time
@@ -40,20 +47,26 @@ def step_export(plan: TrainPlan) -> StepExport:
     """The ``plan``'s step as per-rank Chakra nodes, or a UserError saying what the export
     does not cover yet."""
     config, workload, chains = plan.config, plan.workload, plan.chains
-    if config.ipus_per_replica > 1:
-        raise UserError(f"--chakra-out exports data-parallel steps (one IPU per replica) "
-                        f"only, for now: this run has {config.ipus_per_replica} IPUs per "
-                        "replica (a pipeline's sends or a column split's collectives are not "
-                        "exported yet)")
-    if shards_across_racks(config, chains):
-        raise UserError("--chakra-out does not export a sharded optimiser state's "
-                        "reduce-scatter, cross-rack allreduce and all-gather yet: keep "
-                        "--optimizer-state unsharded to export the step")
-    ipus = chains[:, 0]
-    if not np.array_equal(ipus, np.arange(len(ipus))):
-        raise UserError("--chakra-out needs the replicas on IPUs 0 to R-1 (a replayed rank "
+    if not np.array_equal(np.sort(chains.ravel()), np.arange(chains.size)):
+        raise UserError("--chakra-out needs the replicas on IPUs 0 to N-1 (a replayed rank "
                         "r runs on IPU r); this run places them elsewhere")
+    if config.splits_columns:
+        step = step_time(plan)
+        return StepExport(column_rank_nodes(plan, step), workload.gradient_dtype.value,
+                          config.algorithm, step.sim_seconds)
+    if config.ipus_per_replica > 1:
+        check_pipeline_exportable(plan)
+        step = step_time(plan)
+        return StepExport(pipeline_rank_nodes(plan, step), workload.gradient_dtype.value,
+                          config.algorithm, step.sim_seconds)
+    if not np.array_equal(chains[:, 0], np.arange(len(chains))):
+        raise UserError("--chakra-out needs replica r on IPU r (a replayed rank r runs on "
+                        "IPU r); this run places them in another order")
+    ipus = chains[:, 0]
     step = step_time(plan)
+    if shards_across_racks(config, chains):
+        return StepExport(sharded_rank_nodes(plan, step), workload.gradient_dtype.value,
+                          config.algorithm, step.sim_seconds)
     gradient_bytes = (sum(layer.parameters for layer in workload.layers)
                       * workload.gradient_dtype.itemsize)
     pipeline = (step.compute_seconds + step.pipeline_bubble_seconds
