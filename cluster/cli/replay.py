@@ -4,7 +4,7 @@ dependency order, collectives through GCL and the cost model. Prints per-rank to
 time in each collective kind, the critical path and the busiest links; ``--json`` all of
 it, ``--trace FILE`` a timeline. ``--mode real`` (up to a POD16) also runs each collective
 on a launched POD's devices with real data, checked against NumPy
-(:mod:`cluster.training.chakra.replay_real`)."""
+(:mod:`cluster.training.engines.replay_on_devices`)."""
 
 from __future__ import annotations
 
@@ -26,15 +26,15 @@ from cluster.model.topology import Topology
 from cluster.model.units import format_size, plural
 from cluster.training.chakra.replay_engine import ReplayRecord
 from cluster.training.chakra.replay_pricing import ComputeSource, ReplayOptions
-from cluster.training.chakra.replay_real import (
+from cluster.training.chakra.replay_run import replay
+from cluster.training.chakra.replay_trace import replay_trace
+from cluster.training.engines.replay_on_devices import (
     check_fits,
     check_real_topology,
     moving_collectives,
     real_summary,
     run_on_devices,
 )
-from cluster.training.chakra.replay_run import replay
-from cluster.training.chakra.replay_trace import replay_trace
 from gcl.collectives import DTYPES, DType
 from gcl.planner import AUTO
 
