@@ -57,6 +57,7 @@ VALUES: dict[str, Callable[[TrainPlan], Any]] = {
     "--final-stage-on-first-ipu": lambda p: p.config.final_stage_on_first_ipu,
     "--efficiency-scale": lambda p: p.config.efficiency_scale,
     "--tensor-parallel": lambda p: str(p.config.tensor_parallel),
+    "--expert-parallel": lambda p: p.config.expert_parallel,
 }
 """How to read each training option's value off a resolved run."""
 
