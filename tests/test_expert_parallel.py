@@ -24,8 +24,9 @@ from cluster.training.step_timing import step_time
 from cluster.training.workloads import workload
 from cluster.training.workloads.decoder import DecoderConfig, decoder
 from cluster.training.workloads.experts import Experts
+from cluster.training.workloads.layers import Layer
 from cluster.training.workloads.llama import llama_block
-from cluster.training.workloads.workload_yaml import dump_workload
+from cluster.training.workloads.workload_yaml import load_workload
 from gcl import plan, simulate
 from gcl.collectives import CollectiveName
 from gcl.modes import Mode
@@ -34,15 +35,20 @@ MIXTRAL_HIDDEN, MIXTRAL_SEQUENCE = 4096, 4096
 SMALL_HIDDEN, SMALL_SEQUENCE = 512, 256
 
 
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "workloads" / "moe-small.yaml"
+
+
 @pytest.fixture(scope="module")
-def small_moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def small_moe() -> Path:
     """A 4-layer decoder of 8 top-2 experts a layer (hidden 512, 256 tokens) that fits a
-    POD16 IPU, as a workload file."""
+    POD16 IPU: the example workload file."""
+    return EXAMPLE
+
+
+def test_the_example_moe_file_reads_back_equal_to_its_decoder():
     built = decoder(DecoderConfig("moe-small", 4, llama_block(SMALL_HIDDEN, 8, 1024, kv_heads=2),
                                   8000, 1024, experts=Experts(8, 2, 1.25)), SMALL_SEQUENCE)
-    path = tmp_path_factory.mktemp("moe") / "moe-small.yaml"
-    dump_workload(built, path)
-    return path
+    assert load_workload(EXAMPLE) == built
 
 
 def ep_plan(model: str, degree: int, topology: str = "pod16", **settings) -> TrainPlan:
@@ -52,7 +58,8 @@ def ep_plan(model: str, degree: int, topology: str = "pod16", **settings) -> Tra
     return plan_for(config)
 
 
-def moe_layers(model: str):
+def moe_layers(model: str) -> list[Layer]:
+    """The mixture-of-experts layers of built-in ``model``."""
     return [layer for layer in workload(model).layers if layer.experts is not None]
 
 

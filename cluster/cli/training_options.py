@@ -16,12 +16,12 @@ import click
 
 from cluster.training.config import IPUS_PER_REPLICA, SPLITS, TrainConfig
 from cluster.training.defaults import DEFAULTS
+from cluster.training.expert_parallel.layout import parse_expert_parallel
 from cluster.training.fit import default_topology, resolve
 from cluster.training.kinds import ModelKind, Split
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import schedule_names
 from cluster.training.plan import TrainPlan
-from cluster.training.expert_parallel.layout import parse_expert_parallel
 from cluster.training.tensor_parallel.layout import parse_tensor_parallel
 from cluster.training.workloads import DType
 from cluster.training.workloads.arithmetic import whole_numbers

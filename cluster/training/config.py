@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from cluster.errors import SettingError
 from cluster.training.defaults import DEFAULTS
+from cluster.training.expert_parallel.layout import check_expert_parallel
 from cluster.training.kinds import MLP_NAME, ModelKind, Split
 from cluster.training.numpy_mlp import MLPSpec
 from cluster.training.optimizer_state import OptimizerState
@@ -16,7 +17,6 @@ from cluster.training.pipeline.schedules import (
     schedule_names,
 )
 from cluster.training.pipeline.stages import stage_layers
-from cluster.training.expert_parallel.layout import check_expert_parallel
 from cluster.training.tensor_parallel.layout import OFF, TensorParallel
 from cluster.training.tensor_parallel.split import check_tensor_split
 from cluster.training.workloads import (

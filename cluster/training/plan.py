@@ -18,9 +18,9 @@ import numpy as np
 from cluster.errors import SettingError
 from cluster.model.topology import Topology
 from cluster.training.config import TrainConfig
+from cluster.training.expert_parallel.split import expert_rank_workload
 from cluster.training.kinds import ModelKind, Split
 from cluster.training.placement import replica_ipus, server_ipus, topology_for
-from cluster.training.expert_parallel.split import expert_rank_workload
 from cluster.training.tensor_parallel.split import rank_workload
 from cluster.training.workloads import DType, Workload, mlp_workload, workload
 
