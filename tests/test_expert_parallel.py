@@ -12,12 +12,12 @@ import pytest
 from cluster.errors import SettingError
 from cluster.model.routing import router_of
 from cluster.training.config import TrainConfig
-from cluster.training.expert_parallel.all_to_all import (
+from cluster.training.expert_parallel.layout import parse_expert_parallel
+from cluster.training.expert_parallel_time import (
     expert_groups,
     expert_parallel_time,
     layer_all_to_alls,
 )
-from cluster.training.expert_parallel.layout import parse_expert_parallel
 from cluster.training.plan import TrainPlan, plan_for
 from cluster.training.step_collectives import EXPERT_PARALLEL, step_collectives
 from cluster.training.step_timing import step_time

@@ -12,7 +12,7 @@ they make up (``ipupod train --trace``, :mod:`.step_trace`):
   the replicas' tensor groups (what it sums, of which layers, in which pass, over which
   group), all of that kind in the step one after another, adding up to the
   tensor-parallel collectives part;
-- with expert parallelism (:mod:`.expert_parallel.all_to_all`): each kind of all-to-all
+- with expert parallelism (:mod:`.expert_parallel_time`): each kind of all-to-all
   of the busiest stage's MoE layers over the expert groups, adding up to the
   expert-parallel collectives part.
 
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.training.expert_parallel.all_to_all import expert_parallel_time
+from cluster.training.expert_parallel_time import expert_parallel_time
 from cluster.training.plan import TrainPlan
 from cluster.training.sharding import sharded_time
 from cluster.training.step_timing import sharded_reduction_timing

@@ -51,7 +51,7 @@ class StepTime:
     lock-step schedule's cycles); ``tensor_parallel_seconds`` the all-reduces of each
     layer over a replica's tensor group (:mod:`.tensor_parallel.allreduce_time`, after the compute:
     they do not overlap it); ``expert_parallel_seconds`` each MoE layer's all-to-alls
-    over its expert group (:mod:`.expert_parallel.all_to_all`, the busiest stage's);
+    over its expert group (:mod:`.expert_parallel_time`, the busiest stage's);
     ``shard_exchange_seconds`` is a column split's
     collectives (:mod:`.sharding`); ``weight_gather_seconds`` the all-gather of sharded
     optimiser state's weights (:mod:`.sharded_reduction`). ``stage_compute_seconds``

@@ -29,7 +29,7 @@ from cluster.model.hardware import pcie_gen4_x16
 from cluster.model.routing import Routes, router_of
 from cluster.model.topology import HOST, ROLES, Topology
 from cluster.training.config import TrainConfig
-from cluster.training.expert_parallel.all_to_all import expert_parallel_time
+from cluster.training.expert_parallel_time import expert_parallel_time
 from cluster.training.pipeline.lock_step import lock_step_time
 from cluster.training.pipeline.pass_schedule import PipelineSchedule
 from cluster.training.pipeline.schedules import pipeline_schedule
