@@ -34,6 +34,7 @@ SETTING_NAMES: dict[str, str] = {
     "final_stage_on_first_ipu": "--final-stage-on-first-ipu",
     "layers_per_ipu": "--layers-per-ipu",
     "tensor_parallel": "--tensor-parallel",
+    "expert_parallel": "--expert-parallel",
     "hidden": "--hidden",
     "sequence_length": "--sequence-length",
     "topology": "--topology",

@@ -197,6 +197,7 @@ def test_training_model_refuses_what_is_not_a_module_or_an_optimizer():
     ("small_cnn", ["--mode", "phantom"], "--torch trains in real mode"),
     ("small_cnn", ["--hidden", "8"], "--hidden does not apply with --torch"),
     ("small_cnn", ["--tensor-parallel", "2"], "--tensor-parallel does not apply with --torch"),
+    ("small_cnn", ["--expert-parallel", "2"], "--expert-parallel does not apply with --torch"),
     ("missing", [], "has no 'missing'"),
 ])
 def test_a_bad_model_or_option_is_one_line_and_exit_2(factories, factory, extra, words,

@@ -70,6 +70,21 @@ def run(plan: TrainPlan, ray_address: str | None, on_step: Progress,
 
 
 UNCOUNTED_KEY = "flops_not_counted"
+EXPERTS_KEY = "expert_load"
+
+
+def _expert_load(plan: TrainPlan) -> dict[str, Any]:
+    """``{EXPERTS_KEY: {...}}`` with expert parallelism: experts a MoE layer and on each
+    IPU, top-k, and the busiest expert's tokens over the mean (the capacity factor: each
+    expert's buffer is priced full); empty without it."""
+    degree = plan.config.expert_parallel
+    routing = next((layer.experts for layer in plan.workload.layers
+                    if layer.experts is not None), None)
+    if degree == 1 or routing is None:
+        return {}
+    return {EXPERTS_KEY: {"experts": routing.count, "experts_per_ipu": routing.count // degree,
+                          "top_k": routing.top_k,
+                          "busiest_expert_over_mean": routing.capacity_factor}}
 
 
 def _uncounted(plan: TrainPlan) -> dict[str, Any]:
@@ -105,11 +120,19 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
              f"{config.ipus_per_replica} IPUs each: tensor-parallel {config.tensor_parallel}"
              f"{', recomputation' if config.recomputes else ''}"
              if config.tensor_parallel.on else "1 IPU each")
+    if config.expert_parallel > 1:
+        shape += f", experts over {config.expert_parallel} replicas"
     echo(f"# {config.model} on {record['topology']} ({record['machines']}): "
          f"{config.replicas} replicas "
          f"({shape}), global batch {config.global_batch}, {config.mode} mode; times simulated")
     if record.get(UNCOUNTED_KEY):
         echo(f"# note: {_uncounted_note(record[UNCOUNTED_KEY])}")
+    if EXPERTS_KEY in record:
+        load = record[EXPERTS_KEY]
+        echo(f"# experts: {load['experts']} a MoE layer, {load['experts_per_ipu']} on each IPU "
+             f"of its group, top-{load['top_k']}; load imbalance: the busiest expert computes "
+             f"{load['busiest_expert_over_mean']:g} x the mean's tokens (the capacity factor: "
+             "every buffer priced full)")
     parts = parts_spent(record["steps"][:1])  # every step's parts are the same
     echo(f"{'step':>5} {'loss':>10} {'step(ms)':>9} "
          + " ".join(f"{part.title:>9}" for part in parts))
@@ -176,7 +199,7 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
     wall = wall_recorder(config.mode, trace_path)
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
         record = {**run(plan, ray_address, on_step, wall, placement), **assumed,
-                  **_uncounted(plan)}
+                  **_uncounted(plan), **_expert_load(plan)}
     echo = partial(click.echo, file=out)
     if as_json:
         echo(json.dumps(record, indent=2))

@@ -45,7 +45,8 @@ NOT_WITH_TORCH = {  # option: its value when not given (anything else is refused
     "final_stage_on_first_ipu": False, "sequence_length": None, "gradient_dtype": None,
     "optimizer_state": str(DEFAULTS.optimizer_state), "recompute": None,
     "efficiency_scale": DEFAULTS.efficiency_scale,
-    "pipeline_schedule": DEFAULTS.pipeline_schedule, "tensor_parallel": None}
+    "pipeline_schedule": DEFAULTS.pipeline_schedule, "tensor_parallel": None,
+    "expert_parallel": None}
 
 
 def _refuse_the_mlps_options(mode: str | None, options: dict[str, Any]) -> None:

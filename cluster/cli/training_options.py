@@ -16,6 +16,7 @@ import click
 
 from cluster.training.config import IPUS_PER_REPLICA, SPLITS, TrainConfig
 from cluster.training.defaults import DEFAULTS
+from cluster.training.expert_parallel.expert_groups import parse_expert_parallel
 from cluster.training.fit import default_topology, resolve
 from cluster.training.kinds import ModelKind, Split
 from cluster.training.optimizer_state import OptimizerState
@@ -93,6 +94,11 @@ COMMON_OPTIONS = [
                       "the FFN) or T1 x T2 (2-D, as Graphcore's GPT-3: T2 splits the hidden "
                       "size); a replica is then its T IPUs, consecutive on IPU-Links "
                       "(default: 1, off)."),
+    click.option("--expert-parallel", default=None, metavar="E",
+                 help="Spread each mixture-of-experts layer's experts over E consecutive "
+                      "replicas of a server or rack (E divides the experts and the replicas "
+                      "per server); tokens reach their experts by all-to-alls (default: 1, "
+                      "off; not with --tensor-parallel)."),
     PIPELINE_SCHEDULE_OPTION,
     click.option("--recompute/--no-recompute", default=None,
                  help="Keep only checkpoints between passes and recompute the rest in the "
@@ -150,7 +156,8 @@ def make_config(servers: int | None, mode: str | None, check: bool,
                 steps: int, algorithm: str, seed: int, lr: float, momentum: float,
                 hidden: str | None, efficiency_scale: float = DEFAULTS.efficiency_scale,
                 layers_per_ipu: str | None = None, final_stage_on_first_ipu: bool = False,
-                topology: str | None = None, tensor_parallel: str | None = None) -> TrainPlan:
+                topology: str | None = None, tensor_parallel: str | None = None,
+                expert_parallel: str | None = None) -> TrainPlan:
     """The run the options describe, resolved once (:func:`cluster.training.fit.resolve`):
     its topology loaded and workload built, each default left out filled (the topology
     and mode by the model, the micro-batch and IPUs per replica the first that fit, a
@@ -179,5 +186,6 @@ def make_config(servers: int | None, mode: str | None, check: bool,
                            else Mode.PHANTOM)),
         efficiency_scale=efficiency_scale,
         layers_per_ipu=layer_counts(layers_per_ipu),
-        final_stage_on_first_ipu=final_stage_on_first_ipu, tensor_parallel=layout)
+        final_stage_on_first_ipu=final_stage_on_first_ipu, tensor_parallel=layout,
+        expert_parallel=parse_expert_parallel(expert_parallel))
     return resolve(config, free)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from cluster.errors import SettingError
 from cluster.training.defaults import DEFAULTS
+from cluster.training.expert_parallel.expert_groups import check_expert_parallel
 from cluster.training.kinds import MLP_NAME, ModelKind, Split
 from cluster.training.numpy_mlp import MLPSpec
 from cluster.training.optimizer_state import OptimizerState
@@ -74,6 +75,7 @@ class TrainConfig:
     layers_per_ipu: tuple[int, ...] | None = None  # a recipe's stages; None: balanced
     final_stage_on_first_ipu: bool = False  # one stage more, back on the replica's IPU 0
     tensor_parallel: TensorParallel = OFF  # each layer split over the replica's IPUs
+    expert_parallel: int = 1  # each MoE layer's experts over this many replicas
 
     def __post_init__(self) -> None:
         """A plain optimiser-state or split name becomes its :class:`OptimizerState` or
@@ -102,6 +104,8 @@ class TrainConfig:
         self._check_workload(built)
         if self.kind is not ModelKind.MLP:
             check_tensor_split(built, self.tensor_parallel)
+        check_expert_parallel(built, self.expert_parallel, self.replicas_per_server,
+                              self.tensor_parallel.on)
         self._check_efficiency()
         self._check_schedule()
 

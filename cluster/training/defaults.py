@@ -71,6 +71,7 @@ RULES: dict[str, str] = {
                     "In-Processor-Memory",
     "final_stage_on_first_ipu": "off: one stage on each IPU",
     "tensor_parallel": "1: each layer whole on its IPU (off)",
+    "expert_parallel": "1: every expert on each IPU (off)",
     "steps": "20", "seed": "0", "lr": "0.05 (SGD with momentum)", "momentum": "0.9",
     "topologies": "IPU-POD16 to IPU-POD256",
 }

@@ -18,6 +18,7 @@ import numpy as np
 from cluster.errors import SettingError
 from cluster.model.topology import Topology
 from cluster.training.config import TrainConfig
+from cluster.training.expert_parallel.expert_share import expert_rank_workload
 from cluster.training.kinds import ModelKind, Split
 from cluster.training.placement import replica_ipus, server_ipus, topology_for
 from cluster.training.tensor_parallel.split import rank_workload
@@ -50,8 +51,10 @@ class TrainPlan:
     def rank_workload(self) -> Workload:
         """What each IPU of a replica's tensor group holds and computes: the workload's
         layers split over the group (:mod:`.tensor_parallel.split`); the workload itself
-        without tensor parallelism."""
-        return rank_workload(self.workload, self.config.tensor_parallel)
+        without tensor parallelism; with expert parallelism, each MoE layer's share of
+        its experts (:mod:`.expert_parallel.expert_share`)."""
+        return expert_rank_workload(rank_workload(self.workload, self.config.tensor_parallel),
+                                    self.config.expert_parallel)
 
     @property
     def kind(self) -> ModelKind:

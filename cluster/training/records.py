@@ -24,6 +24,7 @@ class _StepParts(TypedDict):
     pipeline_bubble_seconds: float
     inter_stage_seconds: float
     tensor_parallel_seconds: float
+    expert_parallel_seconds: float
     host_io_seconds: float
     local_allreduce_seconds: float
     global_allreduce_seconds: float
@@ -64,6 +65,7 @@ class _RunRecord(TypedDict):
     gcd: int  # the same as ipus_per_replica: a replica's Graph Compile Domain
     split: str | None
     tensor_parallel: str  # "1" (off), "T" (1-D) or "T1xT2" (2-D)
+    expert_parallel: int  # IPUs each MoE layer's experts spread over (1: off)
     pipeline_schedule: str
     recompute: bool
     stage_ipus: list[int]

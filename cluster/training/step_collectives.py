@@ -11,7 +11,10 @@ they make up (``ipupod train --trace``, :mod:`.step_trace`):
 - with tensor parallelism (:mod:`.tensor_parallel_time`): each kind of all-reduce over
   the replicas' tensor groups (what it sums, of which layers, in which pass, over which
   group), all of that kind in the step one after another, adding up to the
-  tensor-parallel collectives part.
+  tensor-parallel collectives part;
+- with expert parallelism (:mod:`.expert_parallel_time`): each kind of all-to-all
+  of the busiest stage's MoE layers over the expert groups, adding up to the
+  expert-parallel collectives part.
 
 Each span is priced as the step's pricing prices it, so a part's spans add up to it.
 """
@@ -22,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cluster.training.expert_parallel_time import expert_parallel_time
 from cluster.training.plan import TrainPlan
 from cluster.training.sharding import sharded_time
 from cluster.training.step_timing import sharded_reduction_timing
@@ -30,6 +34,7 @@ from cluster.training.tensor_parallel_time import tensor_parallel_time
 SHARDED_REDUCTION = "gradient reduction (sharded state)"  # the tracks' names
 SHARD_EXCHANGE = "shard exchange"
 TENSOR_PARALLEL = "tensor-parallel collectives"
+EXPERT_PARALLEL = "expert-parallel collectives"
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,8 @@ class PartSpan:
 
 def step_collectives(plan: TrainPlan) -> list[PartSpan]:
     """The spans of the ``plan``'s step for its sharded reduction, its column split and
-    its tensor-parallel all-reduces (none when it has none of them)."""
+    its tensor-parallel all-reduces and its expert-parallel all-to-alls (none when it
+    has none of them)."""
     config, topology = plan.config, plan.topology
     spans = []
     reduction = sharded_reduction_timing(plan)
@@ -69,7 +75,7 @@ def step_collectives(plan: TrainPlan) -> list[PartSpan]:
                                      "group": f"each replica's {config.ipus_per_replica} IPUs"})
                   for name, seconds in sharded_time(config, topology).by_collective.items()
                   if seconds > 0]
-    return spans + _tensor_parallel_spans(plan)
+    return spans + _tensor_parallel_spans(plan) + _expert_parallel_spans(plan)
 
 
 def _tensor_parallel_spans(plan: TrainPlan) -> list[PartSpan]:
@@ -84,3 +90,15 @@ def _tensor_parallel_spans(plan: TrainPlan) -> list[PartSpan]:
                       "group": f"{kind.axis} groups of {kind.group_size} IPUs, every one of "
                                f"{replicas} replicas' at once"})
             for kind in tensor_parallel_time(plan).kinds]
+
+
+def _expert_parallel_spans(plan: TrainPlan) -> list[PartSpan]:
+    """A span per kind of expert-parallel all-to-all of the ``plan``'s step (the busiest
+    stage's): its count, bytes per IPU each, group and seconds each (simulated)."""
+    groups = plan.config.replicas // max(1, plan.config.expert_parallel)
+    return [PartSpan(EXPERT_PARALLEL, "expert_parallel_seconds",
+                     f"{kind.phase} all-to-all: MoE {kind.what}", kind.total_seconds,
+                     {"count": kind.count, "bytes": kind.nbytes, "seconds_each": kind.seconds,
+                      "group": f"IPU {kind.ipu} of {kind.group_size} consecutive replicas, "
+                               f"{groups} groups at once"})
+            for kind in expert_parallel_time(plan).kinds]

@@ -49,8 +49,10 @@ class StepTime:
     replica's, on one IPU); ``pipeline_bubble_seconds`` and ``inter_stage_seconds`` are
     what pipelining adds (:mod:`.pipeline.timing`, or :mod:`.pipeline.lock_step` for a
     lock-step schedule's cycles); ``tensor_parallel_seconds`` the all-reduces of each
-    layer over a replica's tensor group (:mod:`.tensor_parallel_time`, after the compute:
-    they do not overlap it); ``shard_exchange_seconds`` is a column split's
+    layer over a replica's tensor group (:mod:`.tensor_parallel_time`, after the compute: they
+    do not overlap it); ``expert_parallel_seconds`` each MoE layer's all-to-alls
+    over its expert group (:mod:`.expert_parallel_time`, the busiest stage's);
+    ``shard_exchange_seconds`` is a column split's
     collectives (:mod:`.sharding`); ``weight_gather_seconds`` the all-gather of sharded
     optimiser state's weights (:mod:`.sharded_reduction`). ``stage_compute_seconds``
     lists each stage's compute (not a part: the busiest is ``compute_seconds``)."""
@@ -59,6 +61,7 @@ class StepTime:
     pipeline_bubble_seconds: float = _part("pipeline bubble", "bubble")
     inter_stage_seconds: float = _part("between stages", "stages-io")
     tensor_parallel_seconds: float = _part("tensor-parallel collectives", "tensor-io")
+    expert_parallel_seconds: float = _part("expert-parallel collectives", "expert-io")
     host_io_seconds: float = _part("host I/O", "host-io", always=True)
     local_allreduce_seconds: float = _part("local allreduce", "local-AR", always=True)
     global_allreduce_seconds: float = _part("global allreduce", "global-AR", always=True)

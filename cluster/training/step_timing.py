@@ -9,7 +9,9 @@ PopART's reduce-scatter, cross-rack shard allreduce and all-gather instead
 (:mod:`.sharded_reduction`). With tensor parallelism each IPU of a replica's tensor group
 computes and holds its share of every layer (:attr:`TrainPlan.rank_workload`), the
 all-reduces inside the group are a part of their own (:mod:`.tensor_parallel_time`),
-and each IPU's gradient is averaged with the same IPU of every other replica. Each part
+and each IPU's gradient is averaged with the same IPU of every other replica. With
+expert parallelism each MoE layer's experts are spread over an expert group of replicas
+(:mod:`.expert_parallel`): its all-to-alls are a part of their own. Each part
 is simulated seconds on the emulated hardware, from
 the catalogue and the cost model; none is measured on this machine. The parts are
 :class:`~cluster.training.step_parts.StepTime`'s (:mod:`.step_parts`).
@@ -27,6 +29,7 @@ from cluster.model.hardware import pcie_gen4_x16
 from cluster.model.routing import Routes, router_of
 from cluster.model.topology import HOST, ROLES, Topology
 from cluster.training.config import TrainConfig
+from cluster.training.expert_parallel_time import expert_parallel_time
 from cluster.training.pipeline.lock_step import lock_step_time
 from cluster.training.pipeline.pass_schedule import PipelineSchedule
 from cluster.training.pipeline.schedules import pipeline_schedule
@@ -60,6 +63,7 @@ def step_time(run: TrainPlan) -> StepTime:
         return _sharded_step_time(config, topology, workload, chains)
     pipeline = replica_pipeline_time(config, topology, workload, chains)
     tensor = tensor_parallel_time(run).seconds if config.tensor_parallel.on else 0.0
+    experts = expert_parallel_time(run).seconds
     ipu_params = _ipu_params(config, workload)
     local, global_, gather = gradient_reduction_seconds(config, topology, workload, chains,
                                                         ipu_params)
@@ -67,7 +71,8 @@ def step_time(run: TrainPlan) -> StepTime:
     return StepTime(compute_seconds=pipeline.compute_seconds,
                     pipeline_bubble_seconds=pipeline.bubble_seconds,
                     inter_stage_seconds=pipeline.inter_stage_seconds,
-                    tensor_parallel_seconds=tensor, host_io_seconds=host_io,
+                    tensor_parallel_seconds=tensor, expert_parallel_seconds=experts,
+                    host_io_seconds=host_io,
                     local_allreduce_seconds=local, global_allreduce_seconds=global_,
                     update_seconds=update, weight_gather_seconds=gather,
                     stage_compute_seconds=pipeline.stage_compute_seconds)

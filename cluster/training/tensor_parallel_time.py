@@ -19,6 +19,7 @@ import numpy as np
 
 from cluster.model.topology import Topology
 from cluster.training.plan import TrainPlan
+from cluster.training.priced_collectives import PricedCollectives
 from cluster.training.tensor_parallel.layer_allreduces import (
     Axis,
     Phase,
@@ -31,8 +32,8 @@ from gcl import plan, simulate
 from gcl.collectives import CollectiveName
 
 
-@dataclass(frozen=True)
-class CollectiveKind:
+@dataclass(frozen=True, kw_only=True)
+class CollectiveKind(PricedCollectives):
     """All-reduces of one kind: ``what`` of the ``role``'s layers in ``phase``, over
     ``axis`` groups of ``group_size`` IPUs, ``nbytes`` each per IPU; ``count`` of them a
     step (every layer's, every micro-batch's), ``seconds`` each (simulated)."""
@@ -40,16 +41,6 @@ class CollectiveKind:
     role: TensorRole
     phase: Phase
     axis: Axis
-    what: str
-    group_size: int
-    nbytes: int
-    count: int
-    seconds: float
-
-    @property
-    def total_seconds(self) -> float:
-        """All of them: ``count x seconds``."""
-        return self.count * self.seconds
 
 
 @dataclass(frozen=True)
@@ -106,8 +97,10 @@ def tensor_parallel_time(run: TrainPlan) -> TensorParallelTime:
             priced[axis, nbytes, itemsize] = allreduce_seconds(
                 run.topology, axis_groups(run.chains, layout, axis), nbytes, itemsize,
                 config.algorithm)
-        kinds.append(CollectiveKind(role, phase, axis, what, group_size(layout, axis), nbytes,
-                                    count * config.accumulation, priced[axis, nbytes, itemsize]))
+        kinds.append(CollectiveKind(
+            role=role, phase=phase, axis=axis, what=what, group_size=group_size(layout, axis),
+            nbytes=nbytes, count=count * config.accumulation,
+            seconds=priced[axis, nbytes, itemsize]))
     return TensorParallelTime(tuple(kinds))
 
 

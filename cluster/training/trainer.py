@@ -93,6 +93,7 @@ def _record(config: TrainConfig, topology: Topology, parts: StepTime,
         "split": (config.split if config.pipeline_stages > 1 or config.splits_columns
                   else None),
         "tensor_parallel": str(config.tensor_parallel),
+        "expert_parallel": config.expert_parallel,
         "pipeline_schedule": config.pipeline_schedule, "recompute": config.recomputes,
         "stage_ipus": list(config.stage_ipus),  # IPU of the replica each stage runs on
         "gradient_accumulation": config.accumulation, "mode": config.mode,

@@ -60,6 +60,7 @@ VALUES: dict[str, Callable[[TrainPlan], Any]] = {
     "final_stage_on_first_ipu": lambda p: p.config.final_stage_on_first_ipu,
     "efficiency_scale": lambda p: p.config.efficiency_scale,
     "tensor_parallel": lambda p: str(p.config.tensor_parallel),
+    "expert_parallel": lambda p: p.config.expert_parallel,
 }
 """How to read each training setting's value off a resolved run, by field."""
 
