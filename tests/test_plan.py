@@ -11,7 +11,7 @@ import pytest
 from cluster.cli.main import main
 from cluster.training.config import TrainConfig
 from cluster.training.plan import plan_for
-from cluster.training.planner.search import search
+from cluster.training.planner.search import compute_seconds, search
 from cluster.training.planner.space import default_global_batch
 from gcl.modes import Mode
 
@@ -23,7 +23,7 @@ def small_search():
     """gpt3-125m on a POD16, 16 samples a step: every layout the planner tried."""
     base = plan_for(TrainConfig(topology="pod16", model="gpt3-125m", mode=Mode.PHANTOM,
                                 replicas_per_server=0))
-    return search(base, 16)
+    return search(base, 16, top=10**6)  # every layout that fits priced
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +40,23 @@ def test_the_best_layout_is_at_least_as_fast_as_every_fitting_one_priced(small_s
     best = small_search.priced[0].step.sim_seconds
     assert len(small_search.priced) > 10
     assert all(best <= other.step.sim_seconds for other in small_search.priced)
-    assert small_search.tried == (len(small_search.priced) + len(small_search.misses)
+    assert len(small_search.priced) == len(small_search.fitting)
+    assert small_search.tried == (len(small_search.fitting) + len(small_search.misses)
                                   + small_search.invalid)
+
+
+def test_each_layouts_compute_bound_is_its_priced_compute_part(small_search):
+    for found in small_search.priced:
+        assert compute_seconds(found.plan) == found.step.compute_seconds
+
+
+def test_pricing_the_fastest_few_finds_what_pricing_all_finds(small_search):
+    base = small_search.priced[0].plan
+    few = search(base, 16, top=3)
+    assert len(few.priced) < len(small_search.priced)
+    assert len(few.fitting) == len(small_search.fitting)
+    assert ([p.step.sim_seconds for p in few.priced[:3]]
+            == [p.step.sim_seconds for p in small_search.priced[:3]])
 
 
 def test_every_layout_keeps_the_global_batch(small_search):

@@ -71,7 +71,7 @@ def plan_command(model: str, topology: str, global_batch: int | None,
     base = _base(model, topology, sequence_length)
     question = _question(model, topology, sequence_length, global_batch, top,
                          base.config.servers)
-    found = search(base, question.global_batch)
+    found = search(base, question.global_batch, question.top)
     wall = time.perf_counter() - started
     if json_output:
         click.echo(json.dumps({**as_json(question, found, base),

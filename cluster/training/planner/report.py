@@ -124,9 +124,10 @@ def why_not(miss: Miss) -> str:
 
 def verdict(found: Search) -> str:
     """One line: how many layouts fit, or why none does."""
-    fit = len(found.priced)
+    fit = len(found.fitting)
     if fit:
-        return f"{fit} of {found.tried} layouts fit"
+        return (f"{fit} of {found.tried} layouts fit, {len(found.priced)} priced (the "
+                "others' compute alone is slower than the last shown)")
     if not found.misses:
         return f"none of {found.tried} layouts can run on this topology"
     return (f"no layout fits: the nearest of {found.tried}, {_shape_words(found.misses[0])}, "
@@ -149,7 +150,8 @@ def as_json(question: Question, found: Search, base: TrainPlan) -> dict[str, Any
             "global_batch": question.global_batch, "global_batch_reason": question.batch_reason,
             "model_flops_per_step": base.workload.training_flops * question.global_batch,
             "peak_flops_per_second_per_ipu": flops, "peak": name,
-            "tried": found.tried, "fit": len(found.priced), "verdict": verdict(found),
+            "tried": found.tried, "fit": len(found.fitting), "priced": len(found.priced),
+            "verdict": verdict(found),
             "layouts": [priced_record(question, p) for p in found.priced[:question.top]],
             "near_misses": [miss_record(m) for m in near_misses(found, question.top)]}
 
@@ -157,10 +159,11 @@ def as_json(question: Question, found: Search, base: TrainPlan) -> dict[str, Any
 def as_text(question: Question, found: Search, base: TrainPlan) -> list[str]:
     """The answer as lines of text."""
     flops, name = peak(base)
+    model_flops = base.workload.training_flops * question.global_batch
     lines = [f"# {question.model} on {question.topology}: global batch "
              f"{question.global_batch} ({question.batch_reason}); {verdict(found)}; each "
              "priced as `ipupod train` prices it, times simulated",
-             f"# model FLOPs utilisation: {base.workload.training_flops * question.global_batch:.3g}"
+             f"# model FLOPs utilisation: {model_flops:.3g}"
              f" model FLOPs a step (recomputation not counted) over IPUs x {flops / 1e12:g} "
              f"TFLOPS ({name} peak) x step time"]
     for rank, found_layout in enumerate(found.priced[:question.top], 1):
