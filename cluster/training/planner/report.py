@@ -125,9 +125,11 @@ def why_not(miss: Miss) -> str:
 def verdict(found: Search) -> str:
     """One line: how many layouts fit, or why none does."""
     fit = len(found.fitting)
+    if fit == len(found.priced):
+        return f"{fit} of {found.tried} layouts fit, each priced"
     if fit:
-        return (f"{fit} of {found.tried} layouts fit, {len(found.priced)} priced (the "
-                "others' compute alone is slower than the last shown)")
+        return (f"{fit} of {found.tried} layouts fit, the {len(found.priced)} priced that "
+                "could be among the fastest (the others' compute alone is slower)")
     if not found.misses:
         return f"none of {found.tried} layouts can run on this topology"
     return (f"no layout fits: the nearest of {found.tried}, {_shape_words(found.misses[0])}, "
@@ -161,8 +163,9 @@ def as_text(question: Question, found: Search, base: TrainPlan) -> list[str]:
     flops, name = peak(base)
     model_flops = base.workload.training_flops * question.global_batch
     lines = [f"# {question.model} on {question.topology}: global batch "
-             f"{question.global_batch} ({question.batch_reason}); {verdict(found)}; each "
-             "priced as `ipupod train` prices it, times simulated",
+             f"{question.global_batch} ({question.batch_reason}); {verdict(found)}"
+             + ("; priced as `ipupod train` prices them, times simulated"
+                if found.priced else ""),
              f"# model FLOPs utilisation: {model_flops:.3g}"
              f" model FLOPs a step (recomputation not counted) over IPUs x {flops / 1e12:g} "
              f"TFLOPS ({name} peak) x step time"]
