@@ -125,7 +125,7 @@ def why_not(miss: Miss) -> str:
 def verdict(found: Search) -> str:
     """One line: how many layouts fit, or why none does."""
     fit = len(found.fitting)
-    if fit == len(found.priced):
+    if fit and fit == len(found.priced):
         return f"{fit} of {found.tried} layouts fit, each priced"
     if fit:
         return (f"{fit} of {found.tried} layouts fit, the {len(found.priced)} priced that "
