@@ -5,13 +5,15 @@ import contextlib
 import io
 import json
 import shlex
+from dataclasses import replace
 
 import pytest
 
 from cluster.cli.main import main
 from cluster.training.config import TrainConfig
+from cluster.training.fit import fits
 from cluster.training.plan import plan_for
-from cluster.training.planner.search import compute_seconds, search
+from cluster.training.planner.search import compute_seconds, layout_plan, search
 from cluster.training.planner.space import default_global_batch
 from gcl.modes import Mode
 
@@ -57,6 +59,19 @@ def test_pricing_the_fastest_few_finds_what_pricing_all_finds(small_search):
     assert len(few.fitting) == len(small_search.fitting)
     assert ([p.step.sim_seconds for p in few.priced[:3]]
             == [p.step.sim_seconds for p in small_search.priced[:3]])
+
+
+def test_a_larger_micro_batch_than_a_near_miss_does_not_fit_either(small_search):
+    """The search stops a run of micro-batches at the first that does not fit: checked
+    here by trying every larger one of each run it stopped."""
+    for miss in small_search.misses:
+        layout = miss.layout
+        larger = layout.micro_batch * 2
+        while 16 % (miss.plan.config.replicas * larger) == 0:
+            bigger = replace(layout, micro_batch=larger,
+                             accumulation=16 // (miss.plan.config.replicas * larger))
+            assert not fits(layout_plan(miss.plan, bigger)), bigger
+            larger *= 2
 
 
 def test_every_layout_keeps_the_global_batch(small_search):
