@@ -64,7 +64,7 @@ def pipeline_time(schedule: PipelineSchedule, forward_seconds: Sequence[float],
                    tuple(ipus))
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=64)
 def _costed(schedule: PipelineSchedule, forward_seconds: tuple[float, ...],
             backward_seconds: tuple[float, ...], forward_transfer_seconds: tuple[float, ...],
             backward_transfer_seconds: tuple[float, ...],

@@ -57,7 +57,7 @@ def schedule_names() -> list[str]:
     return list(SCHEDULES)
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=64)
 def pipeline_schedule(name: str, stages: int, micro_batches: int) -> PipelineSchedule:
     """Schedule ``name`` for ``stages`` stages and ``micro_batches`` micro-batches, or a
     UserError naming the schedules there are. One stage is no pipeline: its micro-batches
