@@ -37,7 +37,7 @@ DEADLINE_SECONDS = 60  # an example still running after this long has hung
 EXPECTED_COMMANDS = {
     "bench", "calibrate", "chakra show", "create partition", "devices", "fault cut",
     "fault degrade", "fault heal", "fault kill", "fault list", "links", "list partitions",
-    "monitor", "partition create", "partition list", "partition remove", "partition show",
+    "monitor", "partition create", "plan", "partition list", "partition remove", "partition show",
     "pipeline-report", "remove partition", "replay", "scaling-report", "serve", "show partition",
     "status", "topology list", "topology show", "trace show", "train", "train-report", "user add",
     "user list", "user remove", "user rotate", "validate", "workload import",
@@ -48,6 +48,7 @@ BASE: dict[str, list[str]] = {  # what keeps each command fast, off Ray and off 
     "calibrate": ["--measured-step-ms=10", "--model=resnet50", "--micro-batch=1",
                   "--steps=1"],
     "train": ["--mode=phantom", "--steps=1"],
+    "plan": ["--model=gpt3-125m", "--topology=pod16", "--global-batch=4"],
     "train-report": ["--servers=1", "--real-up-to=0", "--steps=1", "--out={out}"],
     "pipeline-report": ["--ipus-per-replica=2", "--schedules=1f1b", "--micro-batches=4",
                         "--model=mlp", "--out={out}"],

@@ -639,6 +639,8 @@ def test_every_json_command_prints_one_json_document(service, tmp_path, ipupod_h
                             "--out", str(tmp_path / "pipeline")],
         "train": ["train", "--mode", "phantom", "--model", "resnet50", "--topology", "pod16",
                   "--micro-batch", "16"],
+        "plan": ["plan", "--model", "gpt3-125m", "--topology", "pod16", "--global-batch",
+                 "4"],
         "status": ["status"], "devices": ["devices"], "links": ["links"],
         "partition create": ["partition", "create", "js-a", "--size", "2"],
         "create partition": ["create", "partition", "js-b", "--size", "2"],

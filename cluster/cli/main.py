@@ -48,6 +48,8 @@ COMMANDS = {
                         "V-IPU's verb first: `list partitions`."),
     "monitor": LazyCommand("cluster.cli.monitor:monitor_command",
                            "A live view of partitions, devices and link traffic."),
+    "plan": LazyCommand("cluster.cli.plan:plan_command",
+                        "The fastest layouts of a model on a topology that fit (phantom)."),
     "pipeline-report": LazyCommand("cluster.cli.reports:pipeline_report_command",
                                    "Pipelining report: throughput, bubble against stages."),
     "partition": LazyCommand("cluster.cli.partition:partition_group",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from cluster.training.pipeline.pass_schedule import Op, Pass, PipelineSchedule, describe
 
@@ -58,6 +59,18 @@ def pipeline_time(schedule: PipelineSchedule, forward_seconds: Sequence[float],
     check_durations(stages, forward_seconds=forward_seconds, backward_seconds=backward_seconds)
     check_durations(stages - 1, forward_transfer_seconds=forward_transfer_seconds,
                     backward_transfer_seconds=backward_transfer_seconds)
+    return _costed(schedule, tuple(forward_seconds), tuple(backward_seconds),
+                   tuple(forward_transfer_seconds), tuple(backward_transfer_seconds),
+                   tuple(ipus))
+
+
+@lru_cache(maxsize=64)
+def _costed(schedule: PipelineSchedule, forward_seconds: tuple[float, ...],
+            backward_seconds: tuple[float, ...], forward_transfer_seconds: tuple[float, ...],
+            backward_transfer_seconds: tuple[float, ...],
+            ipus: tuple[int, ...]) -> PipelineTime:
+    """:func:`pipeline_time` of checked inputs, worked out once for the same ones (a
+    search of layouts, ``ipupod plan``, asks again for every optimiser-state placement)."""
     order, span_free = _earliest_start_order(schedule, ipus, forward_seconds,
                                              backward_seconds)
     span = _span(schedule, order, ipus, forward_seconds, backward_seconds,

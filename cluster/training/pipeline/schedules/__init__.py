@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from cluster.errors import UserError
 from cluster.model.plugins import Registry
@@ -56,11 +57,13 @@ def schedule_names() -> list[str]:
     return list(SCHEDULES)
 
 
+@lru_cache(maxsize=64)
 def pipeline_schedule(name: str, stages: int, micro_batches: int) -> PipelineSchedule:
     """Schedule ``name`` for ``stages`` stages and ``micro_batches`` micro-batches, or a
     UserError naming the schedules there are. One stage is no pipeline: its micro-batches
     run one after another, forward then backward (1f1b's order for one stage), whatever
-    the name."""
+    the name. Built once per shape (a schedule is immutable): a search asks again and
+    again (``ipupod plan``)."""
     check_schedule_shape(name, stages, micro_batches)
     return SCHEDULES[ONE_STAGE if stages == 1 else name].build(stages, micro_batches)
 

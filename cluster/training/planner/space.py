@@ -1,0 +1,115 @@
+"""The layouts ``ipupod plan`` tries: the replica's shape (a tensor group, or pipeline
+stages, or one IPU), the data-parallel replicas, the micro-batch and the accumulation that
+make the global batch, recomputation and where the optimiser state lives.
+
+Tensor groups are not pipelined (``ipupod train`` refuses pipeline stages of tensor
+groups), so a replica is either a tensor group of ``T`` or ``T1 x T2`` IPUs or a pipeline
+of ``K`` stages, one IPU each. Every count is a power of two but the accumulation, which is
+what is left of the global batch: ``replicas x micro-batch x accumulation = global batch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from cluster.model.hardware import DeviceKind
+from cluster.model.topology import Topology
+from cluster.training.config import IPUS_PER_REPLICA
+from cluster.training.optimizer_state import OptimizerState
+from cluster.training.tensor_parallel.layout import GROUP_SIZES, OFF, TensorParallel
+
+GPT3_BATCH = {  # Brown et al. 2020, Table 2.1: 0.5M, 1M, 2M, 3.2M tokens in sequences of 2048
+    "gpt3-125m": 256, "gpt3-350m": 256, "gpt3-1.3b": 512, "gpt3-2.7b": 512,
+    "gpt3-6.7b": 1024, "gpt3-13b": 1024, "gpt3-175b": 1536}
+GPT3_SEQUENCE = 2048  # the sequence length of the paper's batches
+PRACTITIONER_BATCH = 512
+"""The global batch (samples) of a model without a published one in the repository: a
+common pre-training batch (Graphcore's GPT-3 2.7B and BERT phase-1 recipes use 512)."""
+
+
+@dataclass(frozen=True)
+class ReplicaShape:
+    """How one replica spreads over its IPUs: a tensor group, or ``stages`` pipeline
+    stages of one IPU each (1 and tensor parallelism off: the replica is one IPU)."""
+
+    tensor_parallel: TensorParallel = OFF
+    stages: int = 1
+
+    @property
+    def ipus(self) -> int:
+        """IPUs of one replica."""
+        return self.tensor_parallel.size if self.tensor_parallel.on else self.stages
+
+    def __str__(self) -> str:
+        if self.tensor_parallel.on:
+            return f"tensor-parallel {self.tensor_parallel}"
+        return "1 IPU" if self.stages == 1 else f"pipeline of {self.stages} stages"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One candidate: the replica's shape, replicas per server or rack, micro-batch
+    (samples), accumulation (micro-batches a step), recomputation, optimiser state."""
+
+    shape: ReplicaShape
+    replicas_per_server: int
+    micro_batch: int
+    accumulation: int
+    recompute: bool
+    optimizer_state: OptimizerState
+
+
+def default_global_batch(model: str, sequence_length: int | None) -> tuple[int, str]:
+    """The global batch (samples a step) when none is given, and why: a GPT-3's Table 2.1
+    batch (its tokens, in sequences of ``sequence_length`` when given), else
+    :data:`PRACTITIONER_BATCH`."""
+    sequences = GPT3_BATCH.get(model)
+    if sequences is None:
+        return PRACTITIONER_BATCH, ("a common pre-training batch: no published batch for "
+                                    "this model in the emulator")
+    sequence = sequence_length or GPT3_SEQUENCE
+    batch = max(1, sequences * GPT3_SEQUENCE // sequence)
+    same = "" if sequence == GPT3_SEQUENCE else f", as {batch} of {sequence}"
+    return batch, (f"Brown et al. 2020, Table 2.1: {sequences} sequences of "
+                   f"{GPT3_SEQUENCE} tokens{same}")
+
+
+def replica_shapes(server_size: int, layers: int) -> list[ReplicaShape]:
+    """Every replica shape a server or rack of ``server_size`` IPUs holds: one IPU,
+    pipelines of 2 to 16 stages (no more stages than ``layers``), and 1-D and 2-D tensor
+    groups of 2 to 16 IPUs."""
+    shapes = [ReplicaShape(stages=k) for k in IPUS_PER_REPLICA
+              if k <= min(server_size, layers)]
+    sizes = [n for n in GROUP_SIZES if 1 < n <= server_size and server_size % n == 0]
+    shapes += [ReplicaShape(TensorParallel(n)) for n in sizes]
+    return shapes + [ReplicaShape(TensorParallel(n // t2, t2)) for n in sizes for t2 in sizes
+                     if 1 < t2 < n]
+
+
+def optimizer_states(topology: Topology) -> list[OptimizerState]:
+    """Where the optimiser state may live: Streaming Memory only on IPU-M2000s."""
+    streams = all(unit.kind == DeviceKind.IPU_M2000 for unit in topology.units)
+    return [state for state in OptimizerState if streams or not state.offchip]
+
+
+def powers_of_two(most: int) -> list[int]:
+    """1, 2, 4, ... up to ``most``."""
+    return [1 << i for i in range(max(0, most).bit_length())]
+
+
+def layouts(shape: ReplicaShape, servers: int, server_size: int, global_batch: int,
+            states: list[OptimizerState]) -> Iterator[tuple[Layout, ...]]:
+    """The layouts of ``shape``, in runs of the same replicas, recomputation and state
+    whose micro-batch grows (so a search stops a run at the first that does not fit: a
+    larger micro-batch needs more memory)."""
+    for per_server in powers_of_two(server_size // shape.ipus):
+        replicas = servers * per_server
+        if global_batch % replicas:
+            continue
+        for recompute in (True, False):
+            for state in states:
+                yield tuple(Layout(shape, per_server, m, global_batch // (replicas * m),
+                                   recompute, state)
+                            for m in powers_of_two(global_batch // replicas)
+                            if global_batch % (replicas * m) == 0)
