@@ -109,7 +109,9 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
     first = record["steps"][0]
     pipelined = config.pipeline_stages > 1 and not config.splits_columns
     wrapped = (f" of {config.pipeline_stages} stages, the last on the first IPU"
-               if config.final_stage_on_first_ipu else "")
+               if config.final_stage_on_first_ipu else
+               f" of {config.pipeline_stages} stages, each tensor-parallel "
+               f"{config.tensor_parallel}" if config.tensor_parallel.on else "")
     shape = (f"{config.ipus_per_replica} IPUs each: {config.pipeline_schedule} pipeline"
              f"{wrapped}, "
              f"{config.accumulation} micro-batch{'' if config.accumulation == 1 else 'es'} "

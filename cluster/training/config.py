@@ -226,9 +226,10 @@ class TrainConfig:
                                "out {split} shard")
 
     def _check_tensor_parallel(self, server_ipus: int) -> None:
-        """A SettingError unless a tensor-parallel replica is one tensor group of a
-        workload's (pipelining it, or the MLP's column split, is not in the emulator) that
-        a server of ``server_ipus`` IPUs holds whole."""
+        """A SettingError unless a tensor-parallel replica is pipeline stages of whole
+        tensor groups of a workload's (``ipus_per_replica`` = stages x the group's IPUs;
+        the MLP's column split is not in the emulator) and a server of ``server_ipus``
+        IPUs (its IPU-Link domain) holds a tensor group whole."""
         layout = self.tensor_parallel
         if not layout.on:
             return
@@ -241,15 +242,15 @@ class TrainConfig:
             raise SettingError("tensor_parallel", "{tensor_parallel} splits a transformer's "
                                "layers: give {model} a transformer (gpt3-2.7b, bert-large, "
                                "...), or leave it out for the MLP")
-        if self.splits_columns or self.final_stage_on_first_ipu or self.layers_per_ipu:
-            raise SettingError("tensor_parallel", "{tensor_parallel} with {split} shard, "
-                               "{final_stage_on_first_ipu} or {layers_per_ipu} is not in the "
-                               "emulator yet: leave those out")
-        if self.ipus_per_replica != layout.size:
+        if self.splits_columns or self.final_stage_on_first_ipu:
+            raise SettingError("tensor_parallel", "{tensor_parallel} with {split} shard or "
+                               "{final_stage_on_first_ipu} is not in the emulator yet: leave "
+                               "those out")
+        if self.ipus_per_replica % layout.size:
             raise SettingError("tensor_parallel", "{tensor_parallel} {given} makes a replica "
-                               "its {size} IPUs ({ipus_per_replica} {given_ipus}): give "
-                               "{ipus_per_replica} {size} or leave it out (pipeline stages of "
-                               "tensor groups are not in the emulator yet)",
+                               "pipeline stages of {size} IPUs each ({ipus_per_replica} "
+                               "{given_ipus}): give {ipus_per_replica} {size} (one stage) or "
+                               "a multiple of it (stages x {size})",
                                given=str(layout), size=layout.size,
                                given_ipus=self.ipus_per_replica)
 

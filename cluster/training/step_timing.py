@@ -83,13 +83,13 @@ def _ipu_params(config: TrainConfig, workload: Workload) -> list[int]:
     with tensor parallelism, ``workload`` is each IPU's share and every IPU holds it)."""
     if config.splits_columns:
         return list(ColumnSplit.of(config.spec, config.ipus_per_replica).ipu_parameters)
-    if config.tensor_parallel.on:
-        return [workload.parameter_count] * config.ipus_per_replica
     stages = stage_layers(_layer_flops(workload), config.pipeline_stages,
                           config.layers_per_ipu)
+    group = config.tensor_parallel.size  # a stage's IPUs: its tensor group (1: one IPU)
     ipu_params = [0] * config.ipus_per_replica
-    for ipu, layers in zip(config.stage_ipus, stages):
-        ipu_params[ipu] += sum(workload.layers[i].parameters for i in layers)
+    for first, layers in zip(config.stage_ipus, stages):
+        for ipu in range(first, first + group):
+            ipu_params[ipu] += sum(workload.layers[i].parameters for i in layers)
     return ipu_params
 
 
@@ -163,11 +163,11 @@ def sharded_reduction_timing(run: TrainPlan) -> ShardedReduction | None:
 def _host_io_and_update(config: TrainConfig, topology: Topology, workload: Workload,
                         chains: np.ndarray, ipu_params: list[int]) -> tuple[float, float]:
     """(host I/O, update) simulated seconds: the host's input to each replica's first IPU
-    (every IPU of its tensor group with tensor parallelism) for the step's micro-batches,
+    (every IPU of its first stage's tensor group with tensor parallelism) for the step's micro-batches,
     and the slowest IPU's weight update of its ``ipu_params[s]`` parameters (its share of
     them when the optimiser state is sharded)."""
     input_bytes = config.accumulation * config.micro_batch * workload.input_bytes
-    fed = chains if config.tensor_parallel.on else chains[:, :1]
+    fed = chains[:, :config.tensor_parallel.size]  # the first stage's IPUs
     host_io = host_io_seconds(topology, fed.ravel().tolist(), input_bytes)
     update = max(stage_update_seconds(config, topology, workload, int(chains[0, s]), params)
                  for s, params in enumerate(ipu_params))
@@ -231,6 +231,7 @@ def pipeline_costs(config: TrainConfig, topology: Topology, workload: Workload,
     schedule = pipeline_schedule(config.pipeline_schedule, len(stages), config.accumulation)
     backward_factor = BACKWARD_FLOPS_FACTOR + (1 if config.recomputes else 0)
     on = chains[:, list(config.stage_ipus)]  # on[:, s]: every replica's IPU of stage s
+    sends = stage_senders(config, chains)  # on[:, s] and the rest of each tensor group
     forward, backward = [], []
     for s, layers in enumerate(stages):
         processor = topology.ipu_processors[int(on[0, s])]
@@ -238,17 +239,27 @@ def pipeline_costs(config: TrainConfig, topology: Topology, workload: Workload,
                                   [workload.layers[i] for i in layers])
         forward.append(seconds)
         backward.append(backward_factor * seconds)
-    nbytes = [np.full(len(chains), float(config.micro_batch
-                                         * workload.layers[layers[-1]].output_bytes))
+    nbytes = [np.full(len(sends), float(config.micro_batch
+                                        * workload.layers[layers[-1]].output_bytes))
               for layers in stages[:-1]]
     if schedule.cycles is not None:
         return PipelineCosts(schedule, forward, backward, [], [],
-                             _cycle_copy_seconds(topology, on, nbytes))
-    ahead = [superstep_cost(topology, on[:, b], on[:, b + 1], n).seconds
+                             _cycle_copy_seconds(topology, sends, nbytes))
+    ahead = [superstep_cost(topology, sends[:, b], sends[:, b + 1], n).seconds
              for b, n in enumerate(nbytes)]
-    back = [superstep_cost(topology, on[:, b + 1], on[:, b], n).seconds
+    back = [superstep_cost(topology, sends[:, b + 1], sends[:, b], n).seconds
             for b, n in enumerate(nbytes)]
     return PipelineCosts(schedule, forward, backward, ahead, back)
+
+
+def stage_senders(config: TrainConfig, chains: np.ndarray) -> np.ndarray:
+    """Who sends across the stage boundaries: row ``i T + r`` (``T`` the tensor group's
+    IPUs, 1 without tensor parallelism) holds, for each stage, IPU ``i`` of replica
+    ``r``'s tensor group there. Each IPU of a stage's tensor group sends its copy of the
+    stage's output (its share with 2-D) to the same IPU of the next stage's group, and
+    the gradient back: Megatron-LM's send without the scatter-gather optimisation."""
+    return np.concatenate([chains[:, [first + i for first in config.stage_ipus]]
+                           for i in range(config.tensor_parallel.size)])
 
 
 def _cycle_copy_seconds(topology: Topology, on: np.ndarray, nbytes: list[np.ndarray]) -> float:

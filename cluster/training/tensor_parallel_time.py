@@ -8,6 +8,12 @@ share split their bandwidth). All-reduces of the same group and size cost the sa
 each kind is priced once. They run one after another and do not overlap compute (an
 assumption: Poplar can overlap some of them, the cost model does not), once per
 micro-batch.
+
+With pipeline stages of tensor groups (``--ipus-per-replica S x T``), a stage's layers
+run their all-reduces over that stage's tensor groups (its ``T`` consecutive IPUs of
+every replica), priced stage by stage: the stages run side by side as their compute
+does, so the step's part is the busiest stage's all-reduces (as expert parallelism's
+all-to-alls are), while :attr:`TensorParallelTime.kinds` keeps every stage's.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cluster.model.topology import Topology
+from cluster.training.pipeline.stages import stage_layers
 from cluster.training.plan import TrainPlan
 from cluster.training.priced_collectives import PricedCollectives
 from cluster.training.tensor_parallel.layer_allreduces import (
@@ -41,18 +48,32 @@ class CollectiveKind(PricedCollectives):
     role: TensorRole
     phase: Phase
     axis: Axis
+    stage: int = 0  # the pipeline stage whose layers run them
 
 
 @dataclass(frozen=True)
 class TensorParallelTime:
-    """A step's tensor-parallel all-reduces by kind; ``seconds``: their sum."""
+    """A step's tensor-parallel all-reduces by kind, every pipeline stage's;
+    ``seconds``: the busiest stage's, one after another (the step's part)."""
 
     kinds: tuple[CollectiveKind, ...] = ()
 
+    def stage_seconds(self, stage: int) -> float:
+        """Simulated seconds of pipeline stage ``stage``'s all-reduces, one after another."""
+        return sum(kind.total_seconds for kind in self.kinds if kind.stage == stage)
+
+    @property
+    def busiest(self) -> tuple[CollectiveKind, ...]:
+        """The kinds of the stage whose all-reduces take longest (the first on a tie)."""
+        if not self.kinds:
+            return ()
+        stage = max(sorted({kind.stage for kind in self.kinds}), key=self.stage_seconds)
+        return tuple(kind for kind in self.kinds if kind.stage == stage)
+
     @property
     def seconds(self) -> float:
-        """Simulated seconds of all of them, one after another."""
-        return sum(kind.total_seconds for kind in self.kinds)
+        """Simulated seconds of the busiest stage's all-reduces (the step's part)."""
+        return sum(kind.total_seconds for kind in self.busiest)
 
 
 def axis_groups(chains: np.ndarray, layout: TensorParallel, axis: Axis) -> list[np.ndarray]:
@@ -83,25 +104,40 @@ def allreduce_seconds(topology: Topology, groups: list[np.ndarray], nbytes: int,
 
 
 def tensor_parallel_time(run: TrainPlan) -> TensorParallelTime:
-    """The ``run``'s tensor-parallel all-reduces for a step (none when it is off)."""
+    """The ``run``'s tensor-parallel all-reduces for a step, every stage's (none when it
+    is off)."""
     config = run.config
     layout = config.tensor_parallel
     if not layout.on:
         return TensorParallelTime()
-    found = micro_batch_collectives(run.workload, layout, config.recomputes)
+    stages = stage_layers([layer.training_flops for layer in run.rank_workload.layers],
+                          config.pipeline_stages, config.layers_per_ipu)
+    kinds: list[CollectiveKind] = []
+    for stage, (first, layers) in enumerate(zip(config.stage_ipus, stages)):
+        group = run.chains[:, first:first + layout.size]  # every replica's tensor group
+        kinds += _stage_kinds(run, stage, group, layers)
+    return TensorParallelTime(tuple(kinds))
+
+
+def _stage_kinds(run: TrainPlan, stage: int, chains: np.ndarray,
+                 layers: range) -> list[CollectiveKind]:
+    """The all-reduces of pipeline stage ``stage`` (its ``layers``) over its tensor
+    groups (``chains[r]``: replica ``r``'s), by kind, each kind priced once."""
+    config, layout = run.config, run.config.tensor_parallel
+    found = micro_batch_collectives(run.workload, layout, config.recomputes, layers)
     counted = Counter(_key(c, config.micro_batch) for c in found)
     priced: dict[tuple[Axis, int, int], float] = {}
     kinds = []
     for (role, phase, axis, what, nbytes, itemsize), count in counted.items():
         if (axis, nbytes, itemsize) not in priced:
             priced[axis, nbytes, itemsize] = allreduce_seconds(
-                run.topology, axis_groups(run.chains, layout, axis), nbytes, itemsize,
+                run.topology, axis_groups(chains, layout, axis), nbytes, itemsize,
                 config.algorithm)
         kinds.append(CollectiveKind(
             role=role, phase=phase, axis=axis, what=what, group_size=group_size(layout, axis),
             nbytes=nbytes, count=count * config.accumulation,
-            seconds=priced[axis, nbytes, itemsize]))
-    return TensorParallelTime(tuple(kinds))
+            seconds=priced[axis, nbytes, itemsize], stage=stage))
+    return kinds
 
 
 def _key(collective: TensorCollective, micro_batch: int

@@ -42,6 +42,7 @@ leave them out).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cluster.model.text_enum import TextEnum
@@ -138,12 +139,14 @@ def layer_collectives(layer: Layer, layout: TensorParallel,
             for phase, axis, what, values, dtype in found if sizes[axis] > 1]
 
 
-def micro_batch_collectives(workload: Workload, layout: TensorParallel,
-                            recomputes: bool) -> list[TensorCollective]:
+def micro_batch_collectives(workload: Workload, layout: TensorParallel, recomputes: bool,
+                            layers: Sequence[int] | None = None) -> list[TensorCollective]:
     """Every all-reduce a replica's tensor group runs for one micro-batch of ``workload``
-    (the whole model's: its shapes are the layers'), with the forward ones again when it
-    ``recomputes``."""
-    found = [each for layer in workload.layers
+    (the whole model's: its shapes are the layers'; ``layers``: only those, by index, a
+    pipeline stage's), with the forward ones again when it ``recomputes``."""
+    chosen = (workload.layers if layers is None
+              else [workload.layers[i] for i in layers])
+    found = [each for layer in chosen
              for each in layer_collectives(layer, layout, workload.partials_dtype)]
     if recomputes:
         found += [TensorCollective(c.layer, c.role, Phase.RECOMPUTE, c.axis, c.what, c.values,
