@@ -39,6 +39,7 @@ from cluster.training.records import RunRecord
 from cluster.training.reports.servers import format_table, scaling_rows, write_report
 from cluster.training.reports.settings import made_by
 from cluster.training.reports.settings import markdown as settings_markdown
+from cluster.training.step_collectives import collective_records
 from cluster.training.step_parts import parts_spent
 from cluster.training.step_trace import config_trace
 from gcl.modes import Mode
@@ -85,6 +86,13 @@ def _expert_load(plan: TrainPlan) -> dict[str, Any]:
     return {EXPERTS_KEY: {"experts": routing.count, "experts_per_ipu": routing.count // degree,
                           "top_k": routing.top_k,
                           "busiest_expert_over_mean": routing.capacity_factor}}
+
+
+def _collectives(plan: TrainPlan) -> dict[str, Any]:
+    """``{"collectives": [...]}``: every kind of tensor- and expert-parallel collective
+    of a step, by stage and group (:func:`collective_records`); empty without them."""
+    found = collective_records(plan)
+    return {"collectives": found} if found else {}
 
 
 def _uncounted(plan: TrainPlan) -> dict[str, Any]:
@@ -201,7 +209,7 @@ def train_command(servers: int | None, topology_spec: str | None, mode: str | No
     wall = wall_recorder(config.mode, trace_path)
     with ray_chatter_to_stderr() as out, progress("training", total=config.steps) as on_step:
         record = {**run(plan, ray_address, on_step, wall, placement), **assumed,
-                  **_uncounted(plan), **_expert_load(plan)}
+                  **_uncounted(plan), **_expert_load(plan), **_collectives(plan)}
     echo = partial(click.echo, file=out)
     if as_json:
         echo(json.dumps(record, indent=2))

@@ -11,7 +11,8 @@ they make up (``ipupod train --trace``, :mod:`.step_trace`):
 - with tensor parallelism (:mod:`.tensor_parallel_time`): each kind of all-reduce over
   the replicas' tensor groups (what it sums, of which layers, in which pass, over which
   group), all of that kind in the step one after another, adding up to the
-  tensor-parallel collectives part;
+  tensor-parallel collectives part (with pipeline stages of tensor groups, the busiest
+  stage's; :func:`collective_records` lists every stage's for ``--json``);
 - with expert parallelism (:mod:`.expert_parallel_time`): each kind of all-to-all
   of the busiest stage's MoE layers over the expert groups, adding up to the
   expert-parallel collectives part.
@@ -29,7 +30,7 @@ from cluster.training.expert_parallel_time import expert_parallel_time
 from cluster.training.plan import TrainPlan
 from cluster.training.sharding import sharded_time
 from cluster.training.step_timing import sharded_reduction_timing
-from cluster.training.tensor_parallel_time import tensor_parallel_time
+from cluster.training.tensor_parallel_time import CollectiveKind, tensor_parallel_time
 
 SHARDED_REDUCTION = "gradient reduction (sharded state)"  # the tracks' names
 SHARD_EXCHANGE = "shard exchange"
@@ -79,17 +80,38 @@ def step_collectives(plan: TrainPlan) -> list[PartSpan]:
 
 
 def _tensor_parallel_spans(plan: TrainPlan) -> list[PartSpan]:
-    """A span per kind of tensor-parallel all-reduce of the ``plan``'s step: its count,
-    bytes per IPU each, group and seconds each (simulated)."""
-    replicas = plan.config.replicas
+    """A span per kind of tensor-parallel all-reduce of the ``plan``'s step (the busiest
+    pipeline stage's): its count, bytes per IPU each, group and seconds each (simulated)."""
+    staged = plan.config.pipeline_stages > 1
     return [PartSpan(TENSOR_PARALLEL, "tensor_parallel_seconds",
                      f"{kind.phase} all-reduce of the {kind.role}'s {kind.what}",
                      kind.total_seconds,
                      {"count": kind.count, "bytes": kind.nbytes, "axis": str(kind.axis),
-                      "seconds_each": kind.seconds,
-                      "group": f"{kind.axis} groups of {kind.group_size} IPUs, every one of "
-                               f"{replicas} replicas' at once"})
-            for kind in tensor_parallel_time(plan).kinds]
+                      "seconds_each": kind.seconds, "group": _tensor_group(plan, kind),
+                      **({"stage": kind.stage} if staged else {})})
+            for kind in tensor_parallel_time(plan).busiest]
+
+
+def _tensor_group(plan: TrainPlan, kind: CollectiveKind) -> str:
+    """The groups a tensor-parallel all-reduce of ``kind`` runs over, in words."""
+    where = (f" of pipeline stage {kind.stage}" if plan.config.pipeline_stages > 1 else "")
+    return (f"{kind.axis} groups of {kind.group_size} IPUs{where}, every one of "
+            f"{plan.config.replicas} replicas' at once")
+
+
+def collective_records(plan: TrainPlan) -> list[dict[str, Any]]:
+    """Every kind of model-parallel collective of the ``plan``'s step, for ``--json``:
+    each pipeline stage's tensor-parallel all-reduces and the busiest stage's
+    expert-parallel all-to-alls (what the expert-parallel part prices), with their
+    count a step, bytes per IPU each, group and simulated seconds each."""
+    tensor = [{"part": "tensor_parallel_seconds", "collective": "all-reduce",
+               "stage": kind.stage, "phase": str(kind.phase), "layers": str(kind.role),
+               "what": kind.what, "axis": str(kind.axis), "group_size": kind.group_size,
+               "group": _tensor_group(plan, kind), "count": kind.count, "bytes": kind.nbytes,
+               "seconds_each": kind.seconds}
+              for kind in tensor_parallel_time(plan).kinds]
+    return tensor + [{"part": span.part, "collective": "all-to-all", "what": span.name,
+                      **span.args} for span in _expert_parallel_spans(plan)]
 
 
 def _expert_parallel_spans(plan: TrainPlan) -> list[PartSpan]:
