@@ -6,6 +6,7 @@ import io
 import json
 import shlex
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -13,10 +14,13 @@ from cluster.cli.main import main
 from cluster.training.config import TrainConfig
 from cluster.training.fit import fits
 from cluster.training.plan import plan_for
+from cluster.training.planner.report import Question, train_command
 from cluster.training.planner.search import compute_seconds, layout_plan, search
-from cluster.training.planner.space import default_global_batch
+from cluster.training.planner.space import default_global_batch, replica_shapes
+from cluster.training.step_timing import step_time
 from gcl.modes import Mode
 
+MOE_EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "workloads" / "moe-small.yaml"
 SMALL = ("--model", "gpt3-125m", "--topology", "pod16", "--global-batch", "16")
 
 
@@ -149,3 +153,38 @@ def test_a_mistake_is_one_error_line(ipupod_main, args, says):
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0]
     assert run.stdout == ""
+
+
+def test_pipelines_of_tensor_groups_are_searched_and_priced_as_train_prices_them(
+        small_search, ipupod_main):
+    composed = [found for found in small_search.priced
+                if found.layout.shape.stages > 1 and found.layout.shape.tensor_parallel.on]
+    assert composed, "no pipeline of tensor groups fits gpt3-125m on a POD16"
+    found = composed[0]
+    shape = found.layout.shape
+    assert found.plan.config.ipus_per_replica == shape.stages * shape.tensor_parallel.size
+    assert found.step.sim_seconds == step_time(layout_plan(found.plan, found.layout)).sim_seconds
+    question = Question("gpt3-125m", "pod16", None, 16, "", 1)
+    words = shlex.split(train_command(question, found.layout))
+    assert f"--ipus-per-replica {shape.ipus}" in " ".join(words)
+    run = ipupod_main(*words[1:], "--steps", "1", "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["steps"][0]["sim_seconds"] == found.step.sim_seconds
+
+
+def test_a_moe_model_s_experts_are_searched_over_expert_groups_and_tensor_groups_are_not():
+    shapes = replica_shapes(16, 4, experts=8)
+    experts = {shape.expert_parallel for shape in shapes}
+    assert experts == {1, 2, 4, 8}
+    assert not any(s.expert_parallel > 1 and s.tensor_parallel.on for s in shapes)
+    assert {s.expert_parallel for s in replica_shapes(16, 4)} == {1}
+
+
+def test_a_moe_search_prices_expert_parallel_layouts():
+    base = plan_for(TrainConfig(topology="pod16", model=str(MOE_EXAMPLE), mode=Mode.PHANTOM,
+                                replicas_per_server=0))
+    found = search(base, 16, top=3)
+    spread = [p for p in found.fitting if p.layout.shape.expert_parallel > 1]
+    assert spread and all(p.plan.config.replicas_per_server % p.layout.shape.expert_parallel
+                          == 0 for p in spread)
+    assert found.priced and found.priced[0].step.sim_seconds > 0

@@ -45,8 +45,12 @@ def train_command(question: Question, layout: Layout) -> str:
     words = ["ipupod train", f"--model {question.model}", f"--topology {question.topology}"]
     if question.sequence_length is not None:
         words.append(f"--sequence-length {question.sequence_length}")
-    words.append(f"--tensor-parallel {shape.tensor_parallel}" if shape.tensor_parallel.on
-                 else f"--ipus-per-replica {shape.ipus}")
+    if shape.tensor_parallel.on:
+        words.append(f"--tensor-parallel {shape.tensor_parallel}")
+    if not shape.tensor_parallel.on or shape.stages > 1:
+        words.append(f"--ipus-per-replica {shape.ipus}")
+    if shape.expert_parallel > 1:
+        words.append(f"--expert-parallel {shape.expert_parallel}")
     words += [f"--replicas-per-server {layout.replicas_per_server}",
               f"--micro-batch {layout.micro_batch}",
               f"--gradient-accumulation {layout.accumulation}",
@@ -66,6 +70,7 @@ def _layout_record(plan: TrainPlan, layout: Layout) -> dict[str, Any]:
     """A layout's settings, as ``--json`` names them."""
     shape = layout.shape
     return {"tensor_parallel": str(shape.tensor_parallel), "pipeline_stages": shape.stages,
+            "expert_parallel": shape.expert_parallel,
             "ipus_per_replica": shape.ipus, "replicas": plan.config.replicas,
             "replicas_per_server": layout.replicas_per_server,
             "ipus": plan.config.replicas * shape.ipus, "micro_batch": layout.micro_batch,
@@ -180,9 +185,11 @@ def as_text(question: Question, found: Search, base: TrainPlan) -> list[str]:
 
 def _priced_lines(rank: int, record: dict[str, Any]) -> list[str]:
     """One fitting layout: settings, step by part, throughput, memory, command."""
-    shape = (f"tensor-parallel {record['tensor_parallel']}" if record["tensor_parallel"] != "1"
-             else f"{record['pipeline_stages']}-stage pipeline"
-             if record["pipeline_stages"] > 1 else "1 IPU")
+    stages, tensor = record["pipeline_stages"], record["tensor_parallel"]
+    shape = " x ".join(([f"{stages}-stage pipeline"] if stages > 1 else [])
+                       + ([f"tensor-parallel {tensor}"] if tensor != "1" else [])) or "1 IPU"
+    if record["expert_parallel"] > 1:
+        shape += f", experts over {record['expert_parallel']} replicas"
     parts = ", ".join(f"{part.title} {part.seconds(record['parts_seconds']):.4g} s"
                       for part in parts_spent([record["parts_seconds"]])
                       if part.seconds(record["parts_seconds"]) >= SHOWN_SHARE * record[

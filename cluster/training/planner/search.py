@@ -87,6 +87,7 @@ def layout_plan(base: TrainPlan, layout: Layout) -> TrainPlan:
     shape = layout.shape
     return base.with_config(replace(
         base.config, ipus_per_replica=shape.ipus, tensor_parallel=shape.tensor_parallel,
+        expert_parallel=shape.expert_parallel,
         replicas_per_server=layout.replicas_per_server, micro_batch=layout.micro_batch,
         accumulation=layout.accumulation, recompute=layout.recompute,
         optimizer_state=layout.optimizer_state))
@@ -100,7 +101,8 @@ def search(base: TrainPlan, global_batch: int, top: int) -> Search:
     found = Search()
     config = base.config
     states = optimizer_states(base.topology)
-    for shape in replica_shapes(base.server_size, len(base.workload.layers)):
+    for shape in replica_shapes(base.server_size, len(base.workload.layers),
+                                experts_per_layer(base)):
         for run in layouts(shape, config.servers, base.server_size, global_batch, states):
             for layout in run:
                 found.tried += 1
@@ -110,6 +112,12 @@ def search(base: TrainPlan, global_batch: int, top: int) -> Search:
     found.fitting.sort(key=lambda f: f.compute_seconds)
     _price_fastest(found, top)
     return found
+
+
+def experts_per_layer(base: TrainPlan) -> int:
+    """Experts of ``base``'s mixture-of-experts layers (the most of any; 1: none)."""
+    return max((layer.experts.count for layer in base.workload.layers
+                if layer.experts is not None), default=1)
 
 
 def _price_fastest(found: Search, top: int) -> None:

@@ -1,11 +1,14 @@
-"""The layouts ``ipupod plan`` tries: the replica's shape (a tensor group, or pipeline
-stages, or one IPU), the data-parallel replicas, the micro-batch and the accumulation that
-make the global batch, recomputation and where the optimiser state lives.
+"""The layouts ``ipupod plan`` tries: the replica's shape (pipeline stages, each a tensor
+group or one IPU, and for a mixture-of-experts model the expert group), the data-parallel
+replicas, the micro-batch and the accumulation that make the global batch, recomputation
+and where the optimiser state lives.
 
-Tensor groups are not pipelined (``ipupod train`` refuses pipeline stages of tensor
-groups), so a replica is either a tensor group of ``T`` or ``T1 x T2`` IPUs or a pipeline
-of ``K`` stages, one IPU each. Every count is a power of two but the accumulation, which is
-what is left of the global batch: ``replicas x micro-batch x accumulation = global batch``.
+A replica is ``S`` pipeline stages of a tensor group of ``T`` (or ``T1 x T2``) IPUs each
+(``T`` of 1: a stage per IPU; ``S`` of 1: one tensor group), as ``ipupod train
+--ipus-per-replica S x T --tensor-parallel T`` runs it; a MoE model's experts may spread
+over ``E`` consecutive replicas (``--expert-parallel E``, not with tensor groups, as train
+refuses). Every count is a power of two but the accumulation, which is what is left of the
+global batch: ``replicas x micro-batch x accumulation = global batch``.
 """
 
 from __future__ import annotations
@@ -30,21 +33,27 @@ common pre-training batch (Graphcore's GPT-3 2.7B and BERT phase-1 recipes use 5
 
 @dataclass(frozen=True)
 class ReplicaShape:
-    """How one replica spreads over its IPUs: a tensor group, or ``stages`` pipeline
-    stages of one IPU each (1 and tensor parallelism off: the replica is one IPU)."""
+    """How one replica spreads over its IPUs: ``stages`` pipeline stages, each a tensor
+    group (or one IPU with tensor parallelism off), and its MoE layers' experts over
+    ``expert_parallel`` replicas (1: off)."""
 
     tensor_parallel: TensorParallel = OFF
     stages: int = 1
+    expert_parallel: int = 1
 
     @property
     def ipus(self) -> int:
-        """IPUs of one replica."""
-        return self.tensor_parallel.size if self.tensor_parallel.on else self.stages
+        """IPUs of one replica: stages x the tensor group's."""
+        return self.tensor_parallel.size * self.stages
 
     def __str__(self) -> str:
+        experts = (f", experts over {self.expert_parallel} replicas"
+                   if self.expert_parallel > 1 else "")
+        pipeline = f"pipeline of {self.stages} stages"
         if self.tensor_parallel.on:
-            return f"tensor-parallel {self.tensor_parallel}"
-        return "1 IPU" if self.stages == 1 else f"pipeline of {self.stages} stages"
+            tensor = f"tensor-parallel {self.tensor_parallel}"
+            return (f"{pipeline} x {tensor}" if self.stages > 1 else tensor) + experts
+        return ("1 IPU" if self.stages == 1 else pipeline) + experts
 
 
 @dataclass(frozen=True)
@@ -75,16 +84,20 @@ def default_global_batch(model: str, sequence_length: int | None) -> tuple[int, 
                    f"{GPT3_SEQUENCE} tokens{same}")
 
 
-def replica_shapes(server_size: int, layers: int) -> list[ReplicaShape]:
+def replica_shapes(server_size: int, layers: int, experts: int = 1) -> list[ReplicaShape]:
     """Every replica shape a server or rack of ``server_size`` IPUs holds: one IPU,
-    pipelines of 2 to 16 stages (no more stages than ``layers``), and 1-D and 2-D tensor
-    groups of 2 to 16 IPUs."""
-    shapes = [ReplicaShape(stages=k) for k in IPUS_PER_REPLICA
-              if k <= min(server_size, layers)]
+    pipelines of 2 to 16 stages (no more stages than ``layers``), 1-D and 2-D tensor
+    groups of 2 to 16 IPUs, and pipelines of those groups; with ``experts`` per MoE layer
+    (1: none), the shapes without tensor groups again with the experts over 2, 4, ...
+    replicas (a power of two that divides ``experts``)."""
     sizes = [n for n in GROUP_SIZES if 1 < n <= server_size and server_size % n == 0]
-    shapes += [ReplicaShape(TensorParallel(n)) for n in sizes]
-    return shapes + [ReplicaShape(TensorParallel(n // t2, t2)) for n in sizes for t2 in sizes
-                     if 1 < t2 < n]
+    groups = [OFF, *(TensorParallel(n) for n in sizes),
+              *(TensorParallel(n // t2, t2) for n in sizes for t2 in sizes if 1 < t2 < n)]
+    shapes = [ReplicaShape(group, k) for group in groups for k in IPUS_PER_REPLICA
+              if k <= layers and group.size * k <= server_size]
+    degrees = [e for e in powers_of_two(experts) if e > 1 and experts % e == 0]
+    return shapes + [ReplicaShape(OFF, shape.stages, e) for e in degrees for shape in shapes
+                     if not shape.tensor_parallel.on]
 
 
 def optimizer_states(topology: Topology) -> list[OptimizerState]:
@@ -105,7 +118,7 @@ def layouts(shape: ReplicaShape, servers: int, server_size: int, global_batch: i
     larger micro-batch needs more memory)."""
     for per_server in powers_of_two(server_size // shape.ipus):
         replicas = servers * per_server
-        if global_batch % replicas:
+        if global_batch % replicas or per_server % shape.expert_parallel:
             continue
         for recompute in (True, False):
             for state in states:
