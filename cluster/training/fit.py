@@ -136,8 +136,9 @@ def hint(plan: TrainPlan) -> str:
                                            "pod": DEFAULTS.workload_topology,
                                            "ipus": pod.config.ipus_per_replica,
                                            "micro": pod.config.micro_batch})
-    beyond = ("; a transformer this size needs pipeline stages of tensor groups or its "
-              "weights streamed in phase by phase, neither in the emulator yet"
+    beyond = ("; a transformer this size needs pipeline stages of tensor groups over more "
+              "than 16 IPUs or its weights streamed in phase by phase, neither in the "
+              "emulator yet"
               if _splits(plan) else "")
     return ("nothing tried fits (up to 16 IPUs per replica, micro-batch 1, recomputation, "
             "every {optimizer_state}, {tensor_parallel} up to 16 for a transformer): make "

@@ -163,9 +163,9 @@ def sharded_reduction_timing(run: TrainPlan) -> ShardedReduction | None:
 def _host_io_and_update(config: TrainConfig, topology: Topology, workload: Workload,
                         chains: np.ndarray, ipu_params: list[int]) -> tuple[float, float]:
     """(host I/O, update) simulated seconds: the host's input to each replica's first IPU
-    (every IPU of its first stage's tensor group with tensor parallelism) for the step's micro-batches,
-    and the slowest IPU's weight update of its ``ipu_params[s]`` parameters (its share of
-    them when the optimiser state is sharded)."""
+    (every IPU of its first stage's tensor group with tensor parallelism) for the step's
+    micro-batches, and the slowest IPU's weight update of its ``ipu_params[s]``
+    parameters (its share of them when the optimiser state is sharded)."""
     input_bytes = config.accumulation * config.micro_batch * workload.input_bytes
     fed = chains[:, :config.tensor_parallel.size]  # the first stage's IPUs
     host_io = host_io_seconds(topology, fed.ravel().tolist(), input_bytes)

@@ -23,8 +23,8 @@ from cluster.training.workloads import peak_flops_per_second
 
 SHOWN_SHARE = 1e-9  # a part of less than this share of its step is rounding, not shown
 PHASED = ("a model this size needs its weights and optimiser state streamed in phase by "
-          "phase (phased execution) or pipeline stages of tensor groups, neither in the "
-          "emulator yet")
+          "phase (phased execution) or pipeline stages of tensor groups over more than 16 "
+          "IPUs, neither in the emulator yet")
 
 
 @dataclass(frozen=True)
