@@ -178,3 +178,13 @@ def test_a_tensor_group_wider_than_the_ipu_link_domain_is_refused():
                          replicas_per_server=1, tensor_parallel=TensorParallel(4, 4))
     with pytest.raises(SettingError, match="does not divide a server or rack of 8"):
         config.check_settings(8)
+
+
+def test_layers_per_ipu_gives_each_stage_of_tensor_groups_its_layers():
+    given = composed(layers_per_ipu=(20, 31))
+    first = given.workload.layers[:20]
+    halves = sum(layer.tensor is not None and layer.tensor.role in BLOCK_HALVES
+                 for layer in first)
+    counted = sum(kind.count for kind in tensor_parallel_time(given).kinds
+                  if kind.stage == 0 and kind.role in BLOCK_HALVES)
+    assert counted == 2 * halves * ACCUMULATION
