@@ -42,9 +42,11 @@ def test_a_silent_device_whose_node_is_lost_is_named_before_the_deadline(devices
         asked.append(silent)
         return NOTE if silent == [1] else ""
 
+    answered = devices[0].answer.remote(False)
+    ray.wait([answered])  # answered before the wait starts, however loaded the machine
     with pytest.raises(NodeLost) as named:
-        wait_all([devices[0].answer.remote(False), devices[1].answer.remote(True)], specs,
-                 DEADLINE_SECONDS, "stats", lost)
+        wait_all([answered, devices[1].answer.remote(True)], specs, DEADLINE_SECONDS, "stats",
+                 lost)
     assert str(named.value) == f"{NOTE}: stats: no answer from {specs[1].name}"
     assert asked and all(silent == [1] for silent in asked)  # the answered one is not asked
 
