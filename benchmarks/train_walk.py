@@ -2,13 +2,13 @@
 
 Runs one phantom ``ipupod train --model bert-large --steps 1 --json`` in this process
 (after one unmeasured run, so that imports and the built-in registry's own uses of the
-name are not counted) under :func:`sys.setprofile` and notes every call into this repository's code (``cluster``,
-``gcl``, ``ipu_node``) that is handed the model's name as an argument: each is a place
-that reads the text again. Their packages, in call order, are the walk; a *room* is a
-package (``cluster.cli``, ``cluster.training.workloads``), a *move* a step from one room to
-another, a *climb back* a move into a room the walk has already left (the text carried
-down, then up again to be read once more). A run resolved once reads the name at the
-edge, and the walk goes down without climbing back.
+name are not counted) under :func:`sys.setprofile` and notes every call into this
+repository's code (``cluster``, ``gcl``, ``ipu_node``) that is handed the model's name as
+an argument: each is a place that reads the text again. Their packages, in call order,
+are the walk; a *room* is a package (``cluster.cli``, ``cluster.training.workloads``), a
+*move* a step from one room to another, a *climb back* a move into a room the walk has
+already left (the text carried down, then up again to be read once more). A run
+resolved once would read the name at the edge and go down without climbing back.
 
     .venv/bin/python benchmarks/train_walk.py            # rooms, moves, climbs, the walk
     .venv/bin/python benchmarks/train_walk.py --json
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -40,7 +41,7 @@ def _room(frame: FrameType) -> str | None:
         return None
     if not parts or parts[0] not in PACKAGES:
         return None
-    return ".".join(parts[:-1] if parts[-1] != "__init__" else parts[:-1]) or parts[0]
+    return ".".join(parts[:-1]) or parts[0]
 
 
 def _arguments(frame: FrameType) -> list[Any]:
@@ -62,7 +63,7 @@ def walk(model: str, extra: list[str]) -> list[tuple[str, str]]:
         room = _room(frame)
         if room is not None and any(value == model for value in _arguments(frame)
                                     if isinstance(value, str)):
-            seen.append((room, frame.f_code.co_qualname))
+            seen.append((room, frame.f_code.co_name))
 
     argv = ["train", "--model", model, "--mode", "phantom", "--steps", "1", "--json", *extra]
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -80,7 +81,7 @@ def measure(calls: list[tuple[str, str]]) -> dict[str, Any]:
     path = [room for i, (room, _) in enumerate(calls) if i == 0 or calls[i - 1][0] != room]
     left: set[str] = set()
     climbs = 0
-    for previous, room in zip(path, path[1:], strict=False):
+    for previous, room in itertools.pairwise(path):
         left.add(previous)
         climbs += room in left
     return {"rooms": len(set(path)), "moves": max(len(path) - 1, 0), "climbs_back": climbs,

@@ -128,8 +128,8 @@ class PartitionStore(Protocol):
 
 class PartitionTable:
     """The partitions of one topology, who owns each and within what quota: creates,
-    finds, lists and removes them (thread-safe); with a store (:meth:`keep_in`) each owned partition is saved
-    before it is acknowledged, and deleted there when removed."""
+    finds, lists and removes them (thread-safe); with a store (:meth:`keep_in`) each owned
+    partition is saved before it is acknowledged, and deleted there when removed."""
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology

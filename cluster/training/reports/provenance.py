@@ -11,8 +11,8 @@ apart for any setting, by field, with the reason of a value the user left out
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
+from cluster.model.text_enum import TextEnum
 from cluster.training.defaults import RULES
 from cluster.training.plan import TrainPlan
 
@@ -20,7 +20,7 @@ COMMANDS_DEFAULT = "the command's default"
 """The reason of a default no rule explains (an option of the command's own)."""
 
 
-class Source(StrEnum):
+class Source(TextEnum):
     """Where a setting's value came from."""
 
     GIVEN = "given"  # the user typed it
