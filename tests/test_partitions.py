@@ -11,7 +11,13 @@ import pytest
 from cluster.errors import UserError
 from cluster.model.presets import build_preset
 from cluster.model.routing import router_of
-from cluster.service.partitions import Partition, PartitionError, PartitionTable, block_order
+from cluster.service.partitions import (
+    RESOURCE_EXHAUSTED,
+    Partition,
+    PartitionError,
+    PartitionTable,
+    block_order,
+)
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +75,23 @@ def test_errors_are_user_errors_with_a_grpc_code(topologies):
         parts.create("", 1)
     with pytest.raises(ValueError):
         PartitionError("OOPS", "not a code")
+
+
+# -- owners and quotas ---------------------------------------------------------------
+def test_an_owners_quota_counts_only_their_own_partitions(topologies):
+    parts = table(topologies, "dss8440x2")
+    parts.create("mine", 8)
+    parts.claim("mine", "ann")
+    parts.create("theirs", 8)
+    parts.claim("theirs", "bob")
+    assert parts.held_by("ann") == (8, 1) and parts.held_by("nobody") == (0, 0)
+    parts.check_quota("ann", "more", 8, 16)  # up to the quota: allowed
+    parts.check_quota("ann", "more", 16, 0)  # 0: no quota
+    message = error(RESOURCE_EXHAUSTED, parts.check_quota, "ann", "more", 16, 16)
+    assert message == ("cannot create partition 'more' of 16 IPUs: ann holds 8 IPUs of a "
+                       "quota of 16 (--max-ipus), so 8 more at most; remove a partition first")
+    parts.remove("mine")
+    parts.check_quota("ann", "more", 16, 16)
 
 
 # -- placement ---------------------------------------------------------------------------

@@ -4,12 +4,13 @@ workload, written as README.md and PNG plots (:mod:`cluster.training.reports.swe
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
-from cluster.cli.made_by import command_settings, settings_record
+from cluster.cli.made_by import command_settings, given_settings, settings_record
 from cluster.cli.paths import CheckedPath
 from cluster.cli.report_folder import report_folder
 from cluster.cli.report_trace import trace_phantom
@@ -91,7 +92,8 @@ def _base(model: str, sequence_length: int | None, gradient_dtype: str | None,
           **fields: Any) -> TrainPlan:
     """The phantom run the report sweeps from, planned on ``topology``, with the
     micro-batch (and ``fields``' IPUs per replica and accumulation when None) the first
-    that fits (:func:`cluster.training.fit.resolve`)."""
+    that fits (:func:`cluster.training.fit.resolve`); the settings the user gave
+    recorded in it (:func:`~cluster.cli.made_by.given_settings`)."""
     free = {"micro_batch"} if micro_batch is None else set()
     if fields.get("ipus_per_replica", 1) is None:
         free.add("ipus_per_replica")
@@ -99,13 +101,13 @@ def _base(model: str, sequence_length: int | None, gradient_dtype: str | None,
     if "accumulation" in fields and fields["accumulation"] is None:
         free.add("accumulation")
         fields["accumulation"] = DEFAULTS.accumulation
-    return resolve(TrainConfig(model=model, sequence_length=sequence_length,
+    return replace(resolve(TrainConfig(model=model, sequence_length=sequence_length,
                                gradient_dtype=gradient_dtype,
                                micro_batch=micro_batch or DEFAULTS.micro_batches[0],
                                optimizer_state=OptimizerState(optimizer_state),
                                topology=topology,
                                mode=Mode.PHANTOM, replicas_per_server=0, **fields),
-                   frozenset(free))
+                   frozenset(free)), given=given_settings())
 
 
 SWEEP_RULES = {"--micro-batch": "the largest of "

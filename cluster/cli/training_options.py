@@ -10,10 +10,12 @@ a :class:`~cluster.training.plan.TrainPlan`, the defaults left out filled by wha
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import click
 
+from cluster.cli.made_by import given_settings
 from cluster.training.config import IPUS_PER_REPLICA, SPLITS, TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.expert_parallel.expert_groups import parse_expert_parallel
@@ -162,7 +164,8 @@ def make_config(servers: int | None, mode: str | None, check: bool,
     """The run the options describe, resolved once (:func:`cluster.training.fit.resolve`):
     its topology loaded and workload built, each default left out filled (the topology
     and mode by the model, the micro-batch and IPUs per replica the first that fit, a
-    pipeline's accumulation the one that keeps its bubble small), and checked."""
+    pipeline's accumulation the one that keeps its bubble small), and checked; the
+    settings the user gave recorded in it (:func:`~cluster.cli.made_by.given_settings`)."""
     free = frozenset(name for name, value in (("micro_batch", micro_batch),
                                               ("ipus_per_replica", ipus_per_replica),
                                               ("accumulation", gradient_accumulation))
@@ -189,4 +192,4 @@ def make_config(servers: int | None, mode: str | None, check: bool,
         layers_per_ipu=layer_counts(layers_per_ipu),
         final_stage_on_first_ipu=final_stage_on_first_ipu, tensor_parallel=layout,
         expert_parallel=parse_expert_parallel(expert_parallel))
-    return resolve(config, free)
+    return replace(resolve(config, free), given=given_settings())

@@ -127,9 +127,9 @@ class PartitionStore(Protocol):
 
 
 class PartitionTable:
-    """The partitions of one topology and who owns each: creates, finds, lists and removes
-    them (thread-safe); with a store (:meth:`keep_in`) each owned partition is saved
-    before it is acknowledged, and deleted there when removed."""
+    """The partitions of one topology, who owns each and within what quota: creates,
+    finds, lists and removes them (thread-safe); with a store (:meth:`keep_in`) each owned
+    partition is saved before it is acknowledged, and deleted there when removed."""
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -201,6 +201,23 @@ class PartitionTable:
         """``owner``'s partitions, in creation order."""
         with self._lock:
             return [p for p in self._partitions.values() if self._owners.get(p.name) == owner]
+
+    def held_by(self, owner: str) -> tuple[int, int]:
+        """The IPUs and partitions ``owner`` holds now."""
+        with self._lock:
+            mine = self.owned_by(owner)
+            return sum(p.size for p in mine), len(mine)
+
+    def check_quota(self, owner: str, name: str, size: int, quota: int) -> None:
+        """Refuse (RESOURCE_EXHAUSTED) partition ``name`` of ``size`` IPUs for ``owner``
+        if it would take them past ``quota`` IPUs (0: no quota)."""
+        with self._lock:
+            held = self.held_by(owner)[0]
+            if quota and held + size > quota:
+                raise ServiceError(Status.RESOURCE_EXHAUSTED, (
+                    f"cannot create partition {name!r} of {size} IPUs: {owner} holds {held} "
+                    f"IPUs of a quota of {quota} (--max-ipus), so {max(quota - held, 0)} "
+                    "more at most; remove a partition first"))
 
     def restore(self, name: str, block: tuple[int, ...], gcds: int,
                 owner: str = "") -> Partition:

@@ -189,19 +189,14 @@ class SharedControl:
 
     def _held(self, user: str) -> tuple[int, int]:
         """The IPUs and partitions ``user`` holds now."""
-        mine = self.partitions.owned_by(user)
-        return sum(p.size for p in mine), len(mine)
+        return self.partitions.held_by(user)
 
     def _check_quota(self, caller: Caller,
                      request: control_pb2.CreatePartitionRequest) -> None:
-        """Refuse a create past the caller's ``--max-ipus`` (RESOURCE_EXHAUSTED)."""
+        """Refuse a create past the caller's ``--max-ipus`` (RESOURCE_EXHAUSTED): the
+        partition table checks what the caller holds against the user book's quota."""
         quota = self.book.max_ipus(caller.name) if caller.role is Role.USER else 0
-        held = self._held(caller.name)[0]
-        if quota and held + request.size > quota:
-            raise ServiceError(Status.RESOURCE_EXHAUSTED, (
-                f"cannot create partition {request.name!r} of {request.size} IPUs: "
-                f"{caller.name} holds {held} IPUs of a quota of {quota} (--max-ipus), "
-                f"so {max(quota - held, 0)} more at most; remove a partition first"))
+        self.partitions.check_quota(caller.name, request.name, request.size, quota)
 
     # -- users --------------------------------------------------------------------------
     def _user_message(self, record: UserRecord) -> control_pb2.User:

@@ -31,14 +31,17 @@ WORKLOAD_SETTINGS = frozenset({"model", "sequence_length", "gradient_dtype"})
 @dataclass(frozen=True)
 class TrainPlan:
     """A run as it goes: ``config`` placed on ``topology`` (servers or racks, replicas on
-    each, :attr:`chains`), the ``workload`` it prices, and which settings were ``chosen``
-    for it rather than given (:func:`cluster.training.fit.resolve`)."""
+    each, :attr:`chains`), the ``workload`` it prices, which settings the user ``given``
+    (recorded once by the command that asked: fields, and its own options by name) and
+    which were ``chosen`` for it rather than given (:func:`cluster.training.fit.resolve`);
+    the rest are defaults (:mod:`cluster.training.reports.settings` says which and why)."""
 
     config: TrainConfig
     topology: Topology
     workload: Workload
     fixed: bool = False  # the workload was given (an imported module), not built here
     chosen: frozenset[str] = frozenset()  # settings left out that fit's resolve chose
+    given: frozenset[str] = frozenset()  # settings the user gave, by field
 
     @cached_property
     def chains(self) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Every value a run assumed, given or by default, as a report shows it.
 
 A :class:`Setting` is one command-line option with the value the run used: what the user
-gave, or the default (:mod:`cluster.training.defaults`) and why. Reports print them as a
+gave, or the default (:mod:`cluster.training.defaults`) and why, as the plan records it
+(:mod:`.provenance`). Reports print them as a
 "Made by" command line that reruns the same thing with nothing left to a default, as a
 settings table, and under ``settings`` in ``--json``. This module speaks in fields (a
 :class:`~cluster.training.config.TrainConfig` field, ``micro_batch``); the command spells
@@ -21,6 +22,7 @@ from cluster.training.config import TrainConfig
 from cluster.training.defaults import RULES
 from cluster.training.kinds import ModelKind
 from cluster.training.plan import TrainPlan
+from cluster.training.reports.provenance import COMMANDS_DEFAULT, Provenance
 from cluster.training.workloads.registry import BUILTINS
 
 
@@ -96,8 +98,17 @@ def default_rule(field: str | None) -> str:
     """Why the default of the setting ``field`` is what it is (:data:`RULES`, its
     placeholders worded as :data:`~cluster.setting_names.SETTING_NAMES` says)."""
     if field is None or field not in RULES:
-        return "the command's default"
+        return COMMANDS_DEFAULT
     return RULES[field].format_map(SETTING_NAMES)
+
+
+def setting(option: str, value: Any, origin: Provenance,
+            negation: str | None = None) -> Setting:
+    """The setting spelt ``option`` with the ``value`` the run used, as ``origin`` says
+    it came: a given one's without a rule, a default's (or a chosen one's) with its rule
+    worded as :data:`~cluster.setting_names.SETTING_NAMES` says."""
+    rule = "" if origin.given else origin.rule.format_map(SETTING_NAMES)
+    return Setting(option, value, origin.given, rule, negation)
 
 
 def config_value(field: str, plan: TrainPlan) -> Any:
