@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from cluster.errors import SettingError
 from cluster.training.defaults import DEFAULTS
@@ -271,9 +272,10 @@ class TrainConfig:
                                "on pipeline stages: give {model}, and leave out {split} "
                                "shard")
 
-    @property
+    @cached_property
     def kind(self) -> ModelKind:
-        """The trainer's MLP or a workload (``model`` told apart once: :class:`ModelKind`)."""
+        """The trainer's MLP or a workload (``model`` told apart once a config, and kept:
+        :class:`ModelKind`)."""
         return ModelKind.of(self.model)
 
     @property
