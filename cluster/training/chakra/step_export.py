@@ -26,6 +26,10 @@ from cluster.training.chakra.step_export_pipeline import (
     pipeline_rank_nodes,
 )
 from cluster.training.chakra.step_export_sharded import sharded_rank_nodes
+from cluster.training.chakra.step_export_tensor import (
+    check_tensor_exportable,
+    tensor_rank_nodes,
+)
 from cluster.training.plan import TrainPlan
 from cluster.training.sharded_reduction import shards_across_racks
 from cluster.training.step_timing import step_time
@@ -53,6 +57,11 @@ def step_export(plan: TrainPlan) -> StepExport:
     if config.splits_columns:
         step = step_time(plan)
         return StepExport(column_rank_nodes(plan, step), workload.gradient_dtype.value,
+                          config.algorithm, step.sim_seconds)
+    if config.tensor_parallel.on:
+        check_tensor_exportable(plan)
+        step = step_time(plan)
+        return StepExport(tensor_rank_nodes(plan, step), workload.gradient_dtype.value,
                           config.algorithm, step.sim_seconds)
     if config.ipus_per_replica > 1:
         check_pipeline_exportable(plan)

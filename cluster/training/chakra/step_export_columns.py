@@ -66,12 +66,12 @@ def column_rank_nodes(plan: TrainPlan, step: StepTime) -> list[list[et.Node]]:
                 nodes += sharded_reduction_nodes(plan, step, split.ipu_parameters, replica,
                                                  position, first_id=len(nodes) + 1)
             else:
-                nodes += _gradient_nodes(len(nodes) + 1, gradient_bytes, position, step)
+                nodes += gradient_nodes(len(nodes) + 1, gradient_bytes, position, step)
             ranks[ipu] = nodes
     return [ranks[ipu] for ipu in sorted(ranks)]
 
 
-def _gradient_nodes(first_id: int, gradient_bytes: int, position: int,
+def gradient_nodes(first_id: int, gradient_bytes: int, position: int,
                     step: StepTime) -> list[et.Node]:
     """The gradient all-reduce of the IPU at ``position`` with that of every other replica,
     then the update; ids from ``first_id``, the first after node ``first_id - 1``."""
