@@ -125,6 +125,56 @@ def test_an_exported_column_split_replays_in_the_steps_time(tmp_path, ipupod_mai
     assert replayed["groups"]["replica 0"] == [0, 1]
 
 
+GPT_TENSOR = ("--model", "gpt3-350m", "--micro-batch", "1", "--optimizer-state", "streaming")
+MOE = ("--model", str(Path(__file__).resolve().parent.parent / "examples" / "workloads"
+                      / "moe-small.yaml"), "--micro-batch", "4")
+
+
+@pytest.mark.parametrize(("options", "groups"), [
+    (("--topology", "pod16", "--tensor-parallel", "4"), {"tensor 1": [4, 5, 6, 7]}),
+    (("--topology", "pod16", "--tensor-parallel", "2x2", "--gradient-accumulation", "2"),
+     {"tensor 1 axis t1 1": [6, 7], "tensor 1 axis t2 0": [4, 7]}),  # IPU-Link order 4, 5, 7, 6
+])
+def test_an_exported_tensor_parallel_step_replays_in_the_steps_time(tmp_path, ipupod_main,
+                                                                    options, groups) -> None:
+    folder = tmp_path / "trace"
+    step_seconds, replay = train_and_export(ipupod_main, folder, *GPT_TENSOR, *options)
+    run = ipupod_main(*replay, "--json")
+    assert run.returncode == 0, run.stderr
+    replayed = json.loads(run.stdout)
+    assert replayed["end_seconds"] == pytest.approx(step_seconds, rel=1e-9, abs=0)
+    assert {name: replayed["groups"][name] for name in groups} == groups
+    nodes = read_chakra_trace(str(folder / "step")).ranks[5].nodes
+    tensor = [n.detail for n in nodes if isinstance(n.detail, Collective)
+              and n.detail.pg_name.startswith("tensor")]
+    assert tensor and all(c.comm_type is CommType.ALL_REDUCE for c in tensor)
+    assert nodes[1].name == "forward (its share), micro-batch 0"
+    assert nodes[2].kind is NodeKind.COMM_COLL
+    assert [n.name for n in nodes[-2:]] == ["allreduce(gradients)", "weight update"]
+    assert nodes[-2].detail.pg_name == "replica-ipu1"
+
+
+@pytest.mark.parametrize(("options", "group"), [
+    (("--topology", "pod16", "--expert-parallel", "8"), [8, 9, 10, 11, 12, 13, 14, 15]),
+    (("--topology", "pod64", "--expert-parallel", "4", "--optimizer-state", "sharded",
+      "--gradient-accumulation", "2"), [4, 5, 6, 7]),
+])
+def test_an_exported_expert_parallel_step_replays_in_the_steps_time(tmp_path, ipupod_main,
+                                                                    options, group) -> None:
+    folder = tmp_path / "trace"
+    step_seconds, replay = train_and_export(ipupod_main, folder, *MOE, *options)
+    run = ipupod_main(*replay, "--json")
+    assert run.returncode == 0, run.stderr
+    replayed = json.loads(run.stdout)
+    assert replayed["end_seconds"] == pytest.approx(step_seconds, rel=1e-9, abs=0)
+    assert replayed["groups"]["experts 1"] == group
+    nodes = read_chakra_trace(str(folder / "step")).ranks[group[0]].nodes
+    all_to_all = [n.detail for n in nodes if isinstance(n.detail, Collective)
+                  and n.detail.comm_type is CommType.ALL_TO_ALL]
+    assert all_to_all and {c.pg_name for c in all_to_all} == {"experts 1"}
+    assert nodes[2].name == "all_to_all(forward dispatch)"
+
+
 @pytest.mark.parametrize(("options", "refusal"), [
     (("--model", "bert-large", "--topology", "pod16", "--ipus-per-replica", "4",
       "--optimizer-state", "streaming"),
@@ -140,6 +190,13 @@ def test_an_exported_column_split_replays_in_the_steps_time(tmp_path, ipupod_mai
       "--algorithm", "auto"),
      "error: --chakra-out does not export a column split whose replica's IPUs, in IPU-Link "
      "order (0, 1, 3, 2), are not in rank order"),
+    ((*GPT_TENSOR, "--topology", "pod16", "--tensor-parallel", "2", "--ipus-per-replica",
+      "4"), "error: --chakra-out does not export pipeline stages of tensor groups "
+     "(--ipus-per-replica 4 with --tensor-parallel 2) yet: the pricing takes the busiest "
+     "stage's all-reduces"),
+    ((*MOE, "--topology", "pod16", "--expert-parallel", "4", "--ipus-per-replica", "2"),
+     "error: --chakra-out does not export expert parallelism in a pipeline "
+     "(--ipus-per-replica 2) yet: the pricing takes the busiest stage IPU's all-to-alls"),
 ])
 def test_a_step_the_export_would_not_reproduce_is_refused_before_it_trains(
         tmp_path, ipupod_main, options, refusal) -> None:

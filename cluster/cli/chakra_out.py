@@ -28,7 +28,8 @@ def chakra_out_option(function: F) -> F:
                         type=CheckedPath(file_okay=False, path_type=Path),
                         help="Also write the priced step as a Chakra execution trace, "
                              "DIR/step.RANK.et per IPU (data-parallel runs, column "
-                             "splits, one-replica pipelines; docs/chakra.md); `ipupod replay "
+                             "splits, one-replica pipelines, one stage of tensor groups, "
+                             "expert groups; docs/chakra.md); `ipupod replay "
                              "DIR/step` replays it.")(function)
 
 

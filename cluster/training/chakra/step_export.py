@@ -8,8 +8,10 @@ type and the run's algorithm, gives the step's time (to rounding).
 
 A pipelined step of one replica is written per IPU by :mod:`.step_export_pipeline`, a
 sharded reduction's three collectives by :mod:`.step_export_sharded`, a column split by
-:mod:`.step_export_columns`. Covered: the replicas' IPUs being IPUs 0 to N-1; what those
-modules cannot write so that it replays in the step's time is refused by name."""
+:mod:`.step_export_columns`, a tensor-parallel step by :mod:`.step_export_tensor`, an
+expert-parallel one by :mod:`.step_export_experts`. Covered: the replicas' IPUs being
+IPUs 0 to N-1; what those modules cannot write so that it replays in the step's time is
+refused by name."""
 
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ from cluster.errors import UserError
 from cluster.training.chakra.et_nodes import CommType
 from cluster.training.chakra.et_writer import collective_node, compute_node
 from cluster.training.chakra.step_export_columns import column_rank_nodes
+from cluster.training.chakra.step_export_experts import (
+    check_experts_exportable,
+    expert_rank_nodes,
+)
 from cluster.training.chakra.step_export_pipeline import (
     check_pipeline_exportable,
     pipeline_rank_nodes,
@@ -57,6 +63,11 @@ def step_export(plan: TrainPlan) -> StepExport:
     if config.splits_columns:
         step = step_time(plan)
         return StepExport(column_rank_nodes(plan, step), workload.gradient_dtype.value,
+                          config.algorithm, step.sim_seconds)
+    if config.expert_parallel > 1:
+        check_experts_exportable(plan)
+        step = step_time(plan)
+        return StepExport(expert_rank_nodes(plan, step), workload.gradient_dtype.value,
                           config.algorithm, step.sim_seconds)
     if config.tensor_parallel.on:
         check_tensor_exportable(plan)

@@ -4,25 +4,27 @@ lays it out (:mod:`cluster.training.tensor_parallel_time`): each IPU waits for t
 input, then for every micro-batch computes its share of the forward pass, runs that
 pass's all-reduces, then the backward's share and the backward's all-reduces (the
 recomputed forward's first; :mod:`.step_export_passes`), each kind ``count /
-accumulation`` times, in the order the pricing adds them. Each all-reduce is a COMM_COLL ALL_REDUCE on its tensor group's process
-group: ``tensor R`` (1-D, replica ``R``'s group), ``tensor R axis t1 J`` or ``tensor R
-axis t2 I`` (2-D, the ``J``-th ``t1`` group or ``I``-th ``t2`` group of replica ``R``),
-``comm_size`` its bytes. Every group's all-reduce starts at once, so the replay prices
-them together as one schedule, as the pricing does. Then each IPU's gradients are
-all-reduced with the same IPU of every other replica (``replica-ipu P``) and the weights
-updated (or the sharded reduction's three collectives around the update).
+accumulation`` times, in the order the pricing adds them. Each all-reduce is a COMM_COLL
+ALL_REDUCE on its tensor group's process group: ``tensor R`` (1-D, replica ``R``'s
+group), ``tensor R axis t1 J`` or ``tensor R axis t2 I`` (2-D, the ``J``-th ``t1`` group
+or ``I``-th ``t2`` group of replica ``R``), ``comm_size`` its bytes. Every group's
+all-reduce starts at once, so the replay prices them together as one schedule, as the
+pricing does. Then each IPU's gradients are all-reduced with the same IPU of every other
+replica (``replica-ipu P``) and the weights updated (or the sharded reduction's three
+collectives around the update).
 
 Refused by name: stages of tensor groups (the pricing takes the busiest stage's
-all-reduces as the step's part, which per-IPU nodes do not reproduce). The loss's float32 all-reduces replay in the gradients' ``--dtype``
-at the same bytes, which GCL's schedule prices the same."""
+all-reduces as the step's part, which per-IPU nodes do not reproduce). The loss's
+float32 all-reduces replay in the gradients' ``--dtype`` at the same bytes, which GCL's
+schedule prices the same."""
 
 from __future__ import annotations
 
 from cluster.errors import UserError
 from cluster.training.chakra.et_nodes import CommType
 from cluster.training.chakra.et_writer import compute_node
-from cluster.training.chakra.step_export_passes import PassCollective, micro_batch_nodes
 from cluster.training.chakra.step_export_columns import gradient_nodes
+from cluster.training.chakra.step_export_passes import PassCollective, micro_batch_nodes
 from cluster.training.chakra.step_export_sharded import sharded_reduction_nodes
 from cluster.training.plan import TrainPlan
 from cluster.training.sharded_reduction import shards_across_racks
@@ -89,4 +91,5 @@ def check_tensor_exportable(plan: TrainPlan) -> None:
                         f"(--ipus-per-replica {config.ipus_per_replica} with "
                         f"--tensor-parallel {config.tensor_parallel}) yet: the pricing takes "
                         "the busiest stage's all-reduces as the step's part, which a trace "
-                        "of each IPU's all-reduces does not reproduce; export one stage")
+                        "of each IPU's all-reduces does not reproduce; give --ipus-per-replica "
+                        f"{config.tensor_parallel.size}")
