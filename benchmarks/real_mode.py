@@ -122,10 +122,24 @@ PLACEMENTS = {
 }
 
 
+START_REPEATS = 20  # tiny allreduces timed for what starting a collective costs
+
+
+def start_seconds(pod: Any) -> float:
+    """What starting a collective costs: the median wall seconds of an in-place allreduce of
+    16 float32 per IPU (its data moves in microseconds; the rest is the round trips)."""
+    pod.put("tiny", [np.full(16, r + 1, dtype=np.float32) for r in range(16)])
+    pod.collective("allreduce", "tiny", output="tiny")  # warm-up
+    seconds = [pod.collective("allreduce", "tiny", output="tiny").wall_seconds
+               for _ in range(START_REPEATS)]
+    return statistics.median(seconds)
+
+
 def emulator_allreduce(repeats: int, algorithms: list[str], placement: str = "ipu-order",
                        in_place: bool = True) -> dict[str, dict[str, Any]]:
     """Wall seconds of each algorithm's allreduce of ``grad``: in place (``output`` is
-    ``grad``, as gloo's ``all_reduce`` works) or into a second tensor."""
+    ``grad``, as gloo's ``all_reduce`` works) or into a second tensor; and, under
+    ``"start"``, :func:`start_seconds`."""
     import ray
 
     from ipu_node.pod import EmulatedPod
@@ -153,9 +167,10 @@ def emulator_allreduce(repeats: int, algorithms: list[str], placement: str = "ip
                           "median_seconds": statistics.median(seconds), "correct": correct,
                           "sim_seconds": result.sim_seconds,
                           "actors_cpu_seconds_per_allreduce": actors_cpu / repeats}
+    start = start_seconds(pod)
     pod.shutdown()
     ray.shutdown()
-    return out
+    return {"algorithms": out, "start": {"seconds": start}}
 
 
 def one_round(args: argparse.Namespace, per_process: list[int]) -> dict[str, Any]:
@@ -167,8 +182,9 @@ def one_round(args: argparse.Namespace, per_process: list[int]) -> dict[str, Any
         launch["floor_ratio"] = launch["launch_seconds"] / launch["bare_actors"]["launch_seconds"]
     bigs = [] if args.skip_launch else [launch_and_allreduce(args.big_pod, n)
                                         for n in per_process]
-    emulator = emulator_allreduce(args.repeats, args.algorithms.split(","), args.placement,
+    measured = emulator_allreduce(args.repeats, args.algorithms.split(","), args.placement,
                                   not args.out_of_place)
+    emulator = measured["algorithms"]
     memory = memory_floor_seconds(ALLREDUCE_BYTES, 16, args.repeats)
     from benchmarks.gloo_peer import gloo_allreduce_seconds, torch_available
 
@@ -179,7 +195,7 @@ def one_round(args: argparse.Namespace, per_process: list[int]) -> dict[str, Any
         if "skipped" not in gloo:
             row["gloo_ratio"] = row["median_seconds"] / gloo["median_seconds"]
     return {"pod64_launch": launches, "big_pod": bigs, "emulator": emulator,
-            "memory_floor": memory, "gloo": gloo}
+            "start_seconds": measured["start"]["seconds"], "memory_floor": memory, "gloo": gloo}
 
 
 def main() -> None:
@@ -249,6 +265,8 @@ def print_table(rounds: list[dict[str, Any]], args: argparse.Namespace) -> None:
         print(f"  emulator {name:<24} {_show([e['median_seconds'] for e in rows], digits=3)}"
               f"  correct={all(e['correct'] for e in rows)}  card actors' CPU "
               f"{_show([e['actors_cpu_seconds_per_allreduce'] for e in rows], digits=3)} a run")
+    print(f"  starting a collective (an in-place allreduce of 64 B a replica, median of "
+          f"{START_REPEATS}): {_show([r['start_seconds'] * 1e3 for r in rounds], ' ms', 1)}")
     print(f"  memory floor (one process){'':<8} "
           f"{_show([r['memory_floor']['median_seconds'] for r in rounds], digits=3)}")
     if "skipped" in first["gloo"]:
