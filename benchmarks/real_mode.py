@@ -51,6 +51,7 @@ from benchmarks.floors import (  # noqa: E402 - needs ROOT on the path
 )
 from benchmarks.procfs import cpu_seconds, rollup_bytes  # noqa: E402 - needs ROOT on the path
 from benchmarks.rounds import spread  # noqa: E402 - needs ROOT on the path
+from cluster.cli.output import ray_chatter_to_stderr  # noqa: E402 - needs ROOT on the path
 
 ALLREDUCE_BYTES = 64 << 20
 
@@ -227,9 +228,10 @@ def main() -> None:
     if args.repeats < 1 or args.rounds < 1:
         parser.error("--repeats and --rounds must be at least 1")
     per_process = [int(n) for n in args.devices_per_process.split(",")]
-    rounds = [one_round(args, per_process) for _ in range(args.rounds)]
+    with ray_chatter_to_stderr() as stdout:  # Ray's warnings print to standard output
+        rounds = [one_round(args, per_process) for _ in range(args.rounds)]
     if args.json:
-        print(json.dumps({"rounds": rounds}, indent=2))
+        print(json.dumps({"rounds": rounds}, indent=2), file=stdout)
         return
     print_table(rounds, args)
 
