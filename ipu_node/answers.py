@@ -8,7 +8,7 @@ wire. Units are in the names: ``_bytes`` bytes, ``sim_seconds`` simulated second
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Literal, NamedTuple, TypedDict
 
 import numpy as np
 
@@ -87,6 +87,18 @@ class DeviceStats(DeviceDetails):
     pid: int
     counters: dict[int, IpuCounters]  # per IPU of the device
     link_bytes: np.ndarray  # bytes its IPUs sent (or, on a host, it relayed) per directed link
+
+
+class RunAnswer(NamedTuple):
+    """A device's answer to its share of a collective: the results per IPU (None when
+    they stay on the IPUs as the output tensor), the bytes it sent per directed link, and
+    what the POD then knows without asking (:mod:`ipu_node.known_facts`): its IPUs'
+    memory, and shape and dtype of the output tensor on each (empty without one)."""
+
+    results: dict[int, np.ndarray] | None
+    link_bytes: np.ndarray
+    memory: dict[int, IpuMemoryStats]
+    output_info: dict[int, tuple[tuple[int, ...], str]]
 
 
 def zero_counters() -> IpuCounters:

@@ -29,7 +29,7 @@ from cluster.model.link_faults import LinkFault
 from cluster.model.topology import Topology
 from gcl.collectives import ReduceOp
 from gcl.schedule import Schedule
-from ipu_node.answers import DeviceDetails
+from ipu_node.answers import DeviceDetails, RunAnswer
 from ipu_node.control import CONTROL, DeviceControl, directed_links, keep_freed_memory
 from ipu_node.counters import Counters
 from ipu_node.device_spec import DeviceSpec
@@ -98,13 +98,13 @@ class Card(DeviceControl):
     def run(self, schedule: Schedule, collective: str, ranks: dict[int, tuple[int, int]],
             inputs: dict[int, np.ndarray] | str, output: str | None, op: ReduceOp,
             deadline_seconds: float, sim_seconds: float,
-            faults: dict[int, LinkFault] | None = None,
-            ) -> tuple[dict[int, np.ndarray] | None, np.ndarray]:
+            faults: dict[int, LinkFault] | None = None) -> RunAnswer:
         """Run this card's share of ``schedule``; ``ranks[ipu] = (group, rank)``.
 
         ``inputs`` are arrays per IPU, or the name of a tensor each IPU holds. With
-        ``output`` the results stay on the IPUs as that tensor and nothing is returned but
-        the bytes sent per directed link; otherwise the results are returned too. An
+        ``output`` the results stay on the IPUs as that tensor and are not returned;
+        the answer always holds the bytes sent per directed link, and the IPUs' memory and
+        output tensor after the collective (what the POD keeps: :mod:`ipu_node.known_facts`). An
         allreduce whose output is its input works in the tensor itself (no copy; if the
         collective fails, the tensor holds partial sums, as with NCCL or gloo). The
         collective's buffers are accounted in IPU memory while it runs. Bytes are counted

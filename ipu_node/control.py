@@ -13,6 +13,7 @@ import ctypes
 import os
 import threading
 
+import numpy as np
 import ray
 
 from cluster.model.faulted import with_faults
@@ -116,6 +117,12 @@ class DeviceControl:
     def tensor_info(self, name: str) -> dict[int, tuple[tuple[int, ...], str]]:
         """Shape and dtype of tensor ``name`` per IPU holding it (a host holds none)."""
         return {}
+
+    @ray.method(concurrency_group=CONTROL)
+    def relayed(self, collective: str) -> np.ndarray:
+        """Bytes relayed for ``collective`` per directed link: a host relay's count
+        (:meth:`ipu_node.host.HostRelay.relayed`); a card relays nothing."""
+        return np.zeros(len(self.counters.link_bytes))
 
     @ray.method(concurrency_group=CONTROL)
     def record_wall(self, capacity: int) -> None:

@@ -26,7 +26,7 @@ from ray.actor import ActorHandle
 from cluster.model.link_faults import LinkFault
 from gcl.collectives import ReduceOp
 from gcl.schedule import Schedule
-from ipu_node.answers import DeviceInfo, DeviceStats
+from ipu_node.answers import DeviceInfo, DeviceStats, RunAnswer
 from ipu_node.ownership import Ownership
 from ipu_node.wall_spans import RecordedSpans
 
@@ -34,7 +34,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 Faults = dict[int, LinkFault]
 Ranks = dict[int, tuple[int, int]]  # IPU -> (group, rank)
-Sent = tuple[dict[int, np.ndarray] | None, np.ndarray]  # results, bytes per directed link
 
 
 class Routing(Protocol):
@@ -96,7 +95,8 @@ class DeviceHandle(Protocol):
     free: ClassVar[RemoteMethod[[int, str], None]] = RemoteMethod()
     run: ClassVar[RemoteMethod[[Schedule | ObjectRef[Schedule], str, Ranks,
                                 dict[int, np.ndarray] | str, str | None, ReduceOp, float,
-                                float, Faults | None], Sent]] = RemoteMethod()
+                                float, Faults | None], RunAnswer]] = RemoteMethod()
+    relayed: ClassVar[RemoteMethod[[str], np.ndarray]] = RemoteMethod()
     execute: ClassVar[RemoteMethod[..., Any]] = RemoteMethod()  # (task, *args): task's answer
 
 

@@ -2,8 +2,11 @@
 
 Everything a request could get wrong is checked before any byte moves: one array per
 replica, equal shapes and dtypes, a dtype and op GCL knows, room in every IPU's memory and
-in this machine's RAM. Then each device gets its IPUs' inputs and runs its share of the
-schedule; tensor bytes go peer to peer over the links, never through this process. The
+in this machine's RAM. The shapes of tensors the IPUs hold and their free memory are what
+the devices last said (:mod:`ipu_node.known_facts`), asked again only when the POD may not
+know them, so starting a collective is one round trip: each device gets its IPUs' inputs
+and runs its share of the schedule; tensor bytes go peer to peer over the links, never
+through this process. Host relays are asked what they relayed for it once it ended. The
 simulated time is :func:`gcl.phantom.simulate` of the same schedule, so real and phantom
 mode agree by construction.
 
@@ -19,7 +22,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import ray
@@ -33,13 +36,14 @@ from gcl.local_executor import BLOCKED
 from gcl.phantom import Timing
 from gcl.planner import AUTO, plan_timed, replica_groups
 from gcl.schedule import Schedule
-from ipu_node.answers import DeviceStats, HealthState
+from ipu_node.answers import DeviceStats, HealthState, RunAnswer
 from ipu_node.calls import ABORT_GRACE_SECONDS, died_during, gather
 from ipu_node.device_errors import DeviceDied, DeviceError, OutOfMemory
 from ipu_node.device_handle import DeviceHandle
 from ipu_node.device_health import HEALTH_DEADLINE_SECONDS, DeviceHealth
 from ipu_node.device_spec import DeviceSpec, describe
 from ipu_node.ipu_memory import available_ram_bytes
+from ipu_node.known_facts import KnownFacts
 
 DEFAULT_DEADLINE_SECONDS = 10.0  # a failed collective is named within this (split_deadline)
 DEADLINE_SHARE = 0.2  # of a deadline, at most, for each of the abort grace and the probe
@@ -64,6 +68,8 @@ class Pod(Protocol):
     def actors(self) -> list[DeviceHandle]: ...
     @property
     def restarts(self) -> list[int]: ...
+    @property
+    def facts(self) -> KnownFacts: ...
 
     def stats(self, deadline_seconds: float = ...,
               devices: list[int] | None = ...) -> list[DeviceStats]: ...
@@ -71,6 +77,8 @@ class Pod(Protocol):
     def note_down(self, index: int, why: str) -> None: ...
     def tensor_info(self, name: str, deadline_seconds: float = ..., ipus: list[int] | None = ...
                     ) -> dict[int, tuple[tuple[int, ...], str]]: ...
+    def call(self, method: str, per_device: dict[int, tuple],
+             deadline_seconds: float = ...) -> dict[int, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -142,15 +150,14 @@ def run_collective(pod: Pod, collective: str, inputs: list[np.ndarray] | str, *,
                                   root=root if coll is BROADCAST else 0)
     _check_memory(pod, schedule, deadline_seconds)
     replica_of_ipu = {int(ipu): i for i, ipu in enumerate(replica_ipus.tolist())}
-    hosts = [i for i, spec in enumerate(pod.specs) if not spec.ipus]  # relays count their links
-    host_bytes_before = _host_link_bytes(pod, hosts, deadline_seconds)
-    outputs = _run_on_devices(pod, schedule, timing, inputs, replica_of_ipu, output, op,
-                              deadline_seconds)
+    collective_id = f"{pod.pod_id}-c{next(_ids)}"
+    answers = _run_on_devices(pod, schedule, timing, inputs, replica_of_ipu, output, op,
+                              deadline_seconds, collective_id)
     results: list[np.ndarray] = [None] * len(replica_ipus)  # type: ignore[list-item]
-    link_bytes = _host_link_bytes(pod, hosts, deadline_seconds) - host_bytes_before
-    for device_results, sent in outputs:
-        link_bytes += sent
-        for ipu, result in (device_results or {}).items():
+    link_bytes = _relayed_bytes(pod, collective_id, deadline_seconds)
+    for answer in answers:
+        link_bytes += answer.link_bytes
+        for ipu, result in (answer.results or {}).items():
             results[replica_of_ipu[ipu]] = result
     per_type = np.bincount(topology.directed_type, weights=link_bytes,
                            minlength=len(topology.link_types))
@@ -164,7 +171,16 @@ def _shapes_and_dtypes(pod: Pod, inputs: list[np.ndarray] | str, replica_ipus: l
     """Each replica's input shape and dtype: of the arrays, or of the tensor the IPUs hold."""
     if not isinstance(inputs, str):
         return [a.shape for a in inputs], [a.dtype.name for a in inputs]
-    held = pod.tensor_info(inputs, deadline_seconds, replica_ipus)
+    held: dict[int, tuple[tuple[int, ...], str]] = {}
+    unknown = []
+    for device in sorted({pod.owner[i] for i in replica_ipus}):
+        known = pod.facts.tensor(device, inputs)
+        if known is None:
+            unknown += [i for i in replica_ipus if pod.owner[i] == device]
+        else:
+            held.update(known)
+    if unknown:
+        held.update(pod.tensor_info(inputs, deadline_seconds, unknown))
     missing = [pod.topology.ipu_name(i) for i in replica_ipus if i not in held]
     if missing:
         raise UserError(f"no tensor {inputs!r} on IPU {missing[0]}: put it there first")
@@ -173,36 +189,43 @@ def _shapes_and_dtypes(pod: Pod, inputs: list[np.ndarray] | str, replica_ipus: l
 
 def _run_on_devices(pod: Pod, schedule: Schedule, timing: Timing,
                     inputs: list[np.ndarray] | str, replica_of_ipu: dict[int, int],
-                    output: str | None, op: ReduceOp, deadline_seconds: float) -> list:
-    """Each device's share of ``schedule`` at once; its answers, device by device. A
-    failure anywhere aborts the others and names the device to blame."""
+                    output: str | None, op: ReduceOp, deadline_seconds: float,
+                    collective_id: str) -> list[RunAnswer]:
+    """Each device's share of ``schedule`` at once; its answers, device by device (what
+    they say of their memory and output is kept). A failure anywhere aborts the others
+    and names the device to blame; what the devices said before is forgotten."""
     ranks: dict[int, dict[int, tuple[int, int]]] = {}
     for g, members in enumerate(schedule.groups):
         for r, ipu in enumerate(members.tolist()):
             ranks.setdefault(pod.owner[ipu], {})[ipu] = (g, r)
-    collective_id = f"{pod.pod_id}-c{next(_ids)}"
     devices = sorted(ranks)
     wait_seconds, grace_seconds, probe_seconds = split_deadline(deadline_seconds)
-    refs = []
-    shared = ray.put(schedule)  # stored once, not once per device (138 kB at 256 IPUs)
-    for d in devices:
-        data = inputs if isinstance(inputs, str) else {
-            ipu: inputs[replica_of_ipu[ipu]] for ipu in ranks[d]}
-        refs.append(pod.actors[d].run.remote(shared, collective_id, ranks[d], data, output, op,
-                                             wait_seconds, timing.sim_seconds,
-                                             dict(pod.topology.faults)))
-    restarts_before = list(pod.restarts)
     what = f"{schedule.collective} {collective_id}"
+    restarts_before = list(pod.restarts)
+    pod.facts.started(devices)  # their memory is in use until it ends
     try:
-        return gather(refs, [pod.specs[d] for d in devices],
-                      deadline_seconds * max(1, schedule.supersteps),
-                      abort=lambda reason: _abort(pod, devices, collective_id, reason),
-                      on_death=lambda i, why: pod.note_down(devices[i], why), what=what,
-                      grace_seconds=grace_seconds)
-    except DeviceError as error:
-        if isinstance(error, DeviceDied):
+        shared = ray.put(schedule)  # stored once, not once per device (138 kB at 256 IPUs)
+        refs = [pod.actors[d].run.remote(
+            shared, collective_id, ranks[d], inputs if isinstance(inputs, str) else
+            {ipu: inputs[replica_of_ipu[ipu]] for ipu in ranks[d]}, output, op, wait_seconds,
+            timing.sim_seconds, dict(pod.topology.faults)) for d in devices]
+        answers: list[RunAnswer] = gather(
+            refs, [pod.specs[d] for d in devices], deadline_seconds * max(1, schedule.supersteps),
+            abort=lambda reason: _abort(pod, devices, collective_id, reason),
+            on_death=lambda i, why: pod.note_down(devices[i], why), what=what,
+            grace_seconds=grace_seconds)
+    except BaseException as error:
+        pod.facts.forget(devices)
+        if not isinstance(error, DeviceError) or isinstance(error, DeviceDied):
             raise
         raise _blame_the_dead(pod, devices, restarts_before, what, probe_seconds) or error from None
+    finally:
+        pod.facts.ended(devices)
+    for device, answer in zip(devices, answers):
+        pod.facts.heard_memory(device, answer.memory)
+        if output is not None:
+            pod.facts.heard_tensor(device, output, answer.output_info)
+    return answers
 
 
 def split_deadline(deadline_seconds: float) -> tuple[float, float, float]:
@@ -216,22 +239,48 @@ def split_deadline(deadline_seconds: float) -> tuple[float, float, float]:
     return deadline_seconds - grace_seconds - probe_seconds, grace_seconds, probe_seconds
 
 
-def _host_link_bytes(pod: Pod, hosts: list[int], deadline_seconds: float) -> np.ndarray:
-    """Bytes the relaying hosts have counted on their links so far."""
+def _relayed_bytes(pod: Pod, collective_id: str, deadline_seconds: float) -> np.ndarray:
+    """Bytes the host relays counted on their links for the collective ``collective_id``
+    (asked once it ended), per directed link."""
     total = np.zeros(2 * pod.topology.link_count_physical)
+    hosts = [i for i, spec in enumerate(pod.specs) if not spec.ipus]
     if hosts:
-        for stats in pod.stats(deadline_seconds, hosts):
-            total += stats["link_bytes"]
+        for relayed in pod.call("relayed", {h: (collective_id,) for h in hosts},
+                                deadline_seconds).values():
+            total += relayed
     return total
 
 
 def _check_memory(pod: Pod, schedule: Schedule, deadline_seconds: float) -> None:
-    """Each IPU must have room for the collective's buffers (input, and output if any)."""
+    """Each IPU must have room for the collective's buffers (input, and output if any): by
+    what the devices last said, asking those the POD knows nothing of, and asking again
+    before refusing."""
     copies = 2 if schedule.collective == CollectiveName.ALL_TO_ALL else 1
     buffers = schedule.buffer_elements * schedule.itemsize * copies
     devices = sorted({pod.owner[ipu] for members in schedule.groups for ipu in members.tolist()})
-    free = {ipu: m["free_bytes"] for s in pod.stats(deadline_seconds, devices)
-            for ipu, m in s["memory"].items()}
+    ipus = [ipu for members in schedule.groups for ipu in members.tolist()]
+    free, asked_all = _free_bytes(pod, devices, deadline_seconds)
+    if not asked_all and any(buffers > free[ipu] for ipu in ipus):  # what it said may be old
+        free, _ = _free_bytes(pod, devices, deadline_seconds, ask=True)
+    _refuse_short_memory(pod, schedule, buffers, free)
+
+
+def _free_bytes(pod: Pod, devices: list[int], deadline_seconds: float,
+                ask: bool = False) -> tuple[dict[int, int], bool]:
+    """Free bytes per IPU of ``devices``: as they last said, asking those the POD knows
+    nothing of (every one, with ``ask``); and whether every one was asked."""
+    known = {d: None if ask else pod.facts.free_bytes(d) for d in devices}
+    unknown = [d for d, free in known.items() if free is None]
+    free = {ipu: m["free_bytes"] for s in (pod.stats(deadline_seconds, unknown) if unknown
+                                           else []) for ipu, m in s["memory"].items()}
+    for said in known.values():
+        free.update(said or {})
+    return free, len(unknown) == len(devices)
+
+
+def _refuse_short_memory(pod: Pod, schedule: Schedule, buffers: int,
+                         free: dict[int, int]) -> None:
+    """An OutOfMemory naming the first IPU with fewer than ``buffers`` bytes ``free``."""
     for members in schedule.groups:
         for ipu in members.tolist():
             if buffers > free[ipu]:

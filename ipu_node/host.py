@@ -9,15 +9,17 @@ IPUs, no tensors and no memory of its own.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 
 import numpy as np
+import ray
 
 from cluster.model.link_faults import LinkDown
 from cluster.model.routing import router_of
 from cluster.model.topology import Topology
 from ipu_node.answers import DeviceDetails
-from ipu_node.control import DeviceControl, directed_links, keep_freed_memory
+from ipu_node.control import CONTROL, DeviceControl, directed_links, keep_freed_memory
 from ipu_node.counters import Counters
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.links.endpoint import LinkEndpoint
@@ -28,6 +30,7 @@ from ipu_node.wall_spans import RECEIVE, SEND
 
 RELAY_DEADLINE_SECONDS = 60.0
 RELAY_THREADS = 16
+COLLECTIVES_KEPT = 64  # per-collective counts not yet asked for (a failed one is never)
 
 
 class HostRelay(DeviceControl):
@@ -40,6 +43,7 @@ class HostRelay(DeviceControl):
         keep_freed_memory()
         self.relayed_bytes = 0
         self._owned_links: dict[tuple[int, int], np.ndarray] = {}
+        self._by_collective: OrderedDict[str, np.ndarray] = OrderedDict()
         host, node_socket = resolve_link_host(host)
         super().__init__(spec, topology,
                          LinkEndpoint(spec.name, self._deliver, host, RELAY_THREADS,
@@ -54,8 +58,18 @@ class HostRelay(DeviceControl):
         return DeviceDetails(memory={}, collectives_running=0,
                              relayed_bytes=self.relayed_bytes, dropped_chunks=0)
 
-    def _count(self, src_ipu: int, dst_ipu: int, nbytes: int) -> None:
-        """Add ``nbytes`` to the links this host owns on the route ``src -> dst``."""
+    @ray.method(concurrency_group=CONTROL)
+    def relayed(self, collective: str) -> np.ndarray:
+        """Bytes relayed for ``collective`` per directed link this host owns (zeros
+        elsewhere), forgotten once asked: the POD asks once the collective ended, so it
+        needs no count before it, and concurrent collectives are told apart."""
+        with self._lock:
+            counted = self._by_collective.pop(collective, None)
+        return np.zeros(len(self.counters.link_bytes)) if counted is None else counted
+
+    def _count(self, collective: str, src_ipu: int, dst_ipu: int, nbytes: int) -> None:
+        """Add ``nbytes`` to the links this host owns on the route ``src -> dst``, in all
+        and for ``collective``."""
         assert self.ownership is not None
         key = (src_ipu, dst_ipu)
         with self._lock:  # the link server delivers on many threads
@@ -67,6 +81,12 @@ class HostRelay(DeviceControl):
                     links = np.zeros(0, dtype=np.int64)
                 self._owned_links[key] = links[self.ownership.link_owner[links] == self.index]
             owned = self._owned_links[key]
+            mine = self._by_collective.get(collective)
+            if mine is None:
+                mine = self._by_collective[collective] = np.zeros(len(self.counters.link_bytes))
+                while len(self._by_collective) > COLLECTIVES_KEPT:
+                    self._by_collective.popitem(last=False)
+            np.add.at(mine, owned, nbytes)
         self.counters.add_at_links(owned, nbytes)
 
     def _deliver(self, messages: Iterable[bytes]) -> tuple[int, int]:
@@ -79,7 +99,7 @@ class HostRelay(DeviceControl):
             header, payload = decode_chunk(message)
             nxt = self.ownership.next_device(self.index, header.dst_ipu)
             onward.setdefault(nxt, []).append(message)
-            self._count(header.src_ipu, header.dst_ipu, len(payload))
+            self._count(header.collective, header.src_ipu, header.dst_ipu, len(payload))
             total += len(payload)
             count += 1
         started = self.wall.end(RECEIVE, started, bytes=total, chunks=count, relay=True)

@@ -98,8 +98,10 @@ def place(topology: Topology, specs: list[DeviceSpec], *, ray_address: str | Non
                     max_restarts, new_secret(), link_tls, strategy(allow_split_server),
                     devices_per_process, link_shared_memory)
     try:  # the POD's links carry the new secret; it leaves only to the devices
-        for server, members in _by_server(specs).items():
-            launch.start_server(topology, specs, server, members)
+        servers = _by_server(specs)
+        groups = launch.reserve(topology, specs, servers)  # every server's at once
+        for (server, members), group in zip(servers.items(), groups):
+            launch.start_server(topology, specs, server, members, group)
         actors = launch.started()
         infos = wait_all([a.info.remote() for a in actors], specs, deadline_seconds, "start")
         owns = _wire(topology, specs, actors, infos, deadline_seconds)
@@ -144,20 +146,38 @@ class Launch:
     devices_per_process: int = 1  # devices that share one Ray worker process
     link_shared_memory: bool = True  # chunks between co-located cards through shared memory
 
-    def start_server(self, topology: Topology, specs: list[DeviceSpec], server: str,
-                     members: list[int]) -> None:
-        """Gang-place one server's (or rack's) devices: a placement group with a bundle per
-        process that holds IPUs, then the processes (a server's host goes in bundle 0)."""
+    def reserve(self, topology: Topology, specs: list[DeviceSpec],
+                servers: dict[str, list[int]]) -> list[PlacementGroup]:
+        """Gang-place every server's (or rack's) devices: a placement group each, with a
+        bundle per process that holds IPUs, all asked for at once and waited for together
+        (one wait, not one per server)."""
+        made = []
+        for server, members in servers.items():
+            holding = [p for p in self._processes(members) if any(specs[i].ipus for i in p)]
+            made.append(placement_group(
+                [{"IPU": sum(len(specs[i].ipus) for i in p)} for p in holding],
+                strategy=self.strategy, name=f"{self.pod_id}-{server}"))
+            self.groups.append(made[-1])
+        ready = [group.ready() for group in made]
+        placed = set(ray.wait(ready, num_returns=len(ready), timeout=self.deadline_seconds)[0])
+        for server, ref in zip(servers, ready):
+            if ref not in placed:
+                raise DeviceError(f"Ray could not place server {server} of {topology.name} on "
+                                  f"one node within {self.deadline_seconds:g} s: not enough free "
+                                  "IPU resources on any node? (`ray status` shows them)")
+        return made
+
+    def _processes(self, members: list[int]) -> list[list[int]]:
+        """A server's devices split into processes of ``devices_per_process``."""
         per = self.devices_per_process
-        processes = [members[i:i + per] for i in range(0, len(members), per)]
+        return [members[i:i + per] for i in range(0, len(members), per)]
+
+    def start_server(self, topology: Topology, specs: list[DeviceSpec], server: str,
+                     members: list[int], group: PlacementGroup) -> None:
+        """Start one server's (or rack's) processes in its placement group ``group``
+        (:meth:`reserve`; a server's host goes in bundle 0)."""
+        processes = self._processes(members)
         holding = [p for p in processes if any(specs[i].ipus for i in p)]
-        group = placement_group([{"IPU": sum(len(specs[i].ipus) for i in p)} for p in holding],
-                                strategy=self.strategy, name=f"{self.pod_id}-{server}")
-        self.groups.append(group)
-        if not ray.wait([group.ready()], timeout=self.deadline_seconds)[0]:
-            raise DeviceError(f"Ray could not place server {server} of {topology.name} on one "
-                              f"node within {self.deadline_seconds:g} s: not enough free IPU "
-                              "resources on any node? (`ray status` shows them)")
         for process in processes:
             self._start_process(topology, [specs[i] for i in process], process,
                                 PlacementGroupSchedulingStrategy(

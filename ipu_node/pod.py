@@ -34,6 +34,7 @@ from ipu_node.device_health import HEALTH_DEADLINE_SECONDS, DeviceHealth, check_
 from ipu_node.device_spec import DeviceSpec, device_specs
 from ipu_node.executor import CollectiveResult, run_collective
 from ipu_node.faults import FaultInjector
+from ipu_node.known_facts import READ_ONLY, KnownFacts
 from ipu_node.launcher import LAUNCH_DEADLINE_SECONDS, place, release
 from ipu_node.links.link_tls import LinkTLS
 from ipu_node.links.shared_slots import shared_memory_asked
@@ -95,6 +96,12 @@ class EmulatedPod:
         return self.fault_injector.topology
 
     @property
+    def facts(self) -> KnownFacts:
+        """What the devices last said of their memory and tensors
+        (:mod:`ipu_node.known_facts`)."""
+        return self.roster.facts
+
+    @property
     def base_topology(self) -> Topology:
         return self.fault_injector.base_topology
 
@@ -139,6 +146,9 @@ class EmulatedPod:
         restarted ones in again; counters carry on across restarts."""
         answers = self.roster.ask("stats", deadline_seconds, devices)
         self.roster.rejoin(answers, *self.fault_injector.current())
+        for index, answer in answers.items():
+            if answer["memory"]:
+                self.facts.heard_memory(index, answer["memory"])
         return [self.roster.with_offsets(i, a) for i, a in answers.items()]
 
     def health(self, deadline_seconds: float = HEALTH_DEADLINE_SECONDS) -> list[DeviceHealth]:
@@ -153,11 +163,18 @@ class EmulatedPod:
         targets = list(range(self.topology.ipu_count)) if ipus is None else list(ipus)
         if len(arrays) != len(targets):
             raise UserError(f"give one array per IPU: {len(targets)} IPUs, {len(arrays)} arrays")
-        refs = [self.actors[self.owner[ipu]].put.remote(ipu, name, np.asarray(array))
+        arrays = [np.asarray(array) for array in arrays]
+        refs = [self.actors[self.owner[ipu]].put.remote(ipu, name, array)
                 for ipu, array in zip(targets, arrays)]
         devices = [self.owner[ipu] for ipu in targets]
-        wait_all(refs, [self.specs[d] for d in devices], TENSOR_DEADLINE_SECONDS, "put",
-                 self._lost_among(devices))
+        try:
+            wait_all(refs, [self.specs[d] for d in devices], TENSOR_DEADLINE_SECONDS, "put",
+                     self._lost_among(devices))
+        except BaseException:
+            self.facts.forget(devices)
+            raise
+        for device, ipu, array in zip(devices, targets, arrays):
+            self.facts.was_put(device, ipu, name, array.shape, array.dtype.name)
 
     def get(self, name: str, ipus: list[int] | None = None) -> list[np.ndarray]:
         """Tensor ``name`` from each IPU of ``ipus`` (every IPU by default)."""
@@ -173,7 +190,9 @@ class EmulatedPod:
         of ``ipus``, when given)."""
         devices = None if ipus is None else sorted({self.owner[i] for i in ipus})
         merged: dict[int, tuple[tuple[int, ...], str]] = {}
-        for part in self.roster.ask("tensor_info", deadline_seconds, devices, name).values():
+        for device, part in self.roster.ask("tensor_info", deadline_seconds, devices,
+                                            name).items():
+            self.facts.heard_tensor(device, name, part)
             merged.update(part)
         return merged
 
@@ -182,9 +201,17 @@ class EmulatedPod:
         """Call ``method(*args)`` on the devices of ``per_device`` (index -> args) at once;
         a dead or late device becomes a DeviceError naming it."""
         indices = sorted(per_device)
+        changes = method not in READ_ONLY  # what the devices said may no longer hold
+        if changes:
+            self.facts.forget(indices)
         refs = [getattr(self.actors[i], method).remote(*per_device[i]) for i in indices]
-        return dict(zip(indices, wait_all(refs, [self.specs[i] for i in indices], deadline_seconds,
-                                          method, self._lost_among(indices))))
+        try:
+            return dict(zip(indices, wait_all(refs, [self.specs[i] for i in indices],
+                                              deadline_seconds, method,
+                                              self._lost_among(indices))))
+        finally:
+            if changes:
+                self.facts.forget(indices)
 
     def _lost_among(self, devices: list[int]) -> Callable[[list[int]], str]:
         """For a wait on ``devices`` (a call each): the line naming the lost Ray nodes of

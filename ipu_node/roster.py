@@ -23,6 +23,7 @@ from ipu_node.calls import settle, succeeded, wait_all
 from ipu_node.device_errors import DeviceError, DeviceRestarting, NodeLost
 from ipu_node.device_handle import DeviceHandle
 from ipu_node.device_spec import DeviceSpec
+from ipu_node.known_facts import KnownFacts
 from ipu_node.node_loss import loss_notes
 from ipu_node.node_placement import peer_addresses
 from ipu_node.ownership import Ownership
@@ -59,6 +60,7 @@ class Roster:
     nodes: list[str | None] = field(default_factory=list)  # each device's Ray node id
     node_ips: list[str | None] = field(default_factory=list)
     tcp_addresses: list[str] = field(default_factory=list)  # for peers on other nodes
+    facts: KnownFacts = field(default_factory=KnownFacts)  # memory and tensors as last said
     lock: threading.RLock = field(default_factory=threading.RLock)
     _rewire_lock: threading.Lock = field(default_factory=threading.Lock)
     _last_stats: dict[int, DeviceStats] = field(default_factory=dict)  # as last heard
@@ -135,6 +137,7 @@ class Roster:
                          if a is not None and incarnation(a) != self.incarnations[i]}
                 if not fresh:
                     return
+                self.facts.forget(list(fresh))  # a new incarnation starts empty
                 for index, new in fresh.items():
                     self.incarnations[index] = new
                     self._moved(index, answers[index])
@@ -190,6 +193,7 @@ class Roster:
         """Remember that device ``index`` is down (until it answers again)."""
         with self.lock:
             self.down[index] = why
+        self.facts.forget([index])
 
     def card_index(self, name: str, topology_name: str) -> int:
         """The device index of card or machine ``name``, or a UserError listing them."""

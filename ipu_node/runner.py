@@ -12,9 +12,10 @@ import numpy as np
 from cluster.model.routing import router_of
 from cluster.model.topology import Topology
 from gcl.collectives import DTYPES, CollectiveName, ReduceOp
-from gcl.local_executor import extract, land, layout
+from gcl.local_executor import extract, input_elements, land, layout
 from gcl.schedule import WORK, Phase, Schedule
 from gcl.schedule import Transfers as Moves
+from ipu_node.answers import RunAnswer
 from ipu_node.counters import Counters
 from ipu_node.device_errors import DeviceError, LinkTimeout
 from ipu_node.links.channel import Transfer, encode_transfers
@@ -59,17 +60,20 @@ class ScheduleRunner:
 
     def run(self, schedule: Schedule, collective: str, ranks: dict[int, tuple[int, int]],
             inputs: dict[int, np.ndarray] | str, output: str | None, op: ReduceOp,
-            deadline_seconds: float, sim_seconds: float, topology: Topology,
-            ) -> tuple[dict[int, np.ndarray] | None, np.ndarray]:
+            deadline_seconds: float, sim_seconds: float, topology: Topology) -> RunAnswer:
         """Run this device's share of ``schedule``; ``ranks[ipu] = (group, rank)``. See
-        :meth:`ipu_node.card.Card.run`. Returns the results (None with ``output``) and the
-        bytes sent per directed link, counted on the routes of ``topology``."""
+        :meth:`ipu_node.card.Card.run`. Returns the results (None with ``output``), the
+        bytes sent per directed link, counted on the routes of ``topology``, and its
+        IPUs' memory and output tensor after it."""
         if self.ownership is None:
             raise DeviceError(f"device {self.name} has restarted and is not wired in yet: "
                               "run the collective again in a moment")
         tag = f"collective:{collective}"
-        data = ({ipu: self.store.get(ipu, inputs) for ipu in ranks}
-                if isinstance(inputs, str) else inputs)
+        if isinstance(inputs, str):
+            data = {ipu: self.store.get(ipu, inputs) for ipu in ranks}
+            self._check_held(schedule, data)
+        else:
+            data = inputs
         buffers: Buffers = {}
         in_place: set[int] = set()
         sent = np.zeros_like(self.counters.link_bytes)
@@ -98,8 +102,20 @@ class ScheduleRunner:
         if output is not None:
             for ipu, result in results.items():
                 self.store.put(ipu, output, result)
-            return None, sent
-        return results, sent
+        return RunAnswer(None if output is not None else results, sent,
+                         self.store.memory_stats(),
+                         self.store.info(output) if output is not None else {})
+
+    def _check_held(self, schedule: Schedule, data: dict[int, np.ndarray]) -> None:
+        """Each input tensor held here has the schedule's element count and dtype (the POD
+        planned it from what it knew of them), before anything is laid out or sent."""
+        elements, dtype = input_elements(schedule), np.dtype(DTYPES[schedule.dtype])
+        for ipu, array in data.items():
+            if array.size != elements or array.dtype != dtype:
+                raise DeviceError(
+                    f"IPU {self.topology.ipu_name(ipu)} holds {array.size} elements of "
+                    f"{array.dtype}, but the collective was planned for {elements} of {dtype} "
+                    "(the tensor changed since the POD last heard of it): run it again")
 
     def _lay_out(self, schedule: Schedule, ranks: dict[int, tuple[int, int]],
                  data: dict[int, np.ndarray], same_tensor: bool, tag: str,

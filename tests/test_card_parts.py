@@ -83,10 +83,10 @@ def test_plain_cards_on_loopback_links_allreduce_to_the_reference(dss8440):
                                        {ipu: arrays[ipu] for ipu in specs[i].ipus},
                                        None, "sum", 10.0, 1e-3), range(len(cards))))
         want = expected("allreduce", arrays, "sum", 0)[0]
-        for results, _ in answers:
+        for results, *_ in answers:
             for got in results.values():
                 np.testing.assert_array_equal(got, want)
-        sent = sum(link_bytes for _, link_bytes in answers)
+        sent = sum(answer.link_bytes for answer in answers)
         assert sent.sum() > 0
         stats = cards[0].stats()
         assert stats["counters"][0]["sim_seconds"] == pytest.approx(1e-3)

@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+import ray
 
 from cluster.errors import UserError
 from cluster.model.link_faults import LinkDown, find_link
@@ -271,3 +272,37 @@ def test_a_deadline_is_split_so_the_failure_is_named_within_it():
     assert split_deadline(10.0) == (6.0, 2.0, 2.0)
     assert split_deadline(3.0) == pytest.approx((1.8, 0.6, 0.6))
     assert split_deadline(60.0) == (56.0, 2.0, 2.0)
+
+
+def test_a_card_killed_between_collectives_is_waited_for_by_the_next_one(pod):
+    _wait_healthy(pod)
+    small = [np.full(4096, i, dtype=np.int32) for i in range(16)]
+    pod.collective("allreduce", small)  # the POD knows every card's memory now
+    restarts = sum(pod.restarts)
+    pod.kill_card("s0.card2")  # the POD knows it is down: it asks before the next one
+    result = pod.collective("allreduce", small)
+    assert all(np.array_equal(r, np.full(4096, sum(range(16)))) for r in result.results)
+    assert sum(pod.restarts) == restarts + 1
+
+
+def test_a_card_that_restarted_unnoticed_fails_the_next_collective_naming_it(pod):
+    _wait_healthy(pod)
+    small = [np.full(4096, i, dtype=np.int32) for i in range(16)]
+    pod.collective("allreduce", small)  # the POD knows every card's memory now
+    index = next(i for i, spec in enumerate(pod.specs) if spec.name == "s0.card4")
+    actor = pod.actors[index]
+    old_pid = ray.get(actor.info.remote())["pid"]
+    ray.kill(actor, no_restart=False)  # behind the POD's back: it hears nothing of it
+    limit = time.monotonic() + 60
+    while True:  # until the new process answers (asked directly, not through the POD)
+        try:
+            if ray.get(actor.info.remote(), timeout=5)["pid"] != old_pid:
+                break
+        except ray.exceptions.RayError:
+            pass
+        assert time.monotonic() < limit, "the card did not come back within 60 s"
+        time.sleep(0.2)
+    with pytest.raises(DeviceDied, match=r"s0.card4 \(IPUs 8, 9\) died during allreduce"):
+        pod.collective("allreduce", small)
+    result = pod.collective("allreduce", small)  # the failure wired it in again
+    assert all(np.array_equal(r, np.full(4096, sum(range(16)))) for r in result.results)

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import ray
 
 from cluster.errors import ScheduleError, UserError
 from gcl import plan, simulate
@@ -261,3 +262,43 @@ def test_bench_in_place_starts_each_run_from_the_inputs_and_leaves_the_result_ov
     arrays = bench_inputs(per_replica, n, DType.INT32)
     for got, want in zip(pod.get(BENCH_IN), expected(collective, arrays, "sum", 0)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_tensor_changed_behind_the_pods_back_is_refused_never_reduced_wrong(pods):
+    pod = pods["dss8440"]
+    pod.put("known", [np.full(64, r, dtype=np.int32) for r in range(16)])
+    assert pod.collective("allreduce", "known", output="known2").results == []
+    # the POD now starts collectives on "known" from what it knows; change it unseen
+    ray.get(pod.actors[pod.owner[0]].put.remote(0, "known", np.zeros(65, dtype=np.int32)))
+    with pytest.raises(DeviceError, match="holds 65 elements of int32, but the collective "
+                                          "was planned for 64"):
+        pod.collective("allreduce", "known", output="known2")
+    with pytest.raises(UserError, match=r"replica 0 has \(65,\)"):  # asked again
+        pod.collective("allreduce", "known", output="known2")
+    pod.put("known", [np.full(64, r, dtype=np.int32) for r in range(16)])
+    pod.collective("allreduce", "known", output="known2")
+    assert all(np.array_equal(a, np.full(64, 120)) for a in pod.get("known2"))
+
+
+def test_memory_freed_behind_the_pods_back_is_asked_again_before_a_refusal(pods):
+    pod = pods["dss8440"]
+    pod.put("ballast", [np.zeros(200 * 2**20, dtype=np.uint8)], ipus=[0])
+    small = [np.ones(16, np.float32)] * 2
+    pod.collective("allreduce", small, ipus=[0, 1])  # the POD hears IPU 0 is nearly full
+    ray.get(pod.actors[pod.owner[0]].free.remote(0, "ballast"))  # freed unseen
+    big = [np.ones(30 * 2**20, np.float32)] * 2
+    result = pod.collective("allreduce", big, ipus=[0, 1])
+    assert np.all(result.results[1] == 2)
+
+
+def test_a_collective_answers_what_its_devices_hold_after_it(pods):
+    pod = pods["dss8440"]
+    pod.put("grad", [np.full(32, r, dtype=np.float32) for r in range(16)])
+    pod.collective("reduce-scatter", "grad", output="part")
+    card0 = pod.owner[0]
+    assert pod.facts.tensor(card0, "part") == {0: ((2,), "float32"), 1: ((2,), "float32")}
+    known = pod.facts.free_bytes(card0)  # from the collective's answer (put forgot it)
+    said = {ipu: m["free_bytes"] for ipu, m in pod.stats(devices=[card0])[0]["memory"].items()}
+    assert known == said
+    pod.call("free", {card0: (0, "part")})
+    assert pod.facts.tensor(card0, "part") is None  # a call that changes a device: forgotten
