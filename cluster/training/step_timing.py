@@ -11,9 +11,10 @@ computes and holds its share of every layer (:attr:`TrainPlan.rank_workload`), t
 all-reduces inside the group are a part of their own (:mod:`.tensor_parallel_time`),
 and each IPU's gradient is averaged with the same IPU of every other replica. With
 expert parallelism each MoE layer's experts are spread over an expert group of replicas
-(:mod:`.expert_parallel`): its all-to-alls are a part of their own. Each part
-is simulated seconds on the emulated hardware, from
-the catalogue and the cost model; none is measured on this machine. The parts are
+(:mod:`.expert_parallel`): its all-to-alls are a part of their own. With phased
+execution the weights streamed in that compute does not hide are one too
+(:mod:`.phased`). Each part is simulated seconds on the emulated hardware, from the
+catalogue and the cost model; none is measured on this machine. The parts are
 :class:`~cluster.training.step_parts.StepTime`'s (:mod:`.step_parts`).
 """
 
@@ -30,6 +31,7 @@ from cluster.model.routing import Routes, router_of
 from cluster.model.topology import HOST, ROLES, Topology
 from cluster.training.config import TrainConfig
 from cluster.training.expert_parallel_time import expert_parallel_time
+from cluster.training.phased import phase_load_seconds
 from cluster.training.pipeline.lock_step import lock_step_time
 from cluster.training.pipeline.pass_schedule import PipelineSchedule
 from cluster.training.pipeline.schedules import pipeline_schedule
@@ -72,6 +74,7 @@ def step_time(run: TrainPlan) -> StepTime:
                     pipeline_bubble_seconds=pipeline.bubble_seconds,
                     inter_stage_seconds=pipeline.inter_stage_seconds,
                     tensor_parallel_seconds=tensor, expert_parallel_seconds=experts,
+                    phase_load_seconds=phase_load_seconds(run),
                     host_io_seconds=host_io,
                     local_allreduce_seconds=local, global_allreduce_seconds=global_,
                     update_seconds=update, weight_gather_seconds=gather,

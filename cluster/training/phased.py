@@ -1,0 +1,157 @@
+"""Phased execution (``--phased``): a replica's layers run phase by phase, each phase's
+weights streamed in from an IPU-M2000's Streaming Memory.
+
+A phase is a group of consecutive layers of what each IPU holds
+(:attr:`TrainPlan.rank_workload`: its share with tensor parallelism). The phases are the
+fewest, balanced on parameters, such that every phase's weights, gradients and one
+micro-batch's activations, plus a prefetch buffer holding a neighbouring phase's weights,
+fit In-Processor-Memory; if no count fits with the buffer, the fewest that fit without it
+(loads then do not overlap compute). Each phase runs all the step's micro-batches while
+its weights are resident (Graphcore's batch serialisation), so each phase loads its
+weights once forward and once backward (not the last forward phase again: it is still
+resident when the backward begins) and stores its updated weights once, after its
+backward (the update runs as each phase's backward ends, as Graphcore's phased GPT-3
+does). Loads and stores move at the GC200's PCIe Gen4 x16 to the IPU-M2000's gateway,
+32 GB/s each way at once: the path :func:`~cluster.training.step_timing.stage_update_seconds`
+streams the optimiser state over (the catalogue has no other Streaming Memory bandwidth).
+With a prefetch buffer the next phase's load overlaps the current phase's compute (and a
+store the next backward phase's compute); only what compute does not hide is the step's
+"phase loads" part. Simulated seconds throughout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+from cluster.errors import SettingError
+from cluster.model.hardware import DeviceKind, pcie_gen4_x16
+from cluster.training.pipeline.stages import stage_layers
+from cluster.training.plan import TrainPlan
+from cluster.training.workloads import (
+    BACKWARD_FLOPS_FACTOR,
+    MemoryUse,
+    forward_seconds,
+    memory_use,
+)
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Each IPU's phases: ``layers[i]`` the layer indices of phase ``i``, its ``use``
+    (bytes resident while it runs, the prefetch buffer in its weights), and whether a
+    prefetch buffer lets loads overlap compute."""
+
+    layers: tuple[range, ...]
+    use: tuple[MemoryUse, ...]
+    weights_bytes: tuple[int, ...]  # each phase's weights, per IPU
+    prefetch: bool
+
+    @property
+    def count(self) -> int:
+        """How many phases."""
+        return len(self.layers)
+
+    @property
+    def load_bytes(self) -> int:
+        """Bytes each IPU loads from Streaming Memory a step: every phase's weights forward,
+        every phase's but the last forward one's backward."""
+        return 2 * sum(self.weights_bytes) - self.weights_bytes[-1]
+
+    @property
+    def store_bytes(self) -> int:
+        """Bytes each IPU stores to Streaming Memory a step: every phase's updated weights."""
+        return sum(self.weights_bytes)
+
+
+@dataclass(frozen=True)
+class PhaseLoads:
+    """A step's Streaming Memory traffic per IPU: its ``phases``, the bandwidth (bytes a
+    second, each way) and the seconds compute does not hide (:attr:`seconds`)."""
+
+    phases: Phases
+    bandwidth_Bps: float
+    forward_compute: tuple[float, ...]  # each phase's forward, all the step's micro-batches
+    backward_compute: tuple[float, ...]
+
+    @cached_property
+    def seconds(self) -> float:
+        """Exposed load and store seconds of a step: all of them without a prefetch buffer;
+        with one, the first load of each pass, what each load takes beyond the compute of
+        the phase before it, and likewise each store beyond the next backward phase's."""
+        load = [w / self.bandwidth_Bps for w in self.phases.weights_bytes]
+        if not self.phases.prefetch:
+            return (self.phases.load_bytes + self.phases.store_bytes) / self.bandwidth_Bps
+        fc, bc, last = self.forward_compute, self.backward_compute, len(load) - 1
+        forward = load[0] + sum(max(0.0, load[i] - fc[i - 1]) for i in range(1, last + 1))
+        backward = sum(max(0.0, load[i] - bc[i + 1]) for i in range(last))
+        stores = load[0] + sum(max(0.0, load[i] - bc[i - 1]) for i in range(1, last + 1))
+        return forward + backward + stores
+
+
+def phases_of(run: TrainPlan) -> Phases:
+    """The ``run``'s phases by the module's rule: the fewest that fit with a prefetch
+    buffer, else the fewest that fit without, else one a layer (which does not fit)."""
+    workload = run.rank_workload
+    capacity = int(run.topology.ipu_processors[int(run.chains[0, 0])].in_processor_memory_bytes)
+    params = [layer.parameters for layer in workload.layers]
+    for prefetch in (True, False):
+        for count in range(1, len(params) + 1):
+            phases = _phased(run, stage_layers(params, count), prefetch)
+            if max(use.total_bytes for use in phases.use) <= capacity:
+                return phases
+    return _phased(run, stage_layers(params, len(params)), False)
+
+
+def _phased(run: TrainPlan, groups: list[range], prefetch: bool) -> Phases:
+    """``groups`` as phases: each one's bytes resident, with a neighbour's weights as the
+    prefetch buffer when ``prefetch``."""
+    config, workload = run.config, run.rank_workload
+    size = workload.weight_dtype.itemsize
+    weights = [size * sum(workload.layers[i].parameters for i in g) for g in groups]
+    uses = []
+    for i, group in enumerate(groups):
+        use = memory_use(workload, [workload.layers[j] for j in group], config.micro_batch, 1,
+                         config.recomputes, optimizer_offchip=True)
+        buffer = max(weights[max(0, i - 1):i] + weights[i + 1:i + 2], default=0)
+        uses.append(replace(use, weights_bytes=use.weights_bytes
+                            + (buffer if prefetch else 0)))
+    return Phases(tuple(groups), tuple(uses), tuple(weights), prefetch)
+
+
+def phase_loads(run: TrainPlan) -> PhaseLoads:
+    """The ``run``'s Streaming Memory traffic and how much of it compute hides."""
+    config, workload = run.config, run.rank_workload
+    phases = phases_of(run)
+    processor = run.topology.ipu_processors[int(run.chains[0, 0])]
+    forward = tuple(config.accumulation * forward_seconds(
+        workload, processor, config.micro_batch, config.efficiencies,
+        [workload.layers[i] for i in group]) for group in phases.layers)
+    factor = BACKWARD_FLOPS_FACTOR + (1 if config.recomputes else 0)
+    return PhaseLoads(phases, pcie_gen4_x16().bandwidth_Bps, forward,
+                      tuple(factor * f for f in forward))
+
+
+def phase_load_seconds(run: TrainPlan) -> float:
+    """The step's "phase loads" part: 0 unless ``--phased``."""
+    return phase_loads(run).seconds if run.config.phased else 0.0
+
+
+def check_streaming_memory(run: TrainPlan) -> None:
+    """A SettingError if ``--phased`` is asked of IPUs without Streaming Memory (not in an
+    IPU-M2000: a DSS 8440's C2 cards have none)."""
+    machines = [set(u.ipus) for u in run.topology.units if u.kind == DeviceKind.IPU_M2000]
+    ipus = run.chains.ravel().tolist()
+    if run.config.phased and not all(any(ipu in m for m in machines) for ipu in ipus):
+        raise SettingError("phased", "{phased} streams weights from an IPU-M2000's Streaming "
+                           "Memory, which the IPUs of {name} do not have: train on a POD "
+                           "preset (pod16, pod64, ...)", name=run.topology.name)
+
+
+def phase_names(run: TrainPlan, phases: Phases, i: int) -> str:
+    """Phase ``i``'s name in a memory plan: its number and first and last layers."""
+    layers = run.rank_workload.layers
+    group = phases.layers[i]
+    return (f"phase {i + 1} of {phases.count}, {layers[group[0]].name}.."
+            f"{layers[group[-1]].name}{', with prefetch' if phases.prefetch else ''}")
+
