@@ -26,7 +26,6 @@ from functools import cached_property
 
 from cluster.errors import SettingError
 from cluster.model.hardware import DeviceKind, pcie_gen4_x16
-from cluster.training.pipeline.stages import stage_layers
 from cluster.training.plan import TrainPlan
 from cluster.training.workloads import (
     BACKWARD_FLOPS_FACTOR,
@@ -97,10 +96,24 @@ def phases_of(run: TrainPlan) -> Phases:
     params = [layer.parameters for layer in workload.layers]
     for prefetch in (True, False):
         for count in range(1, len(params) + 1):
-            phases = _phased(run, stage_layers(params, count), prefetch)
+            phases = _phased(run, consecutive_groups(params, count), prefetch)
             if max(use.total_bytes for use in phases.use) <= capacity:
                 return phases
-    return _phased(run, stage_layers(params, len(params)), False)
+    return _phased(run, consecutive_groups(params, len(params)), False)
+
+
+def consecutive_groups(params: list[int], count: int) -> list[range]:
+    """``count`` groups of consecutive layers (``params``: each layer's parameters), each
+    ending at the first layer whose running total reaches its share of the whole (a cut
+    in linear time: a search tries every count), none empty."""
+    total, cuts, running = max(1, sum(params)), [0], 0
+    for i, value in enumerate(params):
+        running += value
+        left_groups, left_layers = count - len(cuts), len(params) - i - 1
+        if left_groups > 0 and left_layers >= left_groups and (
+                running * count >= total * len(cuts) or left_layers == left_groups):
+            cuts.append(i + 1)
+    return [range(a, b) for a, b in zip(cuts, cuts[1:] + [len(params)])]
 
 
 def _phased(run: TrainPlan, groups: list[range], prefetch: bool) -> Phases:
@@ -135,6 +148,12 @@ def phase_loads(run: TrainPlan) -> PhaseLoads:
 def phase_load_seconds(run: TrainPlan) -> float:
     """The step's "phase loads" part: 0 unless ``--phased``."""
     return phase_loads(run).seconds if run.config.phased else 0.0
+
+
+def gradient_chunks(run: TrainPlan) -> int:
+    """How many collectives reduce the ``run``'s gradients, one after another: one per
+    phase with phased execution (each phase's as its backward ends), else 1."""
+    return phases_of(run).count if run.config.phased else 1
 
 
 def check_streaming_memory(run: TrainPlan) -> None:
