@@ -136,9 +136,9 @@ def hint(plan: TrainPlan) -> str:
                                            "pod": DEFAULTS.workload_topology,
                                            "ipus": pod.config.ipus_per_replica,
                                            "micro": pod.config.micro_batch})
-    beyond = ("; a transformer this size needs pipeline stages of tensor groups or its "
-              "weights streamed in phase by phase, neither in the emulator yet"
-              if _splits(plan) else "")
+    beyond = ("; a transformer this size needs pipeline stages of tensor groups, not in "
+              "the emulator yet, or its weights streamed in phase by phase ({phased}) on "
+              "IPU-M2000s".format_map(SETTING_NAMES) if _splits(plan) else "")
     return ("nothing tried fits (up to 16 IPUs per replica, micro-batch 1, recomputation, "
             "every {optimizer_state}, {tensor_parallel} up to 16 for a transformer): make "
             "the model smaller (a shorter {sequence_length}, a workload file) or use IPUs "
@@ -226,7 +226,9 @@ def _choices(plan: TrainPlan) -> dict[str, list[Any]]:
             "optimizer_state": [config.optimizer_state, *states],
             "tensor_parallel": [layout] + [
                 other for other in _layouts(size) if other.size >= layout.size
-                and other != layout and _splits(plan)]}
+                and other != layout and _splits(plan)],
+            "phased": [config.phased] + ([True] if streams and not config.phased
+                                         and plan.kind is ModelKind.WORKLOAD else [])}
 
 
 def _layouts(server_size: int) -> list[TensorParallel]:

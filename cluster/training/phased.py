@@ -27,6 +27,7 @@ from functools import cached_property
 from cluster.errors import SettingError
 from cluster.model.hardware import DeviceKind, pcie_gen4_x16
 from cluster.training.plan import TrainPlan
+from cluster.training.sharded_reduction import rack_all_gather_seconds
 from cluster.training.workloads import (
     BACKWARD_FLOPS_FACTOR,
     MemoryUse,
@@ -51,55 +52,85 @@ class Phases:
         """How many phases."""
         return len(self.layers)
 
-    @property
-    def load_bytes(self) -> int:
-        """Bytes each IPU loads from Streaming Memory a step: every phase's weights forward,
-        every phase's but the last forward one's backward."""
-        return 2 * sum(self.weights_bytes) - self.weights_bytes[-1]
-
-    @property
-    def store_bytes(self) -> int:
-        """Bytes each IPU stores to Streaming Memory a step: every phase's updated weights."""
-        return sum(self.weights_bytes)
-
 
 @dataclass(frozen=True)
 class PhaseLoads:
     """A step's Streaming Memory traffic per IPU: its ``phases``, the bandwidth (bytes a
-    second, each way) and the seconds compute does not hide (:attr:`seconds`)."""
+    second, each way), the ``shards`` each phase's weights are split into over a rack's
+    replicas (``sharded-streaming``: each loads and stores its share, then an all-gather
+    over the rack, ``gather_seconds`` a phase, makes the whole phase; 1: no sharding), each
+    phase's compute, and the seconds compute does not hide (:attr:`seconds`)."""
 
     phases: Phases
     bandwidth_Bps: float
+    shards: int
+    gather_seconds: tuple[float, ...]
     forward_compute: tuple[float, ...]  # each phase's forward, all the step's micro-batches
     backward_compute: tuple[float, ...]
+
+    @property
+    def share_bytes(self) -> tuple[int, ...]:
+        """Each phase's bytes one IPU loads or stores: its share of the phase's weights."""
+        return tuple(-(-w // self.shards) for w in self.phases.weights_bytes)
+
+    @property
+    def load_bytes(self) -> int:
+        """Bytes each IPU loads from Streaming Memory a step: every phase's share forward,
+        every phase's but the last forward one's backward (still resident)."""
+        return 2 * sum(self.share_bytes) - self.share_bytes[-1]
+
+    @property
+    def store_bytes(self) -> int:
+        """Bytes each IPU stores to Streaming Memory a step: its share of every phase's
+        updated weights."""
+        return sum(self.share_bytes)
 
     @cached_property
     def seconds(self) -> float:
         """Exposed load and store seconds of a step: all of them without a prefetch buffer;
-        with one, the first load of each pass, what each load takes beyond the compute of
-        the phase before it, and likewise each store beyond the next backward phase's."""
-        load = [w / self.bandwidth_Bps for w in self.phases.weights_bytes]
+        with one, the first fetch (load, then all-gather) of each pass, what each fetch
+        takes beyond the compute of the phase before it, and likewise each store beyond
+        the next backward phase's compute."""
+        store = [n / self.bandwidth_Bps for n in self.share_bytes]
+        fetch = [t + g for t, g in zip(store, self.gather_seconds)]
+        last = len(fetch) - 1
         if not self.phases.prefetch:
-            return (self.phases.load_bytes + self.phases.store_bytes) / self.bandwidth_Bps
-        fc, bc, last = self.forward_compute, self.backward_compute, len(load) - 1
-        forward = load[0] + sum(max(0.0, load[i] - fc[i - 1]) for i in range(1, last + 1))
-        backward = sum(max(0.0, load[i] - bc[i + 1]) for i in range(last))
-        stores = load[0] + sum(max(0.0, load[i] - bc[i - 1]) for i in range(1, last + 1))
+            return 2 * sum(fetch) - fetch[last] + sum(store)
+        fc, bc = self.forward_compute, self.backward_compute
+        forward = fetch[0] + sum(max(0.0, fetch[i] - fc[i - 1]) for i in range(1, last + 1))
+        backward = sum(max(0.0, fetch[i] - bc[i + 1]) for i in range(last))
+        stores = store[0] + sum(max(0.0, store[i] - bc[i - 1]) for i in range(1, last + 1))
         return forward + backward + stores
 
 
 def phases_of(run: TrainPlan) -> Phases:
     """The ``run``'s phases by the module's rule: the fewest that fit with a prefetch
-    buffer, else the fewest that fit without, else one a layer (which does not fit)."""
+    buffer, else the fewest that fit without, else one a layer (which does not fit). The
+    fewest is found by bisection (more phases are taken to need no more memory)."""
     workload = run.rank_workload
     capacity = int(run.topology.ipu_processors[int(run.chains[0, 0])].in_processor_memory_bytes)
     params = [layer.parameters for layer in workload.layers]
+
+    def phased(count: int, prefetch: bool) -> Phases:
+        return _phased(run, consecutive_groups(params, count), prefetch)
+
+    def fit(phases: Phases) -> bool:
+        return max(use.total_bytes for use in phases.use) <= capacity
+
     for prefetch in (True, False):
-        for count in range(1, len(params) + 1):
-            phases = _phased(run, consecutive_groups(params, count), prefetch)
-            if max(use.total_bytes for use in phases.use) <= capacity:
-                return phases
-    return _phased(run, consecutive_groups(params, len(params)), False)
+        most = phased(len(params), prefetch)
+        if not fit(most):
+            continue
+        low, high, found = 1, len(params), most  # phased(high) fits
+        while low < high:
+            middle = (low + high) // 2
+            tried = phased(middle, prefetch)
+            if fit(tried):
+                high, found = middle, tried
+            else:
+                low = middle + 1
+        return found
+    return phased(len(params), False)
 
 
 def consecutive_groups(params: list[int], count: int) -> list[range]:
@@ -141,8 +172,27 @@ def phase_loads(run: TrainPlan) -> PhaseLoads:
         workload, processor, config.micro_batch, config.efficiencies,
         [workload.layers[i] for i in group]) for group in phases.layers)
     factor = BACKWARD_FLOPS_FACTOR + (1 if config.recomputes else 0)
-    return PhaseLoads(phases, pcie_gen4_x16().bandwidth_Bps, forward,
-                      tuple(factor * f for f in forward))
+    return PhaseLoads(phases, pcie_gen4_x16().bandwidth_Bps, config.optimizer_shards,
+                      _gathers(run, phases), forward, tuple(factor * f for f in forward))
+
+
+def _gathers(run: TrainPlan, phases: Phases) -> tuple[float, ...]:
+    """Each phase's all-gather of its weights' shares over each rack's replicas (0 when
+    they are not sharded), priced by GCL as the sharded reduction's all-gather is; each
+    size priced once."""
+    config = run.config
+    if config.optimizer_shards == 1:
+        return (0.0,) * phases.count
+    itemsize = run.rank_workload.weight_dtype.itemsize
+    priced: dict[int, float] = {}
+    for nbytes in phases.weights_bytes:
+        count = -(-nbytes // itemsize // config.optimizer_shards)
+        if count not in priced:
+            priced[count] = rack_all_gather_seconds(config, run.topology, count,
+                                                    run.rank_workload.weight_dtype.value,
+                                                    run.chains)
+    return tuple(priced[-(-nbytes // itemsize // config.optimizer_shards)]
+                 for nbytes in phases.weights_bytes)
 
 
 def phase_load_seconds(run: TrainPlan) -> float:

@@ -137,12 +137,13 @@ def gradient_reduction_seconds(config: TrainConfig, topology: Topology, workload
 def _sharded_chunks(config: TrainConfig, topology: Topology, workload: Workload,
                     chains: np.ndarray, ipu_params: list[int], chunks: int) -> ShardedReduction:
     """The sharded reduction of ``ipu_params`` in ``chunks`` equal collectives, one after
-    another (phased execution's, phase by phase; 1: at once)."""
+    another (phased execution's, phase by phase; 1: at once); phased, no weight gather
+    (each phase's load gathers its weights: :mod:`.phased`)."""
     parts = sharded_reduction(config, topology, workload, chains,
                               [-(-params // chunks) for params in ipu_params])
     return ShardedReduction(chunks * parts.reduce_scatter_seconds,
                             chunks * parts.cross_rack_allreduce_seconds,
-                            chunks * parts.all_gather_seconds)
+                            0.0 if config.phased else chunks * parts.all_gather_seconds)
 
 
 def _gradient_allreduce(config: TrainConfig, topology: Topology, workload: Workload,
