@@ -166,8 +166,8 @@ def _fitting_changes(plan: TrainPlan) -> list[dict[str, Any]]:
         return []  # not even with every option at its leanest
     combos = sorted(product(*choices.values()), key=lambda combo: (
         sum(value != options[0] for value, options in zip(combo, choices.values())),
-        combo[0], combo[4].size, -combo[1], OPTIMIZER_STATE.index(combo[3]), combo[2],
-        combo[4].t2))
+        combo[0], combo[5], combo[4].size, -combo[1], OPTIMIZER_STATE.index(combo[3]),
+        combo[2], combo[4].t2))
     found: list[dict[str, Any]] = []
     for combo in combos:
         changes = {name: value for (name, options), value in zip(choices.items(), combo)
