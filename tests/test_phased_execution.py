@@ -14,10 +14,13 @@ from cluster.training.config import TrainConfig
 from cluster.training.fit import fits
 from cluster.training.memory_plan import stage_memory
 from cluster.training.optimizer_state import OptimizerState
-from cluster.training.phased import _phased, consecutive_groups, phase_loads, phases_of
+from cluster.training.phased import consecutive_groups, grouped_phases, phase_loads, phases_of
+from cluster.training.placement import gradient_group
 from cluster.training.plan import TrainPlan, plan_for
-from cluster.training.step_timing import step_time
+from cluster.training.step_timing import gradient_allreduce_timing, step_time
 from cluster.training.tensor_parallel.layout import TensorParallel
+from gcl import plan, simulate
+from gcl.collectives import CollectiveName
 from gcl.modes import Mode
 
 STREAMING, SHARDED = OptimizerState.STREAMING, OptimizerState.SHARDED_STREAMING
@@ -82,7 +85,7 @@ def test_the_phases_are_the_fewest_that_fit_with_a_prefetch_buffer(recipe):
     assert phases.prefetch and phases.count > 1
     assert max(use.total_bytes for use in phases.use) <= capacity
     params = [layer.parameters for layer in recipe.rank_workload.layers]
-    fewer = _phased(recipe, consecutive_groups(params, phases.count - 1), True)
+    fewer = grouped_phases(recipe, consecutive_groups(params, phases.count - 1), True)
     assert max(use.total_bytes for use in fewer.use) > capacity
 
 
@@ -134,3 +137,19 @@ def test_phased_is_refused_in_one_line_where_it_cannot_run(ipupod_main, args, sa
     assert refused.returncode == 2
     assert refused.stderr.startswith(says) and refused.stderr.count("\n") == 1
     assert refused.stdout == ""
+
+
+def test_phased_gradients_are_reduced_phase_by_phase_one_allreduce_a_phase(recipe):
+    phases = phases_of(recipe).count
+    whole = recipe.changed(phased=False)
+    params = recipe.rank_workload.parameter_count
+    one = plan(CollectiveName.ALLREDUCE, recipe.topology, -(-params // phases),
+               dtype=recipe.workload.gradient_dtype.value, algorithm_name=recipe.config.algorithm,
+               group=gradient_group(recipe.config), ipus=recipe.chains.ravel())
+    timing = gradient_allreduce_timing(recipe)
+    assert timing is not None and gradient_allreduce_timing(whole) is not None
+    assert len(timing.phases) == phases * len(gradient_allreduce_timing(whole).phases)
+    assert timing.sim_seconds == pytest.approx(phases * simulate(one, recipe.topology).sim_seconds)
+    time = step_time(recipe)
+    assert time.local_allreduce_seconds + time.global_allreduce_seconds == pytest.approx(
+        timing.sim_seconds)

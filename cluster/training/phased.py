@@ -112,7 +112,7 @@ def phases_of(run: TrainPlan) -> Phases:
     params = [layer.parameters for layer in workload.layers]
 
     def phased(count: int, prefetch: bool) -> Phases:
-        return _phased(run, consecutive_groups(params, count), prefetch)
+        return grouped_phases(run, consecutive_groups(params, count), prefetch)
 
     def fit(phases: Phases) -> bool:
         return max(use.total_bytes for use in phases.use) <= capacity
@@ -147,7 +147,7 @@ def consecutive_groups(params: list[int], count: int) -> list[range]:
     return [range(a, b) for a, b in zip(cuts, cuts[1:] + [len(params)])]
 
 
-def _phased(run: TrainPlan, groups: list[range], prefetch: bool) -> Phases:
+def grouped_phases(run: TrainPlan, groups: list[range], prefetch: bool) -> Phases:
     """``groups`` as phases: each one's bytes resident, with a neighbour's weights as the
     prefetch buffer when ``prefetch``."""
     config, workload = run.config, run.rank_workload
