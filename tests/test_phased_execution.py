@@ -52,21 +52,25 @@ def test_each_phase_loads_its_weights_forward_and_backward_and_stores_them_once(
     per_phase = [2 * sum(layers[i].parameters for i in group)  # float16 weights
                  for group in loads.phases.layers]
     assert sum(per_phase) == 2 * recipe.rank_workload.parameter_count
+    activations = [4 * use.stash_bytes for use in loads.phases.use]  # 4 micro-batches
+    assert all(activations)
     # the last forward phase is still resident when the backward begins
-    assert loads.load_bytes == 2 * sum(per_phase) - per_phase[-1]
-    assert loads.store_bytes == sum(per_phase)
+    assert loads.load_bytes == 2 * sum(per_phase) - per_phase[-1] + sum(activations)
+    assert loads.store_bytes == sum(per_phase) + sum(activations)
 
 
 def test_loads_and_stores_are_priced_at_the_gc200s_pcie_to_its_ipu_m2000():
     assert pcie_gen4_x16().bandwidth_Bps == 32e9  # 64 GB/s both ways, the catalogue's
 
 
-def test_without_compute_to_hide_them_every_load_and_store_is_the_steps(recipe):
+def test_without_a_prefetch_buffer_every_load_and_store_is_the_steps(recipe):
     loads = phase_loads(recipe)
+    serial = replace(loads, phases=replace(loads.phases, prefetch=False))
+    assert serial.seconds == pytest.approx((loads.load_bytes + loads.store_bytes) / 32e9)
+    assert 0 < loads.seconds < serial.seconds  # the prefetch buffer hides some behind compute
     idle = replace(loads, forward_compute=(0.0,) * loads.phases.count,
                    backward_compute=(0.0,) * loads.phases.count)
-    assert idle.seconds == pytest.approx((loads.load_bytes + loads.store_bytes) / 32e9)
-    assert 0 < loads.seconds < idle.seconds  # the prefetch buffer hides some behind compute
+    assert loads.seconds < idle.seconds <= serial.seconds  # each way of the link at once
 
 
 def test_sharded_streaming_loads_each_replicas_share_of_a_phase_and_all_gathers_it():
@@ -74,7 +78,7 @@ def test_sharded_streaming_loads_each_replicas_share_of_a_phase_and_all_gathers_
     loads = phase_loads(plan)
     assert loads.shards == plan.config.replicas_per_server == 4
     shares = [-(-w // 4) for w in loads.phases.weights_bytes]
-    assert loads.load_bytes == 2 * sum(shares) - shares[-1]
+    assert loads.load_bytes == 2 * sum(shares) - shares[-1] + sum(loads.activation_bytes)
     assert all(seconds > 0 for seconds in loads.gather_seconds)
     assert step_time(plan).weight_gather_seconds == 0  # each phase's load gathers instead
 

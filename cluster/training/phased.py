@@ -11,12 +11,16 @@ its weights are resident (Graphcore's batch serialisation), so each phase loads 
 weights once forward and once backward (not the last forward phase again: it is still
 resident when the backward begins) and stores its updated weights once, after its
 backward (the update runs as each phase's backward ends, as Graphcore's phased GPT-3
-does). Loads and stores move at the GC200's PCIe Gen4 x16 to the IPU-M2000's gateway,
+does); the activations it keeps of each micro-batch are stored in the forward pass and
+loaded back in the backward. Loads and stores move at the GC200's PCIe Gen4 x16 to the IPU-M2000's gateway,
 32 GB/s each way at once: the path :func:`~cluster.training.step_timing.stage_update_seconds`
 streams the optimiser state over (the catalogue has no other Streaming Memory bandwidth).
 With a prefetch buffer the next phase's load overlaps the current phase's compute (and a
 store the next backward phase's compute); only what compute does not hide is the step's
-"phase loads" part. Simulated seconds throughout.
+"phase loads" part. With ``--optimizer-state sharded-streaming`` (replicated tensor
+sharding) each replica of a rack loads and stores its share of a phase's weights and an
+all-gather over the rack makes the whole phase (:class:`PhaseLoads`). The gradients are
+reduced phase by phase (:func:`gradient_chunks`). Simulated seconds throughout.
 """
 
 from __future__ import annotations
@@ -58,49 +62,67 @@ class PhaseLoads:
     """A step's Streaming Memory traffic per IPU: its ``phases``, the bandwidth (bytes a
     second, each way), the ``shards`` each phase's weights are split into over a rack's
     replicas (``sharded-streaming``: each loads and stores its share, then an all-gather
-    over the rack, ``gather_seconds`` a phase, makes the whole phase; 1: no sharding), each
-    phase's compute, and the seconds compute does not hide (:attr:`seconds`)."""
+    over the rack, ``gather_seconds`` a phase, makes the whole phase; 1: no sharding), the
+    step's ``micro_batches`` (each phase stores each one's activations in the forward pass
+    and loads them back in the backward), each phase's compute, and the seconds compute
+    does not hide (:attr:`seconds`)."""
 
     phases: Phases
     bandwidth_Bps: float
     shards: int
     gather_seconds: tuple[float, ...]
+    micro_batches: int
     forward_compute: tuple[float, ...]  # each phase's forward, all the step's micro-batches
     backward_compute: tuple[float, ...]
 
     @property
     def share_bytes(self) -> tuple[int, ...]:
-        """Each phase's bytes one IPU loads or stores: its share of the phase's weights."""
+        """Each phase's weight bytes one IPU loads or stores: its share of them."""
         return tuple(-(-w // self.shards) for w in self.phases.weights_bytes)
+
+    @property
+    def activation_bytes(self) -> tuple[int, ...]:
+        """Each phase's activations of all the step's micro-batches, stored forward and
+        loaded backward (what it keeps of one, :class:`MemoryUse`'s stash, each)."""
+        return tuple(self.micro_batches * use.stash_bytes for use in self.phases.use)
 
     @property
     def load_bytes(self) -> int:
         """Bytes each IPU loads from Streaming Memory a step: every phase's share forward,
-        every phase's but the last forward one's backward (still resident)."""
-        return 2 * sum(self.share_bytes) - self.share_bytes[-1]
+        every phase's but the last forward one's backward (still resident), and the
+        activations."""
+        return 2 * sum(self.share_bytes) - self.share_bytes[-1] + sum(self.activation_bytes)
 
     @property
     def store_bytes(self) -> int:
         """Bytes each IPU stores to Streaming Memory a step: its share of every phase's
-        updated weights."""
-        return sum(self.share_bytes)
+        updated weights, and the activations."""
+        return sum(self.share_bytes) + sum(self.activation_bytes)
 
     @cached_property
     def seconds(self) -> float:
-        """Exposed load and store seconds of a step: all of them without a prefetch buffer;
-        with one, the first fetch (load, then all-gather) of each pass, what each fetch
-        takes beyond the compute of the phase before it, and likewise each store beyond
-        the next backward phase's compute."""
-        store = [n / self.bandwidth_Bps for n in self.share_bytes]
+        """Exposed load and store seconds of a step. Without a prefetch buffer, all of
+        them, one after another. With one, while a phase computes, reads (the next phase's
+        fetch: load, then all-gather; backward, this phase's activations too) and writes
+        (forward, its activations; backward, the previous phase's updated weights) run,
+        each way of the link at once, and only what outlasts the compute is exposed; plus
+        the first fetch and the last store."""
+        bw = self.bandwidth_Bps
+        store = [n / bw for n in self.share_bytes]
+        act = [n / bw for n in self.activation_bytes]
         fetch = [t + g for t, g in zip(store, self.gather_seconds)]
         last = len(fetch) - 1
         if not self.phases.prefetch:
-            return 2 * sum(fetch) - fetch[last] + sum(store)
+            return 2 * sum(fetch) - fetch[last] + sum(store) + 2 * sum(act)
         fc, bc = self.forward_compute, self.backward_compute
-        forward = fetch[0] + sum(max(0.0, fetch[i] - fc[i - 1]) for i in range(1, last + 1))
-        backward = sum(max(0.0, fetch[i] - bc[i + 1]) for i in range(last))
-        stores = store[0] + sum(max(0.0, store[i] - bc[i - 1]) for i in range(1, last + 1))
-        return forward + backward + stores
+        forward = fetch[0] + sum(
+            max(0.0, max(fetch[i + 1] if i < last else 0.0, act[i]) - fc[i])
+            for i in range(last + 1))
+        backward = sum(
+            max(0.0, max(act[i] + (fetch[i - 1] if i > 0 else 0.0),
+                         store[i + 1] if i < last else 0.0) - bc[i])
+            for i in range(last + 1))
+        return forward + backward + store[0]
 
 
 def phases_of(run: TrainPlan) -> Phases:
@@ -173,7 +195,8 @@ def phase_loads(run: TrainPlan) -> PhaseLoads:
         [workload.layers[i] for i in group]) for group in phases.layers)
     factor = BACKWARD_FLOPS_FACTOR + (1 if config.recomputes else 0)
     return PhaseLoads(phases, pcie_gen4_x16().bandwidth_Bps, config.optimizer_shards,
-                      _gathers(run, phases), forward, tuple(factor * f for f in forward))
+                      _gathers(run, phases), config.accumulation, forward,
+                      tuple(factor * f for f in forward))
 
 
 def _gathers(run: TrainPlan, phases: Phases) -> tuple[float, ...]:

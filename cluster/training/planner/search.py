@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 
-from cluster.errors import UserError
+from cluster.errors import ScheduleError, UserError
 from cluster.training.memory_plan import StageMemory, stage_memory, unfit_stage
 from cluster.training.pipeline.timing import stage_busy_seconds
 from cluster.training.plan import TrainPlan, check
@@ -89,7 +89,7 @@ def layout_plan(base: TrainPlan, layout: Layout) -> TrainPlan:
         base.config, ipus_per_replica=shape.ipus, tensor_parallel=shape.tensor_parallel,
         replicas_per_server=layout.replicas_per_server, micro_batch=layout.micro_batch,
         accumulation=layout.accumulation, recompute=layout.recompute,
-        optimizer_state=layout.optimizer_state))
+        optimizer_state=layout.optimizer_state, phased=layout.phased))
 
 
 def search(base: TrainPlan, global_batch: int, top: int) -> Search:
@@ -114,12 +114,19 @@ def search(base: TrainPlan, global_batch: int, top: int) -> Search:
 
 def _price_fastest(found: Search, top: int) -> None:
     """Price ``found``'s fitting layouts, least compute first, until the next one's
-    compute alone is slower than the ``top``-th fastest step priced."""
+    compute alone is slower than the ``top``-th fastest step priced. A layout whose
+    collectives cannot be scheduled (a tensor-parallel all-reduce's buffer larger than an
+    IPU, as a phased layout's large micro-batch makes it) is counted invalid instead."""
     steps: list[float] = []
-    for fit in found.fitting:
+    for fit in list(found.fitting):
         if len(steps) >= top and fit.compute_seconds > steps[top - 1]:
             break
-        step = step_time(fit.plan)
+        try:
+            step = step_time(fit.plan)
+        except ScheduleError:
+            found.fitting.remove(fit)
+            found.invalid += 1
+            continue
         bisect.insort(steps, step.sim_seconds)
         found.priced.append(Priced(fit.layout, fit.plan, step, fit.stages))
     found.priced.sort(key=lambda p: (p.step.sim_seconds, p.layout.shape.ipus))
