@@ -12,9 +12,10 @@ weights once forward and once backward (not the last forward phase again: it is 
 resident when the backward begins) and stores its updated weights once, after its
 backward (the update runs as each phase's backward ends, as Graphcore's phased GPT-3
 does); the activations it keeps of each micro-batch are stored in the forward pass and
-loaded back in the backward. Loads and stores move at the GC200's PCIe Gen4 x16 to the IPU-M2000's gateway,
-32 GB/s each way at once: the path :func:`~cluster.training.step_timing.stage_update_seconds`
-streams the optimiser state over (the catalogue has no other Streaming Memory bandwidth).
+loaded back in the backward. Loads and stores move at the GC200's PCIe Gen4 x16 to the
+IPU-M2000's gateway, 32 GB/s each way at once: the path
+:func:`~cluster.training.step_timing.stage_update_seconds` streams the optimiser state over
+(the catalogue has no other Streaming Memory bandwidth).
 With a prefetch buffer the next phase's load overlaps the current phase's compute (and a
 store the next backward phase's compute); only what compute does not hide is the step's
 "phase loads" part. With ``--optimizer-state sharded-streaming`` (replicated tensor

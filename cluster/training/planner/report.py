@@ -23,7 +23,8 @@ from cluster.training.workloads import peak_flops_per_second
 
 SHOWN_SHARE = 1e-9  # a part of less than this share of its step is rounding, not shown
 PHASED = ("a model this size needs pipeline stages of tensor groups, not in the emulator "
-          "yet, or tensor groups of more than 16 IPUs with phased execution")
+          "yet, or phased execution on IPU-M2000s (--phased; with tensor groups of more "
+          "than 16 IPUs, not in the emulator yet, where 16 do not do)")
 
 
 @dataclass(frozen=True)
