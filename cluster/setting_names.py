@@ -35,6 +35,7 @@ SETTING_NAMES: dict[str, str] = {
     "layers_per_ipu": "--layers-per-ipu",
     "tensor_parallel": "--tensor-parallel",
     "expert_parallel": "--expert-parallel",
+    "phased": "--phased",
     "hidden": "--hidden",
     "sequence_length": "--sequence-length",
     "topology": "--topology",

@@ -46,7 +46,7 @@ def test_the_best_layout_is_at_least_as_fast_as_every_fitting_one_priced(small_s
     best = small_search.priced[0].step.sim_seconds
     assert len(small_search.priced) > 10
     assert all(best <= other.step.sim_seconds for other in small_search.priced)
-    assert len(small_search.priced) == len(small_search.fitting)
+    assert len(small_search.priced) + small_search.unschedulable == len(small_search.fitting)
     assert small_search.tried == (len(small_search.fitting) + len(small_search.misses)
                                   + small_search.invalid)
 
@@ -119,7 +119,7 @@ def test_json_has_the_layouts_parts_utilisation_memory_and_near_misses(small_ans
 
 
 def test_a_model_too_big_for_every_layout_says_none_fits_and_why(ipupod_main):
-    run = ipupod_main("plan", "--model", "gpt3-175b", "--topology", "pod16",
+    run = ipupod_main("plan", "--model", "gpt3-175b", "--topology", "dss8440",
                       "--global-batch", "4", "--json")
     assert run.returncode == 0, run.stderr
     answer = json.loads(run.stdout)
@@ -127,7 +127,7 @@ def test_a_model_too_big_for_every_layout_says_none_fits_and_why(ipupod_main):
     assert answer["verdict"].startswith("no layout fits: the nearest")
     assert "phased execution" in answer["verdict"]
     assert answer["near_misses"][0]["over_bytes"] > 0
-    text = ipupod_main("plan", "--model", "gpt3-175b", "--topology", "pod16",
+    text = ipupod_main("plan", "--model", "gpt3-175b", "--topology", "dss8440",
                        "--global-batch", "4")
     assert "no layout fits" in text.stdout and "In-Processor-Memory" in text.stdout
 
@@ -188,3 +188,12 @@ def test_a_moe_search_prices_expert_parallel_layouts():
     assert spread and all(p.plan.config.replicas_per_server % p.layout.shape.expert_parallel
                           == 0 for p in spread)
     assert found.priced and found.priced[0].step.sim_seconds > 0
+
+
+def test_phased_layouts_are_tried_and_gpt3_175b_fits_a_pod16_only_phased(ipupod_main):
+    run = ipupod_main("plan", "--model", "gpt3-175b", "--topology", "pod16",
+                      "--global-batch", "4", "--json")
+    assert run.returncode == 0, run.stderr
+    answer = json.loads(run.stdout)
+    assert answer["fit"] > 0 and all(layout["phased"] for layout in answer["layouts"])
+    assert answer["layouts"][0]["command"].endswith(" --phased")

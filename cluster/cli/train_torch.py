@@ -46,7 +46,7 @@ NOT_WITH_TORCH = {  # option: its value when not given (anything else is refused
     "optimizer_state": str(DEFAULTS.optimizer_state), "recompute": None,
     "efficiency_scale": DEFAULTS.efficiency_scale,
     "pipeline_schedule": DEFAULTS.pipeline_schedule, "tensor_parallel": None,
-    "expert_parallel": None}
+    "expert_parallel": None, "phased": False}
 
 
 def _refuse_the_mlps_options(mode: str | None, options: dict[str, Any]) -> None:

@@ -102,6 +102,12 @@ COMMON_OPTIONS = [
                       "replicas of a server or rack (E divides the experts and the replicas "
                       "per server); tokens reach their experts by all-to-alls (default: 1, "
                       "off; not with --tensor-parallel)."),
+    click.option("--phased", is_flag=True,
+                 help="Run each replica's layers phase by phase, each phase's weights "
+                      "streamed in from an IPU-M2000's Streaming Memory (with "
+                      "--optimizer-state streaming or sharded-streaming; a workload, one IPU "
+                      "or one tensor group a replica): for models whose layers do not fit "
+                      "In-Processor-Memory at once."),
     PIPELINE_SCHEDULE_OPTION,
     click.option("--recompute/--no-recompute", default=None,
                  help="Keep only checkpoints between passes and recompute the rest in the "
@@ -160,7 +166,7 @@ def make_config(servers: int | None, mode: str | None, check: bool,
                 hidden: str | None, efficiency_scale: float = DEFAULTS.efficiency_scale,
                 layers_per_ipu: str | None = None, final_stage_on_first_ipu: bool = False,
                 topology: str | None = None, tensor_parallel: str | None = None,
-                expert_parallel: str | None = None) -> TrainPlan:
+                expert_parallel: str | None = None, phased: bool = False) -> TrainPlan:
     """The run the options describe, resolved once (:func:`cluster.training.fit.resolve`):
     its topology loaded and workload built, each default left out filled (the topology
     and mode by the model, the micro-batch and IPUs per replica the first that fit, a
@@ -191,5 +197,5 @@ def make_config(servers: int | None, mode: str | None, check: bool,
         efficiency_scale=efficiency_scale,
         layers_per_ipu=layer_counts(layers_per_ipu),
         final_stage_on_first_ipu=final_stage_on_first_ipu, tensor_parallel=layout,
-        expert_parallel=parse_expert_parallel(expert_parallel))
+        expert_parallel=parse_expert_parallel(expert_parallel), phased=phased)
     return replace(resolve(config, free), given=given_settings())

@@ -77,6 +77,7 @@ class TrainConfig:
     final_stage_on_first_ipu: bool = False  # one stage more, back on the replica's IPU 0
     tensor_parallel: TensorParallel = OFF  # each layer split over the replica's IPUs
     expert_parallel: int = 1  # each MoE layer's experts over this many replicas
+    phased: bool = False  # layers' weights streamed in phase by phase (:mod:`.phased`)
 
     def __post_init__(self) -> None:
         """A plain optimiser-state or split name becomes its :class:`OptimizerState` or
@@ -96,6 +97,7 @@ class TrainConfig:
         self._check_modes()
         self._check_split()
         self._check_final_stage()
+        self._check_phased()
 
     def check_workload(self, built: Workload) -> None:
         """A SettingError naming the setting to change if this run's workload (``built``)
@@ -225,6 +227,19 @@ class TrainConfig:
                                "workload's last pipeline stage on the replica's first IPU: "
                                "give {model} and {ipus_per_replica} 2 or more, and leave "
                                "out {split} shard")
+
+    def _check_phased(self) -> None:
+        """A SettingError unless a phased replica is a workload's one stage (of one IPU or
+        one tensor group) with its optimiser state in Streaming Memory."""
+        if not self.phased:
+            return
+        if self.kind is ModelKind.MLP or self.splits_columns or self.pipeline_stages > 1:
+            raise SettingError("phased", "{phased} streams one stage's layers phase by phase: "
+                               "give {model} a workload, one IPU or one tensor group a "
+                               "replica, and no {final_stage_on_first_ipu} or {split} shard")
+        if not OptimizerState(self.optimizer_state).offchip:
+            raise SettingError("phased", "{phased} keeps the optimiser state in Streaming "
+                               "Memory: add {optimizer_state} streaming (or sharded-streaming)")
 
     def _check_tensor_parallel(self, server_ipus: int) -> None:
         """A SettingError unless a tensor-parallel replica is pipeline stages of whole

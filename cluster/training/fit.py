@@ -137,8 +137,8 @@ def hint(plan: TrainPlan) -> str:
                                            "ipus": pod.config.ipus_per_replica,
                                            "micro": pod.config.micro_batch})
     beyond = ("; a transformer this size needs pipeline stages of tensor groups over more "
-              "than 16 IPUs or its weights streamed in phase by phase, neither in the "
-              "emulator yet"
+              "than 16 IPUs, not in the emulator yet, or its weights streamed in phase by "
+              "phase ({phased}) on IPU-M2000s".format_map(SETTING_NAMES)
               if _splits(plan) else "")
     return ("nothing tried fits (up to 16 IPUs per replica, micro-batch 1, recomputation, "
             "every {optimizer_state}, {tensor_parallel} up to 16 for a transformer): make "
@@ -167,8 +167,8 @@ def _fitting_changes(plan: TrainPlan) -> list[dict[str, Any]]:
         return []  # not even with every option at its leanest
     combos = sorted(product(*choices.values()), key=lambda combo: (
         sum(value != options[0] for value, options in zip(combo, choices.values())),
-        combo[0], combo[4].size, -combo[1], OPTIMIZER_STATE.index(combo[3]), combo[2],
-        combo[4].t2))
+        combo[0], combo[5], combo[4].size, -combo[1], OPTIMIZER_STATE.index(combo[3]),
+        combo[2], combo[4].t2))
     found: list[dict[str, Any]] = []
     for combo in combos:
         changes = {name: value for (name, options), value in zip(choices.items(), combo)
@@ -227,7 +227,9 @@ def _choices(plan: TrainPlan) -> dict[str, list[Any]]:
             "optimizer_state": [config.optimizer_state, *states],
             "tensor_parallel": [layout] + [
                 other for other in _layouts(size) if other.size >= layout.size
-                and other != layout and _splits(plan)]}
+                and other != layout and _splits(plan)],
+            "phased": [config.phased] + ([True] if streams and not config.phased
+                                         and plan.kind is ModelKind.WORKLOAD else [])}
 
 
 def _layouts(server_size: int) -> list[TensorParallel]:

@@ -19,6 +19,7 @@ from cluster.errors import SettingError, UserError
 from cluster.model.hardware import DeviceKind
 from cluster.model.topology import Topology
 from cluster.training.config import TrainConfig
+from cluster.training.phased import check_streaming_memory, phase_names, phases_of
 from cluster.training.pipeline.schedules import pipeline_schedule
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.placement import replica_ipus
@@ -58,6 +59,8 @@ def stage_memory(run: TrainPlan) -> list[StageMemory]:
     config, topology, workload = run.config, run.topology, run.rank_workload
     if config.splits_columns:
         return _sharded_memory(config, topology, workload)
+    if config.phased:
+        return _phased_memory(run)
     stages = stage_layers([layer.training_flops for layer in workload.layers],
                           config.pipeline_stages, config.layers_per_ipu)
     in_flight = pipeline_schedule(config.pipeline_schedule, len(stages),
@@ -77,6 +80,17 @@ def stage_memory(run: TrainPlan) -> list[StageMemory]:
     return [StageMemory(s, chain[ipu], topology.ipu_name(chain[ipu]), names, use,
                         int(topology.ipu_processors[chain[ipu]].in_processor_memory_bytes))
             for ipu, (s, names, use) in sorted(held.items())]
+
+
+def _phased_memory(run: TrainPlan) -> list[StageMemory]:
+    """With phased execution, each IPU's bytes while its fullest phase runs (the rest of
+    its layers wait in Streaming Memory: :mod:`.phased`)."""
+    phases = phases_of(run)
+    fullest = max(range(phases.count), key=lambda i: phases.use[i].total_bytes)
+    ipu = int(run.chains[0, 0])
+    return [StageMemory(0, ipu, run.topology.ipu_name(ipu), phase_names(run, phases, fullest),
+                        phases.use[fullest],
+                        int(run.topology.ipu_processors[ipu].in_processor_memory_bytes))]
 
 
 def _together(a: MemoryUse, b: MemoryUse) -> MemoryUse:
@@ -117,6 +131,7 @@ def unfit_stage(run: TrainPlan, plan: list[StageMemory]) -> StageMemory | None:
     In-Processor-Memory, or None; a SettingError if the optimiser's values are to live in
     Streaming Memory the topology's IPUs do not have."""
     config, topology = run.config, run.topology
+    check_streaming_memory(run)
     machines = [set(u.ipus) for u in topology.units if u.kind == DeviceKind.IPU_M2000]
     if config.optimizer_offchip and not all(
             any(stage.ipu in ipus for ipus in machines) for stage in plan):

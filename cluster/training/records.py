@@ -25,6 +25,7 @@ class _StepParts(TypedDict):
     inter_stage_seconds: float
     tensor_parallel_seconds: float
     expert_parallel_seconds: float
+    phase_load_seconds: float
     host_io_seconds: float
     local_allreduce_seconds: float
     global_allreduce_seconds: float

@@ -96,6 +96,16 @@ def sharded_reduction(config: TrainConfig, topology: Topology, workload: Workloa
     return ShardedReduction(scatter, allreduce, gather)
 
 
+def rack_all_gather_seconds(config: TrainConfig, topology: Topology, count: int, dtype: str,
+                            chains: np.ndarray) -> float:
+    """Simulated seconds of an all-gather of ``count`` elements a replica (its shard) over
+    each rack's replicas, every rack at once: the step's weight gather (phased execution
+    runs one a phase, :mod:`.phased`)."""
+    per_rack = config.replicas_per_server
+    return _seconds(CollectiveName.ALL_GATHER, config, topology, count, dtype,
+                    CommGroup.consecutive(per_rack), _in_rack_order(chains, per_rack))
+
+
 def _in_rack_order(chains: np.ndarray, per_rack: int) -> np.ndarray:
     """The IPUs of ``chains`` ordered rack, then stage, then replica, so that
     ``consecutive:per_rack`` groups the same stage of one rack's replicas: PopART's sharding

@@ -52,6 +52,8 @@ class StepTime:
     layer over a replica's tensor group (:mod:`.tensor_parallel_time`, after the compute: they
     do not overlap it); ``expert_parallel_seconds`` each MoE layer's all-to-alls
     over its expert group (:mod:`.expert_parallel_time`, the busiest stage's);
+    ``phase_load_seconds`` the Streaming Memory traffic of phased execution that compute
+    does not hide (:mod:`.phased`);
     ``shard_exchange_seconds`` is a column split's
     collectives (:mod:`.sharding`); ``weight_gather_seconds`` the all-gather of sharded
     optimiser state's weights (:mod:`.sharded_reduction`). ``stage_compute_seconds``
@@ -62,6 +64,7 @@ class StepTime:
     inter_stage_seconds: float = _part("between stages", "stages-io")
     tensor_parallel_seconds: float = _part("tensor-parallel collectives", "tensor-io")
     expert_parallel_seconds: float = _part("expert-parallel collectives", "expert-io")
+    phase_load_seconds: float = _part("phase loads", "phase-io")
     host_io_seconds: float = _part("host I/O", "host-io", always=True)
     local_allreduce_seconds: float = _part("local allreduce", "local-AR", always=True)
     global_allreduce_seconds: float = _part("global allreduce", "global-AR", always=True)

@@ -11,9 +11,10 @@ computes and holds its share of every layer (:attr:`TrainPlan.rank_workload`), t
 all-reduces inside the group are a part of their own (:mod:`.tensor_parallel_time`),
 and each IPU's gradient is averaged with the same IPU of every other replica. With
 expert parallelism each MoE layer's experts are spread over an expert group of replicas
-(:mod:`.expert_parallel`): its all-to-alls are a part of their own. Each part
-is simulated seconds on the emulated hardware, from
-the catalogue and the cost model; none is measured on this machine. The parts are
+(:mod:`.expert_parallel`): its all-to-alls are a part of their own. With phased
+execution the weights streamed in that compute does not hide are one too
+(:mod:`.phased`). Each part is simulated seconds on the emulated hardware, from the
+catalogue and the cost model; none is measured on this machine. The parts are
 :class:`~cluster.training.step_parts.StepTime`'s (:mod:`.step_parts`).
 """
 
@@ -30,6 +31,7 @@ from cluster.model.routing import Routes, router_of
 from cluster.model.topology import HOST, ROLES, Topology
 from cluster.training.config import TrainConfig
 from cluster.training.expert_parallel_time import expert_parallel_time
+from cluster.training.phased import gradient_chunks, phase_load_seconds
 from cluster.training.pipeline.lock_step import lock_step_time
 from cluster.training.pipeline.pass_schedule import PipelineSchedule
 from cluster.training.pipeline.schedules import pipeline_schedule
@@ -66,12 +68,13 @@ def step_time(run: TrainPlan) -> StepTime:
     experts = expert_parallel_time(run).seconds
     ipu_params = _ipu_params(config, workload)
     local, global_, gather = gradient_reduction_seconds(config, topology, workload, chains,
-                                                        ipu_params)
+                                                        ipu_params, gradient_chunks(run))
     host_io, update = _host_io_and_update(config, topology, workload, chains, ipu_params)
     return StepTime(compute_seconds=pipeline.compute_seconds,
                     pipeline_bubble_seconds=pipeline.bubble_seconds,
                     inter_stage_seconds=pipeline.inter_stage_seconds,
                     tensor_parallel_seconds=tensor, expert_parallel_seconds=experts,
+                    phase_load_seconds=phase_load_seconds(run),
                     host_io_seconds=host_io,
                     local_allreduce_seconds=local, global_allreduce_seconds=global_,
                     update_seconds=update, weight_gather_seconds=gather,
@@ -111,32 +114,54 @@ def _sharded_step_time(config: TrainConfig, topology: Topology, workload: Worklo
 
 def gradient_reduction_seconds(config: TrainConfig, topology: Topology, workload: Workload,
                                chains: np.ndarray,
-                               ipu_params: list[int]) -> tuple[float, float, float]:
+                               ipu_params: list[int],
+                               chunks: int = 1) -> tuple[float, float, float]:
     """(local, global, weight gather) simulated seconds of averaging the gradient of each
     IPU of a replica (``ipu_params[s]`` values, padded to the largest) with the same IPU of
     every other replica. Usually one allreduce, split by scope (:func:`allreduce_parts`),
     and no gather. With the optimiser state sharded and the replicas on several racks or
     servers, what PopART runs instead (:mod:`.sharded_reduction`): a reduce-scatter inside
     each rack (local), an allreduce of each shard across the racks (global), and an
-    all-gather of the updated weights inside each rack (gather)."""
+    all-gather of the updated weights inside each rack (gather). With phased execution
+    the gradients are reduced phase by phase: ``chunks`` collectives of 1/chunks each."""
     if shards_across_racks(config, chains):
-        parts = sharded_reduction(config, topology, workload, chains, ipu_params)
+        parts = _sharded_chunks(config, topology, workload, chains, ipu_params, chunks)
         return (parts.reduce_scatter_seconds, parts.cross_rack_allreduce_seconds,
                 parts.all_gather_seconds)
-    timing, spans = _gradient_allreduce(config, topology, workload, chains, ipu_params)
+    timing, spans = _gradient_allreduce(config, topology, workload, chains, ipu_params,
+                                        chunks)
     local, global_ = allreduce_parts(timing, spans)
     return local, global_, 0.0
 
 
+def _sharded_chunks(config: TrainConfig, topology: Topology, workload: Workload,
+                    chains: np.ndarray, ipu_params: list[int], chunks: int) -> ShardedReduction:
+    """The sharded reduction of ``ipu_params`` in ``chunks`` equal collectives, one after
+    another (phased execution's, phase by phase; 1: at once); phased, no weight gather
+    (each phase's load gathers its weights: :mod:`.phased`)."""
+    parts = sharded_reduction(config, topology, workload, chains,
+                              [-(-params // chunks) for params in ipu_params])
+    return ShardedReduction(chunks * parts.reduce_scatter_seconds,
+                            chunks * parts.cross_rack_allreduce_seconds,
+                            0.0 if config.phased else chunks * parts.all_gather_seconds)
+
+
 def _gradient_allreduce(config: TrainConfig, topology: Topology, workload: Workload,
-                        chains: np.ndarray, ipu_params: list[int]) -> tuple[Timing, bool]:
-    """The gradient allreduce's timing, and whether its replicas span IPU-Link domains."""
+                        chains: np.ndarray, ipu_params: list[int],
+                        chunks: int = 1) -> tuple[Timing, bool]:
+    """The gradient allreduce's timing, and whether its replicas span IPU-Link domains;
+    in ``chunks`` equal allreduces one after another (their phases in turn) when phased."""
     ipus = chains.ravel()
-    schedule = plan(CollectiveName.ALLREDUCE, topology, max(ipu_params),
+    schedule = plan(CollectiveName.ALLREDUCE, topology, -(-max(ipu_params) // chunks),
                     dtype=workload.gradient_dtype.value, algorithm_name=config.algorithm,
                     group=gradient_group(config), ipus=ipus)
     spans = len(set(router_of(topology).domain_of_ipu[ipus].tolist())) > 1
-    return simulate(schedule, topology), spans
+    timing = simulate(schedule, topology)
+    if chunks == 1:
+        return timing, spans
+    return Timing(chunks * timing.sim_seconds, timing.phases * chunks,
+                  {kind: chunks * n for kind, n in timing.link_type_bytes.items()},
+                  timing.wall_seconds), spans
 
 
 def gradient_allreduce_timing(run: TrainPlan) -> Timing | None:
@@ -147,7 +172,7 @@ def gradient_allreduce_timing(run: TrainPlan) -> Timing | None:
     if shards_across_racks(config, chains):
         return None
     return _gradient_allreduce(config, topology, workload, chains,
-                               _ipu_params(config, workload))[0]
+                               _ipu_params(config, workload), gradient_chunks(run))[0]
 
 
 def sharded_reduction_timing(run: TrainPlan) -> ShardedReduction | None:
@@ -157,7 +182,8 @@ def sharded_reduction_timing(run: TrainPlan) -> ShardedReduction | None:
     config, topology, workload, chains = run.config, run.topology, run.rank_workload, run.chains
     if not shards_across_racks(config, chains):
         return None
-    return sharded_reduction(config, topology, workload, chains, _ipu_params(config, workload))
+    return _sharded_chunks(config, topology, workload, chains, _ipu_params(config, workload),
+                           gradient_chunks(run))
 
 
 def _host_io_and_update(config: TrainConfig, topology: Topology, workload: Workload,

@@ -22,9 +22,9 @@ from cluster.training.step_parts import parts_spent
 from cluster.training.workloads import peak_flops_per_second
 
 SHOWN_SHARE = 1e-9  # a part of less than this share of its step is rounding, not shown
-PHASED = ("a model this size needs its weights and optimiser state streamed in phase by "
-          "phase (phased execution) or pipeline stages of tensor groups over more than 16 "
-          "IPUs, neither in the emulator yet")
+PHASED = ("a model this size needs pipeline stages of tensor groups over more than 16 IPUs, "
+          "not in the emulator yet, or phased execution on IPU-M2000s (--phased; with tensor "
+          "groups of more than 16 IPUs, not in the emulator yet, where 16 do not do)")
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,8 @@ def train_command(question: Question, layout: Layout) -> str:
               f"--micro-batch {layout.micro_batch}",
               f"--gradient-accumulation {layout.accumulation}",
               "--recompute" if layout.recompute else "--no-recompute",
-              f"--optimizer-state {layout.optimizer_state}"]
+              f"--optimizer-state {layout.optimizer_state}"] + (
+                  ["--phased"] if layout.phased else [])
     return " ".join(words)
 
 
@@ -75,7 +76,7 @@ def _layout_record(plan: TrainPlan, layout: Layout) -> dict[str, Any]:
             "replicas_per_server": layout.replicas_per_server,
             "ipus": plan.config.replicas * shape.ipus, "micro_batch": layout.micro_batch,
             "gradient_accumulation": layout.accumulation, "recompute": layout.recompute,
-            "optimizer_state": str(layout.optimizer_state)}
+            "optimizer_state": str(layout.optimizer_state), "phased": layout.phased}
 
 
 def _memory(stages: list[StageMemory]) -> StageMemory:
@@ -146,7 +147,7 @@ def _shape_words(miss: Miss) -> str:
     layout = miss.layout
     return (f"{plural(miss.plan.config.replicas, 'replica')} x {layout.shape}, micro-batch "
             f"{layout.micro_batch}, {'recomputation' if layout.recompute else 'no recompute'}, "
-            f"optimizer state {layout.optimizer_state}")
+            f"optimizer state {layout.optimizer_state}{', phased' if layout.phased else ''}")
 
 
 def as_json(question: Question, found: Search, base: TrainPlan) -> dict[str, Any]:
@@ -198,7 +199,7 @@ def _priced_lines(rank: int, record: dict[str, Any]) -> list[str]:
             f"micro-batch {record['micro_batch']}, accumulation "
             f"{record['gradient_accumulation']}, "
             f"{'recomputation' if record['recompute'] else 'no recomputation'}, optimizer "
-            f"state {record['optimizer_state']}",
+            f"state {record['optimizer_state']}{', phased' if record['phased'] else ''}",
             f"   step {record['step_seconds']:.4g} s: {parts}",
             f"   {record['samples_per_second']:.4g} samples/s, model FLOPs utilisation "
             f"{record['model_flops_utilisation']:.1%}, memory per IPU "

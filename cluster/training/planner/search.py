@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 
-from cluster.errors import UserError
+from cluster.errors import ScheduleError, UserError
 from cluster.training.memory_plan import StageMemory, stage_memory, unfit_stage
 from cluster.training.pipeline.timing import stage_busy_seconds
 from cluster.training.plan import TrainPlan, check
@@ -72,13 +72,15 @@ class Search:
     """What a search found: the layouts that fit (``fitting``), those priced, fastest
     first; the near misses, nearest first; how many layouts it tried and how many the
     settings' own checks refused (``invalid``: e.g. tensor groups of a model without
-    tensor shapes)."""
+    tensor shapes) and how many that fit were not priced because a collective could not
+    be scheduled (``unschedulable``)."""
 
     fitting: list[Fitting] = field(default_factory=list)
     priced: list[Priced] = field(default_factory=list)
     misses: list[Miss] = field(default_factory=list)
     tried: int = 0
     invalid: int = 0
+    unschedulable: int = 0  # fitting, but a collective's buffer does not: not priced
 
 
 def layout_plan(base: TrainPlan, layout: Layout) -> TrainPlan:
@@ -90,7 +92,7 @@ def layout_plan(base: TrainPlan, layout: Layout) -> TrainPlan:
         expert_parallel=shape.expert_parallel,
         replicas_per_server=layout.replicas_per_server, micro_batch=layout.micro_batch,
         accumulation=layout.accumulation, recompute=layout.recompute,
-        optimizer_state=layout.optimizer_state))
+        optimizer_state=layout.optimizer_state, phased=layout.phased))
 
 
 def search(base: TrainPlan, global_batch: int, top: int) -> Search:
@@ -122,12 +124,18 @@ def experts_per_layer(base: TrainPlan) -> int:
 
 def _price_fastest(found: Search, top: int) -> None:
     """Price ``found``'s fitting layouts, least compute first, until the next one's
-    compute alone is slower than the ``top``-th fastest step priced."""
+    compute alone is slower than the ``top``-th fastest step priced. A layout whose
+    collectives cannot be scheduled (a tensor-parallel all-reduce's buffer larger than an
+    IPU, as a phased layout's large micro-batch makes it) is not priced."""
     steps: list[float] = []
     for fit in found.fitting:
         if len(steps) >= top and fit.compute_seconds > steps[top - 1]:
             break
-        step = step_time(fit.plan)
+        try:
+            step = step_time(fit.plan)
+        except ScheduleError:
+            found.unschedulable += 1
+            continue
         bisect.insort(steps, step.sim_seconds)
         found.priced.append(Priced(fit.layout, fit.plan, step, fit.stages))
     found.priced.sort(key=lambda p: (p.step.sim_seconds, p.layout.shape.ipus))

@@ -59,7 +59,8 @@ class ReplicaShape:
 @dataclass(frozen=True)
 class Layout:
     """One candidate: the replica's shape, replicas per server or rack, micro-batch
-    (samples), accumulation (micro-batches a step), recomputation, optimiser state."""
+    (samples), accumulation (micro-batches a step), recomputation, optimiser state, and
+    whether its layers run phase by phase (``--phased``)."""
 
     shape: ReplicaShape
     replicas_per_server: int
@@ -67,6 +68,7 @@ class Layout:
     accumulation: int
     recompute: bool
     optimizer_state: OptimizerState
+    phased: bool = False
 
 
 def default_global_batch(model: str, sequence_length: int | None) -> tuple[int, str]:
@@ -113,16 +115,18 @@ def powers_of_two(most: int) -> list[int]:
 
 def layouts(shape: ReplicaShape, servers: int, server_size: int, global_batch: int,
             states: list[OptimizerState]) -> Iterator[tuple[Layout, ...]]:
-    """The layouts of ``shape``, in runs of the same replicas, recomputation and state
-    whose micro-batch grows (so a search stops a run at the first that does not fit: a
-    larger micro-batch needs more memory)."""
+    """The layouts of ``shape``, in runs of the same replicas, recomputation, state and
+    phasing whose micro-batch grows (so a search stops a run at the first that does not
+    fit: a larger micro-batch needs more memory); phased only for a replica of one stage
+    with its optimiser state in Streaming Memory (what ``--phased`` takes)."""
     for per_server in powers_of_two(server_size // shape.ipus):
         replicas = servers * per_server
         if global_batch % replicas or per_server % shape.expert_parallel:
             continue
         for recompute in (True, False):
             for state in states:
-                yield tuple(Layout(shape, per_server, m, global_batch // (replicas * m),
-                                   recompute, state)
-                            for m in powers_of_two(global_batch // replicas)
-                            if global_batch % (replicas * m) == 0)
+                for phased in (False, True)[:1 + (shape.stages == 1 and state.offchip)]:
+                    yield tuple(Layout(shape, per_server, m, global_batch // (replicas * m),
+                                       recompute, state, phased)
+                                for m in powers_of_two(global_batch // replicas)
+                                if global_batch % (replicas * m) == 0)
