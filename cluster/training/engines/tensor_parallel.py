@@ -115,16 +115,26 @@ def _run_step(groups: TensorGroups, pod: EmulatedPod, batch: Batch) -> float:
     for micro in range(config.accumulation):
         data = [replica_slice(*batch, r, config.replicas, config.micro_batch,
                               config.accumulation, micro) for r in range(config.replicas)]
-        groups.round(pod, forward_block, lambda r, k: data[r][0])
-        groups.allreduce(pod, PARTIAL_OUT, OUT_SUM)
-        losses = groups.round(pod, backward_block, lambda r, k: data[r][1])
-        if groups.split.layer > 0:
-            groups.allreduce(pod, PARTIAL_IN, IN_SUM)
-        last = micro == config.accumulation - 1
-        groups.round(pod, end_micro, lambda r, k: config.accumulation if last else 0)
+        losses = _micro_batch(groups, pod, data, micro == config.accumulation - 1)
         for ipu, loss in losses.items():
             loss_sum[first[ipu]] += loss
     return float(np.mean(loss_sum / config.accumulation))
+
+
+def _micro_batch(groups: TensorGroups, pod: EmulatedPod, data: list[Batch],
+                 last: bool) -> dict[int, float]:
+    """One micro-batch, replica ``r`` on ``data[r]``: forward, the tensor group's allreduce
+    of the block's output, backward, the allreduce of its input gradient (when layers lie
+    below the block), the head's backward; its loss per replica's rank 0. The ``last`` of
+    a step leaves the micro-batches' mean gradient."""
+    config = groups.config
+    groups.round(pod, forward_block, lambda r, k: data[r][0])
+    groups.allreduce(pod, PARTIAL_OUT, OUT_SUM)
+    losses = groups.round(pod, backward_block, lambda r, k: data[r][1])
+    if groups.split.layer > 0:
+        groups.allreduce(pod, PARTIAL_IN, IN_SUM)
+    groups.round(pod, end_micro, lambda r, k: config.accumulation if last else 0)
+    return losses
 
 
 def _update(groups: TensorGroups, pod: EmulatedPod) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cluster.training.numpy_mlp import DTYPE, MLPSpec
+from cluster.training.numpy_mlp import MLPSpec
 
 Layer = tuple[np.ndarray, np.ndarray]  # a dense layer's (W, b), views into a flat vector
 
@@ -106,10 +106,6 @@ class MegatronSplit:
         parts.w_out[...], parts.block_bias[...] = w_out[cols, :], b_out
         return flat
 
-    def last_layer(self) -> int:
-        """The logits layer's index."""
-        return len(self.shapes) - 1
-
 
 def head_forward(split: MegatronSplit, parts: RankParts,
                  x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -146,8 +142,8 @@ def tail_forward_backward(split: MegatronSplit, parts: RankParts, grads: RankPar
         a = stashed[j - split.layer - 2]
         w, b = parts.replicated[j]
         gw, gb = grads.replicated[j]
-        gw += a.T @ delta
-        gb += delta.sum(axis=0)
+        gw[...] += a.T @ delta
+        gb[...] += delta.sum(axis=0)
         delta = (delta @ w.T) * (a > 0)
     grads.block_bias[...] += delta.sum(axis=0)
     return loss, delta
@@ -172,8 +168,8 @@ def head_backward(parts: RankParts, grads: RankParts, inputs: list[np.ndarray],
     for j in range(len(inputs) - 1, -1, -1):
         w, _ = parts.replicated[j]
         gw, gb = grads.replicated[j]
-        gw += inputs[j].T @ delta
-        gb += delta.sum(axis=0)
+        gw[...] += inputs[j].T @ delta
+        gb[...] += delta.sum(axis=0)
         if j > 0:
             delta = (delta @ w.T) * (inputs[j] > 0)
 
