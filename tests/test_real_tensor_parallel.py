@@ -119,3 +119,27 @@ def test_an_mlp_tensor_split_real_mode_cannot_run_is_refused(settings):
     config = TrainConfig(servers=1, replicas_per_server=2, **settings)
     with pytest.raises(SettingError, match="the MLP's widest hidden layer"):
         config.check_settings(8)
+
+
+def test_each_micro_batch_sums_the_blocks_output_and_input_gradient_over_its_group(
+        server, monkeypatch):
+    config = TrainConfig(servers=1, ipus_per_replica=2, replicas_per_server=2,
+                         tensor_parallel=TensorParallel(2), accumulation=2, micro_batch=8,
+                         steps=1, hidden=(64, 96, 32))
+    run, calls = server.collective, []
+
+    def recorded(collective, tensor, **options):
+        result = run(collective, tensor, **options)
+        calls.append((tensor, str(options["group"]), sum(result.link_type_bytes.values())))
+        return result
+
+    monkeypatch.setattr(server, "collective", recorded)
+    plan = TrainPlan(config, server.topology, mlp_workload(config.spec))
+    TensorParallelEngine(plan, server).run()
+    forward, backward = ("tp.out.partial", "consecutive:2"), ("tp.din.partial", "consecutive:2")
+    assert [call[:2] for call in calls] == [forward, backward, forward, backward,
+                                            ("tp.grad", "orthogonal:2")]
+    # every rank receives at least half of its group's sum: 2 replicas x 2 ranks x half of
+    # micro-batch x width x 4 bytes (the block's output is 32 wide, its input 64)
+    for (tensor, _, sent), width in zip(calls[:4], (32, 64, 32, 64)):
+        assert sent >= 2 * 2 * 8 * width * 4 / 2, tensor
