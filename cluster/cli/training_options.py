@@ -95,7 +95,8 @@ COMMON_OPTIONS = [
                  help="Split each transformer layer over T IPUs (1-D, Megatron: heads and "
                       "the FFN) or T1 x T2 (2-D, as Graphcore's GPT-3: T2 splits the hidden "
                       "size); a replica is then its T IPUs, consecutive on IPU-Links, "
-                      "or with --ipus-per-replica S x T a pipeline of S such groups "
+                      "or with --ipus-per-replica S x T a pipeline of S such groups; "
+                      "in real mode the MLP's widest hidden layer, 1-D "
                       "(default: 1, off)."),
     click.option("--expert-parallel", default=None, metavar="E",
                  help="Spread each mixture-of-experts layer's experts over E consecutive "

@@ -254,10 +254,14 @@ class TrainConfig:
                                "of {size} IPUs does not divide a server or rack of {server}: "
                                "use a T1 x T2 that does", given=str(layout), size=layout.size,
                                server=server_ipus)
-        if self.kind is ModelKind.MLP:
+        if self.kind is ModelKind.MLP and (self.mode != Mode.REAL or layout.two_d
+                                           or self.ipus_per_replica != layout.size
+                                           or max(self.spec.hidden, default=0) < layout.size):
             raise SettingError("tensor_parallel", "{tensor_parallel} splits a transformer's "
-                               "layers: give {model} a transformer (gpt3-2.7b, bert-large, "
-                               "...), or leave it out for the MLP")
+                               "layers, or in {mode} real the MLP's widest hidden layer (1-D, "
+                               "at least T units): give {model} a transformer (gpt3-2.7b, "
+                               "bert-large, ...), or use {mode} real, {tensor_parallel} T and "
+                               "{ipus_per_replica} T for the MLP")
         if self.splits_columns or self.final_stage_on_first_ipu:
             raise SettingError("tensor_parallel", "{tensor_parallel} with {split} shard or "
                                "{final_stage_on_first_ipu} is not in the emulator yet: leave "

@@ -5,7 +5,8 @@ trainer's MLP (the only model real mode trains, :meth:`TrainConfig.check_setting
 <cluster.training.config.TrainConfig.check_settings>`): replicas of one IPU are
 data-parallel (:class:`~.data_parallel.DataParallelEngine`), replicas of several split
 their widest layer (:attr:`Split.SHARD <cluster.training.kinds.Split>`:
-:class:`~.sharded.ShardedEngine`) or pipeline their layers
+:class:`~.sharded.ShardedEngine`), split a Megatron block over a tensor group
+(``--tensor-parallel``: :class:`~.tensor_parallel.TensorParallelEngine`) or pipeline their layers
 (:class:`~.pipelined.PipelinedEngine`).
 """
 
@@ -17,6 +18,7 @@ from cluster.training.engines.base import StepEngine
 from cluster.training.engines.data_parallel import DataParallelEngine
 from cluster.training.engines.pipelined import PipelinedEngine
 from cluster.training.engines.sharded import ShardedEngine
+from cluster.training.engines.tensor_parallel import TensorParallelEngine
 from cluster.training.engines.torch_data_parallel import TorchEngine
 from cluster.training.kinds import ModelKind, Split
 
@@ -44,6 +46,8 @@ def engine_for(plan: TrainPlan, pod: EmulatedPod,
                          "(TrainConfig.check_settings refuses it)")
     if plan.config.ipus_per_replica == 1:
         return DataParallelEngine(plan, pod)
+    if plan.config.tensor_parallel.on:
+        return TensorParallelEngine(plan, pod)
     if plan.split is Split.SHARD:
         return ShardedEngine(plan, pod)
     return PipelinedEngine(plan, pod)
