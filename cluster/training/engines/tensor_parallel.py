@@ -24,6 +24,7 @@ import numpy as np
 from cluster.training.config import TrainConfig
 from cluster.training.data import replica_slice
 from cluster.training.engines.mlp_engine import Batch, MLPEngine
+from cluster.training.engines.rank_rounds import rank_round
 from cluster.training.engines.tensor_parallel_tasks import (
     GRAD,
     GRAD_MEAN,
@@ -61,14 +62,7 @@ class TensorGroups:
               given: Callable[[int, int], Any]) -> dict[int, Any]:
         """Run ``task`` on every IPU of every replica at once, IPU ``groups[r, k]`` given
         ``given(r, k)``; the IPUs' answers merged."""
-        work: dict[int, dict[int, tuple[int, Any]]] = {}
-        for (r, k), ipu in np.ndenumerate(self.groups):
-            work.setdefault(pod.owner[int(ipu)], {})[int(ipu)] = (k, given(r, k))
-        merged: dict[int, Any] = {}
-        for answer in pod.call("execute", {d: (task, self.split, w)
-                                           for d, w in work.items()}).values():
-            merged.update(answer or {})
-        return merged
+        return rank_round(pod, self.groups, task, self.split, given)
 
     def allreduce(self, pod: EmulatedPod, tensor: str, output: str) -> None:
         """Sum ``tensor`` over each replica's tensor group, every replica at once."""
