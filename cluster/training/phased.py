@@ -233,9 +233,11 @@ def gradient_chunks(run: TrainPlan) -> int:
 def check_streaming_memory(run: TrainPlan) -> None:
     """A SettingError if ``--phased`` is asked of IPUs without Streaming Memory (not in an
     IPU-M2000: a DSS 8440's C2 cards have none)."""
-    machines = [set(u.ipus) for u in run.topology.units if u.kind == DeviceKind.IPU_M2000]
-    ipus = run.chains.ravel().tolist()
-    if run.config.phased and not all(any(ipu in m for m in machines) for ipu in ipus):
+    if not run.config.phased:
+        return
+    streaming = {ipu for u in run.topology.units if u.kind == DeviceKind.IPU_M2000
+                 for ipu in u.ipus}
+    if not streaming.issuperset(run.chains.ravel().tolist()):
         raise SettingError("phased", "{phased} streams weights from an IPU-M2000's Streaming "
                            "Memory, which the IPUs of {name} do not have: train on a POD "
                            "preset (pod16, pod64, ...)", name=run.topology.name)
