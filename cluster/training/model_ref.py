@@ -9,7 +9,7 @@ A :class:`~cluster.training.config.TrainConfig` carries the :class:`ModelRef`, a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cluster.training.kinds import ModelKind
 from cluster.training.workloads.registry import BUILTINS, Builtin
@@ -19,11 +19,12 @@ from cluster.training.workloads.registry import BUILTINS, Builtin
 class ModelRef:
     """A model as the user named it (``text``, printed as given), its kind, and for a
     built-in its registry entry (``None`` for a workload file or an unknown name, which
-    the workload build reads or refuses)."""
+    the workload build reads or refuses). Two are equal if named alike: the entry follows
+    from the name."""
 
     text: str
     kind: ModelKind
-    builtin: Builtin | None
+    builtin: Builtin | None = field(compare=False)
 
     def __str__(self) -> str:
         return self.text
