@@ -118,7 +118,8 @@ def test_an_entry_of_the_wrong_kind_is_an_error() -> None:
         raise AssertionError("never built")
 
     with pytest.raises(TypeError, match="keyword with a default"):
-        BUILTINS.register("needs-an-argument", Builtin(needs_an_argument, "x"), __name__)
+        BUILTINS.register("needs-an-argument",
+                          Builtin(needs_an_argument, "x", "needs-an-argument"), __name__)
     assert "no_order" not in ALGORITHMS and "needs-an-argument" not in BUILTINS
 
 

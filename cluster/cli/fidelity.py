@@ -51,7 +51,7 @@ def calibrate_command(topology_spec: str, measured_step_ms: float, as_json: bool
     found = calibrate(plan, measured_step_ms / 1e3)
     step = step_time(plan.changed(efficiency_scale=found.efficiency_scale))
     if as_json:
-        click.echo(json.dumps({"topology": topology.name, "model": config.model,
+        click.echo(json.dumps({"topology": topology.name, "model": config.model.text,
                                "measured_step_seconds": found.measured_step_seconds,
                                "efficiency_scale": found.efficiency_scale,
                                "efficiencies": vars(found.efficiencies),

@@ -11,6 +11,7 @@ import click
 from cluster.errors import UserError
 from cluster.training.config import TrainConfig
 from cluster.training.kinds import ModelKind
+from cluster.training.model_ref import model_ref
 from cluster.training.plan import TrainPlan, plan_for
 from cluster.training.planner.report import Question, as_json, as_text
 from cluster.training.planner.search import search
@@ -24,10 +25,11 @@ MOST_SHOWN = 100  # layouts --top shows at most
 
 def _base(model: str, topology: str, sequence_length: int | None) -> TrainPlan:
     """The model on the topology, one IPU a replica: what every layout varies."""
-    if ModelKind.of(model) is ModelKind.MLP:
+    ref = model_ref(model)
+    if ref.kind is ModelKind.MLP:
         raise UserError("ipupod plan lays out a workload (gpt3-2.7b, llama-7b, ...), not the "
                         "MLP: give --model a workload")
-    return plan_for(TrainConfig(topology=topology, model=model, mode=Mode.PHANTOM,
+    return plan_for(TrainConfig(topology=topology, model=ref, mode=Mode.PHANTOM,
                                 sequence_length=sequence_length, replicas_per_server=0))
 
 

@@ -28,6 +28,7 @@ from cluster.errors import UserError, quoted
 from cluster.training.config import IPUS_PER_REPLICA, TrainConfig
 from cluster.training.defaults import DEFAULTS
 from cluster.training.fit import resolve, sweep_micro_batch
+from cluster.training.model_ref import model_ref
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import schedule_names
 from cluster.training.plan import TrainPlan
@@ -101,7 +102,7 @@ def _base(model: str, sequence_length: int | None, gradient_dtype: str | None,
     if "accumulation" in fields and fields["accumulation"] is None:
         free.add("accumulation")
         fields["accumulation"] = DEFAULTS.accumulation
-    return replace(resolve(TrainConfig(model=model, sequence_length=sequence_length,
+    return replace(resolve(TrainConfig(model=model_ref(model), sequence_length=sequence_length,
                                gradient_dtype=gradient_dtype,
                                micro_batch=micro_batch or DEFAULTS.micro_batches[0],
                                optimizer_state=OptimizerState(optimizer_state),

@@ -21,6 +21,7 @@ from cluster.training.defaults import DEFAULTS
 from cluster.training.expert_parallel.expert_groups import parse_expert_parallel
 from cluster.training.fit import default_topology, resolve
 from cluster.training.kinds import ModelKind, Split
+from cluster.training.model_ref import model_ref
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import schedule_names
 from cluster.training.plan import TrainPlan
@@ -177,11 +178,12 @@ def make_config(servers: int | None, mode: str | None, check: bool,
                                               ("ipus_per_replica", ipus_per_replica),
                                               ("accumulation", gradient_accumulation))
                      if value is None)
+    ref = model_ref(model)
     if topology is None:
-        topology, servers = default_topology(model, servers)
+        topology, servers = default_topology(ref, servers)
     layout = parse_tensor_parallel(tensor_parallel)
     config = TrainConfig(
-        servers=servers or 1, topology=topology, model=model, split=Split(split),
+        servers=servers or 1, topology=topology, model=ref, split=Split(split),
         ipus_per_replica=int(ipus_per_replica or (layout.size if layout.on
                                                   else DEFAULTS.ipus_per_replica[0])),
         sequence_length=sequence_length, gradient_dtype=gradient_dtype,
@@ -193,7 +195,7 @@ def make_config(servers: int | None, mode: str | None, check: bool,
                       else gradient_accumulation),
         steps=steps, algorithm=algorithm, seed=seed,
         lr=lr, momentum=momentum, hidden=_hidden(hidden), check=check,
-        mode=Mode(mode or (Mode.REAL if ModelKind.of(model) is ModelKind.MLP
+        mode=Mode(mode or (Mode.REAL if ref.kind is ModelKind.MLP
                            else Mode.PHANTOM)),
         efficiency_scale=efficiency_scale,
         layers_per_ipu=layer_counts(layers_per_ipu),

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 from cluster.errors import SettingError
 from cluster.training.defaults import DEFAULTS
 from cluster.training.expert_parallel.expert_groups import check_expert_parallel
 from cluster.training.kinds import MLP_NAME, ModelKind, Split
+from cluster.training.model_ref import ModelRef, model_ref
 from cluster.training.numpy_mlp import MLPSpec
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.pass_schedule import TooFewMicroBatches
@@ -35,9 +35,10 @@ MAX_STEPS = 1_000_000  # a run's steps: each keeps its figures
 MAX_ACCUMULATION = 1 << 16  # micro-batches a step: its schedule holds every one's passes
 MAX_MICRO_BATCH = 1 << 20  # samples a micro-batch: far past any IPU's memory, and a bound
 # that keeps the memory arithmetic in floating point
-MLP = MLP_NAME  # the trainer's own model: the only one real mode trains
 OPTIMIZER_STATE = tuple(OptimizerState)  # where the optimiser's values live, nearest first
 SPLITS = tuple(Split)  # how a replica's layers spread over its IPUs
+MLP = model_ref(MLP_NAME)  # the trainer's own model: the only one real mode trains
+DEFAULT_MODEL = model_ref(DEFAULTS.model)
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ class TrainConfig:
     topology: str | None = None  # a preset or YAML file; default: dss8440 x servers
     pipeline_schedule: str = DEFAULTS.pipeline_schedule
     recompute: bool | None = None  # None: as the model's published recipe (see recomputes)
-    model: str = DEFAULTS.model  # a built-in workload or a workload YAML file (phantom mode)
+    model: ModelRef = DEFAULT_MODEL  # a built-in workload or a workload file (phantom
+    # mode), resolved once (a plain name is taken too)
     sequence_length: int | None = None  # BERT and GPT-2: tokens per sample
     gradient_dtype: str | None = None  # default: the workload's
     optimizer_state: OptimizerState = DEFAULTS.optimizer_state  # a plain name is taken too
@@ -80,8 +82,11 @@ class TrainConfig:
     phased: bool = False  # layers' weights streamed in phase by phase (:mod:`.phased`)
 
     def __post_init__(self) -> None:
-        """A plain optimiser-state or split name becomes its :class:`OptimizerState` or
-        :class:`Split` (an unknown one is left for :meth:`validate` to refuse)."""
+        """A plain model name becomes its :class:`ModelRef` (read once here), a plain
+        optimiser-state or split name its :class:`OptimizerState` or :class:`Split` (an
+        unknown one is left for :meth:`validate` to refuse)."""
+        if isinstance(self.model, str):
+            object.__setattr__(self, "model", model_ref(self.model))
         if self.optimizer_state in OPTIMIZER_STATE:
             object.__setattr__(self, "optimizer_state", OptimizerState(self.optimizer_state))
         if self.split in SPLITS:
@@ -159,7 +164,7 @@ class TrainConfig:
         if self.kind is not ModelKind.MLP and self.mode == Mode.REAL:
             raise SettingError("mode", "{model} {given} trains in phantom mode only (a "
                                "workload has counts, not weights): add {mode} phantom, or "
-                               "train the MLP in real mode", given=self.model[:60])
+                               "train the MLP in real mode", given=self.model.text[:60])
         if self.gradient_dtype not in (None, *tuple(DType)):
             raise SettingError("gradient_dtype", "{gradient_dtype} is {choices}",
                                choices=" or ".join(DType))
@@ -190,7 +195,7 @@ class TrainConfig:
         if self.kind is not ModelKind.MLP and built.parameter_count == 0:
             raise SettingError("model", "{model} {given}: the workload has no parameters, so "
                                "there is nothing to train: give a layer parameters",
-                               given=self.model[:60])
+                               given=self.model.text[:60])
 
     def _check_efficiency(self) -> None:
         """A SettingError if --efficiency-scale has nothing to scale or scales past the peak."""
@@ -291,11 +296,11 @@ class TrainConfig:
                                "on pipeline stages: give {model}, and leave out {split} "
                                "shard")
 
-    @cached_property
+    @property
     def kind(self) -> ModelKind:
-        """The trainer's MLP or a workload (``model`` told apart once a config, and kept:
-        :class:`ModelKind`)."""
-        return ModelKind.of(self.model)
+        """The trainer's MLP or a workload (``model``'s, told apart once where the model
+        was named: :func:`~cluster.training.model_ref.model_ref`)."""
+        return self.model.kind
 
     @property
     def gcd(self) -> int:

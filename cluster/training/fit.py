@@ -27,6 +27,7 @@ from cluster.training.memory_plan import (
     stage_memory,
     unfit_stage,
 )
+from cluster.training.model_ref import ModelRef
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.placement import server_ipus, topology_for
 from cluster.training.plan import TrainPlan, build_workload, check, placed, plan_for
@@ -40,11 +41,11 @@ each tried in the order DEFAULTS gives, then a pipeline's accumulation
 HINTS = 3  # alternatives a hint names at most
 
 
-def default_topology(model: str, servers: int | None) -> tuple[str | None, int]:
+def default_topology(model: ModelRef, servers: int | None) -> tuple[str | None, int]:
     """(topology, servers) when neither ``--topology`` nor (for a workload) ``--servers``
     is given: DSS 8440 servers for the MLP, an IPU-POD16 for a workload (the system of the
     published recipes its efficiencies come from)."""
-    if servers is None and ModelKind.of(model) is ModelKind.WORKLOAD:
+    if servers is None and model.kind is ModelKind.WORKLOAD:
         return DEFAULTS.workload_topology, 1
     return None, DEFAULTS.servers if servers is None else servers
 

@@ -1,7 +1,8 @@
 """What kind of model a run trains and how a replica's layers spread: enums, decided once.
 
-``TrainConfig.model`` is text (a built-in name or a workload file); :class:`ModelKind`
-is the one place that text is told apart: the trainer's own MLP (real or phantom mode,
+The model's name as typed (a built-in name or a workload file) is told apart by
+:class:`ModelKind`, once, where :func:`~cluster.training.model_ref.model_ref` makes the
+run's ``ModelRef``: the trainer's own MLP (real or phantom mode,
 its layer widths from the run's settings) or a workload (phantom mode, its layers' counts
 from a builder or a file). :class:`Split` is ``--split`` as a value.
 """

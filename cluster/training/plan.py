@@ -22,7 +22,13 @@ from cluster.training.expert_parallel.expert_share import expert_rank_workload
 from cluster.training.kinds import ModelKind, Split
 from cluster.training.placement import replica_ipus, server_ipus, topology_for
 from cluster.training.tensor_parallel.split import rank_workload
-from cluster.training.workloads import DType, Workload, mlp_workload, workload
+from cluster.training.workloads import (
+    DType,
+    Workload,
+    builtin_workload_of,
+    mlp_workload,
+    workload,
+)
 
 WORKLOAD_SETTINGS = frozenset({"model", "sequence_length", "gradient_dtype"})
 """The settings a workload's layers follow (the MLP's also follow its widths)."""
@@ -107,8 +113,8 @@ class TrainPlan:
 
 def build_workload(config: TrainConfig) -> Workload:
     """What the cost model prices: the MLP of ``config.spec``, or ``config.model`` (a
-    built-in or a workload file, read here) with the sequence length and gradient dtype
-    asked for."""
+    built-in, from its registry entry looked up where the model was named, or a workload
+    file, read here) with the sequence length and gradient dtype asked for."""
     if config.kind is ModelKind.MLP:
         if config.sequence_length is not None:
             raise SettingError("sequence_length", "{sequence_length} applies to a language "
@@ -121,7 +127,10 @@ def build_workload(config: TrainConfig) -> Workload:
         options["sequence_length"] = config.sequence_length
     if config.gradient_dtype is not None:
         options["gradient_dtype"] = config.gradient_dtype
-    return workload(config.model, **options)
+    model = config.model
+    if model.builtin is not None:
+        return builtin_workload_of(model.builtin, options)
+    return workload(model.text, **options)
 
 
 def placed(config: TrainConfig, topology: Topology) -> TrainConfig:

@@ -86,7 +86,7 @@ def _record(config: TrainConfig, topology: Topology, parts: StepTime,
             memory: list[StageMemory]) -> RunRecord:
     """What ``ipupod train --json`` prints: the set-up, every step, the throughput."""
     return {
-        "topology": topology.name, "machines": machines(topology), "model": config.model,
+        "topology": topology.name, "machines": machines(topology), "model": config.model.text,
         "servers": config.servers, "optimizer_state": config.optimizer_state,
         "replicas": config.replicas, "micro_batch": config.micro_batch,
         "ipus_per_replica": config.ipus_per_replica, "gcd": config.ipus_per_replica,

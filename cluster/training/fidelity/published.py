@@ -21,6 +21,7 @@ from cluster.model.files import open_regular
 from cluster.model.hardware import IPUS_PER_POD64
 from cluster.training.config import TrainConfig
 from cluster.training.kinds import ModelKind
+from cluster.training.model_ref import model_ref
 from cluster.training.optimizer_state import OptimizerState
 from cluster.training.pipeline.schedules import DEFAULT as DEFAULT_SCHEDULE
 from cluster.training.pipeline.schedules import popart
@@ -167,7 +168,7 @@ def train_config(entry: PublishedStep, efficiency_scale: float = 1.0) -> TrainCo
     per_rack = min(entry.ipus, IPUS_PER_POD64)  # a published rack: an IPU-POD64
     bert = entry.model.startswith("bert")
     return TrainConfig(
-        model=entry.model, topology=entry.topology, mode=Mode.PHANTOM,
+        model=model_ref(entry.model), topology=entry.topology, mode=Mode.PHANTOM,
         servers=entry.ipus // per_rack, replicas_per_server=per_rack // entry.ipus_per_replica,
         ipus_per_replica=entry.ipus_per_replica, micro_batch=entry.micro_batch,
         accumulation=entry.gradient_accumulation,

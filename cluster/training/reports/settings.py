@@ -23,20 +23,19 @@ from cluster.training.defaults import RULES
 from cluster.training.kinds import ModelKind
 from cluster.training.plan import TrainPlan
 from cluster.training.reports.provenance import COMMANDS_DEFAULT, Provenance
-from cluster.training.workloads.registry import BUILTINS
 
 
 def _sequence_length(config: TrainConfig) -> int | None:
     """The tokens per sample of the run: given, or the built-in model's default."""
-    if config.sequence_length is not None or config.model not in BUILTINS:
+    entry = config.model.builtin
+    if config.sequence_length is not None or entry is None:
         return config.sequence_length
-    parameter = inspect.signature(BUILTINS[config.model].build).parameters.get(
-        "sequence_length")
+    parameter = inspect.signature(entry.build).parameters.get("sequence_length")
     return None if parameter is None else int(parameter.default)
 
 
 VALUES: dict[str, Callable[[TrainPlan], Any]] = {
-    "model": lambda p: p.config.model,
+    "model": lambda p: p.config.model.text,
     "topology": lambda p: p.config.topology,
     "servers": lambda p: None if p.config.topology else p.config.servers,
     "mode": lambda p: str(p.config.mode),

@@ -17,6 +17,7 @@ from cluster.model.topology import Topology
 from cluster.training.config import TrainConfig
 from cluster.training.fit import check_fits
 from cluster.training.memory_plan import stage_memory
+from cluster.training.model_ref import model_ref
 from cluster.training.plan import TrainPlan, plan_for
 from cluster.training.step_parts import StepTime
 from cluster.training.step_timing import step_time
@@ -30,7 +31,7 @@ def priced_config(workload: Workload, placement: TrainConfig,
     accumulation) priced on ``workload`` (``model`` is only its label): phantom mode, no
     recomputation (PopTorch's default), stages as ``layers_per_ipu`` (None: balanced on
     FLOPs)."""
-    return replace(placement, model=workload.name, mode=Mode.PHANTOM, check=False,
+    return replace(placement, model=model_ref(workload.name), mode=Mode.PHANTOM, check=False,
                    recompute=False, hidden=None, layers_per_ipu=layers_per_ipu)
 
 

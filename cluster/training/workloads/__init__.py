@@ -31,7 +31,12 @@ from cluster.training.workloads.layers import (
 )
 from cluster.training.workloads.memory import MemoryUse, fits, memory_use, stage_input_bytes
 from cluster.training.workloads.mlp import mlp_workload
-from cluster.training.workloads.registry import BUILTINS, workload, workload_names
+from cluster.training.workloads.registry import (
+    BUILTINS,
+    builtin_workload_of,
+    workload,
+    workload_names,
+)
 from cluster.training.workloads.resnet import resnet50
 from cluster.training.workloads.workload_yaml import (
     dump_workload,
@@ -58,6 +63,7 @@ __all__ = [
     "backward_seconds",
     "bert_base",
     "bert_large",
+    "builtin_workload_of",
     "dump_workload",
     "fits",
     "forward_seconds",

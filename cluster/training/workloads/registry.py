@@ -38,12 +38,13 @@ MAX_HIDDEN_LAYERS = 64
 
 @dataclass(frozen=True)
 class Builtin:
-    """A built-in workload: its builder and a one-line summary. The builder's keyword
-    parameters are the built-in's options; a ``precision`` parameter, if it has one, takes
-    the number formats, and its default is the built-in's."""
+    """A built-in workload: its builder, a one-line summary and the name it is registered
+    by. The builder's keyword parameters are the built-in's options; a ``precision``
+    parameter, if it has one, takes the number formats, and its default is the built-in's."""
 
     build: Callable[..., Workload]
     summary: str
+    name: str
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -86,7 +87,7 @@ def builtin_workload(name: str, summary: str) -> Callable[[_B], _B]:
     """Decorator: register a builder ``(**options) -> Workload`` as built-in ``name``."""
 
     def register(build: _B) -> _B:
-        BUILTINS.register(name, Builtin(build, summary), build.__module__)
+        BUILTINS.register(name, Builtin(build, summary, name), build.__module__)
         return build
 
     return register
@@ -130,7 +131,7 @@ def workload(name_or_path: str | os.PathLike[str], **options: Any) -> Workload:
     """The built-in named ``name_or_path`` with ``options``, or the workload file at that
     path (which takes no options: edit the file). A ``Path`` is always a file."""
     if isinstance(name_or_path, str) and name_or_path in BUILTINS:
-        return _builtin(name_or_path, options)
+        return builtin_workload_of(BUILTINS[name_or_path], options)
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise SpecError(f"a workload is a built-in name or a file path, not "
                         f"{type(name_or_path).__name__}")
@@ -147,8 +148,10 @@ def workload(name_or_path: str | os.PathLike[str], **options: Any) -> Workload:
                     f"{', '.join(workload_names())}, or give a workload YAML file")
 
 
-def _builtin(name: str, options: dict[str, Any]) -> Workload:
-    entry = BUILTINS[name]
+def builtin_workload_of(entry: Builtin, options: dict[str, Any]) -> Workload:
+    """The built-in of registry ``entry`` (already looked up) built with ``options``; a
+    SpecError for an option it does not take or a value it refuses."""
+    name = entry.name
     allowed = entry.options + (PRECISION_OPTIONS if entry.precision else ()) + (OPTIMIZER_OPTION,)
     unknown = sorted(set(options) - set(allowed))
     if unknown:
