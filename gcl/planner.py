@@ -134,9 +134,7 @@ def _check_memory(topology: Topology, groups: list[np.ndarray], buffer_bytes: in
 
 def _ring_ranks(topology: Topology, ipus: np.ndarray) -> np.ndarray:
     """The ranks of ``ipus`` in the order of the topology's preferred ring."""
-    position = np.empty(topology.ipu_count, dtype=np.int64)
-    position[topology.ring_order] = np.arange(topology.ipu_count)
-    return np.argsort(position[ipus], kind="stable")
+    return np.argsort(topology.ring_position[ipus], kind="stable")
 
 
 def _build(coll: Collective, topology: Topology, count: int, dtype: str, name: str,

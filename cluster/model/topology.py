@@ -161,6 +161,14 @@ class Topology:
         return frozenset(link for link, fault in self.faults.items() if fault.cut)
 
     @cached_property
+    def ring_position(self) -> np.ndarray:
+        """Per IPU, its position in ``ring_order`` (worked out once: the planner looks up
+        every replica group's ring order in it)."""
+        position = np.empty(self.ipu_count, dtype=np.int64)
+        position[self.ring_order] = np.arange(self.ipu_count)
+        return position
+
+    @cached_property
     def directed_type(self) -> np.ndarray:
         """Index into ``link_types`` of every directed link."""
         return np.repeat(self.link_type, 2)

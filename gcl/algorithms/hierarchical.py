@@ -9,6 +9,9 @@ Every domain must hold the same number of the group's IPUs.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import lru_cache
+
 import numpy as np
 
 from cluster.errors import ScheduleError
@@ -44,25 +47,37 @@ class Hierarchical(Algorithm):
     collectives = frozenset({CollectiveName.ALLREDUCE, CollectiveName.REDUCE_SCATTER,
                              CollectiveName.ALL_GATHER})
 
-    def check(self, ctx: GroupContext) -> None:
-        domain_grid(ctx)
+    # No check of its own: build starts with domain_grid, which refuses an uneven group
+    # with the same error (working the grid out twice a group cost 10 s on pod65536).
 
     def build(self, ctx: GroupContext) -> tuple[list[Phase], np.ndarray]:
         grid = domain_grid(ctx)
-        domains, local = grid.shape
-        chunk, block = ctx.chunk, domains * ctx.chunk
-        local_rings = [Ring(ctx.ipus[row], np.arange(local), stride=block, count=block)
-                       for row in grid]
-        global_rings = [Ring(ctx.ipus[grid[:, i]], np.arange(domains), stride=chunk,
-                             count=chunk, base=i * block) for i in range(local)]
-        name = ctx.collective.name
-        phases: list[Phase | None] = []
-        if name in (CollectiveName.ALLREDUCE, CollectiveName.REDUCE_SCATTER):
-            phases.append(ring_phase(local_rings, True, "reduce-scatter (local)", LOCAL))
-            phases.append(ring_phase(global_rings, True, "reduce-scatter (global)", GLOBAL))
-        if name in (CollectiveName.ALLREDUCE, CollectiveName.ALL_GATHER):
-            phases.append(ring_phase(global_rings, False, "all-gather (global)", GLOBAL))
-            phases.append(ring_phase(local_rings, False, "all-gather (local)", LOCAL))
-        slot_of_rank = np.empty(ctx.size, dtype=np.int64)
-        slot_of_rank[grid] = np.arange(local)[None, :] * domains + np.arange(domains)[:, None]
-        return [p for p in phases if p is not None], slot_of_rank
+        key = grid.astype(np.int64).tobytes()
+        phases, slot_of_rank = _rank_phases(ctx.collective.name, key, grid.shape, ctx.chunk)
+        # The groups of a group of groups mostly share a grid: its phases are built once,
+        # between ranks, and each group's are those with its IPUs put in.
+        return ([replace(p, src=ctx.ipus[p.src], dst=ctx.ipus[p.dst]) for p in phases],
+                slot_of_rank.copy())
+
+
+@lru_cache(maxsize=64)
+def _rank_phases(name: CollectiveName, grid_bytes: bytes, shape: tuple[int, ...],
+                 chunk: int) -> tuple[tuple[Phase, ...], np.ndarray]:
+    """The phases of a group whose ranks form ``grid`` (:func:`domain_grid`, given as its
+    bytes and shape to be a cache key), with ranks where IPUs go; and each rank's slot."""
+    grid = np.frombuffer(grid_bytes, dtype=np.int64).reshape(shape)
+    domains, local = grid.shape
+    block = domains * chunk
+    local_rings = [Ring(row, np.arange(local), stride=block, count=block) for row in grid]
+    global_rings = [Ring(grid[:, i], np.arange(domains), stride=chunk, count=chunk,
+                         base=i * block) for i in range(local)]
+    phases: list[Phase | None] = []
+    if name in (CollectiveName.ALLREDUCE, CollectiveName.REDUCE_SCATTER):
+        phases.append(ring_phase(local_rings, True, "reduce-scatter (local)", LOCAL))
+        phases.append(ring_phase(global_rings, True, "reduce-scatter (global)", GLOBAL))
+    if name in (CollectiveName.ALLREDUCE, CollectiveName.ALL_GATHER):
+        phases.append(ring_phase(global_rings, False, "all-gather (global)", GLOBAL))
+        phases.append(ring_phase(local_rings, False, "all-gather (local)", LOCAL))
+    slot_of_rank = np.empty(domains * local, dtype=np.int64)
+    slot_of_rank[grid] = np.arange(local)[None, :] * domains + np.arange(domains)[:, None]
+    return tuple(p for p in phases if p is not None), slot_of_rank
