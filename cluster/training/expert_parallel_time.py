@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cluster.training.per_plan import per_plan
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.plan import TrainPlan
 from cluster.training.priced_collectives import PricedCollectives
@@ -127,6 +128,7 @@ def stage_ipu_of_layers(run: TrainPlan) -> dict[int, int]:
     return {i: ipu for ipu, layers in zip(config.stage_ipus, stages) for i in layers}
 
 
+@per_plan
 def expert_parallel_time(run: TrainPlan) -> ExpertParallelTime:
     """The ``run``'s all-to-alls for a step (none when expert parallelism is off)."""
     config, workload = run.config, run.rank_workload

@@ -31,6 +31,7 @@ from functools import cached_property
 
 from cluster.errors import SettingError
 from cluster.model.hardware import DeviceKind, pcie_gen4_x16
+from cluster.training.per_plan import per_plan
 from cluster.training.plan import TrainPlan
 from cluster.training.sharded_reduction import rack_all_gather_seconds
 from cluster.training.workloads import (
@@ -126,6 +127,7 @@ class PhaseLoads:
         return forward + backward + store[0]
 
 
+@per_plan
 def phases_of(run: TrainPlan) -> Phases:
     """The ``run``'s phases by the module's rule: the fewest that fit with a prefetch
     buffer, else the fewest that fit without, else one a layer (which does not fit). The
@@ -186,6 +188,7 @@ def grouped_phases(run: TrainPlan, groups: list[range], prefetch: bool) -> Phase
     return Phases(tuple(groups), tuple(uses), tuple(weights), prefetch)
 
 
+@per_plan
 def phase_loads(run: TrainPlan) -> PhaseLoads:
     """The ``run``'s Streaming Memory traffic and how much of it compute hides."""
     config, workload = run.config, run.rank_workload

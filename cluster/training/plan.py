@@ -65,6 +65,12 @@ class TrainPlan:
         return expert_rank_workload(rank_workload(self.workload, self.config.tensor_parallel),
                                     self.config.expert_parallel)
 
+    @cached_property
+    def priced(self) -> dict[str, object]:
+        """What :func:`~cluster.training.per_plan.per_plan` functions worked out for this
+        plan, by function: each once a run (a plan is frozen)."""
+        return {}
+
     @property
     def kind(self) -> ModelKind:
         """The trainer's MLP or a workload."""

@@ -31,6 +31,7 @@ from cluster.model.routing import Routes, router_of
 from cluster.model.topology import HOST, ROLES, Topology
 from cluster.training.config import TrainConfig
 from cluster.training.expert_parallel_time import expert_parallel_time
+from cluster.training.per_plan import per_plan
 from cluster.training.phased import gradient_chunks, phase_load_seconds
 from cluster.training.pipeline.lock_step import lock_step_time
 from cluster.training.pipeline.pass_schedule import PipelineSchedule
@@ -175,6 +176,7 @@ def gradient_allreduce_timing(run: TrainPlan) -> Timing | None:
                                _ipu_params(config, workload), gradient_chunks(run))[0]
 
 
+@per_plan
 def sharded_reduction_timing(run: TrainPlan) -> ShardedReduction | None:
     """The three collectives a step of the ``run`` runs instead of the gradient allreduce
     when the optimiser state is sharded across racks (as :func:`step_time` prices them:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cluster.model.topology import Topology
+from cluster.training.per_plan import per_plan
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.plan import TrainPlan
 from cluster.training.priced_collectives import PricedCollectives
@@ -103,6 +104,7 @@ def allreduce_seconds(topology: Topology, groups: list[np.ndarray], nbytes: int,
     return simulate(schedule, topology).sim_seconds
 
 
+@per_plan
 def tensor_parallel_time(run: TrainPlan) -> TensorParallelTime:
     """The ``run``'s tensor-parallel all-reduces for a step, every stage's (none when it
     is off)."""
