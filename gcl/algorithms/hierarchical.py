@@ -9,7 +9,6 @@ Every domain must hold the same number of the group's IPUs.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -25,17 +24,19 @@ from gcl.schedule import GLOBAL, LOCAL, Phase
 def domain_grid(ctx: GroupContext) -> np.ndarray:
     """Ranks as a grid ``[domain, local index]``: domains ordered by their lowest rank,
     IPUs inside a domain in ring order."""
-    domain = router_of(ctx.topology).domain_of_ipu[ctx.ipus]
-    domains, first_rank, sizes = np.unique(domain, return_index=True, return_counts=True)
-    by_first_rank = np.argsort(first_rank)  # domains in the order of their lowest rank
-    if len(set(sizes.tolist())) != 1:
-        counts = ", ".join(str(n) for n in sizes[by_first_rank].tolist())
+    domain = router_of(ctx.topology).domain_of_ipu[ctx.ipus].tolist()
+    # In plain Python: groups are mostly a few IPUs, thousands of them (numpy's unique
+    # cost more than the rest of the build).
+    rows: dict[int, list[int]] = {d: [] for d in domain}  # domains by their lowest rank
+    for rank in ctx.ring.tolist():  # ring order kept inside each domain
+        rows[domain[rank]].append(rank)
+    sizes = [len(row) for row in rows.values()]
+    if len(set(sizes)) != 1:
         raise ScheduleError(
             f"hierarchical needs the same number of the group's IPUs in every IPU-Link domain; "
-            f"this group has {counts}: use a ring algorithm, or a group that fills domains evenly")
-    # The ring's ranks grouped by domain (ascending), ring order kept inside each domain.
-    grouped = ctx.ring[np.argsort(domain[ctx.ring], kind="stable")]
-    return grouped.reshape(len(domains), -1)[by_first_rank]
+            f"this group has {', '.join(map(str, sizes))}: use a ring algorithm, or a group "
+            "that fills domains evenly")
+    return np.array(list(rows.values()), dtype=np.int64)
 
 
 @register
@@ -52,11 +53,12 @@ class Hierarchical(Algorithm):
 
     def build(self, ctx: GroupContext) -> tuple[list[Phase], np.ndarray]:
         grid = domain_grid(ctx)
-        key = grid.astype(np.int64).tobytes()
+        key = grid.tobytes()  # int64
         phases, slot_of_rank = _rank_phases(ctx.collective.name, key, grid.shape, ctx.chunk)
         # The groups of a group of groups mostly share a grid: its phases are built once,
         # between ranks, and each group's are those with its IPUs put in.
-        return ([replace(p, src=ctx.ipus[p.src], dst=ctx.ipus[p.dst]) for p in phases],
+        return ([Phase(**{**vars(p), 'src': ctx.ipus[p.src], 'dst': ctx.ipus[p.dst]})
+                 for p in phases],
                 slot_of_rank.copy())
 
 
