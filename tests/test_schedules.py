@@ -181,3 +181,18 @@ def test_halving_doubling_swaps_its_largest_halves_between_nearest_ranks():
     assert set(first.count.tolist()) == {8 * schedule.chunk}  # half of the 16 slots
     assert [int(p.count[0] // schedule.chunk) for p in schedule.phases] == [8, 4, 2, 1, 1, 2, 4, 8]
     assert schedule.slot_of_rank[0].tolist()[:4] == [0, 8, 4, 12]  # bit-reversed ranks
+
+
+def test_hierarchical_over_many_groups_gives_each_group_the_phases_it_has_alone():
+    # the groups share a domain grid, built once between ranks: each still gets its IPUs
+    topology = TOPOLOGIES["dss8440x2"]
+    groups = [np.array([0, 1, 16, 17]), np.array([3, 2, 19, 18]), np.array([4, 5, 20, 21])]
+    together = plan("allreduce", topology, 64, algorithm_name="hierarchical", groups=groups)
+    for g, ipus in enumerate(groups):
+        alone = plan("allreduce", topology, 64, algorithm_name="hierarchical", groups=[ipus])
+        np.testing.assert_array_equal(together.slot_of_rank[g], alone.slot_of_rank[0])
+        for mixed, own in zip(together.phases, alone.phases):
+            flows = slice(g * len(own.src), (g + 1) * len(own.src))
+            np.testing.assert_array_equal(mixed.src[flows], own.src)
+            np.testing.assert_array_equal(mixed.dst[flows], own.dst)
+            assert own.src.dtype == own.dst.dtype == np.int64

@@ -322,3 +322,12 @@ def test_a_workload_without_tensor_shapes_still_trains_whole():
     assert rank_workload(plain, ONE_D).layers == tuple(
         replace(layer, tensor=None) for layer in model.layers)
     assert np.all([layer.tensor is None for layer in parse_workload(to_yaml(plain)).layers])
+
+
+def test_a_plan_prices_its_all_reduces_once_and_a_replanned_one_anew():
+    run = tp_plan("gpt3-350m", ONE_D)
+    first = tensor_parallel_time(run)
+    assert tensor_parallel_time(run) is first  # the step and --json's table share it
+    again = run.replanned(micro_batch=2)
+    assert tensor_parallel_time(again) is not first
+    assert tensor_parallel_time(again).kinds[0].nbytes == 2 * first.kinds[0].nbytes

@@ -68,7 +68,7 @@ def _rank_phases(name: CollectiveName, grid_bytes: bytes, shape: tuple[int, ...]
     """The phases of a group whose ranks form ``grid`` (:func:`domain_grid`, given as its
     bytes and shape to be a cache key), with ranks where IPUs go; and each rank's slot."""
     grid = np.frombuffer(grid_bytes, dtype=np.int64).reshape(shape)
-    domains, local = grid.shape
+    domains, local = shape[0], shape[1]
     block = domains * chunk
     local_rings = [Ring(row, np.arange(local), stride=block, count=block) for row in grid]
     global_rings = [Ring(grid[:, i], np.arange(domains), stride=chunk, count=chunk,
