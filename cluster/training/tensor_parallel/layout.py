@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from cluster.errors import SettingError
 
-GROUP_SIZES = (1, 2, 4, 8, 16, 32, 64)  # IPUs of a tensor group: a replica's aligned block, within a rack
+GROUP_SIZES = (1, 2, 4, 8, 16, 32, 64)  # IPUs of a tensor group: an aligned block of a rack
 _LAYOUT = re.compile(r"([0-9]{1,6})(?:\s*x\s*([0-9]{1,6}))?")  # T or T1xT2
 
 
