@@ -197,9 +197,9 @@ def test_the_option_is_read_once_into_a_layout(text, layout):
     assert str(layout) == ("1" if text is None else text.strip().lower())
 
 
-@pytest.mark.parametrize("text", ["3", "32", "4x", "x4", "4x4x4", "0", "-2", "four", "²",
+@pytest.mark.parametrize("text", ["3", "128", "16x8", "4x", "x4", "4x4x4", "0", "-2", "four", "²",
                                   "9" * 5000, "4x0", ""])
-def test_a_layout_that_is_not_a_power_of_two_group_of_16_or_fewer_is_refused(text):
+def test_a_layout_that_is_not_a_power_of_two_group_of_64_or_fewer_is_refused(text):
     with pytest.raises(SettingError) as info:
         parse_tensor_parallel(text)
     assert info.value.field == "tensor_parallel" and "--tensor-parallel" in str(info.value)

@@ -29,7 +29,7 @@ from cluster.training.workloads import (
 from gcl.modes import Mode
 
 IPUS_PER_SERVER = 16
-IPUS_PER_REPLICA = (1, 2, 4, 8, 16)  # a replica spans an aligned power-of-two block
+IPUS_PER_REPLICA = (1, 2, 4, 8, 16, 32, 64)  # an aligned power-of-two block of a rack
 DEFAULT_WIDTH = 128  # of each hidden layer, unless ``hidden`` says otherwise
 MAX_STEPS = 1_000_000  # a run's steps: each keeps its figures
 MAX_ACCUMULATION = 1 << 16  # micro-batches a step: its schedule holds every one's passes

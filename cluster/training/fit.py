@@ -211,23 +211,30 @@ def _could_fit(plan: TrainPlan) -> bool:
         return True
 
 
+MOST_HINTED = 16
+"""IPUs a replica has, at most, in a layout a hint proposes: tensor groups and pipelines
+of 32 and 64 IPUs run when asked for, but the hints keep to those they named before
+(more layouts to check would slow every refusal)."""
+
+
 def _choices(plan: TrainPlan) -> dict[str, list[Any]]:
     """Each option a hint may change: the run's value first, then the others to try
     (more IPUs per replica as pipeline stages, or as a tensor group for a transformer;
     not both)."""
     config, size = plan.config, plan.server_size
+    hinted = min(size, MOST_HINTED)
     streams = all(unit.kind == DeviceKind.IPU_M2000 for unit in plan.topology.units)
     halves = [config.micro_batch >> i for i in range(config.micro_batch.bit_length())]
     states = [state for state in OPTIMIZER_STATE if state != config.optimizer_state
               and (streams or not state.offchip)]
     layout = config.tensor_parallel
     return {"ipus_per_replica": [config.ipus_per_replica] + ([] if layout.on else [
-                k for k in IPUS_PER_REPLICA if config.ipus_per_replica < k <= size]),
+                k for k in IPUS_PER_REPLICA if config.ipus_per_replica < k <= hinted]),
             "micro_batch": halves,
             "recomputes": [config.recomputes] + ([] if config.recomputes else [True]),
             "optimizer_state": [config.optimizer_state, *states],
             "tensor_parallel": [layout] + [
-                other for other in _layouts(size) if other.size >= layout.size
+                other for other in _layouts(hinted) if other.size >= layout.size
                 and other != layout and _splits(plan)],
             "phased": [config.phased] + ([True] if streams and not config.phased
                                          and plan.kind is ModelKind.WORKLOAD else [])}

@@ -22,9 +22,9 @@ from cluster.training.step_parts import parts_spent
 from cluster.training.workloads import peak_flops_per_second
 
 SHOWN_SHARE = 1e-9  # a part of less than this share of its step is rounding, not shown
-PHASED = ("a model this size needs pipeline stages of tensor groups over more than 16 IPUs, "
-          "not in the emulator yet, or phased execution on IPU-M2000s (--phased; with tensor "
-          "groups of more than 16 IPUs, not in the emulator yet, where 16 do not do)")
+PHASED = ("a model this size needs pipeline stages of tensor groups over more than a server "
+          "or rack, not in the emulator yet, or phased execution on IPU-M2000s (--phased; "
+          "with tensor groups of up to a POD64 rack's 64 IPUs)")
 
 
 @dataclass(frozen=True)

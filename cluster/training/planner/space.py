@@ -26,6 +26,8 @@ GPT3_BATCH = {  # Brown et al. 2020, Table 2.1: 0.5M, 1M, 2M, 3.2M tokens in seq
     "gpt3-125m": 256, "gpt3-350m": 256, "gpt3-1.3b": 512, "gpt3-2.7b": 512,
     "gpt3-6.7b": 1024, "gpt3-13b": 1024, "gpt3-175b": 1536}
 GPT3_SEQUENCE = 2048  # the sequence length of the paper's batches
+MOST_STAGES = 16  # pipeline stages, and IPUs of a 1-D group, the search tries at most
+WIDE_T1 = (8,)  # t1 of the search's groups of 32 and 64 IPUs: two adjacent IPU-M2000s
 PRACTITIONER_BATCH = 512
 """The global batch (samples) of a model without a published one in the repository: a
 common pre-training batch (Graphcore's GPT-3 2.7B and BERT phase-1 recipes use 512)."""
@@ -87,19 +89,31 @@ def default_global_batch(model: str, sequence_length: int | None) -> tuple[int, 
 
 
 def replica_shapes(server_size: int, layers: int, experts: int = 1) -> list[ReplicaShape]:
-    """Every replica shape a server or rack of ``server_size`` IPUs holds: one IPU,
-    pipelines of 2 to 16 stages (no more stages than ``layers``), 1-D and 2-D tensor
-    groups of 2 to 16 IPUs, and pipelines of those groups; with ``experts`` per MoE layer
+    """The replica shapes the search tries on a server or rack of ``server_size`` IPUs:
+    one IPU, pipelines of 2 to 16 stages (no more stages than ``layers``), the
+    :func:`tensor_groups`, and pipelines of those groups; with ``experts`` per MoE layer
     (1: none), the shapes without tensor groups again with the experts over 2, 4, ...
     replicas (a power of two that divides ``experts``)."""
-    sizes = [n for n in GROUP_SIZES if 1 < n <= server_size and server_size % n == 0]
-    groups = [OFF, *(TensorParallel(n) for n in sizes),
-              *(TensorParallel(n // t2, t2) for n in sizes for t2 in sizes if 1 < t2 < n)]
+    groups = [OFF, *tensor_groups(server_size)]
     shapes = [ReplicaShape(group, k) for group in groups for k in IPUS_PER_REPLICA
-              if k <= layers and group.size * k <= server_size]
+              if k <= min(layers, MOST_STAGES) and group.size * k <= server_size]
     degrees = [e for e in powers_of_two(experts) if e > 1 and experts % e == 0]
     return shapes + [ReplicaShape(OFF, shape.stages, e) for e in degrees for shape in shapes
                      if not shape.tensor_parallel.on]
+
+
+def tensor_groups(server_size: int) -> list[TensorParallel]:
+    """The tensor groups the search tries on a server or rack of ``server_size`` IPUs:
+    1-D and 2-D groups of 2 to 16 IPUs, and rack-wide 2-D groups of 32 and 64 whose
+    ``t1`` is one of :data:`WIDE_T1` (within an IPU-M2000 or two adjacent ones, as
+    Graphcore's GPT-3 175B 8 x 8 is): the other shapes of those sizes spend longer in
+    all-reduces over IPU-M2000s and are left out to keep the search interactive."""
+    sizes = [n for n in GROUP_SIZES if 1 < n <= server_size and server_size % n == 0]
+    narrow = [n for n in sizes if n <= MOST_STAGES]
+    return [*(TensorParallel(n) for n in narrow),
+            *(TensorParallel(n // t2, t2) for n in narrow for t2 in narrow if 1 < t2 < n),
+            *(TensorParallel(t1, n // t1) for n in sizes if n > MOST_STAGES
+              for t1 in WIDE_T1)]
 
 
 def optimizer_states(topology: Topology) -> list[OptimizerState]:

@@ -5,8 +5,9 @@ below takes the :class:`TensorParallel` it gives. 1-D is Megatron's (Shoeybi et 
 each transformer layer's heads, and its FFN's columns then rows, split over ``T`` IPUs.
 2-D is Graphcore's GPT-3 (PopXL): ``T1`` splits the heads and the FFN as 1-D does,
 ``T2`` the hidden dimension of the weights and activations. A replica's tensor group is
-``T1 x T2`` consecutive IPUs: ``T1`` innermost (the IPUs of one ``t1`` group follow
-one another along the IPU-Links), ``T2`` across them.
+``T1 x T2`` consecutive IPUs of one server or rack, up to a POD64 rack's 64 along its
+IPU-Link ladder: ``T1`` innermost (the IPUs of one ``t1`` group follow one another along
+the IPU-Links, within an IPU-M2000 or adjacent ones), ``T2`` across them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from cluster.errors import SettingError
 
-GROUP_SIZES = (1, 2, 4, 8, 16)  # IPUs of a tensor group: a replica's aligned block
+GROUP_SIZES = (1, 2, 4, 8, 16, 32, 64)  # IPUs of a tensor group: an aligned block of a rack
 _LAYOUT = re.compile(r"([0-9]{1,6})(?:\s*x\s*([0-9]{1,6}))?")  # T or T1xT2
 
 
@@ -61,8 +62,8 @@ def parse_tensor_parallel(text: str | None) -> TensorParallel:
     layout = TensorParallel(t1, t2)
     if min(t1, t2) < 1 or layout.size not in GROUP_SIZES:
         raise SettingError("tensor_parallel", "{tensor_parallel} {given}: a tensor group is "
-                           "an aligned power-of-two block of {choices} IPUs, and each of its "
-                           "sides at least 1", given=text[:40],
+                           "a power-of-two block of {choices} IPUs of one server or rack, "
+                           "each of its sides at least 1", given=text[:40],
                            choices=", ".join(map(str, GROUP_SIZES)))
     return layout
 
