@@ -136,7 +136,7 @@ def run_phantom(bench: PlacedBench, *, on_phase: Callable[[int, int], None] | No
     counts = [coll.count_for_bytes(size, bench.group_size, itemsize) for size in bench.byte_sizes]
     for count in dict.fromkeys(counts):  # sizes that round to one buffer: one row
         started = time.perf_counter()
-        schedule, timing = plan_timed(coll, bench.topology, count, dtype=spec.dtype.value,
+        schedule, timing = plan_timed(coll, bench.topology, count, dtype=spec.dtype,
                                       algorithm_name=spec.algorithm, group=spec.group,
                                       root=spec.rooted, on_phase=on_phase,
                                       groups=bench.groups)
