@@ -36,12 +36,12 @@ class BenchRow:
     figures hold for both placements; ``wall_seconds`` and ``wrong`` are the out-of-place
     run's, ``in_place_wall_seconds`` and ``in_place_wrong`` the in-place run's. ``wrong``:
     result elements that differ from NumPy's; None in phantom mode (no data), -1 when the
-    check was off (``-c 0``)."""
+    check was off (``-c 0``). ``op`` is a :class:`ReduceOp`'s name, or ``none``."""
 
-    collective: str
+    collective: CollectiveName
     bytes: int
     count: int
-    type: str
+    type: DType
     op: str
     algorithm: str
     group: str
