@@ -35,7 +35,7 @@ def replica_groups(topology: Topology, group: CommGroup,
     return [replicas[ranks] for ranks in group.ranks(len(replicas))]
 
 
-def plan(collective: str | Collective, topology: Topology, count: int, *,
+def plan(collective: CollectiveName | Collective, topology: Topology, count: int, *,
          dtype: DType = DType.FLOAT32, algorithm_name: str = AUTO, group: CommGroup = CommGroup(),
          ipus: np.ndarray | Sequence[int] | None = None, root: int = 0,
          groups: Sequence[np.ndarray] | None = None) -> Schedule:
@@ -49,7 +49,7 @@ def plan(collective: str | Collective, topology: Topology, count: int, *,
     return _best(coll, topology, count, dtype, groups, root, None)[0]
 
 
-def plan_timed(collective: str | Collective, topology: Topology, count: int, *,
+def plan_timed(collective: CollectiveName | Collective, topology: Topology, count: int, *,
                dtype: DType = DType.FLOAT32, algorithm_name: str = AUTO,
                group: CommGroup = CommGroup(),
                ipus: np.ndarray | Sequence[int] | None = None, root: int = 0,
@@ -65,8 +65,8 @@ def plan_timed(collective: str | Collective, topology: Topology, count: int, *,
     return _best(coll, topology, count, dtype, groups, root, on_phase)
 
 
-def _request(collective: str | Collective, topology: Topology, count: int, group: CommGroup,
-             ipus: np.ndarray | Sequence[int] | None, root: int,
+def _request(collective: CollectiveName | Collective, topology: Topology, count: int,
+             group: CommGroup, ipus: np.ndarray | Sequence[int] | None, root: int,
              given: Sequence[np.ndarray] | None) -> tuple[Collective, list[np.ndarray]]:
     """The collective and its replica groups (``given``, else worked out), or a
     ScheduleError saying what is wrong."""
