@@ -39,6 +39,7 @@ def measure() -> dict[str, Any]:
     import ray
     from ray.cluster_utils import Cluster
 
+    from gcl.collectives import CollectiveName
     from ipu_node.device_errors import DeviceError
     from ipu_node.pod import EmulatedPod
 
@@ -51,13 +52,13 @@ def measure() -> dict[str, Any]:
     try:
         pod = EmulatedPod.launch("dss8440x2", ray_address=cluster.address)
         inputs = [np.full(1024, i, dtype=np.float32) for i in range(32)]
-        pod.collective("allreduce", inputs)
+        pod.collective(CollectiveName.ALLREDUCE, inputs)
         server1 = next(i for i, spec in enumerate(pod.specs) if spec.name.startswith("s1."))
         _, ip = pod.node_of(server1)
         cluster.remove_node(workers[NODE_IPS.index(ip)])
         started = time.monotonic()
         try:
-            pod.collective("allreduce", inputs)
+            pod.collective(CollectiveName.ALLREDUCE, inputs)
             message = "the collective succeeded"
         except DeviceError as error:
             message = str(error)

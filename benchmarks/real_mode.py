@@ -99,13 +99,14 @@ def launch_and_allreduce(topology: str, devices_per_process: int = 1) -> dict[st
     IPUs (``auto``): wall seconds of each, and of both; then shut it and Ray down."""
     import ray
 
+    from gcl.collectives import CollectiveName
     from ipu_node.pod import EmulatedPod
 
     started = time.perf_counter()
     pod = EmulatedPod.launch(topology, devices_per_process=devices_per_process)
     launched = time.perf_counter()
     count = (1 << 20) // 4
-    result = pod.collective("allreduce",
+    result = pod.collective(CollectiveName.ALLREDUCE,
                             [np.ones(count, dtype=np.float32)] * pod.topology.ipu_count)
     done = time.perf_counter()
     correct = bool(np.all(result.results[0] == pod.topology.ipu_count))
@@ -132,9 +133,11 @@ START_REPEATS = 20  # tiny allreduces timed for what starting a collective costs
 def start_seconds(pod: Any) -> float:
     """What starting a collective costs: the median wall seconds of an in-place allreduce of
     16 float32 per IPU (its data moves in microseconds; the rest is the round trips)."""
+    from gcl.collectives import CollectiveName
+
     pod.put("tiny", [np.full(16, r + 1, dtype=np.float32) for r in range(16)])
-    pod.collective("allreduce", "tiny", output="tiny")  # warm-up
-    seconds = [pod.collective("allreduce", "tiny", output="tiny").wall_seconds
+    pod.collective(CollectiveName.ALLREDUCE, "tiny", output="tiny")  # warm-up
+    seconds = [pod.collective(CollectiveName.ALLREDUCE, "tiny", output="tiny").wall_seconds
                for _ in range(START_REPEATS)]
     return statistics.median(seconds)
 
@@ -146,6 +149,7 @@ def emulator_allreduce(repeats: int, algorithms: list[str], placement: str = "ip
     ``"start"``, :func:`start_seconds`."""
     import ray
 
+    from gcl.collectives import CollectiveName
     from ipu_node.pod import EmulatedPod
 
     pod = EmulatedPod.launch("dss8440")
@@ -156,7 +160,7 @@ def emulator_allreduce(repeats: int, algorithms: list[str], placement: str = "ip
     for algorithm in algorithms:
         pod.put("grad", [np.full(count, r + 1, dtype=np.float32) for r in range(16)])
 
-        run = functools.partial(pod.collective, "allreduce", "grad", output=output,
+        run = functools.partial(pod.collective, CollectiveName.ALLREDUCE, "grad", output=output,
                                 algorithm=algorithm, **options)
 
         result = run()  # warm-up

@@ -114,7 +114,7 @@ def wrong_elements(result: CollectiveResult, inputs: list[np.ndarray], request: 
     order = [replica_of[i] for members in result.schedule.groups for i in members.tolist()]
     ordered_inputs = [inputs[r] for r in order]
     got = [result.results[r] for r in order]
-    reference = run_in_memory(result.schedule, ordered_inputs, request["op"])
+    reference = run_in_memory(result.schedule, ordered_inputs, ReduceOp(request["op"]))
     wrong = sum(int(np.count_nonzero(g.view(np.uint8) != w.view(np.uint8)))
                 for g, w in zip(got, reference))
     if request["dtype"] == "int32":  # and the plain NumPy answer, for integers exact
@@ -136,6 +136,7 @@ def soak_partition(pod: EmulatedPod, tally: Tally, count: int, seed: int, max_by
 def _soak(pod: EmulatedPod, tally: Tally, count: int, seed: int, max_bytes: int,
           killed: dict[str, int]) -> None:
     from cluster.errors import ScheduleError
+    from gcl.collectives import CollectiveName
     from ipu_node.device_errors import DeviceError
 
     rng = np.random.default_rng(seed)
@@ -147,7 +148,7 @@ def _soak(pod: EmulatedPod, tally: Tally, count: int, seed: int, max_bytes: int,
             started = time.perf_counter()
             try:
                 result = pod.collective(
-                    request["collective"], inputs, algorithm=request["algorithm"],
+                    CollectiveName(request["collective"]), inputs, algorithm=request["algorithm"],
                     group=request["group"], op=request["op"], root=request["root"], ipus=ipus)
             except ScheduleError:
                 if request["algorithm"] == "auto":

@@ -37,6 +37,7 @@ def measure(runs: int) -> dict[str, Any]:
     """Median wall seconds of the allreduce with the recorders off and on."""
     import ray
 
+    from gcl.collectives import CollectiveName
     from ipu_node.pod import EmulatedPod
     from ipu_node.wall_trace import WallRecorder
 
@@ -44,7 +45,7 @@ def measure(runs: int) -> dict[str, Any]:
     try:
         n = pod.topology.ipu_count
         pod.put(TENSOR, [np.ones(ALLREDUCE_BYTES // 4, dtype=np.float32)] * n)
-        pod.collective("allreduce", TENSOR, output=TENSOR)  # warm the links
+        pod.collective(CollectiveName.ALLREDUCE, TENSOR, output=TENSOR)  # warm the links
         walls: dict[str, list[float]] = {"off": [], "on": []}
         spans = 0
         for _ in range(runs):
@@ -53,7 +54,7 @@ def measure(runs: int) -> dict[str, Any]:
                 if way == "on":
                     wall.start(pod)
                 started = time.perf_counter()
-                pod.collective("allreduce", TENSOR, output=TENSOR)
+                pod.collective(CollectiveName.ALLREDUCE, TENSOR, output=TENSOR)
                 walls[way].append(time.perf_counter() - started)
                 if way == "on":
                     wall.stop(pod)

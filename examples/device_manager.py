@@ -16,6 +16,7 @@ try:
     from cluster.cli.output import errors_as_lines
     from cluster.errors import UserError
     from cluster.service.device_manager import DeviceManager
+    from gcl.collectives import CollectiveName
 except ModuleNotFoundError as missing:  # not the Python the package is installed in
     print(f"error: cannot import {missing.name!r}: run the examples with the Python of the "
           "virtualenv the package is installed in (pip install -e .), e.g. "
@@ -27,7 +28,8 @@ def main(ipus: int = 8) -> None:
     """Acquire ``ipus`` IPUs and print an allreduce sweep from 1 MiB to 16 MiB on them."""
     with DeviceManager().acquireAvailableDevice(numIpus=ipus) as device:
         print(f"device {device.id}: IPUs {device.ipus}")
-        result = device.bench("allreduce", min_bytes=1 << 20, max_bytes=16 << 20, factor=4)
+        result = device.bench(CollectiveName.ALLREDUCE, min_bytes=1 << 20, max_bytes=16 << 20,
+                              factor=4)
         for row in result.rows:
             print(f"  {row.bytes:>10} B  {row.algorithm:<24} {row.sim_seconds * 1e6:9.2f} us "
                   f"simulated  busbw {row.busbw_GBps:6.2f} GB/s")

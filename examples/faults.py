@@ -25,6 +25,7 @@ try:
 
     from cluster.cli.output import errors_as_lines
     from cluster.model.link_faults import find_link
+    from gcl.collectives import CollectiveName
     from ipu_node.device_errors import DeviceDied
     from ipu_node.pod import EmulatedPod
 except ModuleNotFoundError as missing:  # not the Python the package is installed in
@@ -48,9 +49,9 @@ def main() -> None:
         total = sum(range(16))
         ring = dict(algorithm="clockwise_ring")
 
-        healthy = pod.collective("allreduce", data, **ring).sim_seconds
+        healthy = pod.collective(CollectiveName.ALLREDUCE, data, **ring).sim_seconds
         pod.degrade_link("s0.card0.ipu0--s0.card0.ipu1", bandwidth_factor=0.25)
-        slow = pod.collective("allreduce", data, **ring)
+        slow = pod.collective(CollectiveName.ALLREDUCE, data, **ring)
         assert all((r == total).all() for r in slow.results)
         print(f"1. rung at 1/4 bandwidth: {healthy * 1e6:.1f} us -> {slow.sim_seconds * 1e6:.1f} "
               "us simulated, results unchanged")
@@ -59,7 +60,7 @@ def main() -> None:
         rail = "s0.card2.ipu1--s0.card3.ipu1"
         pod.cut_link(rail)
         before = pod.link_bytes()
-        detour = pod.collective("allreduce", data, **ring)
+        detour = pod.collective(CollectiveName.ALLREDUCE, data, **ring)
         carried = pod.link_bytes() - before
         link = find_link(pod.base_topology, rail)
         print(f"2. {rail} cut: it carried {carried[2 * link] + carried[2 * link + 1]:.0f} bytes; "
@@ -72,7 +73,7 @@ def main() -> None:
 
         def run() -> None:
             try:
-                pod.collective("allreduce", "x", output="y", **ring)
+                pod.collective(CollectiveName.ALLREDUCE, "x", output="y", **ring)
             except DeviceDied as error:
                 failure["error"], failure["at"] = error, time.monotonic()
 
@@ -88,7 +89,7 @@ def main() -> None:
             print("3. the allreduce finished before the kill landed")
         while any(d.state != "healthy" for d in pod.health()):
             time.sleep(0.2)
-        again = pod.collective("allreduce", data, **ring)
+        again = pod.collective(CollectiveName.ALLREDUCE, data, **ring)
         print(f"   card back (restarts per card: {pod.restarts}); next allreduce correct: "
               f"{all((r == total).all() for r in again.results)}")
 

@@ -21,6 +21,7 @@ try:
 
     from cluster.cli.output import errors_as_lines
     from cluster.errors import UserError
+    from gcl.collectives import CollectiveName, ReduceOp
     from ipu_node.pod import EmulatedPod
 except ModuleNotFoundError as missing:  # not the Python the package is installed in
     print(f"error: cannot import {missing.name!r}: run the examples with the Python of the "
@@ -36,7 +37,8 @@ def main(spec: str = "dss8440x2") -> None:
         ipus = pod.topology.ipu_count
         rng = np.random.default_rng(0)
         gradients = [rng.standard_normal(1 << 18).astype(np.float32) for _ in range(ipus)]
-        result = pod.collective("allreduce", gradients, algorithm="auto", op="mean")
+        result = pod.collective(CollectiveName.ALLREDUCE, gradients, algorithm="auto",
+                                op=ReduceOp.MEAN)
 
         expected = np.mean(np.stack(gradients), axis=0)
         error = max(float(np.max(np.abs(r - expected))) for r in result.results)

@@ -36,12 +36,12 @@ class BenchRow:
     figures hold for both placements; ``wall_seconds`` and ``wrong`` are the out-of-place
     run's, ``in_place_wall_seconds`` and ``in_place_wrong`` the in-place run's. ``wrong``:
     result elements that differ from NumPy's; None in phantom mode (no data), -1 when the
-    check was off (``-c 0``)."""
+    check was off (``-c 0``). ``op`` is a :class:`ReduceOp`'s name, or ``none``."""
 
-    collective: str
+    collective: CollectiveName
     bytes: int
     count: int
-    type: str
+    type: DType
     op: str
     algorithm: str
     group: str
@@ -136,7 +136,7 @@ def run_phantom(bench: PlacedBench, *, on_phase: Callable[[int, int], None] | No
     counts = [coll.count_for_bytes(size, bench.group_size, itemsize) for size in bench.byte_sizes]
     for count in dict.fromkeys(counts):  # sizes that round to one buffer: one row
         started = time.perf_counter()
-        schedule, timing = plan_timed(coll, bench.topology, count, dtype=spec.dtype.value,
+        schedule, timing = plan_timed(coll, bench.topology, count, dtype=spec.dtype,
                                       algorithm_name=spec.algorithm, group=spec.group,
                                       root=spec.rooted, on_phase=on_phase,
                                       groups=bench.groups)

@@ -114,11 +114,6 @@ def collective(name: str) -> Collective:
     return COLLECTIVES[key]
 
 
-def dtype_itemsize(dtype: str) -> int:
-    """Bytes per element of ``dtype`` (``float32``, ``float16``, ``int32``)."""
-    return DType.parse(dtype).itemsize
-
-
 def check_op(op: str) -> ReduceOp:
     """``op`` as a :class:`ReduceOp`, if it is one this project knows (sum, mean, max,
     min)."""

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from cluster.errors import ScheduleError
-from gcl.collectives import DTYPES, CollectiveName, ReduceOp, check_op
+from gcl.collectives import DTYPES, CollectiveName, ReduceOp
 from gcl.schedule import OUT, WORK, Schedule
 
 _REDUCE = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}
@@ -110,10 +110,9 @@ def extract(schedule: Schedule, group: int, rank: int, buffers: dict[str, np.nda
 
 
 def run_in_memory(schedule: Schedule, inputs: list[np.ndarray],
-                  op: str = "sum") -> list[np.ndarray]:
+                  op: ReduceOp = ReduceOp.SUM) -> list[np.ndarray]:
     """Run ``schedule`` on ``inputs`` (one array per replica, replicas being the groups' IPUs
     in order) and return each replica's result."""
-    op = check_op(op)  # the text becomes a ReduceOp here, where it enters
     check_inputs(schedule, inputs)
     ranks = [(g, r, int(ipu)) for g, ipus in enumerate(schedule.groups)
              for r, ipu in enumerate(ipus.tolist())]

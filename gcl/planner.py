@@ -13,7 +13,7 @@ from cluster.model.link_faults import LinkDown
 from cluster.model.topology import Topology
 from cluster.setting_names import SETTING_NAMES
 from gcl.algorithms import GroupContext, algorithm, for_collective
-from gcl.collectives import Collective, CollectiveName, dtype_itemsize
+from gcl.collectives import Collective, CollectiveName, DType
 from gcl.collectives import collective as lookup_collective
 from gcl.groups import CommGroup
 from gcl.phantom import Timing, lower_bound_seconds, simulate
@@ -35,8 +35,8 @@ def replica_groups(topology: Topology, group: CommGroup,
     return [replicas[ranks] for ranks in group.ranks(len(replicas))]
 
 
-def plan(collective: str | Collective, topology: Topology, count: int, *,
-         dtype: str = "float32", algorithm_name: str = AUTO, group: CommGroup = CommGroup(),
+def plan(collective: CollectiveName | Collective, topology: Topology, count: int, *,
+         dtype: DType = DType.FLOAT32, algorithm_name: str = AUTO, group: CommGroup = CommGroup(),
          ipus: np.ndarray | Sequence[int] | None = None, root: int = 0,
          groups: Sequence[np.ndarray] | None = None) -> Schedule:
     """Schedule ``collective`` on ``count`` elements per replica (per block for
@@ -49,8 +49,8 @@ def plan(collective: str | Collective, topology: Topology, count: int, *,
     return _best(coll, topology, count, dtype, groups, root, None)[0]
 
 
-def plan_timed(collective: str | Collective, topology: Topology, count: int, *,
-               dtype: str = "float32", algorithm_name: str = AUTO,
+def plan_timed(collective: CollectiveName | Collective, topology: Topology, count: int, *,
+               dtype: DType = DType.FLOAT32, algorithm_name: str = AUTO,
                group: CommGroup = CommGroup(),
                ipus: np.ndarray | Sequence[int] | None = None, root: int = 0,
                on_phase: Callable[[int, int], None] | None = None,
@@ -65,8 +65,8 @@ def plan_timed(collective: str | Collective, topology: Topology, count: int, *,
     return _best(coll, topology, count, dtype, groups, root, on_phase)
 
 
-def _request(collective: str | Collective, topology: Topology, count: int, group: CommGroup,
-             ipus: np.ndarray | Sequence[int] | None, root: int,
+def _request(collective: CollectiveName | Collective, topology: Topology, count: int,
+             group: CommGroup, ipus: np.ndarray | Sequence[int] | None, root: int,
              given: Sequence[np.ndarray] | None) -> tuple[Collective, list[np.ndarray]]:
     """The collective and its replica groups (``given``, else worked out), or a
     ScheduleError saying what is wrong."""
@@ -79,7 +79,7 @@ def _request(collective: str | Collective, topology: Topology, count: int, group
     return coll, groups
 
 
-def _best(coll: Collective, topology: Topology, count: int, dtype: str,
+def _best(coll: Collective, topology: Topology, count: int, dtype: DType,
           groups: list[np.ndarray], root: int,
           on_phase: Callable[[int, int], None] | None) -> tuple[Schedule, Timing]:
     """``auto``: every algorithm that can run the request, timed; the fastest wins."""
@@ -137,10 +137,10 @@ def _ring_ranks(topology: Topology, ipus: np.ndarray) -> np.ndarray:
     return np.argsort(topology.ring_position[ipus], kind="stable")
 
 
-def _build(coll: Collective, topology: Topology, count: int, dtype: str, name: str,
+def _build(coll: Collective, topology: Topology, count: int, dtype: DType, name: str,
            groups: list[np.ndarray], root: int) -> Schedule:
     chosen = algorithm(name, coll)
-    itemsize = dtype_itemsize(dtype)
+    itemsize = dtype.itemsize
     n = len(groups[0])
     if coll.name == CollectiveName.ALL_TO_ALL and len(groups) * n * (n - 1) > MAX_TRANSFERS:
         raise ScheduleError(

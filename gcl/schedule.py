@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gcl.collectives import CollectiveName
+from gcl.collectives import CollectiveName, DType
 
 WORK = "work"  # the buffer a collective reduces or gathers in place
 OUT = "out"  # a second buffer, for collectives that must not overwrite their input
@@ -164,7 +164,7 @@ class Schedule:
 
     collective: CollectiveName
     algorithm: str
-    dtype: str
+    dtype: DType
     itemsize: int
     count: int  # the user's elements per replica (input side)
     chunk: int

@@ -120,7 +120,7 @@ class SweepTrace:
         nbytes = schedule.count * schedule.itemsize
         self.trace.span(SWEEP, "sizes", f"{schedule.collective} {format_size(nbytes)}",
                         start, timing.sim_seconds, collective=str(schedule.collective),
-                        algorithm=schedule.algorithm, bytes=nbytes, dtype=schedule.dtype,
+                        algorithm=schedule.algorithm, bytes=nbytes, dtype=str(schedule.dtype),
                         group_size=schedule.group_size, groups=len(schedule.groups),
                         supersteps=schedule.supersteps)
         at = start

@@ -66,7 +66,7 @@ def device_bytes(bench: PlacedBench) -> tuple[int, int, int, int]:
     spec, n = bench.spec, bench.group_size
     coll = spec.collective
     count = max(coll.count_for_bytes(size, n, spec.dtype.itemsize) for size in bench.byte_sizes)
-    schedule = plan(coll, bench.topology, count, dtype=spec.dtype.value,
+    schedule = plan(coll, bench.topology, count, dtype=spec.dtype,
                     algorithm_name=spec.algorithm, group=spec.group, groups=bench.groups,
                     root=spec.rooted)
     copies = 2 if coll.name == CollectiveName.ALL_TO_ALL else 1

@@ -29,7 +29,7 @@ import ray
 
 from cluster.errors import UserError
 from cluster.model.topology import Topology
-from gcl.collectives import BROADCAST, DTYPES, CollectiveName, ReduceOp, check_op
+from gcl.collectives import BROADCAST, DTYPES, CollectiveName, DType, ReduceOp
 from gcl.collectives import collective as lookup
 from gcl.groups import CommGroup
 from gcl.local_executor import BLOCKED
@@ -101,8 +101,8 @@ class CollectiveResult:
 
 
 def check_replicas(shapes: list[tuple[int, ...]], dtypes: list[str], replicas: int,
-                   group_size: int, collective: str) -> tuple[str, int]:
-    """The dtype name and per-replica element count, or a UserError saying what is wrong."""
+                   group_size: int, collective: CollectiveName) -> tuple[DType, int]:
+    """The dtype and per-replica element count, or a UserError saying what is wrong."""
     if len(shapes) != replicas:
         raise UserError(f"give one array per replica: {replicas} replicas, {len(shapes)} arrays")
     for index, (shape, dtype) in enumerate(zip(shapes, dtypes)):
@@ -122,12 +122,12 @@ def check_replicas(shapes: list[tuple[int, ...]], dtypes: list[str], replicas: i
     if total * _RAM_FACTOR > available_ram_bytes():
         raise UserError(f"{total:,} bytes of inputs would not fit in this machine's RAM in real "
                         "mode: use phantom mode (sizes only) for this size")
-    return names[dtypes[0]], size // group_size if collective in BLOCKED else size
+    return DType(names[dtypes[0]]), size // group_size if collective in BLOCKED else size
 
 
-def run_collective(pod: Pod, collective: str, inputs: list[np.ndarray] | str, *,
+def run_collective(pod: Pod, collective: CollectiveName, inputs: list[np.ndarray] | str, *,
                    output: str | None = None, algorithm: str = AUTO,
-                   group: CommGroup | str = CommGroup(), op: str = "sum", root: int = 0,
+                   group: CommGroup | str = CommGroup(), op: ReduceOp = ReduceOp.SUM, root: int = 0,
                    ipus: list[int] | None = None,
                    deadline_seconds: float = DEFAULT_DEADLINE_SECONDS) -> CollectiveResult:
     """Run ``collective`` on the devices of ``pod``, replica r on ``ipus[r]`` (IPU r by
@@ -136,7 +136,6 @@ def run_collective(pod: Pod, collective: str, inputs: list[np.ndarray] | str, *,
     under that name and ``results`` is empty."""
     started = time.perf_counter()
     coll = lookup(collective)
-    op = check_op(op)  # the text becomes a ReduceOp here, where it enters
     group = CommGroup.parse(group) if isinstance(group, str) else group
     topology = pod.topology
     replica_ipus = np.arange(topology.ipu_count) if ipus is None else np.asarray(ipus)

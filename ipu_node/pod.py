@@ -26,6 +26,7 @@ from cluster.errors import UserError
 from cluster.model.link_faults import LinkFault
 from cluster.model.spec import load_topology
 from cluster.model.topology import Topology
+from gcl.collectives import CollectiveName
 from ipu_node.answers import DeviceInfo, DeviceStats
 from ipu_node.calls import wait_all
 from ipu_node.device_errors import DeviceError
@@ -218,7 +219,7 @@ class EmulatedPod:
         those still silent (positions in ``devices``), so a gone node is named at once."""
         return lambda silent: self.roster.lost_nodes([devices[i] for i in silent])
 
-    def collective(self, collective: str, inputs: list[np.ndarray] | str,
+    def collective(self, collective: CollectiveName, inputs: list[np.ndarray] | str,
                    **options: Any) -> CollectiveResult:
         """Run a collective on this POD: see :func:`ipu_node.executor.run_collective`. A
         device lost with its Ray node says which node was lost."""

@@ -28,7 +28,7 @@ from cluster.training.workloads.layers import Layer
 from cluster.training.workloads.llama import llama_block
 from cluster.training.workloads.workload_yaml import load_workload
 from gcl import plan, simulate
-from gcl.collectives import CollectiveName
+from gcl.collectives import CollectiveName, DType
 from gcl.modes import Mode
 
 MIXTRAL_HIDDEN, MIXTRAL_SEQUENCE = 4096, 4096
@@ -107,7 +107,7 @@ def test_moe_8x7b_all_to_alls_are_priced_over_every_expert_group_of_a_pod_at_onc
     assert len(groups) == 1 and list(groups[0]) == list(run.chains[:, 0])
     assert len(set(router_of(run.topology).domain_of_ipu[groups[0]].tolist())) == 1
     alone = simulate(plan(CollectiveName.ALL_TO_ALL, run.topology, 83_886_080 // 2 // 8,
-                          dtype="float16", groups=groups), run.topology)
+                          dtype=DType.FLOAT16, groups=groups), run.topology)
     assert found.kinds[0].seconds == alone.sim_seconds > 0
 
 

@@ -16,7 +16,7 @@ import ray
 
 from cluster.errors import UserError
 from cluster.model.link_faults import LinkDown, find_link
-from gcl.collectives import collective
+from gcl.collectives import DType, collective
 from gcl.phantom import simulate
 from gcl.planner import plan
 from ipu_node.device_errors import DeviceDied, DeviceError
@@ -158,7 +158,7 @@ def test_a_degraded_link_slows_real_mode_exactly_as_the_cost_model_says(pod):
     pod.degrade_link(link, bandwidth_factor=0.25, added_latency_seconds=2e-6)
     try:
         after = pod.collective("allreduce", data, algorithm="clockwise_ring")
-        schedule = plan(collective("allreduce"), pod.topology, 1 << 16, dtype="float32",
+        schedule = plan(collective("allreduce"), pod.topology, 1 << 16, dtype=DType.FLOAT32,
                         algorithm_name="clockwise_ring")
         assert after.sim_seconds == simulate(schedule, pod.topology).sim_seconds
         assert after.sim_seconds > before

@@ -28,6 +28,7 @@ from cluster.training.plan import plan_for
 from cluster.training.step_timing import step_time
 from cluster.training.workloads import forward_seconds, update_seconds, workload
 from gcl import plan, simulate
+from gcl.collectives import DType
 from gcl.modes import Mode
 
 
@@ -234,7 +235,7 @@ def test_the_calibration_points_are_reproduced_and_the_larger_pods_are_predicted
 def test_a_ring_across_two_racks_costs_what_its_gw_link_crossing_costs_by_hand():
     topology = load_topology("pod128")
     count, n = 1 << 24, 128
-    timing = simulate(plan("allreduce", topology, count, dtype="float16",
+    timing = simulate(plan("allreduce", topology, count, dtype=DType.FLOAT16,
                            algorithm_name="clockwise_ring"), topology)
     chunk = 2 * count / n  # bytes each IPU sends each step
     gw = hw.gw_link_100g()

@@ -22,6 +22,7 @@ from cluster.training.plan import plan_for
 from cluster.training.step_timing import step_time
 from cluster.training.workloads import forward_seconds, memory_use
 from gcl import CommGroup, plan, simulate
+from gcl.collectives import DType
 from gcl.modes import Mode
 
 COUNTS = (1, 13, 13, 13, 11)  # v1.1's POD16 recipe: embeddings, 3 x 13 halves, 9 + heads
@@ -95,7 +96,7 @@ def test_ipu_zero_computes_the_first_and_last_stages_and_reduces_both_gradients(
     ipu_params = [params[0] + params[4], *params[1:4]]
     chains = [0, 1, 3, 2]  # each replica's IPUs along the M2000's links, 4 replicas
     ipus = [4 * r + i for r in range(4) for i in chains]
-    schedule = plan("allreduce", topology, max(ipu_params), dtype="float16",
+    schedule = plan("allreduce", topology, max(ipu_params), dtype=DType.FLOAT16,
                     algorithm_name=config.algorithm, group=CommGroup.parse("orthogonal:4"),
                     ipus=ipus)
     assert step.local_allreduce_seconds + step.global_allreduce_seconds == pytest.approx(

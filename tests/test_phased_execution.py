@@ -20,7 +20,7 @@ from cluster.training.plan import TrainPlan, plan_for
 from cluster.training.step_timing import gradient_allreduce_timing, step_time
 from cluster.training.tensor_parallel.layout import TensorParallel
 from gcl import plan, simulate
-from gcl.collectives import CollectiveName
+from gcl.collectives import CollectiveName, DType
 from gcl.modes import Mode
 
 STREAMING, SHARDED = OptimizerState.STREAMING, OptimizerState.SHARDED_STREAMING
@@ -148,7 +148,8 @@ def test_phased_gradients_are_reduced_phase_by_phase_one_allreduce_a_phase(recip
     whole = recipe.changed(phased=False)
     params = recipe.rank_workload.parameter_count
     one = plan(CollectiveName.ALLREDUCE, recipe.topology, -(-params // phases),
-               dtype=recipe.workload.gradient_dtype.value, algorithm_name=recipe.config.algorithm,
+               dtype=DType(recipe.workload.gradient_dtype.value),
+               algorithm_name=recipe.config.algorithm,
                group=gradient_group(recipe.config), ipus=recipe.chains.ravel())
     timing = gradient_allreduce_timing(recipe)
     assert timing is not None and gradient_allreduce_timing(whole) is not None

@@ -8,7 +8,7 @@ from cluster.errors import ScheduleError
 from cluster.model.presets import build_preset
 from gcl import CommGroup, plan
 from gcl.algorithms import for_collective
-from gcl.collectives import COLLECTIVES
+from gcl.collectives import COLLECTIVES, DType
 from gcl.local_executor import run_in_memory
 from gcl.reference import expected
 
@@ -17,7 +17,7 @@ GROUPS = ["all", "consecutive:4", "orthogonal:8"]
 CASES = [(t, c, a.name) for t in TOPOLOGIES for c in COLLECTIVES
          for a in for_collective(COLLECTIVES[c])]
 def check(topology, collective, algorithm, group, count, op="sum", root=1):
-    schedule = plan(collective, topology, count, dtype="int32", algorithm_name=algorithm,
+    schedule = plan(collective, topology, count, dtype=DType.INT32, algorithm_name=algorithm,
                     group=CommGroup.parse(group), root=root)
     n = schedule.group_size
     per_replica = count * (n if collective in ("reduce-scatter", "all-to-all") else 1)
@@ -46,7 +46,7 @@ def test_max_and_min_reduce_like_numpy(op):
 
 def test_mean_divides_the_sum_by_the_group_size():
     topology = TOPOLOGIES["dss8440"]
-    schedule = plan("allreduce", topology, 10, dtype="float32", algorithm_name="clockwise_ring")
+    schedule = plan("allreduce", topology, 10, dtype=DType.FLOAT32, algorithm_name="clockwise_ring")
     inputs = [np.full(10, float(i), dtype=np.float32) for i in range(16)]
     results = run_in_memory(schedule, inputs, "mean")
     np.testing.assert_allclose(results[0], np.full(10, 7.5), rtol=1e-6)
@@ -54,7 +54,7 @@ def test_mean_divides_the_sum_by_the_group_size():
 
 def test_float16_allreduce_matches_numpy_within_rounding():
     topology = TOPOLOGIES["pod16"]
-    schedule = plan("allreduce", topology, 1000, dtype="float16", algorithm_name="hierarchical")
+    schedule = plan("allreduce", topology, 1000, dtype=DType.FLOAT16, algorithm_name="hierarchical")
     rng = np.random.default_rng(1)
     inputs = [rng.standard_normal(1000).astype(np.float16) for _ in range(16)]
     results = run_in_memory(schedule, inputs)
@@ -106,13 +106,17 @@ def test_halving_doubling_needs_a_power_of_two_group():
     ({"ipus": np.array([0, 0, 1])}, "duplicates"),
     ({"ipus": np.array([0, 99])}, "IPU ids run from 0 to 15"),
     ({"count": 0}, "at least one element"),
-    ({"dtype": "float64"}, "unknown dtype"),
 ])
 def test_bad_requests_are_refused_with_a_reason(request_kwargs, words):
     kwargs = {"count": 64, "collective": "allreduce", **request_kwargs}
     collective, count = kwargs.pop("collective"), kwargs.pop("count")
     with pytest.raises(ScheduleError, match=words):
         plan(collective, TOPOLOGIES["dss8440"], count, **kwargs)
+
+
+def test_an_unknown_dtype_is_refused_where_its_text_is_parsed():
+    with pytest.raises(ScheduleError, match="unknown dtype"):
+        DType.parse("float64")
 
 
 @pytest.mark.parametrize("text, error", [("ring:4", "unknown replica group"),

@@ -18,6 +18,7 @@ from cluster.training.plan import plan_for
 from cluster.training.step_timing import step_time
 from cluster.training.workloads import DType, workload
 from gcl import plan, simulate
+from gcl.collectives import DType as GclDType
 from gcl.modes import Mode
 
 RESNET = TrainConfig(model="resnet50", topology="pod128", mode=Mode.PHANTOM, servers=2,
@@ -92,7 +93,7 @@ def test_unsharded_state_across_racks_is_still_one_ring_through_every_rack():
     config = replace(RESNET, optimizer_state="in-processor")
     topology = load_topology("pod128")
     step = step_time(plan_for(config, topology))
-    ring = plan("allreduce", topology, workload("resnet50").parameter_count, dtype="float16",
+    ring = plan("allreduce", topology, workload("resnet50").parameter_count, dtype=GclDType.FLOAT16,
                 algorithm_name="clockwise_ring", ipus=replica_ipus(config, topology))
     assert step.local_allreduce_seconds == 0.0 and step.weight_gather_seconds == 0.0
     assert step.global_allreduce_seconds == pytest.approx(simulate(ring, topology).sim_seconds,
@@ -113,7 +114,7 @@ def test_pipelined_sharded_bert_across_racks_reduces_each_stage_shard_across_rac
     # IPUs all in one, as with one IPU per replica
     assert step.global_allreduce_seconds == pytest.approx(_cross_rack_pairs(shard),
                                                           rel=1e-12)
-    old_ring = plan("allreduce", topology, largest, dtype="float16",
+    old_ring = plan("allreduce", topology, largest, dtype=GclDType.FLOAT16,
                     algorithm_name="clockwise_ring", group=gradient_group(BERT),
                     ipus=replica_ipus(BERT, topology))
     assert step.global_allreduce_seconds < simulate(old_ring, topology).sim_seconds

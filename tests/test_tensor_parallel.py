@@ -26,7 +26,7 @@ from cluster.training.tensor_parallel_time import axis_groups, tensor_parallel_t
 from cluster.training.workloads import parse_workload, to_yaml, workload
 from cluster.training.workloads.tensor_shape import TensorRole
 from gcl import CommGroup, plan, simulate
-from gcl.collectives import CollectiveName
+from gcl.collectives import CollectiveName, DType
 from gcl.modes import Mode
 
 GPT3_350M_HIDDEN, SEQUENCE = 1024, 2048
@@ -133,7 +133,7 @@ def test_the_step_computes_a_t_th_and_keeps_a_t_th_of_the_weights():
 def test_each_ipu_averages_its_share_of_the_gradient_with_the_same_ipu_of_every_replica():
     run = tp_plan("gpt3-350m", ONE_D, optimizer_state=OptimizerState.STREAMING)
     share = run.rank_workload.parameter_count
-    expected = simulate(plan(CollectiveName.ALLREDUCE, run.topology, share, dtype="float16",
+    expected = simulate(plan(CollectiveName.ALLREDUCE, run.topology, share, dtype=DType.FLOAT16,
                              algorithm_name=run.config.algorithm,
                              group=CommGroup.orthogonal(run.config.replicas),
                              ipus=run.chains.ravel()), run.topology)
@@ -184,7 +184,7 @@ def test_each_kind_is_priced_by_the_cost_model_over_every_replicas_groups_at_onc
     run = tp_plan("gpt3-350m", ONE_D, optimizer_state=OptimizerState.STREAMING)
     kind = next(k for k in tensor_parallel_time(run).kinds if k.role is TensorRole.FFN)
     alone = simulate(plan(CollectiveName.ALLREDUCE, run.topology, kind.nbytes // 2,
-                          dtype="float16", algorithm_name=run.config.algorithm,
+                          dtype=DType.FLOAT16, algorithm_name=run.config.algorithm,
                           groups=list(run.chains)), run.topology)
     assert kind.seconds == alone.sim_seconds and kind.group_size == 4
 

@@ -192,8 +192,11 @@ def _group_size(result: Any) -> int:
 
 
 def _service_row(row: Any) -> BenchRow:
-    """A row of the service's stream as a :class:`gcl.bench_rows.BenchRow` (its ``json``)."""
-    return BenchRow(**json.loads(row.json))
+    """A row of the service's stream as a :class:`gcl.bench_rows.BenchRow` (its ``json``,
+    whose collective and dtype names become their enums again)."""
+    fields = json.loads(row.json)
+    return BenchRow(**{**fields, "collective": CollectiveName(fields["collective"]),
+                       "type": DType(fields["type"])})
 
 
 def _service_heading(result: Any, request: BenchmarkRequest) -> str:

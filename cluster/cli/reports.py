@@ -35,6 +35,7 @@ from cluster.training.plan import TrainPlan
 from cluster.training.reports import sweeps
 from cluster.training.reports.settings import Setting
 from cluster.training.reports.settings import markdown as settings_markdown
+from cluster.training.workloads import DType
 from cluster.training.workloads.registry import workload_names
 from gcl.modes import Mode
 
@@ -103,7 +104,8 @@ def _base(model: str, sequence_length: int | None, gradient_dtype: str | None,
         free.add("accumulation")
         fields["accumulation"] = DEFAULTS.accumulation
     return replace(resolve(TrainConfig(model=model_ref(model), sequence_length=sequence_length,
-                               gradient_dtype=gradient_dtype,
+                               gradient_dtype=(None if gradient_dtype is None
+                                               else DType(gradient_dtype)),
                                micro_batch=micro_batch or DEFAULTS.micro_batches[0],
                                optimizer_state=OptimizerState(optimizer_state),
                                topology=topology,

@@ -268,7 +268,7 @@ class ControlService(control_pb2_grpc.ControlServicer):
                                       group=str(spec.group))
         for row in rows:
             if self.metrics is not None:
-                self.metrics.observe(row, partition.name, spec.mode.value)
+                self.metrics.observe(row, partition.name, spec.mode)
             yield control_pb2.BenchmarkResult(rows=[row_message(row)], ranks=ranks, **common)
             ranks = []
         if traced is not None:

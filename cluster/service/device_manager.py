@@ -3,7 +3,7 @@
     from cluster.service.device_manager import DeviceManager
 
     device = DeviceManager().acquireAvailableDevice(numIpus=8)
-    result = device.bench("allreduce", min_bytes=1 << 20)
+    result = device.bench(CollectiveName.ALLREDUCE, min_bytes=1 << 20)
     device.detach()
 
 ``acquireAvailableDevice`` returns a partition of a running ``ipupod serve``: the one
@@ -19,6 +19,8 @@ import os
 
 from cluster.errors import UserError
 from cluster.service.client import Client
+from gcl.collectives import CollectiveName, DType, ReduceOp
+from gcl.modes import Mode
 from ipupod_proto import control_pb2
 
 _names = itertools.count()
@@ -33,9 +35,10 @@ class Device:
         self.ipus = list(partition.ipus)
         self.numIpus = partition.size
 
-    def bench(self, collective: str = "allreduce", *, min_bytes: int = 1 << 20,
-              max_bytes: int = 0, factor: float = 2.0, algorithm: str = "auto",
-              dtype: str = "float32", op: str = "sum", mode: str = "phantom",
+    def bench(self, collective: CollectiveName = CollectiveName.ALLREDUCE, *,
+              min_bytes: int = 1 << 20, max_bytes: int = 0, factor: float = 2.0,
+              algorithm: str = "auto", dtype: DType = DType.FLOAT32, op: ReduceOp = ReduceOp.SUM,
+              mode: Mode = Mode.PHANTOM,
               group: str = "all", root: int = 0, iterations: int = 1, warmup: int = 0,
               check: bool = True) -> control_pb2.BenchmarkResult:
         """Run a collective benchmark on this device's IPUs (simulated time per size; in

@@ -170,7 +170,7 @@ class ServiceMetrics:
         info = Info("ipupod_build", "The service's version and Python.", registry=self.registry)
         info.info({"version": version("ipupod"), "python": platform.python_version()})
 
-    def observe(self, row, partition: str, mode: str) -> None:
+    def observe(self, row, partition: str, mode: Mode) -> None:
         """Record one benchmark row (a collective of one size) run in ``mode``."""
         labels = (row.collective, row.op, mode, row.algorithm, partition)
         self.runs.labels(*labels).inc()

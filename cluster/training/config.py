@@ -71,7 +71,7 @@ class TrainConfig:
     model: ModelRef = DEFAULT_MODEL  # a built-in workload or a workload file (phantom
     # mode), resolved once (a plain name is taken too)
     sequence_length: int | None = None  # BERT and GPT-2: tokens per sample
-    gradient_dtype: str | None = None  # default: the workload's
+    gradient_dtype: DType | None = None  # default: the workload's (a plain name is taken too)
     optimizer_state: OptimizerState = DEFAULTS.optimizer_state  # a plain name is taken too
     split: Split = DEFAULTS.split  # or "shard": the MLP's widest layer by columns over the IPUs
     efficiency_scale: float = DEFAULTS.efficiency_scale  # each kind's efficiency times this
@@ -84,13 +84,16 @@ class TrainConfig:
     def __post_init__(self) -> None:
         """A plain model name becomes its :class:`ModelRef` (read once here), a plain
         optimiser-state or split name its :class:`OptimizerState` or :class:`Split` (an
-        unknown one is left for :meth:`validate` to refuse)."""
+        unknown one is left for :meth:`validate` to refuse), a plain dtype name its
+        :class:`DType`."""
         if isinstance(self.model, str):
             object.__setattr__(self, "model", model_ref(self.model))
         if self.optimizer_state in OPTIMIZER_STATE:
             object.__setattr__(self, "optimizer_state", OptimizerState(self.optimizer_state))
         if self.split in SPLITS:
             object.__setattr__(self, "split", Split(self.split))
+        if self.gradient_dtype in tuple(DType):
+            object.__setattr__(self, "gradient_dtype", DType(self.gradient_dtype))
 
     def check_settings(self, server_size: int | None = None) -> None:
         """A SettingError naming the setting to change if the settings do not go together;

@@ -37,7 +37,7 @@ from cluster.training.plan import TrainPlan
 from cluster.training.priced_collectives import PricedCollectives
 from cluster.training.workloads.layers import Layer, Workload
 from gcl import plan, simulate
-from gcl.collectives import CollectiveName
+from gcl.collectives import CollectiveName, DType
 from gcl.planner import AUTO
 
 FORWARD = ("forward", ("dispatch", "combine"))
@@ -114,7 +114,7 @@ def all_to_all_seconds(run: TrainPlan, ipu: int, nbytes: int) -> float:
     degree, itemsize = run.config.expert_parallel, run.workload.partials_dtype.itemsize
     block = max(1, -(-nbytes // (itemsize * degree)))  # values to each IPU of the group
     schedule = plan(CollectiveName.ALL_TO_ALL, run.topology, block,
-                    dtype=run.workload.partials_dtype.value, algorithm_name=AUTO,
+                    dtype=DType(run.workload.partials_dtype.value), algorithm_name=AUTO,
                     groups=expert_groups(run.chains, degree, ipu))
     return simulate(schedule, run.topology).sim_seconds
 

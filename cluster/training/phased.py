@@ -216,7 +216,7 @@ def _gathers(run: TrainPlan, phases: Phases) -> tuple[float, ...]:
         count = -(-nbytes // itemsize // config.optimizer_shards)
         if count not in priced:
             priced[count] = rack_all_gather_seconds(config, run.topology, count,
-                                                    run.rank_workload.weight_dtype.value,
+                                                    run.rank_workload.weight_dtype,
                                                     run.chains)
     return tuple(priced[-(-nbytes // itemsize // config.optimizer_shards)]
                  for nbytes in phases.weights_bytes)

@@ -23,7 +23,6 @@ from cluster.training.kinds import ModelKind, Split
 from cluster.training.placement import replica_ipus, server_ipus, topology_for
 from cluster.training.tensor_parallel.split import rank_workload
 from cluster.training.workloads import (
-    DType,
     Workload,
     builtin_workload_of,
     mlp_workload,
@@ -127,7 +126,7 @@ def build_workload(config: TrainConfig) -> Workload:
                                "model (BERT, GPT, Llama, MoE), not to the MLP")
         built = mlp_workload(config.spec)
         return built if config.gradient_dtype is None else replace(
-            built, gradient_dtype=DType(config.gradient_dtype))
+            built, gradient_dtype=config.gradient_dtype)
     options: dict[str, object] = {}
     if config.sequence_length is not None:
         options["sequence_length"] = config.sequence_length

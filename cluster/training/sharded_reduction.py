@@ -54,8 +54,9 @@ import numpy as np
 from cluster.model.topology import Topology
 from cluster.training.config import TrainConfig
 from cluster.training.workloads import Workload
+from cluster.training.workloads.layers import DType as ComputeDType
 from gcl import CommGroup, plan, simulate
-from gcl.collectives import CollectiveName
+from gcl.collectives import CollectiveName, DType
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def sharded_reduction(config: TrainConfig, topology: Topology, workload: Workloa
     rack) whose IPU ``s`` holds ``ipu_params[s]`` parameters (its stages')."""
     per_rack = config.replicas_per_server
     shard = -(-max(ipu_params) // per_rack)  # elements of one replica's 1/R
-    gradient, weight = workload.gradient_dtype.value, workload.weight_dtype.value
+    gradient, weight = workload.gradient_dtype, workload.weight_dtype
     in_rack = _in_rack_order(chains, per_rack)
     by_rack = CommGroup.consecutive(per_rack)  # a stage of one rack's replicas
     scatter = _seconds(CollectiveName.REDUCE_SCATTER, config, topology, shard, gradient, by_rack,
@@ -96,8 +97,8 @@ def sharded_reduction(config: TrainConfig, topology: Topology, workload: Workloa
     return ShardedReduction(scatter, allreduce, gather)
 
 
-def rack_all_gather_seconds(config: TrainConfig, topology: Topology, count: int, dtype: str,
-                            chains: np.ndarray) -> float:
+def rack_all_gather_seconds(config: TrainConfig, topology: Topology, count: int,
+                            dtype: ComputeDType, chains: np.ndarray) -> float:
     """Simulated seconds of an all-gather of ``count`` elements a replica (its shard) over
     each rack's replicas, every rack at once: the step's weight gather (phased execution
     runs one a phase, :mod:`.phased`)."""
@@ -115,10 +116,10 @@ def _in_rack_order(chains: np.ndarray, per_rack: int) -> np.ndarray:
 
 
 def _seconds(collective: CollectiveName, config: TrainConfig, topology: Topology, count: int,
-             dtype: str, group: CommGroup, ipus: np.ndarray) -> float:
+             dtype: ComputeDType, group: CommGroup, ipus: np.ndarray) -> float:
     """Simulated seconds of ``collective`` of ``count`` elements (per block for the
     reduce-scatter and all-gather) over every group of ``ipus`` at once, with
     ``config.algorithm``."""
-    schedule = plan(collective, topology, count, dtype=dtype, algorithm_name=config.algorithm,
-                    group=group, ipus=ipus)
+    schedule = plan(collective, topology, count, dtype=DType(dtype.value),
+                    algorithm_name=config.algorithm, group=group, ipus=ipus)
     return simulate(schedule, topology).sim_seconds

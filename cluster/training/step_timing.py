@@ -55,7 +55,7 @@ from cluster.training.workloads import (
     update_seconds,
 )
 from gcl import plan, simulate
-from gcl.collectives import CollectiveName
+from gcl.collectives import CollectiveName, DType
 from gcl.phantom import Timing
 
 
@@ -154,7 +154,7 @@ def _gradient_allreduce(config: TrainConfig, topology: Topology, workload: Workl
     in ``chunks`` equal allreduces one after another (their phases in turn) when phased."""
     ipus = chains.ravel()
     schedule = plan(CollectiveName.ALLREDUCE, topology, -(-max(ipu_params) // chunks),
-                    dtype=workload.gradient_dtype.value, algorithm_name=config.algorithm,
+                    dtype=DType(workload.gradient_dtype.value), algorithm_name=config.algorithm,
                     group=gradient_group(config), ipus=ipus)
     spans = len(set(router_of(topology).domain_of_ipu[ipus].tolist())) > 1
     timing = simulate(schedule, topology)

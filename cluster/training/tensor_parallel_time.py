@@ -37,7 +37,7 @@ from cluster.training.tensor_parallel.layer_allreduces import (
 from cluster.training.tensor_parallel.layout import TensorParallel
 from cluster.training.workloads.tensor_shape import TensorRole
 from gcl import plan, simulate
-from gcl.collectives import CollectiveName
+from gcl.collectives import CollectiveName, DType
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,7 +98,7 @@ def allreduce_seconds(topology: Topology, groups: list[np.ndarray], nbytes: int,
                       itemsize: int, algorithm: str) -> float:
     """Simulated seconds of an all-reduce of ``nbytes`` per IPU over every one of
     ``groups`` at once, with ``algorithm`` (the run's)."""
-    dtype = "float16" if itemsize == 2 else "float32"
+    dtype = DType.FLOAT16 if itemsize == 2 else DType.FLOAT32
     schedule = plan(CollectiveName.ALLREDUCE, topology, max(1, nbytes // itemsize),
                     dtype=dtype, algorithm_name=algorithm, groups=groups)
     return simulate(schedule, topology).sim_seconds

@@ -142,7 +142,7 @@ class ReplayPricer:
             return Priced(sync, "sync", *NO_LINKS)
         coll = collective(GCL_NAMES[detail.comm_type])
         count = coll.count_for_bytes(detail.size_bytes, size, self.options.dtype.itemsize)
-        schedule, timing = plan_timed(coll, self.topology, count, dtype=self.options.dtype.value,
+        schedule, timing = plan_timed(coll, self.topology, count, dtype=self.options.dtype,
                                       algorithm_name=self._algorithm(coll),
                                       groups=[np.asarray(g, dtype=np.int64) for g in groups])
         links, link_bytes = schedule_link_bytes(self.topology, schedule)

@@ -39,6 +39,7 @@ from cluster.training.chakra.step_export_tensor import (
 from cluster.training.plan import TrainPlan
 from cluster.training.sharded_reduction import shards_across_racks
 from cluster.training.step_timing import step_time
+from cluster.training.workloads.layers import DType
 from ipupod_proto import chakra_et_pb2 as et
 
 
@@ -48,7 +49,7 @@ class StepExport:
     element type (``--dtype``) and the run's allreduce algorithm (``--algorithm``)."""
 
     ranks: list[list[et.Node]]
-    dtype: str
+    dtype: DType
     algorithm: str
     sim_seconds: float
 
@@ -62,22 +63,22 @@ def step_export(plan: TrainPlan) -> StepExport:
                         "r runs on IPU r); this run places them elsewhere")
     if config.splits_columns:
         step = step_time(plan)
-        return StepExport(column_rank_nodes(plan, step), workload.gradient_dtype.value,
+        return StepExport(column_rank_nodes(plan, step), workload.gradient_dtype,
                           config.algorithm, step.sim_seconds)
     if config.expert_parallel > 1:
         check_experts_exportable(plan)
         step = step_time(plan)
-        return StepExport(expert_rank_nodes(plan, step), workload.gradient_dtype.value,
+        return StepExport(expert_rank_nodes(plan, step), workload.gradient_dtype,
                           config.algorithm, step.sim_seconds)
     if config.tensor_parallel.on:
         check_tensor_exportable(plan)
         step = step_time(plan)
-        return StepExport(tensor_rank_nodes(plan, step), workload.gradient_dtype.value,
+        return StepExport(tensor_rank_nodes(plan, step), workload.gradient_dtype,
                           config.algorithm, step.sim_seconds)
     if config.ipus_per_replica > 1:
         check_pipeline_exportable(plan)
         step = step_time(plan)
-        return StepExport(pipeline_rank_nodes(plan, step), workload.gradient_dtype.value,
+        return StepExport(pipeline_rank_nodes(plan, step), workload.gradient_dtype,
                           config.algorithm, step.sim_seconds)
     if not np.array_equal(chains[:, 0], np.arange(len(chains))):
         raise UserError("--chakra-out needs replica r on IPU r (a replayed rank r runs on "
@@ -85,7 +86,7 @@ def step_export(plan: TrainPlan) -> StepExport:
     ipus = chains[:, 0]
     step = step_time(plan)
     if shards_across_racks(config, chains):
-        return StepExport(sharded_rank_nodes(plan, step), workload.gradient_dtype.value,
+        return StepExport(sharded_rank_nodes(plan, step), workload.gradient_dtype,
                           config.algorithm, step.sim_seconds)
     gradient_bytes = (sum(layer.parameters for layer in workload.layers)
                       * workload.gradient_dtype.itemsize)
@@ -96,5 +97,5 @@ def step_export(plan: TrainPlan) -> StepExport:
              collective_node(3, "allreduce(gradients)", CommType.ALL_REDUCE, gradient_bytes,
                              deps=[2]),
              compute_node(4, "weight update", step.update_seconds, deps=[3])]
-    return StepExport([list(nodes) for _ in ipus], workload.gradient_dtype.value,
+    return StepExport([list(nodes) for _ in ipus], workload.gradient_dtype,
                       config.algorithm, step.sim_seconds)
