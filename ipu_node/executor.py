@@ -29,7 +29,7 @@ import ray
 
 from cluster.errors import UserError
 from cluster.model.topology import Topology
-from gcl.collectives import BROADCAST, DTYPES, CollectiveName, DType, ReduceOp
+from gcl.collectives import BROADCAST, DTYPES, CollectiveName, DType, ReduceOp, check_op
 from gcl.collectives import collective as lookup
 from gcl.groups import CommGroup
 from gcl.local_executor import BLOCKED
@@ -136,6 +136,7 @@ def run_collective(pod: Pod, collective: CollectiveName, inputs: list[np.ndarray
     under that name and ``results`` is empty."""
     started = time.perf_counter()
     coll = lookup(collective)
+    op = check_op(op)  # a Python caller's text too: a clear error here, not in a device
     group = CommGroup.parse(group) if isinstance(group, str) else group
     topology = pod.topology
     replica_ipus = np.arange(topology.ipu_count) if ipus is None else np.asarray(ipus)

@@ -129,6 +129,8 @@ def test_blocks_that_do_not_split_and_unknown_names_are_refused(pods):
         pod.collective("allreduce", [np.zeros(8, np.float32)] * 16, algorithm="fastest")
     with pytest.raises(ScheduleError, match="unknown replica group"):
         pod.collective("allreduce", [np.zeros(8, np.float32)] * 16, group="pairs")
+    with pytest.raises(ScheduleError, match="unknown reduction op 'avg'"):
+        pod.collective("allreduce", [np.zeros(8, np.float32)] * 16, op="avg")
     with pytest.raises(UserError, match="no tensor 'nothing'"):
         pod.collective("allreduce", "nothing")
 
