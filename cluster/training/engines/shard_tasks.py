@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from cluster.training.engines.stage_tasks import update_weights
+from cluster.training.engines.stage_tasks import place_padded, update_weights
 from cluster.training.numpy_mlp import DTYPE
 from cluster.training.sharding.columns import (
     ColumnSplit,
@@ -65,9 +65,7 @@ def place_shards(store: TensorStore, split: ColumnSplit,
     """Per IPU, ``(k, (its starting parameters, padded size))``: the parameters, zero
     velocity, a zero gradient of the padded size."""
     for ipu, (_k, (params, padded)) in work.items():
-        store.put(ipu, PARAMS, np.array(params, dtype=DTYPE))
-        store.put(ipu, VELOCITY, np.zeros(len(params), dtype=DTYPE))
-        store.put(ipu, GRAD, np.zeros(padded, dtype=DTYPE))
+        place_padded(store, ipu, (PARAMS, VELOCITY, GRAD), params, padded)
 
 
 def begin_micro(store: TensorStore, split: ColumnSplit, work: Work[np.ndarray | int]) -> None:

@@ -171,6 +171,17 @@ def apply_stage_updates(store: TensorStore,
             for ipu, (lr, momentum) in work.items()}
 
 
+def place_padded(store: TensorStore, ipu: int, names: tuple[str, str, str],
+                 params: np.ndarray, padded: int) -> None:
+    """IPU ``ipu``'s starting ``params``, zero velocity, and a zero gradient of ``padded``
+    values (``names``: weights, velocity, gradient): a split replica's shares differ in
+    size, their gradients are padded to the largest for the allreduce."""
+    weights, velocity, gradient = names
+    store.put(ipu, weights, np.array(params, dtype=DTYPE))
+    store.put(ipu, velocity, np.zeros(len(params), dtype=DTYPE))
+    store.put(ipu, gradient, np.zeros(padded, dtype=DTYPE))
+
+
 def update_weights(store: TensorStore, ipu: int, names: tuple[str, str, str, str], lr: float,
                    momentum: float) -> str:
     """SGD with momentum on IPU ``ipu``'s weights from the first values of its averaged,

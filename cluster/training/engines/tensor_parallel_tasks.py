@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from cluster.training.engines.stage_tasks import update_weights
+from cluster.training.engines.stage_tasks import place_padded, update_weights
 from cluster.training.numpy_mlp import DTYPE
 from cluster.training.tensor_parallel.mlp_block import (
     MegatronSplit,
@@ -53,9 +53,7 @@ def place_ranks(store: TensorStore, split: MegatronSplit,
     """Per IPU, ``(k, (its starting parameters, padded size))``: the parameters, zero
     velocity, a zero gradient of the padded size."""
     for ipu, (_k, (params, padded)) in work.items():
-        store.put(ipu, PARAMS, np.array(params, dtype=DTYPE))
-        store.put(ipu, VELOCITY, np.zeros(len(params), dtype=DTYPE))
-        store.put(ipu, GRAD, np.zeros(padded, dtype=DTYPE))
+        place_padded(store, ipu, (PARAMS, VELOCITY, GRAD), params, padded)
 
 
 def forward_block(store: TensorStore, split: MegatronSplit, work: Work[np.ndarray]) -> None:
