@@ -35,6 +35,9 @@ def check_health(roster: Roster, faults: dict[int, LinkFault], fault_version: in
     """Ask every device of ``roster`` at once; wire restarted ones in again (with the link
     faults in force, ``fault_version``)."""
     polled = poll([actor.info.remote() for actor in roster.actors], deadline_seconds)
+    stale = set(roster.from_killed({i: answer for i, (answer, _) in enumerate(polled)}))
+    polled = [(None, HealthState.RESTARTING) if i in stale else said
+              for i, said in enumerate(polled)]
     roster.rejoin({i: answer for i, (answer, _) in enumerate(polled)}, faults, fault_version)
     states = [state for _, state in polled]
     with roster.lock:

@@ -61,10 +61,10 @@ class FaultInjector:
         index = self.roster.card_index(name, self.base_topology.name)
         mates = [i for i in process_mates(self.roster.actors, index) if i != index]
         kill_device(self.roster.actors[index], no_restart=False)
-        self.roster.note_down(index, "killed by fault injection")
+        self.roster.note_killed(index, "killed by fault injection")
         for mate in mates:
-            self.roster.note_down(mate, f"its process died with {name}, killed by fault "
-                                        "injection")
+            self.roster.note_killed(mate, f"its process died with {name}, killed by fault "
+                                          "injection")
         self._count("card_killed")
         spec, restarts = self.roster.specs[index], self.roster.restarts[index]
         mate_names = ", ".join(self.roster.specs[i].name for i in mates)

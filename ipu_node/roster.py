@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import numpy as np
 
@@ -57,6 +57,7 @@ class Roster:
     incarnations: list[str]
     restarts: list[int]
     down: dict[int, str] = field(default_factory=dict)  # device -> why it is known down
+    killed: dict[int, str] = field(default_factory=dict)  # device -> incarnation killed on purpose
     nodes: list[str | None] = field(default_factory=list)  # each device's Ray node id
     node_ips: list[str | None] = field(default_factory=list)
     tcp_addresses: list[str] = field(default_factory=list)  # for peers on other nodes
@@ -98,7 +99,12 @@ class Roster:
                                     for i in chosen], [self.specs[i] for i in chosen],
                                    max(0.1, limit - time.monotonic()), method,
                                    lambda silent: self.lost_nodes([chosen[i] for i in silent]))
-                return dict(zip(chosen, answers))
+                said = dict(zip(chosen, answers))
+                stale = self.from_killed(said)
+                if not stale:
+                    return said
+                raise DeviceRestarting(f"{self.specs[stale[0]].name} was killed and Ray is "
+                                       "restarting it")
             except DeviceRestarting as error:
                 restarting = error
                 note = self.lost_nodes(chosen)
@@ -144,6 +150,7 @@ class Roster:
                     self.restarts[index] += 1
                     self._fold_counters(index)
                     self.down.pop(index, None)
+                    self.killed.pop(index, None)
             addresses = self.peer_addresses()
             refs = [actor.connect.remote(self.names, addresses[i], i, self.ownership, faults,
                                          version) for i, actor in enumerate(self.actors)]
@@ -188,6 +195,22 @@ class Roster:
             ipu: add_counters(counts, offset["counters"].get(ipu, zero_counters()))
             for ipu, counts in stats["counters"].items()}
         return adjusted
+
+    def note_killed(self, index: int, why: str) -> None:
+        """Device ``index``'s process was just killed on purpose: it is down, and an answer
+        from that process still on its way (``ray.kill`` is asynchronous: a call made at
+        once may still reach it) is not taken for the device being back."""
+        with self.lock:
+            self.killed[index] = self.incarnations[index]
+        self.note_down(index, why)
+
+    def from_killed(self, answers: dict[int, Any]) -> list[int]:
+        """The devices among ``answers`` (``info`` or ``stats``, by device) whose answer
+        came from a process :meth:`note_killed` marked."""
+        with self.lock:
+            return [i for i, answer in answers.items() if i in self.killed
+                    and isinstance(answer, dict) and "pid" in answer
+                    and incarnation(cast(DeviceInfo, answer)) == self.killed[i]]
 
     def note_down(self, index: int, why: str) -> None:
         """Remember that device ``index`` is down (until it answers again)."""

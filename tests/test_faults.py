@@ -285,6 +285,18 @@ def test_a_card_killed_between_collectives_is_waited_for_by_the_next_one(pod):
     assert sum(pod.restarts) == restarts + 1
 
 
+def test_the_killed_process_answering_late_is_not_taken_for_the_card_back(pod):
+    _wait_healthy(pod)
+    index = next(i for i, spec in enumerate(pod.specs) if spec.name == "s0.card3")
+    before = pod.stats(devices=[index])[0]
+    pod.kill_card("s0.card3")
+    # ray.kill is asynchronous: the old process may still answer a call made now, and
+    # that answer must read as "restarting", never as the card back with its old memory
+    assert pod.roster.from_killed({index: before}) == [index]
+    assert pod.stats(devices=[index])[0]["pid"] != before["pid"]
+    assert pod.roster.from_killed({index: before}) == []  # the new process is wired in
+
+
 def test_a_card_that_restarted_unnoticed_fails_the_next_collective_naming_it(pod):
     _wait_healthy(pod)
     small = [np.full(4096, i, dtype=np.int32) for i in range(16)]
