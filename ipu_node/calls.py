@@ -89,17 +89,27 @@ def gather(refs: list, specs: Sequence[DeviceSpec], deadline_seconds: float, *,
                 if died(failure) and on_death:
                     on_death(index_of[done[0]], str(error))
         if abort is None:
+            _heard_later(pending)
             raise error
         abort(str(error))
         raise _worst(error, pending, specs, index_of, what, on_death, grace_seconds)
     return results
 
 
+def _heard_later(refs: list) -> None:
+    """Take the answers of calls left running after a failure was reported, when they
+    come: their own failures echo the one reported, and Ray would otherwise print each on
+    the user's terminal ("Unhandled error ...") when the reference is dropped."""
+    for ref in refs:
+        ref.future().add_done_callback(lambda answer: answer.exception())
+
+
 def _worst(error: Exception, pending: list, specs: Sequence[DeviceSpec],
            index_of: dict[Any, int], what: str,
            on_death: Callable[[int, str], None] | None, grace_seconds: float) -> Exception:
     """After an abort: a device that died meanwhile is the better cause to report."""
-    settled, _ = ray.wait(pending, num_returns=len(pending), timeout=grace_seconds)
+    settled, still = ray.wait(pending, num_returns=len(pending), timeout=grace_seconds)
+    _heard_later(still)
     for ref in settled:
         try:
             ray.get(ref)

@@ -5,6 +5,8 @@ One DSS 8440 (8 C2-card actors) for the kill trials and link faults, and the fou
 round it.
 """
 
+import gc
+import logging
 import os
 import signal
 import threading
@@ -266,6 +268,39 @@ def test_a_hung_card_is_named_within_the_collectives_own_deadline(pod):
     finally:
         os.kill(pid, signal.SIGCONT)
     _wait_healthy(pod)
+
+
+def test_the_runs_a_failure_left_behind_print_nothing_when_they_end(pod):
+    _wait_healthy(pod)
+    heard: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = heard.append  # type: ignore[method-assign]
+    ray_logger = logging.getLogger("ray._private.worker")
+    ray_logger.addHandler(handler)
+    try:
+        victim = next(spec for spec in pod.specs if spec.name == "s0.card7")
+        pid = {s["name"]: s["pid"] for s in pod.stats()}[victim.name]
+        data = [np.full(ELEMENTS, i, dtype=np.int32) for i in range(16)]
+        thread, box = _in_background(lambda: pod.collective(
+            "allreduce", data, algorithm="clockwise_ring", deadline_seconds=3.0))
+        _until_running(pod, victim.name)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            thread.join(30)
+            assert victim.name in str(box.get("error")), box
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        _wait_healthy(pod)  # the runs left behind (the abort's echoes) have ended
+        limit = time.monotonic() + 30
+        while any(s["collectives_running"] for s in pod.stats()):
+            assert time.monotonic() < limit, "the aborted runs did not end"
+            time.sleep(0.1)
+        del thread, box
+        gc.collect()
+        pod.stats()
+    finally:
+        ray_logger.removeHandler(handler)
+    assert not [r for r in heard if "Unhandled error" in r.getMessage()]
 
 
 def test_a_deadline_is_split_so_the_failure_is_named_within_it():
