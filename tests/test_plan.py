@@ -192,6 +192,7 @@ def test_a_moe_search_prices_expert_parallel_layouts():
     assert spread and all(p.plan.config.replicas_per_server % p.layout.shape.expert_parallel
                           == 0 for p in spread)
     assert found.priced and found.priced[0].step.sim_seconds > 0
+    assert any(p.layout.shape.tensor_parallel.on for p in spread)  # expert x tensor groups
 
 
 def test_phased_layouts_are_tried_and_gpt3_175b_fits_a_pod16_only_phased(ipupod_main):

@@ -5,8 +5,8 @@ MoE layer's all-gathers and reduce-scatters, :mod:`.tensor_parallel.expert_split
 over its group of
 each replica's tensor group, all replicas' groups at once (a group of groups, as the
 gradient allreduce runs its replica groups), priced by the same cost model: a GCL
-schedule of the run's allreduce algorithm (the fastest that runs an all-gather or a
-reduce-scatter, ``auto``), simulated on the topology (links the groups share split their
+schedule of the run's allreduce algorithm (which runs the all-gathers and
+reduce-scatters too), simulated on the topology (links the groups share split their
 bandwidth). Collectives of the same kind, group and size cost the same, so each kind is
 priced once. They run one after another and do not overlap compute (an
 assumption: Poplar can overlap some of them, the cost model does not), once per
@@ -41,7 +41,6 @@ from cluster.training.tensor_parallel.layout import TensorParallel
 from cluster.training.workloads.tensor_shape import TensorRole
 from gcl import plan, simulate
 from gcl.collectives import CollectiveName, DType
-from gcl.planner import AUTO
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,13 +106,11 @@ def allreduce_seconds(topology: Topology, groups: list[np.ndarray], nbytes: int,
     """Simulated seconds of an all-reduce of ``nbytes`` per IPU over every one of
     ``groups`` at once, with ``algorithm`` (the run's); or of an all-gather or
     reduce-scatter whose whole buffer is ``nbytes`` (each IPU's block ``1/G`` of it,
-    rounded up), with the fastest algorithm that runs it."""
+    rounded up), with the same algorithm (every GCL algorithm runs both)."""
     dtype = DType.FLOAT16 if itemsize == 2 else DType.FLOAT32
-    if collective is CollectiveName.ALLREDUCE:
-        count, algorithm_name = max(1, nbytes // itemsize), algorithm
-    else:
-        count, algorithm_name = max(1, -(-nbytes // (itemsize * len(groups[0])))), AUTO
-    schedule = plan(collective, topology, count, dtype=dtype, algorithm_name=algorithm_name,
+    count = (max(1, nbytes // itemsize) if collective is CollectiveName.ALLREDUCE
+             else max(1, -(-nbytes // (itemsize * len(groups[0])))))
+    schedule = plan(collective, topology, count, dtype=dtype, algorithm_name=algorithm,
                     groups=groups)
     return simulate(schedule, topology).sim_seconds
 
