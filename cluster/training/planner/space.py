@@ -7,8 +7,9 @@ A replica is ``S`` pipeline stages of a tensor group of ``T`` (or ``T1 x T2``) I
 (``T`` of 1: a stage per IPU; ``S`` of 1: one tensor group), as ``ipupod train
 --ipus-per-replica S x T --tensor-parallel T`` runs it; a MoE model's experts may spread
 over ``E`` consecutive replicas (``--expert-parallel E``; with tensor groups, each expert
-also split over its tensor group). Every count is a power of two but the accumulation, which is what is left of the
-global batch: ``replicas x micro-batch x accumulation = global batch``.
+also split over its tensor group). Every count is a power of two but the accumulation,
+which is what is left of the global batch: ``replicas x micro-batch x accumulation =
+global batch``.
 """
 
 from __future__ import annotations
