@@ -159,6 +159,8 @@ def test_the_command_line_runs_it_with_its_trace_and_json(ipupod_main, tmp_path)
     assert done.returncode == 0, done.stderr
     assert "8 replicas (2 IPUs each: tensor-parallel 2" in done.stdout
     assert "experts over 4 replicas" in done.stdout
+    assert "2 on each IPU of its group (each 1/2 of it: split over the tensor group)" in \
+        done.stdout
     names = {event["name"] for event in json.loads(trace.read_text())["traceEvents"]
              if event.get("ph") == "X"}
     assert {"forward reduce-scatter of the MoE layers' experts' partial outputs",
