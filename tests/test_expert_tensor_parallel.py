@@ -206,3 +206,22 @@ def test_an_expert_group_a_rack_cannot_hold_is_refused_naming_what_would(ipupod_
                        "--tensor-parallel", "4", "--expert-parallel", "8")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "an --expert-parallel that divides 4" in done.stderr
+
+
+def test_data_tensor_pipeline_and_expert_parallelism_run_in_one_step():
+    config = TrainConfig(topology="pod16", model=str(EXAMPLE), mode=Mode.PHANTOM,
+                         replicas_per_server=4, ipus_per_replica=4,
+                         tensor_parallel=TensorParallel(2), expert_parallel=2, micro_batch=2,
+                         accumulation=4)
+    run = plan_for(config)  # 4 replicas of 2 stages of tensor groups of 2; experts over 2
+    time = step_time(run)
+    assert min(time.compute_seconds, time.tensor_parallel_seconds,
+               time.expert_parallel_seconds, time.local_allreduce_seconds) > 0
+    stages = {k.stage for k in tensor_parallel_time(run).kinds if str(k.role) == "experts"}
+    assert stages == {0, 1}
+    kinds = expert_parallel_time(run).kinds  # the busiest stage's: 2 MoE layers on each
+    assert {k.count for k in kinds} == {2 * 4} and {k.tensor_ranks for k in kinds} == {2}
+    first = kinds[0].ipu
+    groups = expert_groups(run.chains, 2, first, 2)
+    assert [list(g) for g in groups] == [
+        list(run.chains[r:r + 2, first + rank]) for rank in (0, 1) for r in (0, 2)]
