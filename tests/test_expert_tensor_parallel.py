@@ -191,14 +191,18 @@ def test_an_experts_role_goes_with_experts_only():
         replace(layer, tensor=TensorShape(TensorRole.FFN, 4096, 4096, inner=28_672))
 
 
-def test_a_layout_that_does_not_fit_names_the_smallest_change(ipupod_main):
+@pytest.mark.parametrize("layout, hint", [
+    (["--tensor-parallel", "2", "--expert-parallel", "8"], "try --tensor-parallel 4 ("),
+    (["--tensor-parallel", "4", "--expert-parallel", "2"],
+     "try --expert-parallel 4, or --tensor-parallel 8 ("),
+])
+def test_a_layout_that_does_not_fit_names_the_smallest_change(ipupod_main, layout, hint):
     done = ipupod_main("train", "--model", "moe-8x7b", "--topology", "pod64", "--steps", "1",
-                       "--tensor-parallel", "2", "--expert-parallel", "8", "--phased",
-                       "--optimizer-state", "sharded-streaming", "--micro-batch", "1",
-                       "--gradient-accumulation", "16")
+                       *layout, "--phased", "--optimizer-state", "sharded-streaming",
+                       "--micro-batch", "1", "--gradient-accumulation", "16")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "block0.moe" in done.stderr
-    assert done.stderr.rstrip().endswith("try --tensor-parallel 4 (each checked: it fits)")
+    assert done.stderr.rstrip().endswith(hint + "each checked: it fits)")
 
 
 def test_an_expert_group_a_rack_cannot_hold_is_refused_naming_what_would(ipupod_main):
