@@ -16,7 +16,7 @@ from cluster.training.fit import fits
 from cluster.training.plan import plan_for
 from cluster.training.planner.report import Question, train_command
 from cluster.training.planner.search import compute_seconds, layout_plan, search
-from cluster.training.planner.space import default_global_batch, replica_shapes
+from cluster.training.planner.space import ReplicaShape, default_global_batch, replica_shapes
 from cluster.training.step_timing import step_time
 from gcl.modes import Mode
 
@@ -172,11 +172,15 @@ def test_pipelines_of_tensor_groups_are_searched_and_priced_as_train_prices_them
     assert json.loads(run.stdout)["steps"][0]["sim_seconds"] == found.step.sim_seconds
 
 
-def test_a_moe_model_s_experts_are_searched_over_expert_groups_and_tensor_groups_are_not():
+def test_a_moe_model_s_experts_are_searched_over_expert_groups_with_and_without_tensor_groups():
     shapes = replica_shapes(16, 4, experts=8)
     experts = {shape.expert_parallel for shape in shapes}
     assert experts == {1, 2, 4, 8}
-    assert not any(s.expert_parallel > 1 and s.tensor_parallel.on for s in shapes)
+    alone = [s for s in shapes if s.expert_parallel == 1]
+    for degree in (2, 4, 8):
+        assert [s for s in shapes if s.expert_parallel == degree] == [
+            ReplicaShape(s.tensor_parallel, s.stages, degree) for s in alone]
+    assert any(s.expert_parallel > 1 and s.tensor_parallel.on for s in shapes)
     assert {s.expert_parallel for s in replica_shapes(16, 4)} == {1}
 
 
@@ -188,6 +192,7 @@ def test_a_moe_search_prices_expert_parallel_layouts():
     assert spread and all(p.plan.config.replicas_per_server % p.layout.shape.expert_parallel
                           == 0 for p in spread)
     assert found.priced and found.priced[0].step.sim_seconds > 0
+    assert any(p.layout.shape.tensor_parallel.on for p in spread)  # expert x tensor groups
 
 
 def test_phased_layouts_are_tried_and_gpt3_175b_fits_a_pod16_only_phased(ipupod_main):

@@ -217,7 +217,6 @@ def test_a_group_that_does_not_divide_a_server_is_refused():
     (["--model", "gpt3-125m", "--tensor-parallel", "3"], "power-of-two block"),
     (["--model", "gpt3-125m", "--tensor-parallel", "4", "--ipus-per-replica", "2"],
      "give --ipus-per-replica 4"),
-    (["--model", "moe-8x7b", "--tensor-parallel", "4"], "mixture-of-experts"),
     (["--model", "resnet50", "--tensor-parallel", "4"], "has none it can split"),
     (["--tensor-parallel", "2", "--mode", "phantom"], "give --model a transformer"),
 ])

@@ -139,8 +139,11 @@ def _echo_record(record: dict[str, Any], config: TrainConfig,
         echo(f"# note: {_uncounted_note(record[UNCOUNTED_KEY])}")
     if EXPERTS_KEY in record:
         load = record[EXPERTS_KEY]
+        split = config.tensor_parallel
+        shares = f" (each 1/{split.size} of it: split over the tensor group)" if split.on else ""
         echo(f"# experts: {load['experts']} a MoE layer, {load['experts_per_ipu']} on each IPU "
-             f"of its group, top-{load['top_k']}; load imbalance: the busiest expert computes "
+             f"of its group{shares}, top-{load['top_k']}; load imbalance: the busiest expert "
+             "computes "
              f"{load['busiest_expert_over_mean']:g} x the mean's tokens (the capacity factor: "
              "every buffer priced full)")
     parts = parts_spent(record["steps"][:1])  # every step's parts are the same

@@ -115,8 +115,7 @@ class TrainConfig:
         self._check_workload(built)
         if self.kind is not ModelKind.MLP:
             check_tensor_split(built, self.tensor_parallel)
-        check_expert_parallel(built, self.expert_parallel, self.replicas_per_server,
-                              self.tensor_parallel.on)
+        check_expert_parallel(built, self.expert_parallel, self.replicas_per_server)
         self._check_efficiency()
         self._check_schedule()
 

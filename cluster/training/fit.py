@@ -168,8 +168,8 @@ def _fitting_changes(plan: TrainPlan) -> list[dict[str, Any]]:
         return []  # not even with every option at its leanest
     combos = sorted(product(*choices.values()), key=lambda combo: (
         sum(value != options[0] for value, options in zip(combo, choices.values())),
-        combo[0], combo[5], combo[4].size, -combo[1], OPTIMIZER_STATE.index(combo[3]),
-        combo[2], combo[4].t2))
+        combo[0], combo[5], combo[4].size, combo[6], -combo[1],
+        OPTIMIZER_STATE.index(combo[3]), combo[2], combo[4].t2))
     found: list[dict[str, Any]] = []
     for combo in combos:
         changes = {name: value for (name, options), value in zip(choices.items(), combo)
@@ -220,7 +220,7 @@ of 32 and 64 IPUs run when asked for, but the hints keep to those they named bef
 def _choices(plan: TrainPlan) -> dict[str, list[Any]]:
     """Each option a hint may change: the run's value first, then the others to try
     (more IPUs per replica as pipeline stages, or as a tensor group for a transformer;
-    not both)."""
+    not both; a mixture-of-experts model's experts over more replicas)."""
     config, size = plan.config, plan.server_size
     hinted = min(size, MOST_HINTED)
     streams = all(unit.kind == DeviceKind.IPU_M2000 for unit in plan.topology.units)
@@ -237,7 +237,17 @@ def _choices(plan: TrainPlan) -> dict[str, list[Any]]:
                 other for other in _layouts(hinted) if other.size >= layout.size
                 and other != layout and _splits(plan)],
             "phased": [config.phased] + ([True] if streams and not config.phased
-                                         and plan.kind is ModelKind.WORKLOAD else [])}
+                                         and plan.kind is ModelKind.WORKLOAD else []),
+            "expert_parallel": [config.expert_parallel] + [
+                e for e in IPUS_PER_REPLICA if config.expert_parallel < e <= hinted
+                and _divides_experts(plan, e)]}
+
+
+def _divides_experts(plan: TrainPlan, degree: int) -> bool:
+    """Whether ``degree`` divides the experts of every mixture-of-experts layer of the
+    ``plan``'s model (False when it has none)."""
+    counts = [layer.experts.count for layer in plan.workload.layers if layer.experts]
+    return bool(counts) and all(count % degree == 0 for count in counts)
 
 
 def _layouts(server_size: int) -> list[TensorParallel]:
@@ -250,10 +260,10 @@ def _layouts(server_size: int) -> list[TensorParallel]:
 
 def _splits(plan: TrainPlan) -> bool:
     """Whether tensor parallelism could split the ``plan``'s model (a workload with a
-    layer that has a tensor shape, and none of experts)."""
+    layer that has a tensor shape, and every layer of experts one)."""
     layers = plan.workload.layers
     return (plan.kind is ModelKind.WORKLOAD and any(layer.tensor for layer in layers)
-            and not any(layer.experts for layer in layers))
+            and not any(layer.experts and not layer.tensor for layer in layers))
 
 
 def _changed(plan: TrainPlan, changes: dict[str, Any]) -> TrainPlan:

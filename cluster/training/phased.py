@@ -205,13 +205,13 @@ def phase_loads(run: TrainPlan) -> PhaseLoads:
 
 def _gathers(run: TrainPlan, phases: Phases) -> tuple[float, ...]:
     """Each phase's all-gather of its weights' shares over each rack's replicas (0 when
-    they are not sharded), priced by GCL as the sharded reduction's all-gather is; each
-    size priced once."""
+    they are not sharded, or the phase has no weights, as a phase of the loss alone),
+    priced by GCL as the sharded reduction's all-gather is; each size priced once."""
     config = run.config
     if config.optimizer_shards == 1:
         return (0.0,) * phases.count
     itemsize = run.rank_workload.weight_dtype.itemsize
-    priced: dict[int, float] = {}
+    priced: dict[int, float] = {0: 0.0}
     for nbytes in phases.weights_bytes:
         count = -(-nbytes // itemsize // config.optimizer_shards)
         if count not in priced:

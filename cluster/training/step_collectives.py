@@ -8,9 +8,10 @@ they make up (``ipupod train --trace``, :mod:`.step_trace`):
 - with the widest layer split over each replica's IPUs (:mod:`.sharding`): each of the
   split's collectives over the step's micro-batches (broadcast, all-gather,
   reduce-scatter, allreduce), one after the other, adding up to the shard exchange part;
-- with tensor parallelism (:mod:`.tensor_parallel_time`): each kind of all-reduce over
-  the replicas' tensor groups (what it sums, of which layers, in which pass, over which
-  group), all of that kind in the step one after another, adding up to the
+- with tensor parallelism (:mod:`.tensor_parallel_time`): each kind of all-reduce (and
+  an MoE layer's all-gathers and reduce-scatters) over the replicas' tensor groups (what
+  it carries, of which layers, in which pass, over which group), all of that kind in the
+  step one after another, adding up to the
   tensor-parallel collectives part (with pipeline stages of tensor groups, the busiest
   stage's; :func:`collective_records` lists every stage's for ``--json``);
 - with expert parallelism (:mod:`.expert_parallel_time`): each kind of all-to-all
@@ -26,11 +27,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.training.expert_parallel_time import expert_parallel_time
+from cluster.training.expert_parallel_time import AllToAllKind, expert_parallel_time
 from cluster.training.plan import TrainPlan
 from cluster.training.sharding import sharded_time
 from cluster.training.step_timing import sharded_reduction_timing
 from cluster.training.tensor_parallel_time import CollectiveKind, tensor_parallel_time
+from cluster.training.workloads.tensor_shape import TensorRole
+from gcl.collectives import CollectiveName
 
 SHARDED_REDUCTION = "gradient reduction (sharded state)"  # the tracks' names
 SHARD_EXCHANGE = "shard exchange"
@@ -84,12 +87,22 @@ def _tensor_parallel_spans(plan: TrainPlan) -> list[PartSpan]:
     pipeline stage's): its count, bytes per IPU each, group and seconds each (simulated)."""
     staged = plan.config.pipeline_stages > 1
     return [PartSpan(TENSOR_PARALLEL, "tensor_parallel_seconds",
-                     f"{kind.phase} all-reduce of the {kind.role}'s {kind.what}",
-                     kind.total_seconds,
+                     f"{kind.phase} {_collective_word(kind.collective)} of the "
+                     f"{_layers_of(kind.role)} {kind.what}", kind.total_seconds,
                      {"count": kind.count, "bytes": kind.nbytes, "axis": str(kind.axis),
                       "seconds_each": kind.seconds, "group": _tensor_group(plan, kind),
                       **({"stage": kind.stage} if staged else {})})
             for kind in tensor_parallel_time(plan).busiest]
+
+
+def _collective_word(collective: CollectiveName) -> str:
+    """A collective as the spans and ``--json`` name it (``all-reduce``)."""
+    return "all-reduce" if collective is CollectiveName.ALLREDUCE else str(collective)
+
+
+def _layers_of(role: TensorRole) -> str:
+    """Whose collective it is, in words: ``attention's``, ``MoE layers'``."""
+    return "MoE layers'" if role is TensorRole.EXPERTS else f"{role}'s"
 
 
 def _tensor_group(plan: TrainPlan, kind: CollectiveKind) -> str:
@@ -104,7 +117,8 @@ def collective_records(plan: TrainPlan) -> list[dict[str, Any]]:
     each pipeline stage's tensor-parallel all-reduces and the busiest stage's
     expert-parallel all-to-alls (what the expert-parallel part prices), with their
     count a step, bytes per IPU each, group and simulated seconds each."""
-    tensor = [{"part": "tensor_parallel_seconds", "collective": "all-reduce",
+    tensor = [{"part": "tensor_parallel_seconds",
+               "collective": _collective_word(kind.collective),
                "stage": kind.stage, "phase": str(kind.phase), "layers": str(kind.role),
                "what": kind.what, "axis": str(kind.axis), "group_size": kind.group_size,
                "group": _tensor_group(plan, kind), "count": kind.count, "bytes": kind.nbytes,
@@ -121,6 +135,16 @@ def _expert_parallel_spans(plan: TrainPlan) -> list[PartSpan]:
     return [PartSpan(EXPERT_PARALLEL, "expert_parallel_seconds",
                      f"{kind.phase} all-to-all: MoE {kind.what}", kind.total_seconds,
                      {"count": kind.count, "bytes": kind.nbytes, "seconds_each": kind.seconds,
-                      "group": f"IPU {kind.ipu} of {kind.group_size} consecutive replicas, "
-                               f"{groups} groups at once"})
+                      "group": _expert_group(kind, groups)})
             for kind in expert_parallel_time(plan).kinds]
+
+
+def _expert_group(kind: AllToAllKind, groups: int) -> str:
+    """The expert groups an all-to-all of ``kind`` runs over, in words (``groups`` of
+    each tensor rank)."""
+    if kind.tensor_ranks == 1:
+        return (f"IPU {kind.ipu} of {kind.group_size} consecutive replicas, {groups} groups "
+                "at once")
+    last = kind.ipu + kind.tensor_ranks - 1
+    return (f"the same IPU (tensor rank) of {kind.group_size} consecutive replicas, for each "
+            f"of IPUs {kind.ipu}-{last}: {groups * kind.tensor_ranks} groups at once")

@@ -1,11 +1,14 @@
-"""The simulated seconds of a step's tensor-parallel all-reduces.
+"""The simulated seconds of a step's tensor-parallel collectives.
 
-Every all-reduce of :func:`~.layer_allreduces.micro_batch_collectives` runs over its group of
+Every collective of :func:`~.layer_allreduces.micro_batch_collectives` (all-reduces; an
+MoE layer's all-gathers and reduce-scatters, :mod:`.tensor_parallel.expert_split`) runs
+over its group of
 each replica's tensor group, all replicas' groups at once (a group of groups, as the
 gradient allreduce runs its replica groups), priced by the same cost model: a GCL
-schedule of the run's allreduce algorithm, simulated on the topology (links the groups
-share split their bandwidth). All-reduces of the same group and size cost the same, so
-each kind is priced once. They run one after another and do not overlap compute (an
+schedule of the run's allreduce algorithm (which runs the all-gathers and
+reduce-scatters too), simulated on the topology (links the groups share split their
+bandwidth). Collectives of the same kind, group and size cost the same, so each kind is
+priced once. They run one after another and do not overlap compute (an
 assumption: Poplar can overlap some of them, the cost model does not), once per
 micro-batch.
 
@@ -42,14 +45,17 @@ from gcl.collectives import CollectiveName, DType
 
 @dataclass(frozen=True, kw_only=True)
 class CollectiveKind(PricedCollectives):
-    """All-reduces of one kind: ``what`` of the ``role``'s layers in ``phase``, over
-    ``axis`` groups of ``group_size`` IPUs, ``nbytes`` each per IPU; ``count`` of them a
-    step (every layer's, every micro-batch's), ``seconds`` each (simulated)."""
+    """Collectives of one kind (``collective``: an all-reduce, or an MoE layer's
+    all-gather or reduce-scatter): ``what`` of the ``role``'s layers in ``phase``, over
+    ``axis`` groups of ``group_size`` IPUs, ``nbytes`` each per IPU (the buffer each holds
+    whole); ``count`` of them a step (every layer's, every micro-batch's), ``seconds``
+    each (simulated)."""
 
     role: TensorRole
     phase: Phase
     axis: Axis
     stage: int = 0  # the pipeline stage whose layers run them
+    collective: CollectiveName = CollectiveName.ALLREDUCE
 
 
 @dataclass(frozen=True)
@@ -95,12 +101,17 @@ def group_size(layout: TensorParallel, axis: Axis) -> int:
 
 
 def allreduce_seconds(topology: Topology, groups: list[np.ndarray], nbytes: int,
-                      itemsize: int, algorithm: str) -> float:
+                      itemsize: int, algorithm: str,
+                      collective: CollectiveName = CollectiveName.ALLREDUCE) -> float:
     """Simulated seconds of an all-reduce of ``nbytes`` per IPU over every one of
-    ``groups`` at once, with ``algorithm`` (the run's)."""
+    ``groups`` at once, with ``algorithm`` (the run's); or of an all-gather or
+    reduce-scatter whose whole buffer is ``nbytes`` (each IPU's block ``1/G`` of it,
+    rounded up), with the same algorithm (every GCL algorithm runs both)."""
     dtype = DType.FLOAT16 if itemsize == 2 else DType.FLOAT32
-    schedule = plan(CollectiveName.ALLREDUCE, topology, max(1, nbytes // itemsize),
-                    dtype=dtype, algorithm_name=algorithm, groups=groups)
+    count = (max(1, nbytes // itemsize) if collective is CollectiveName.ALLREDUCE
+             else max(1, -(-nbytes // (itemsize * len(groups[0])))))
+    schedule = plan(collective, topology, count, dtype=dtype, algorithm_name=algorithm,
+                    groups=groups)
     return simulate(schedule, topology).sim_seconds
 
 
@@ -128,22 +139,23 @@ def _stage_kinds(run: TrainPlan, stage: int, chains: np.ndarray,
     config, layout = run.config, run.config.tensor_parallel
     found = micro_batch_collectives(run.workload, layout, config.recomputes, layers)
     counted = Counter(_key(c, config.micro_batch) for c in found)
-    priced: dict[tuple[Axis, int, int], float] = {}
+    priced: dict[tuple[CollectiveName, Axis, int, int], float] = {}
     kinds = []
-    for (role, phase, axis, what, nbytes, itemsize), count in counted.items():
-        if (axis, nbytes, itemsize) not in priced:
-            priced[axis, nbytes, itemsize] = allreduce_seconds(
+    for (role, phase, axis, what, nbytes, itemsize, collective), count in counted.items():
+        if (collective, axis, nbytes, itemsize) not in priced:
+            priced[collective, axis, nbytes, itemsize] = allreduce_seconds(
                 run.topology, axis_groups(chains, layout, axis), nbytes, itemsize,
-                config.algorithm)
+                config.algorithm, collective)
         kinds.append(CollectiveKind(
             role=role, phase=phase, axis=axis, what=what, group_size=group_size(layout, axis),
             nbytes=nbytes, count=count * config.accumulation,
-            seconds=priced[axis, nbytes, itemsize], stage=stage))
+            seconds=priced[collective, axis, nbytes, itemsize], stage=stage,
+            collective=collective))
     return kinds
 
 
 def _key(collective: TensorCollective, micro_batch: int
-         ) -> tuple[TensorRole, Phase, Axis, str, int, int]:
-    """What makes two all-reduces of a step the same kind."""
+         ) -> tuple[TensorRole, Phase, Axis, str, int, int, CollectiveName]:
+    """What makes two collectives of a step the same kind."""
     return (collective.role, collective.phase, collective.axis, collective.what,
-            collective.nbytes(micro_batch), collective.dtype.itemsize)
+            collective.nbytes(micro_batch), collective.dtype.itemsize, collective.collective)

@@ -11,7 +11,7 @@ sharded reduction's three collectives by :mod:`.step_export_sharded`, a column s
 :mod:`.step_export_columns`, a tensor-parallel step by :mod:`.step_export_tensor`, an
 expert-parallel one by :mod:`.step_export_experts`. Covered: the replicas' IPUs being
 IPUs 0 to N-1; what those modules cannot write so that it replays in the step's time is
-refused by name."""
+refused by name (mixture-of-experts layers split over tensor groups among it)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,12 @@ def step_export(plan: TrainPlan) -> StepExport:
     if not np.array_equal(np.sort(chains.ravel()), np.arange(chains.size)):
         raise UserError("--chakra-out needs the replicas on IPUs 0 to N-1 (a replayed rank "
                         "r runs on IPU r); this run places them elsewhere")
+    if config.tensor_parallel.on and any(layer.experts for layer in workload.layers):
+        raise UserError(f"--chakra-out does not export mixture-of-experts layers split over "
+                        f"tensor groups (--tensor-parallel {config.tensor_parallel}) yet: "
+                        "their all-gathers and reduce-scatters, and all-to-alls over each "
+                        "tensor rank's expert group, are not written; leave out "
+                        "--tensor-parallel to export it")
     if config.splits_columns:
         step = step_time(plan)
         return StepExport(column_rank_nodes(plan, step), workload.gradient_dtype,

@@ -1,8 +1,9 @@
 """``--expert-parallel E``: each mixture-of-experts layer's experts over ``E`` replicas.
 
-An expert group is ``E`` consecutive replicas of a server or rack (on IPU-Links: with a
-replica of one IPU, ``E`` consecutive IPUs). Each IPU of a replica holds ``1/E`` of the
-experts of its MoE layers; the replicas of a group still take their own micro-batches
+An expert group is the same IPU of ``E`` consecutive replicas of a server or rack (on
+IPU-Links: with a replica of one IPU, ``E`` consecutive IPUs; with tensor groups, the same
+tensor rank of ``E`` of them). Each IPU of a replica holds ``1/E`` of the experts of its
+MoE layers; the replicas of a group still take their own micro-batches
 (data parallelism for every other layer) and send each token to the IPU holding its
 expert by an all-to-all. :func:`parse_expert_parallel` reads the option's text once, at
 the edge; :func:`check_expert_parallel` refuses what cannot be split as asked.
@@ -30,18 +31,12 @@ def parse_expert_parallel(text: str | None) -> int:
     return int(text)
 
 
-def check_expert_parallel(workload: Workload, degree: int, replicas_per_server: int,
-                          tensor_parallel: bool) -> None:
+def check_expert_parallel(workload: Workload, degree: int, replicas_per_server: int) -> None:
     """A SettingError unless ``workload``'s experts split over ``degree`` replicas of a
-    server or rack of ``replicas_per_server``: it has mixture-of-experts layers, ``degree``
-    divides each one's experts and the replicas of a server, and tensor parallelism is off
-    (the two together are not in the emulator)."""
+    server or rack of ``replicas_per_server``: it has mixture-of-experts layers, and
+    ``degree`` divides each one's experts and the replicas of a server."""
     if degree == 1:
         return
-    if tensor_parallel:
-        raise SettingError("expert_parallel", "{expert_parallel} with {tensor_parallel} is "
-                           "not in the emulator (tensor parallelism does not split experts): "
-                           "leave one of them out")
     moe = [layer for layer in workload.layers if layer.experts is not None]
     if not moe:
         raise SettingError("expert_parallel", "{expert_parallel} spreads mixture-of-experts "
@@ -56,5 +51,6 @@ def check_expert_parallel(workload: Workload, degree: int, replicas_per_server: 
     if replicas_per_server % degree:
         raise SettingError("expert_parallel", "{expert_parallel} {degree}: an expert group is "
                            "{degree} replicas of one server or rack, which has "
-                           "{replicas}: use {replicas_per_server} a multiple of {degree}",
+                           "{replicas}: use {replicas_per_server} a multiple of {degree}, "
+                           "or an {expert_parallel} that divides {replicas}",
                            degree=degree, replicas=replicas_per_server)

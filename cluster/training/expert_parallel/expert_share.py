@@ -6,7 +6,9 @@ state) are divided by ``E``, rounded up. The router and the norm stay whole on e
 in truth; they are counted split too here (about 0.003% of a ``moe-8x7b`` layer). FLOPs
 and stashed activations do not change: each IPU computes ``count / E`` experts' buffers
 of the tokens of ``E`` micro-batches, the same ``count x capacity`` token slots as all
-the experts on its own micro-batch. Every other layer is whole on each IPU.
+the experts on its own micro-batch. Every other layer is whole on each IPU. With tensor
+parallelism the layer it divides is already each tensor rank's share
+(:mod:`cluster.training.tensor_parallel.expert_split`): ``1/(E x T)`` of the experts in all.
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ and where the optimiser state lives.
 A replica is ``S`` pipeline stages of a tensor group of ``T`` (or ``T1 x T2``) IPUs each
 (``T`` of 1: a stage per IPU; ``S`` of 1: one tensor group), as ``ipupod train
 --ipus-per-replica S x T --tensor-parallel T`` runs it; a MoE model's experts may spread
-over ``E`` consecutive replicas (``--expert-parallel E``, not with tensor groups, as train
-refuses). Every count is a power of two but the accumulation, which is what is left of the
-global batch: ``replicas x micro-batch x accumulation = global batch``.
+over ``E`` consecutive replicas (``--expert-parallel E``; with tensor groups, each expert
+also split over its tensor group). Every count is a power of two but the accumulation,
+which is what is left of the global batch: ``replicas x micro-batch x accumulation =
+global batch``.
 """
 
 from __future__ import annotations
@@ -92,14 +93,14 @@ def replica_shapes(server_size: int, layers: int, experts: int = 1) -> list[Repl
     """The replica shapes the search tries on a server or rack of ``server_size`` IPUs:
     one IPU, pipelines of 2 to 16 stages (no more stages than ``layers``), the
     :func:`tensor_groups`, and pipelines of those groups; with ``experts`` per MoE layer
-    (1: none), the shapes without tensor groups again with the experts over 2, 4, ...
-    replicas (a power of two that divides ``experts``)."""
+    (1: none), every shape again with the experts over 2, 4, ... replicas (a power of two
+    that divides ``experts``)."""
     groups = [OFF, *tensor_groups(server_size)]
     shapes = [ReplicaShape(group, k) for group in groups for k in IPUS_PER_REPLICA
               if k <= min(layers, MOST_STAGES) and group.size * k <= server_size]
     degrees = [e for e in powers_of_two(experts) if e > 1 and experts % e == 0]
-    return shapes + [ReplicaShape(OFF, shape.stages, e) for e in degrees for shape in shapes
-                     if not shape.tensor_parallel.on]
+    return shapes + [ReplicaShape(shape.tensor_parallel, shape.stages, e) for e in degrees
+                     for shape in shapes]
 
 
 def tensor_groups(server_size: int) -> list[TensorParallel]:

@@ -1,4 +1,4 @@
-"""The all-reduces a tensor-parallel replica runs for one micro-batch, layer by layer.
+"""The collectives a tensor-parallel replica runs for one micro-batch, layer by layer.
 
 Each is an all-reduce over a group of the replica's tensor group (:class:`Axis`): the
 whole group with 1-D, its ``t1`` or ``t2`` groups with 2-D. Per layer, with ``n`` the
@@ -33,7 +33,10 @@ the activations' hidden dimension over ``t2`` and the inner one over ``t1``):
   input's gradient over ``t1`` (``n / T2``); loss: each token's largest logit, target
   logit and sum of exponentials over ``t1`` (``tokens`` float32 each): 5 in all.
 
-An all-reduce over a group of one IPU (``T1`` or ``T2`` of 1) is none.
+A mixture-of-experts layer (the ``experts`` role) runs all-gathers and reduce-scatters
+instead, over the whole tensor group (and ``t2`` with 2-D): :mod:`.expert_split`.
+
+A collective over a group of one IPU (``T1`` or ``T2`` of 1) is none.
 
 With recomputation every layer's forward runs again in the backward pass (as the step's
 compute prices it), and so do its forward all-reduces (``recompute``; Graphcore's counts
@@ -42,13 +45,16 @@ leave them out).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cluster.model.text_enum import TextEnum
+from cluster.training.tensor_parallel.expert_split import expert_collectives
 from cluster.training.tensor_parallel.layout import TensorParallel
 from cluster.training.workloads.layers import DType, Layer, Workload
 from cluster.training.workloads.tensor_shape import TensorRole
+from gcl.collectives import CollectiveName
 
 
 class Axis(TextEnum):
@@ -69,8 +75,9 @@ class Phase(TextEnum):
 
 @dataclass(frozen=True)
 class TensorCollective:
-    """One all-reduce of layer ``layer``: ``what`` it sums, over ``axis``, in ``phase``,
-    ``values`` per sample in ``dtype``."""
+    """One collective of layer ``layer`` (an all-reduce unless ``collective`` says
+    otherwise): ``what`` it carries, over ``axis``, in ``phase``, ``values`` per sample
+    times ``factor`` (an MoE layer's capacity factor) in ``dtype``."""
 
     layer: str
     role: TensorRole
@@ -79,10 +86,15 @@ class TensorCollective:
     what: str
     values: int
     dtype: DType
+    collective: CollectiveName = CollectiveName.ALLREDUCE
+    factor: float = 1.0
 
     def nbytes(self, micro_batch: int) -> int:
-        """Bytes each IPU all-reduces for a micro-batch of ``micro_batch`` samples."""
-        return micro_batch * self.values * self.dtype.itemsize
+        """Bytes of the buffer each IPU holds whole for a micro-batch of ``micro_batch``
+        samples: what an all-reduce sums, an all-gather's result, a reduce-scatter's
+        input (rounded up)."""
+        whole = micro_batch * self.values * self.dtype.itemsize
+        return whole if self.factor == 1.0 else math.ceil(whole * self.factor)
 
 
 F32 = DType.FLOAT32
@@ -128,20 +140,26 @@ def _two_d(layer: Layer, layout: TensorParallel,
 
 def layer_collectives(layer: Layer, layout: TensorParallel,
                       partials: DType) -> list[TensorCollective]:
-    """The all-reduces ``layer`` runs for a micro-batch over a ``layout`` tensor group
+    """The collectives ``layer`` runs for a micro-batch over a ``layout`` tensor group
     (none without a tensor shape, or with tensor parallelism off), recomputation aside."""
     if layer.tensor is None or not layout.on:
         return []
+    role = layer.tensor.role
+    sizes = {Axis.TENSOR: layout.size, Axis.T1: layout.t1, Axis.T2: layout.t2}
+    if role is TensorRole.EXPERTS:
+        return [TensorCollective(layer.name, role, Phase(phase), Axis(axis), what, values,
+                                 dtype, collective, factor)
+                for phase, axis, what, values, dtype, collective, factor
+                in expert_collectives(layer, partials) if sizes[Axis(axis)] > 1]
     found = (_two_d(layer, layout, partials) if layout.two_d
              else _one_d(layer, partials))
-    sizes = {Axis.TENSOR: layout.size, Axis.T1: layout.t1, Axis.T2: layout.t2}
-    return [TensorCollective(layer.name, layer.tensor.role, phase, axis, what, values, dtype)
+    return [TensorCollective(layer.name, role, phase, axis, what, values, dtype)
             for phase, axis, what, values, dtype in found if sizes[axis] > 1]
 
 
 def micro_batch_collectives(workload: Workload, layout: TensorParallel, recomputes: bool,
                             layers: Sequence[int] | None = None) -> list[TensorCollective]:
-    """Every all-reduce a replica's tensor group runs for one micro-batch of ``workload``
+    """Every collective a replica's tensor group runs for one micro-batch of ``workload``
     (the whole model's: its shapes are the layers'; ``layers``: only those, by index, a
     pipeline stage's), with the forward ones again when it ``recomputes``."""
     chosen = (workload.layers if layers is None
@@ -149,6 +167,5 @@ def micro_batch_collectives(workload: Workload, layout: TensorParallel, recomput
     found = [each for layer in chosen
              for each in layer_collectives(layer, layout, workload.partials_dtype)]
     if recomputes:
-        found += [TensorCollective(c.layer, c.role, Phase.RECOMPUTE, c.axis, c.what, c.values,
-                                   c.dtype) for c in found if c.phase is Phase.FORWARD]
+        found += [replace(c, phase=Phase.RECOMPUTE) for c in found if c.phase is Phase.FORWARD]
     return found

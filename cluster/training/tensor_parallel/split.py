@@ -21,6 +21,7 @@ IPU of the group runs the same share). For a layer with a tensor shape
 - the activation a layer hands on: whole with 1-D (after the all-reduce every IPU has it),
   1/``T2`` with 2-D.
 
+A mixture-of-experts layer (the ``experts`` role) is split as :mod:`.expert_split` says.
 A layer without a tensor shape runs whole on every IPU of the group. A SettingError
 refuses what cannot be split as asked (:func:`check_tensor_split`).
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cluster.errors import SettingError
+from cluster.training.tensor_parallel.expert_split import expert_rank_layer
 from cluster.training.tensor_parallel.layout import TensorParallel
 from cluster.training.workloads.arithmetic import MASK_BYTES
 from cluster.training.workloads.layers import Layer, Workload
@@ -43,8 +45,9 @@ def _up(value: int, parts: int) -> int:
 
 def check_tensor_split(workload: Workload, layout: TensorParallel) -> None:
     """A SettingError if ``workload`` cannot be split over ``layout``: no layer it could
-    split, a mixture-of-experts layer (expert parallelism is not tensor parallelism), heads
-    that ``T1`` does not divide, a hidden size that ``T2`` does not divide."""
+    split, a mixture-of-experts layer without the ``experts`` tensor shape (its hidden
+    size and tokens), heads that ``T1`` does not divide, a hidden size that ``T2`` does
+    not divide."""
     if not layout.on:
         return
     if not any(layer.tensor is not None for layer in workload.layers):
@@ -53,10 +56,11 @@ def check_tensor_split(workload: Workload, layout: TensorParallel) -> None:
                            "shape, docs/workloads.md): leave out {tensor_parallel}",
                            name=workload.name[:60])
     for layer in workload.layers:
-        if layer.experts is not None:
-            raise SettingError("tensor_parallel", "{tensor_parallel}: {name} has "
-                               "mixture-of-experts layers ({layer}), which tensor "
-                               "parallelism does not split: leave out {tensor_parallel}",
+        if layer.experts is not None and layer.tensor is None:
+            raise SettingError("tensor_parallel", "{tensor_parallel}: the mixture-of-experts "
+                               "layer {layer} of {name} has no tensor shape to split it by: "
+                               "give it 'tensor: {{role: experts, hidden: H, tokens: S}}' "
+                               "(docs/workloads.md), or leave out {tensor_parallel}",
                                name=workload.name[:60], layer=layer.name)
         shape = layer.tensor
         if shape is None:
@@ -89,6 +93,8 @@ def rank_layer(layer: Layer, layout: TensorParallel, partial_bytes: int) -> Laye
     shape)."""
     if layer.tensor is None:
         return layer
+    if layer.tensor.role is TensorRole.EXPERTS:
+        return expert_rank_layer(layer, layout, partial_bytes)
     whole = replicated_stash_bytes(layer, partial_bytes)
     split = layer.stashed_bytes - whole
     return replace(layer, parameters=_up(layer.parameters, layout.size),

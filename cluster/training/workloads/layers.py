@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from cluster.errors import SpecError
 from cluster.model.text_enum import TextEnum
 from cluster.training.workloads.experts import Experts
-from cluster.training.workloads.tensor_shape import TensorShape
+from cluster.training.workloads.tensor_shape import TensorRole, TensorShape
 
 
 class LayerKind(TextEnum):
@@ -77,6 +77,10 @@ class Layer:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise SpecError(f"layer {self.name!r}: {field} must be a whole number of 0 "
                                 f"or more, not {value!r}")
+        if self.tensor is not None and ((self.tensor.role is TensorRole.EXPERTS)
+                                        != (self.experts is not None)):
+            raise SpecError(f"layer {self.name!r}: a tensor shape of role experts goes with "
+                            "a layer's experts, and a layer with experts takes no other role")
 
     @property
     def training_flops(self) -> int:

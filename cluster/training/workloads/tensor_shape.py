@@ -4,7 +4,10 @@ shape of the activation its collectives carry.
 A layer with a :class:`TensorShape` can be split over a tensor-parallel group
 (:mod:`cluster.training.tensor_parallel`): an ``attention`` or ``ffn`` half of a
 transformer block (Megatron: heads, and the FFN's columns then rows, over the group), the
-vocabulary-parallel ``embedding``, ``head`` and ``loss``. ``hidden`` is the hidden size
+vocabulary-parallel ``embedding``, ``head`` and ``loss``, and a mixture-of-experts
+layer's ``experts`` (each expert's FFN split as the dense FFN is, with expert
+parallelism's all-to-alls beside: :mod:`cluster.training.tensor_parallel.expert_split`).
+``hidden`` is the hidden size
 ``h`` and ``tokens`` the tokens per sample the layer's activation has (the sequence, or
 BERT's masked positions for its heads): an all-reduce of that activation moves
 ``tokens x hidden`` values per sample. ``heads``: the attention's query heads (0 for the
@@ -32,6 +35,7 @@ class TensorRole(TextEnum):
     FFN = "ffn"
     HEAD = "head"
     LOSS = "loss"
+    EXPERTS = "experts"  # a mixture-of-experts layer (it has experts; no other role does)
 
 
 INNER_ROLES = frozenset({TensorRole.ATTENTION, TensorRole.FFN, TensorRole.HEAD})

@@ -168,4 +168,4 @@ def moe_layer(name: str, s: int, shape: BlockShape, experts: Experts, p: int) ->
         stashed_bytes=2 * p * s * h + p * s * e + INT32_BYTES * k * s
         + slots * p * (h + products * f) + p * k * s * h
         + (MASK_BYTES * s * h if shape.dropout else 0),
-        experts=experts)
+        experts=experts, tensor=TensorShape(TensorRole.EXPERTS, h, s))

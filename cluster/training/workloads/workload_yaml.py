@@ -163,7 +163,8 @@ def _tensor(r: _Reader, value: Any, path: str) -> TensorShape:
     widened = role in INNER_ROLES
     if widened != ("inner" in entry):
         r.fail(f"{path}.inner", "attention, ffn and head give their first products' width "
-                                "(1 or more), the embedding and the loss do not")
+                                "(1 or more), the embedding, the experts and the loss "
+                                "do not")
     inner = r.whole(entry["inner"], f"{path}.inner", MAX_TENSOR_SIZE, 1) if widened else 0
     return TensorShape(role, hidden, tokens, heads, inner)
 
