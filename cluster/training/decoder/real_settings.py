@@ -1,0 +1,36 @@
+"""Which settings real mode trains a decoder with, refused here once, before anything runs.
+
+Its engine runs replicas of one IPU or of one 1-D tensor group, keeps every activation
+(no recomputation) and every weight on the IPUs (no phased execution), and has no
+experts to spread.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cluster.errors import SettingError
+from cluster.training.decoder.models import real_decoder
+from gcl.modes import Mode
+
+if TYPE_CHECKING:
+    from cluster.training.config import TrainConfig
+
+
+def check_real_decoder(config: TrainConfig) -> None:
+    """A SettingError naming the setting to change if ``config`` trains a decoder in real
+    mode in a way its engine does not."""
+    if config.mode != Mode.REAL or real_decoder(config.model.text) is None:
+        return
+    layout = config.tensor_parallel
+    if config.ipus_per_replica != layout.size or layout.two_d:
+        raise SettingError("ipus_per_replica", "{mode} real trains {model} {name} on replicas "
+                           "of one IPU or of one 1-D tensor group: give {tensor_parallel} T "
+                           "and {ipus_per_replica} T (or neither), not {ipus_per_replica} "
+                           "{given} with {tensor_parallel} {layout}", name=config.model.text,
+                           given=config.ipus_per_replica, layout=str(layout))
+    if config.recompute or config.phased or config.final_stage_on_first_ipu:
+        raise SettingError("recompute" if config.recompute else "phased",
+                           "{mode} real keeps {model} {name}'s activations and weights on "
+                           "the IPUs: leave out {recompute}, {phased} and "
+                           "{final_stage_on_first_ipu}", name=config.model.text)
