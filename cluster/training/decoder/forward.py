@@ -1,23 +1,22 @@
-"""The decoder's forward pass as one rank of a 1-D tensor group runs it, in parts.
+"""The decoder's forward pass as one rank ``(i, j)`` of a ``T1 x T2`` tensor group runs
+it, in parts (1-D: ``T2 = 1``).
 
-Each part ends where the rank needs a sum over its group (:mod:`.program` says which
-all-reduce follows it) and the next begins by reading that sum. A part reads and writes
-the rank's scratch (:class:`~.rank_state.RankState`): ``x{l}`` is the residual stream
-into layer ``l``'s attention (``x{L}``: into the head), ``y{l}`` into its FFN. With one
-rank the sums are the partials themselves, and this is the whole decoder.
+Each part ends where the rank needs a sum over its ``t1`` or ``t2`` group (:mod:`.program`
+says which all-reduce follows it) and the next begins by reading that sum. A part reads
+and writes the rank's scratch (:class:`~.rank_state.RankState`): ``x{l}`` is the rank's
+hidden slice of the residual stream into layer ``l``'s attention (``x{L}``: into the
+head), ``y{l}`` into its FFN. Each norm and the product after it are
+:mod:`.normed_products`'. With one rank the sums are the partials themselves, and this
+is the whole decoder.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from cluster.training.decoder.numerics import causal_attention, gelu, layer_norm
+from cluster.training.decoder.normed_products import product, product_partial
+from cluster.training.decoder.numerics import causal_attention, gelu
 from cluster.training.decoder.rank_state import RankState
-
-
-def _hidden(state: RankState, tokens: np.ndarray) -> tuple[int, int, int]:
-    """(batch, tokens, hidden) of the residual stream."""
-    return (*tokens.shape, state.config.block.hidden)
 
 
 def vocabulary_rows(state: RankState, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -26,6 +25,12 @@ def vocabulary_rows(state: RankState, ids: np.ndarray) -> tuple[np.ndarray, np.n
     local = ids - state.split.i * rows
     held = (local >= 0) & (local < rows)
     return np.where(held, local, 0), held
+
+
+def qkv_weight(state: RankState, layer: int) -> np.ndarray:
+    """The rank's queries', keys' and values' weights as one ``(H_j, columns)`` matrix."""
+    weight = state.params[f"{layer}.qkv.w"]
+    return weight.reshape(weight.shape[0], -1)
 
 
 def embed(state: RankState, tokens: np.ndarray, labels: np.ndarray) -> None:
@@ -38,21 +43,27 @@ def embed(state: RankState, tokens: np.ndarray, labels: np.ndarray) -> None:
 
 def embedded(state: RankState) -> None:
     """The summed lookups plus the positions: the stream into layer 0."""
-    tokens = state.scratch["tokens"]
-    looked_up = state.take("emb", _hidden(state, tokens))
-    state.scratch["x0"] = looked_up + state.params["pos"][:tokens.shape[1]]
+    tokens, positions = state.scratch["tokens"], state.params["pos"]
+    looked_up = state.take("emb", (*tokens.shape, positions.shape[1]))
+    state.scratch["x0"] = looked_up + positions[:tokens.shape[1]]
 
 
 def attention(state: RankState, layer: int) -> None:
-    """Layer ``layer``'s norm, its heads' queries, keys and values, their causal
-    attention, and their share of the output projection: the output to sum."""
+    """Layer ``layer``'s first norm and queries, keys and values: partial sums."""
+    state.scratch[f"qkv{layer}"] = product_partial(
+        state, state.scratch[f"x{layer}"], f"{layer}.ln1", qkv_weight(state, layer))
+
+
+def attention_heads(state: RankState, layer: int) -> None:
+    """The rank's heads' causal attention and their share of the output projection:
+    the output to sum."""
     p, scratch = state.params, state.scratch
-    a, cache = layer_norm(scratch[f"x{layer}"], p[f"{layer}.ln1.g"], p[f"{layer}.ln1.b"])
-    qkv = np.einsum("bsh,hcad->bscad", a, p[f"{layer}.qkv.w"]) + p[f"{layer}.qkv.b"]
+    bias = p[f"{layer}.qkv.b"]
+    z = product(state, f"qkv{layer}", scratch[f"x{layer}"], f"{layer}.ln1", bias.size)
+    qkv = (z + bias.ravel()).reshape(*z.shape[:2], *bias.shape)
     context, probabilities = causal_attention(qkv)
-    state.stash_norm(f"ln1.{layer}", cache)
-    scratch[f"a{layer}"], scratch[f"qkv{layer}"] = a, qkv
-    scratch[f"p{layer}"], scratch[f"ctx{layer}"] = probabilities, context
+    scratch[f"q{layer}"], scratch[f"p{layer}"], scratch[f"c{layer}"] = (
+        qkv, probabilities, context)
     scratch[f"attn{layer}"] = np.einsum("bsad,adh->bsh", context, p[f"{layer}.out.w"])
 
 
@@ -64,13 +75,18 @@ def attended(state: RankState, layer: int) -> None:
 
 
 def ffn(state: RankState, layer: int) -> None:
-    """Layer ``layer``'s second norm, its columns of the first product and GELU, and its
-    rows of the second product: the output to sum."""
+    """Layer ``layer``'s second norm and the FFN's first product: partial sums."""
+    state.scratch[f"fc{layer}"] = product_partial(
+        state, state.scratch[f"y{layer}"], f"{layer}.ln2", state.params[f"{layer}.fc.w"])
+
+
+def ffn_columns(state: RankState, layer: int) -> None:
+    """The rank's columns of the first product, GELU, and its rows of the second
+    product: the output to sum."""
     p, scratch = state.params, state.scratch
-    m, cache = layer_norm(scratch[f"y{layer}"], p[f"{layer}.ln2.g"], p[f"{layer}.ln2.b"])
-    u = m @ p[f"{layer}.fc.w"] + p[f"{layer}.fc.b"]
-    state.stash_norm(f"ln2.{layer}", cache)
-    scratch[f"m{layer}"], scratch[f"u{layer}"] = m, u
+    bias = p[f"{layer}.fc.b"]
+    u = product(state, f"fc{layer}", scratch[f"y{layer}"], f"{layer}.ln2", bias.size) + bias
+    scratch[f"u{layer}"] = u
     scratch[f"ffn{layer}"] = gelu(u) @ p[f"{layer}.proj.w"]
 
 
@@ -83,13 +99,18 @@ def fed_forward(state: RankState, layer: int) -> None:
 
 def head(state: RankState) -> None:
     """The final norm and this rank's vocabulary's logits (the head tied to the token
-    table); each token's largest of them, to take the largest over the group."""
-    p, scratch = state.params, state.scratch
-    f, cache = layer_norm(scratch[f"x{state.config.layers}"], p["lnf.g"], p["lnf.b"])
-    state.stash_norm("lnf", cache)
-    scratch["f"] = f
-    scratch["logits"] = logits = f @ p["tok"].T
-    scratch["max"] = logits.max(axis=-1)
+    table): partial sums."""
+    state.scratch["head"] = product_partial(
+        state, state.scratch[f"x{state.config.layers}"], "lnf", state.params["tok"].T)
+
+
+def logits(state: RankState) -> None:
+    """This rank's vocabulary's logits; each token's largest, to take the largest over
+    the ``t1`` group."""
+    x = state.scratch[f"x{state.config.layers}"]
+    found = product(state, "head", x, "lnf", state.params["tok"].shape[0])
+    state.scratch["logits"] = found
+    state.scratch["max"] = found.max(axis=-1)
 
 
 def loss_partials(state: RankState) -> None:

@@ -46,7 +46,7 @@ def group_loss_and_grads(config: DecoderConfig, layout: TensorParallel, whole: n
         states.append(RankState(config, rank.split, rank.views(rank.cut(whole)),
                                 rank.views(grads[-1]), {}))
     loss = None
-    for index, segment in enumerate(program(config.layers)):
+    for index, segment in enumerate(program(config.layers, layout.two_d)):
         given = (tokens, labels) if index == 0 else ()
         losses = [segment.run(state, *given) for state in states]
         loss = losses[0] if losses[0] is not None else loss

@@ -1,47 +1,14 @@
-"""The decoder's pieces with their exact backward passes, in the dtype they are given
-(float32 in training, float64 for gradient checks): layer norm, GELU, causal attention.
-
-Arrays are ``(batch, tokens, ...)``. Each ``*_backward`` returns the gradient of its
-forward's input and adds its parameters' gradients to those given (accumulating over
-micro-batches).
+"""The decoder's pieces without parameters, with their exact backward passes, in the
+dtype they are given (float32 in training, float64 for gradient checks): GELU and causal
+attention (the layer norm: :mod:`.normed_products`). Arrays are ``(batch, tokens, ...)``.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
 NORM_EPSILON = 1e-5  # added to the variance, as GPT-2's and Megatron's layer norms
 GELU_CUBIC = 0.044715  # GELU's tanh form (Hendrycks and Gimpel 2016; GPT-2's)
-
-
-@dataclass(frozen=True)
-class NormCache:
-    """What a layer norm's backward needs: the normalised input and 1 / its deviation."""
-
-    normalised: np.ndarray
-    inverse_deviation: np.ndarray
-
-
-def layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, NormCache]:
-    """Layer norm over the last axis: its output and what its backward needs."""
-    centred = x - x.mean(axis=-1, keepdims=True)
-    inverse = 1 / np.sqrt((centred * centred).mean(axis=-1, keepdims=True)
-                          + x.dtype.type(NORM_EPSILON))
-    normalised = centred * inverse
-    return normalised * gain + bias, NormCache(normalised, inverse)
-
-
-def layer_norm_backward(dy: np.ndarray, gain: np.ndarray, cache: NormCache,
-                        d_gain: np.ndarray, d_bias: np.ndarray) -> np.ndarray:
-    """The input's gradient; the gain's and bias's added to ``d_gain``, ``d_bias``."""
-    xhat = cache.normalised
-    d_gain += (dy * xhat).sum(axis=(0, 1))
-    d_bias += dy.sum(axis=(0, 1))
-    d_xhat = dy * gain
-    return cache.inverse_deviation * (d_xhat - d_xhat.mean(axis=-1, keepdims=True)
-                                      - xhat * (d_xhat * xhat).mean(axis=-1, keepdims=True))
 
 
 def _gelu_tanh(u: np.ndarray) -> np.ndarray:

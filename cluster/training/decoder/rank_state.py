@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from cluster.training.decoder.layout import RankSplit
-from cluster.training.decoder.numerics import NormCache
 from cluster.training.workloads.decoder import DecoderConfig
 
 SUMMED = ".sum"  # a reduced tensor's name: its partial's, and this
@@ -39,15 +38,6 @@ class RankState:
         partial = self.scratch.pop(name)
         reduced = self.scratch.pop(summed(name), partial)  # a group of one: the partial
         return reduced.reshape(shape)
-
-    def stash_norm(self, name: str, cache: NormCache) -> None:
-        """Keep layer norm ``name``'s cache for its backward."""
-        self.scratch[name + ".xhat"] = cache.normalised
-        self.scratch[name + ".inv"] = cache.inverse_deviation
-
-    def norm(self, name: str) -> NormCache:
-        """Layer norm ``name``'s stashed cache."""
-        return NormCache(self.scratch[name + ".xhat"], self.scratch[name + ".inv"])
 
     @property
     def dtype(self) -> np.dtype:

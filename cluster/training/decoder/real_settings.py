@@ -1,6 +1,6 @@
 """Which settings real mode trains a decoder with, refused here once, before anything runs.
 
-Its engine runs replicas of one IPU or of one 1-D tensor group, keeps every activation
+Its engine runs replicas of one IPU or of one tensor group (1-D or 2-D), keeps every activation
 (no recomputation) and every weight on the IPUs (no phased execution), and has no
 experts to spread.
 """
@@ -23,10 +23,10 @@ def check_real_decoder(config: TrainConfig) -> None:
     if config.mode != Mode.REAL or real_decoder(config.model.text) is None:
         return
     layout = config.tensor_parallel
-    if config.ipus_per_replica != layout.size or layout.two_d:
+    if config.ipus_per_replica != layout.size:
         raise SettingError("ipus_per_replica", "{mode} real trains {model} {name} on replicas "
-                           "of one IPU or of one 1-D tensor group: give {tensor_parallel} T "
-                           "and {ipus_per_replica} T (or neither), not {ipus_per_replica} "
+                           "of one IPU or of one tensor group: give {ipus_per_replica} the "
+                           "group's IPUs ({tensor_parallel} T or T1xT2: T or T1 x T2), not "
                            "{given} with {tensor_parallel} {layout}", name=config.model.text,
                            given=config.ipus_per_replica, layout=str(layout))
     if config.recompute or config.phased or config.final_stage_on_first_ipu:

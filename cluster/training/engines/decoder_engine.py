@@ -1,11 +1,12 @@
 """Real-mode training of the decoder (``--model gpt-tiny``): replicas of one tensor group
-each (``--tensor-parallel T``, ``--ipus-per-replica T``; one IPU without it).
+each (``--tensor-parallel T`` or ``T1xT2``, ``--ipus-per-replica`` its IPUs; one IPU
+without it).
 
 Micro-batch after micro-batch, every IPU of every replica runs the same segment of the
 decoder's program (:mod:`cluster.training.decoder.program`, on the card:
 :mod:`.decoder_tasks`) on its rank's share, then the segment's all-reduces run as GCL
-collectives over each replica's tensor group, every replica's at once, their bytes over
-the emulated links. After the step's last micro-batch each rank's gradient is averaged
+collectives over each replica's tensor group (its ``t1`` or ``t2`` groups with 2-D), every
+replica's at once, their bytes over the emulated links. After the step's last micro-batch each rank's gradient is averaged
 with the same rank of every other replica (one allreduce) and applied with SGD and
 momentum. This process only streams the host's tokens and labels and orders the rounds;
 no activation or gradient passes through it.
@@ -90,7 +91,7 @@ class DecoderEngine(StepEngine):
     def _micro_batch(self, data: list[Batch], last: bool) -> np.ndarray:
         """One micro-batch, replica ``r`` on ``data[r]``: every segment of the program in
         turn, each followed by its all-reduces; the loss of each replica."""
-        segments = program(self.split.config.layers)
+        segments = program(self.split.config.layers, self.split.layout.two_d)
         first = {int(ipu): r for r, ipu in enumerate(self.groups[:, 0].tolist())}
         losses = np.zeros(len(data))
         for index, segment in enumerate(segments):

@@ -72,8 +72,8 @@ class IpuScratch(MutableMapping[str, np.ndarray]):
 
 
 @lru_cache(maxsize=4)
-def _program(layers: int) -> tuple[Segment, ...]:
-    return program(layers)
+def _program(layers: int, two_d: bool) -> tuple[Segment, ...]:
+    return program(layers, two_d)
 
 
 def place_ranks(store: TensorStore, split: DecoderSplit, work: Work) -> None:
@@ -93,7 +93,7 @@ def run_segment(store: TensorStore, split: DecoderSplit, work: Work) -> dict[int
         rank = split.rank(k)
         state = RankState(split.config, rank.split, rank.views(store.get(ipu, PARAMS)),
                           rank.views(store.get(ipu, GRAD)), IpuScratch(store, ipu))
-        loss = _program(split.config.layers)[index].run(state, *batch)
+        loss = _program(split.config.layers, split.layout.two_d)[index].run(state, *batch)
         if micro_batches:
             store.get(ipu, GRAD)[:] /= DTYPE(micro_batches)
         if loss is not None and k == 0:
