@@ -53,11 +53,6 @@ class RankSplit:
         """IPU ``k`` of a replica's tensor group, ``T1`` innermost (``k = j T1 + i``)."""
         return cls(layout.t1, layout.t2, k % layout.t1, k // layout.t1)
 
-    @property
-    def ranks(self) -> int:
-        """IPUs of the group."""
-        return self.t1 * self.t2
-
 
 WHOLE = RankSplit()
 

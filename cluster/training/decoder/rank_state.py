@@ -38,8 +38,3 @@ class RankState:
         partial = self.scratch.pop(name)
         reduced = self.scratch.pop(summed(name), partial)  # a group of one: the partial
         return reduced.reshape(shape)
-
-    @property
-    def dtype(self) -> np.dtype:
-        """The dtype it computes in: its parameters'."""
-        return next(iter(self.params.values())).dtype

@@ -2,12 +2,13 @@
 
 A user's PyTorch module given: :class:`~.torch_data_parallel.TorchEngine`. A decoder real
 mode trains (``--model gpt-tiny``): :class:`~.decoder_engine.DecoderEngine`, replicas of
-one IPU or of one tensor group. Otherwise the trainer's MLP (the only model real mode trains, :meth:`TrainConfig.check_settings
-<cluster.training.config.TrainConfig.check_settings>`): replicas of one IPU are
-data-parallel (:class:`~.data_parallel.DataParallelEngine`), replicas of several split
-their widest layer (:attr:`Split.SHARD <cluster.training.kinds.Split>`:
-:class:`~.sharded.ShardedEngine`), split a Megatron block over a tensor group
-(``--tensor-parallel``: :class:`~.tensor_parallel.TensorParallelEngine`) or pipeline their layers
+one IPU or of one tensor group. Otherwise the trainer's MLP (what else real mode trains,
+:meth:`TrainConfig.check_settings <cluster.training.config.TrainConfig.check_settings>`):
+replicas of one IPU are data-parallel (:class:`~.data_parallel.DataParallelEngine`),
+replicas of several split their widest layer (:attr:`Split.SHARD
+<cluster.training.kinds.Split>`: :class:`~.sharded.ShardedEngine`), split a Megatron
+block over a tensor group (``--tensor-parallel``:
+:class:`~.tensor_parallel.TensorParallelEngine`) or pipeline their layers
 (:class:`~.pipelined.PipelinedEngine`).
 """
 
@@ -17,8 +18,8 @@ from typing import TYPE_CHECKING, overload
 
 from cluster.training.decoder.models import real_decoder
 from cluster.training.engines.base import StepEngine
-from cluster.training.engines.decoder_engine import DecoderEngine
 from cluster.training.engines.data_parallel import DataParallelEngine
+from cluster.training.engines.decoder_engine import DecoderEngine
 from cluster.training.engines.pipelined import PipelinedEngine
 from cluster.training.engines.sharded import ShardedEngine
 from cluster.training.engines.tensor_parallel import TensorParallelEngine

@@ -6,15 +6,15 @@ Micro-batch after micro-batch, every IPU of every replica runs the same segment 
 decoder's program (:mod:`cluster.training.decoder.program`, on the card:
 :mod:`.decoder_tasks`) on its rank's share, then the segment's all-reduces run as GCL
 collectives over each replica's tensor group (its ``t1`` or ``t2`` groups with 2-D), every
-replica's at once, their bytes over the emulated links. After the step's last micro-batch each rank's gradient is averaged
-with the same rank of every other replica (one allreduce) and applied with SGD and
-momentum. This process only streams the host's tokens and labels and orders the rounds;
-no activation or gradient passes through it.
+replica's at once, their bytes over the emulated links. After the step's last micro-batch
+each rank's gradient is averaged with the same rank of every other replica (one
+allreduce) and applied with SGD and momentum. This process only streams the host's
+tokens and labels and orders the rounds; no activation or gradient passes through it.
 """
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cached_property, partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -48,6 +48,11 @@ if TYPE_CHECKING:
     from ipu_node.pod import EmulatedPod
 
 Batch = tuple[np.ndarray, np.ndarray]  # a step's token ids and next-token labels
+
+
+def _replica_share(shares: list[tuple], replica: int, _rank: int) -> tuple:
+    """What every rank of replica ``replica`` is given: ``shares[replica]``."""
+    return shares[replica]
 
 
 class DecoderEngine(StepEngine):
@@ -96,8 +101,9 @@ class DecoderEngine(StepEngine):
         losses = np.zeros(len(data))
         for index, segment in enumerate(segments):
             ends = self.plan.config.accumulation if last and index == len(segments) - 1 else 0
+            given = [(index, batch if index == 0 else (), ends) for batch in data]
             found = rank_round(self.pod, self.groups, run_segment, self.split,
-                               lambda r, k, i=index, e=ends: (i, data[r] if i == 0 else (), e))
+                               partial(_replica_share, given))
             for ipu, loss in found.items():
                 losses[first[ipu]] = loss
             for reduce in segment.reduces:
