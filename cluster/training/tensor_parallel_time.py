@@ -1,7 +1,8 @@
 """The simulated seconds of a step's tensor-parallel all-reduces.
 
-Every all-reduce of :func:`~.layer_allreduces.micro_batch_collectives` runs over its group of
-each replica's tensor group, all replicas' groups at once (a group of groups, as the
+Every all-reduce of :func:`~.layer_allreduces.micro_batch_collectives` (the MLP's, in real
+mode: its Megatron block's two, :func:`~.mlp_block.block_collectives`) runs over its
+group of each replica's tensor group, all replicas' groups at once (a group of groups, as the
 gradient allreduce runs its replica groups), priced by the same cost model: a GCL
 schedule of the run's allreduce algorithm, simulated on the topology (links the groups
 share split their bandwidth). All-reduces of the same group and size cost the same, so
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cluster.model.topology import Topology
+from cluster.training.kinds import ModelKind
 from cluster.training.per_plan import per_plan
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.plan import TrainPlan
@@ -35,6 +37,7 @@ from cluster.training.tensor_parallel.layer_allreduces import (
     micro_batch_collectives,
 )
 from cluster.training.tensor_parallel.layout import TensorParallel
+from cluster.training.tensor_parallel.mlp_block import MegatronSplit, block_collectives
 from cluster.training.workloads.tensor_shape import TensorRole
 from gcl import plan, simulate
 from gcl.collectives import CollectiveName, DType
@@ -126,7 +129,9 @@ def _stage_kinds(run: TrainPlan, stage: int, chains: np.ndarray,
     """The all-reduces of pipeline stage ``stage`` (its ``layers``) over its tensor
     groups (``chains[r]``: replica ``r``'s), by kind, each kind priced once."""
     config, layout = run.config, run.config.tensor_parallel
-    found = micro_batch_collectives(run.workload, layout, config.recomputes, layers)
+    found = (block_collectives(MegatronSplit.of(config.spec, layout.size))
+             if run.kind is ModelKind.MLP else
+             micro_batch_collectives(run.workload, layout, config.recomputes, layers))
     counted = Counter(_key(c, config.micro_batch) for c in found)
     priced: dict[tuple[Axis, int, int], float] = {}
     kinds = []
