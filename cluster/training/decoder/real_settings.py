@@ -7,17 +7,35 @@ experts to spread.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from cluster.errors import SettingError
 from cluster.training.decoder.models import real_decoder
+from cluster.training.model_ref import ModelRef
+from cluster.training.tensor_parallel.layout import TensorParallel
 from gcl.modes import Mode
 
-if TYPE_CHECKING:
-    from cluster.training.config import TrainConfig
+
+class RunSettings(Protocol):
+    """The settings of a run this checks (a ``TrainConfig``'s)."""
+
+    @property
+    def mode(self) -> Mode: ...
+    @property
+    def model(self) -> ModelRef: ...
+    @property
+    def tensor_parallel(self) -> TensorParallel: ...
+    @property
+    def ipus_per_replica(self) -> int: ...
+    @property
+    def recompute(self) -> bool | None: ...
+    @property
+    def phased(self) -> bool: ...
+    @property
+    def final_stage_on_first_ipu(self) -> bool: ...
 
 
-def check_real_decoder(config: TrainConfig) -> None:
+def check_real_decoder(config: RunSettings) -> None:
     """A SettingError naming the setting to change if ``config`` trains a decoder in real
     mode in a way its engine does not."""
     if config.mode != Mode.REAL or real_decoder(config.model.text) is None:
