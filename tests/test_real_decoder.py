@@ -91,6 +91,23 @@ def server(ray_session):
     pod.shutdown()
 
 
+def real_bytes(priced, layout, micro_batch):
+    """What the real run sums in an all-reduce the pricing counts as ``priced``: the same
+    with 1-D; with 2-D, the norms' statistics ride along (2 float32 values a token, and 2
+    a column of the first products or the logits), and the attention's backward sums the heads'
+    context's gradient, a third of its queries', keys' and values' (docs/training.md)."""
+    nbytes, tokens = priced.nbytes(micro_batch), micro_batch * GPT_TINY.context
+    if not layout.two_d:
+        return nbytes
+    if priced.what in ("first products' partial sums", "logits' partial sums"):
+        return nbytes + 4 * (2 * nbytes // (4 * tokens) + 2 * tokens)
+    if priced.what == "input gradient":
+        return nbytes + 4 * 2 * tokens
+    if priced.what == "first products' output gradient" and priced.layer.endswith("attention"):
+        return nbytes // 3
+    return nbytes
+
+
 @pytest.mark.parametrize("layout", [TensorParallel(2), TensorParallel(2, 2)])
 def test_tensor_parallel_decoder_training_equals_single_process_training(server, monkeypatch,
                                                                          layout):
@@ -98,11 +115,13 @@ def test_tensor_parallel_decoder_training_equals_single_process_training(server,
                          replicas_per_server=2, tensor_parallel=layout, accumulation=2,
                          micro_batch=4, steps=2, check=True)
     config.check_settings(8)
-    run, groups = server.collective, []
+    run, ran_collectives = server.collective, []
 
     def recorded(collective, tensor, **options):
-        groups.append((tensor, str(options["group"])))
-        return run(collective, tensor, **options)
+        result = run(collective, tensor, **options)
+        ran_collectives.append((tensor, str(options["group"]),
+                                result.schedule.count * result.schedule.itemsize))
+        return result
 
     monkeypatch.setattr(server, "collective", recorded)
     plan = TrainPlan(config, server.topology, workload("gpt-tiny"))
@@ -115,9 +134,17 @@ def test_tensor_parallel_decoder_training_equals_single_process_training(server,
     assert np.max(np.abs(np.subtract(ran.losses, reference)) / reference) < 1e-5
     per_layer, head_and_loss = (8, 5) if layout.two_d else (4, 4)
     per_micro_batch = GPT_TINY.layers * per_layer + 1 + head_and_loss  # 1: the embedding
-    tensor = [name for name, group in groups if group.startswith("consecutive")]
+    tensor = [(name, nbytes) for name, group, nbytes in ran_collectives
+              if group.startswith("consecutive")]
     assert len(tensor) == 2 * 2 * per_micro_batch  # 2 steps of 2 micro-batches
-    assert groups.count(("dec.grad", "orthogonal:2")) == 2  # a step's gradient allreduce
+    priced = {(c.layer, c.phase, c.axis, c.what): c for c in micro_batch_collectives(
+        workload("gpt-tiny"), layout, recomputes=False)}
+    reduces = {"dec.s." + r.name: (r.layer, r.phase, r.axis, r.what)
+               for segment in program(GPT_TINY.layers, layout.two_d) for r in segment.reduces}
+    for name, nbytes in tensor:  # each moved what its priced kind says (2-D: and its extras)
+        assert nbytes == real_bytes(priced[reduces[name]], layout, config.micro_batch), name
+    assert [group for name, group, _ in ran_collectives if name == "dec.grad"] == [
+        "orthogonal:2"] * 2  # a step's gradient allreduce
 
 
 def test_train_check_runs_gpt_tiny_tensor_parallel_2_times_data_parallel_2_and_prices_it(

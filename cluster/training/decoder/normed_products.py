@@ -13,8 +13,9 @@ column). Backward, from the gradient ``dz`` of the product's columns ``C_i``: th
 backward needs ``sum_h g da xhat`` and ``sum_h g da`` over ``H``, which are
 ``sum_c dz (z - b @ W)`` and ``sum_c dz (g @ W)`` over ``C``, so they ride along the
 all-reduce over ``t1`` of the partial ``dz @ W[H_j, C_i].T`` (2 values a token). With
-``T2 = 1`` the first all-reduce is over a group of one (none runs) and this is the usual
-layer norm (its variance computed in one pass).
+``T2 = 1`` the first all-reduce is over a group of one (none runs), the second carries
+the partial alone (the sums follow from it, every hidden value being on the IPU), and
+this is the usual layer norm (its variance computed in one pass).
 """
 
 from __future__ import annotations
@@ -65,11 +66,15 @@ def normed(state: RankState, name: str, norm: str) -> np.ndarray:
 def gradient_partial(state: RankState, name: str, dz: np.ndarray,
                      weight: np.ndarray) -> np.ndarray:
     """Rank's packed partial, flat, of the gradient of the norm's output on its hidden
-    slice and the two sums its backward needs: what the ``t1`` all-reduce sums."""
+    slice and (with ``T2`` above 1) the two sums its backward needs: what the ``t1``
+    all-reduce sums."""
     scratch = state.scratch
     gain_w, bias_w = scratch.pop(name + ".gw"), scratch.pop(name + ".bw")
     z = scratch.pop(name + ".z")
-    return np.concatenate([(dz @ weight.T).ravel(), (dz * gain_w).sum(axis=-1).ravel(),
+    d_normed = (dz @ weight.T).ravel()
+    if state.split.t2 == 1:  # the whole hidden dimension is here: the sums come after
+        return d_normed
+    return np.concatenate([d_normed, (dz * gain_w).sum(axis=-1).ravel(),
                            (dz * (z - bias_w)).sum(axis=-1).ravel()])
 
 
@@ -78,13 +83,19 @@ def norm_backward(state: RankState, name: str, reduced: str, norm: str) -> np.nd
     hidden slice; its gain's and bias's gradients added to the rank's."""
     scratch = state.scratch
     xhat, inverse = scratch.pop(name + ".xhat"), scratch.pop(name + ".inv")
-    count = int(np.prod(xhat.shape[:-1]))
-    d_normed, sum_dx, sum_dx_xhat = _cut(state.take(reduced, (-1,)),
-                                         [xhat.size, count, count])
-    d_normed = d_normed.reshape(xhat.shape)
+    gain = state.params[norm + ".g"]
+    if state.split.t2 == 1:
+        d_normed = state.take(reduced, xhat.shape)
+        sum_dx = (d_normed * gain).sum(axis=-1)
+        sum_dx_xhat = (d_normed * gain * xhat).sum(axis=-1)
+    else:
+        count = int(np.prod(xhat.shape[:-1]))
+        d_normed, sum_dx, sum_dx_xhat = _cut(state.take(reduced, (-1,)),
+                                             [xhat.size, count, count])
+        d_normed = d_normed.reshape(xhat.shape)
     state.grads[norm + ".g"] += (d_normed * xhat).sum(axis=(0, 1))
     state.grads[norm + ".b"] += d_normed.sum(axis=(0, 1))
     hidden = xhat.dtype.type(state.config.block.hidden)
     shape = (*xhat.shape[:-1], 1)
-    return inverse * (d_normed * state.params[norm + ".g"] - sum_dx.reshape(shape) / hidden
+    return inverse * (d_normed * gain - sum_dx.reshape(shape) / hidden
                       - xhat * sum_dx_xhat.reshape(shape) / hidden)
