@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cluster.errors import SettingError
-from cluster.training.decoder.models import real_decoder
 from cluster.training.decoder.real_settings import check_real_decoder
 from cluster.training.defaults import DEFAULTS
 from cluster.training.expert_parallel.expert_groups import check_expert_parallel
@@ -168,7 +167,7 @@ class TrainConfig:
         if self.mode not in tuple(Mode):
             raise SettingError("mode", "{mode} is real or phantom")
         if (self.kind is not ModelKind.MLP and self.mode == Mode.REAL
-                and real_decoder(self.model.text) is None):
+                and self.model.decoder is None):
             raise SettingError("mode", "{model} {given} trains in phantom mode only (a "
                                "workload has counts, not weights): add {mode} phantom, or "
                                "train the MLP or gpt-tiny in real mode",
@@ -387,7 +386,7 @@ class TrainConfig:
         trains (which keep their activations)."""
         if self.recompute is not None:
             return self.recompute
-        return self.kind is not ModelKind.MLP and real_decoder(self.model.text) is None
+        return self.kind is not ModelKind.MLP and self.model.decoder is None
 
     @property
     def efficiencies(self) -> Efficiencies:

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from cluster.training.config import IPUS_PER_SERVER, TrainConfig
 from cluster.training.data import make_dataset, train_reference
-from cluster.training.decoder.models import real_decoder
 from cluster.training.decoder.tokens import make_token_dataset, train_decoder_reference
 from cluster.training.fit import check_fits
 from cluster.training.memory_plan import StageMemory, stage_memory
@@ -82,7 +81,7 @@ def train(plan: TrainPlan, on_step: OnStep | None = None,
 def _reference_losses(config: TrainConfig) -> list[float]:
     """Each step's loss of single-process training on the same batches: what a real run
     must equal (``--check``)."""
-    decoder = real_decoder(config.model.text)
+    decoder = config.model.decoder
     if decoder is not None:
         x, y = make_token_dataset(config.seed, config.samples,
                                   config.sequence_length or decoder.context, decoder.vocabulary)

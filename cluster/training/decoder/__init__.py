@@ -10,6 +10,6 @@ its workload is priced from (:mod:`cluster.training.workloads.gpt_tiny`).
 :mod:`.normed_products` its pieces, :mod:`.forward` and :mod:`.backward` a rank's passes
 in parts (on a :mod:`.rank_state`), :mod:`.program` the parts and the all-reduces
 between them, :mod:`.group` runs them in this process, :mod:`.tokens` its data and the
-single-process reference, :mod:`.models` names the decoders real mode trains and
-:mod:`.real_settings` refuses what it does not.
+single-process reference, and :mod:`.real_settings` refuses what it does not train
+(which names it trains: :data:`cluster.training.model_ref.REAL_DECODERS`).
 """

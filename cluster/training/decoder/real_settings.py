@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Protocol
 
 from cluster.errors import SettingError
-from cluster.training.decoder.models import real_decoder
 from cluster.training.model_ref import ModelRef
 from cluster.training.tensor_parallel.layout import TensorParallel
 from gcl.modes import Mode
@@ -38,7 +37,7 @@ class RunSettings(Protocol):
 def check_real_decoder(config: RunSettings) -> None:
     """A SettingError naming the setting to change if ``config`` trains a decoder in real
     mode in a way its engine does not."""
-    if config.mode != Mode.REAL or real_decoder(config.model.text) is None:
+    if config.mode != Mode.REAL or config.model.decoder is None:
         return
     layout = config.tensor_parallel
     if config.ipus_per_replica != layout.size:

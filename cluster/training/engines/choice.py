@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, overload
 
-from cluster.training.decoder.models import real_decoder
 from cluster.training.engines.base import StepEngine
 from cluster.training.engines.data_parallel import DataParallelEngine
 from cluster.training.engines.decoder_engine import DecoderEngine
@@ -45,7 +44,7 @@ def engine_for(plan: TrainPlan, pod: EmulatedPod,
     """The engine that trains ``plan`` on ``pod`` (``torch_model``: the user's module)."""
     if torch_model is not None:
         return TorchEngine(plan, pod, torch_model)
-    decoder = real_decoder(plan.config.model.text)
+    decoder = plan.config.model.decoder
     if decoder is not None:
         return DecoderEngine(plan, pod, decoder)
     if plan.kind is not ModelKind.MLP:
