@@ -13,7 +13,9 @@ from cluster.training.config import TrainConfig
 from cluster.training.data import make_dataset, train_reference
 from cluster.training.engines.tensor_parallel import TensorParallelEngine
 from cluster.training.numpy_mlp import MLPSpec, init_params, loss_and_grad
-from cluster.training.plan import TrainPlan
+from cluster.training.plan import TrainPlan, plan_for
+from cluster.training.step_timing import step_time
+from cluster.training.tensor_parallel.layer_allreduces import Phase
 from cluster.training.tensor_parallel.layout import TensorParallel
 from cluster.training.tensor_parallel.mlp_block import (
     MegatronSplit,
@@ -23,6 +25,7 @@ from cluster.training.tensor_parallel.mlp_block import (
     head_forward,
     tail_forward_backward,
 )
+from cluster.training.tensor_parallel_time import tensor_parallel_time
 from cluster.training.workloads import mlp_workload
 from gcl.modes import Mode
 from ipu_node.pod import EmulatedPod
@@ -143,3 +146,17 @@ def test_each_micro_batch_sums_the_blocks_output_and_input_gradient_over_its_gro
     # micro-batch x width x 4 bytes (the block's output is 32 wide, its input 64)
     for (tensor, _, sent), width in zip(calls[:4], (32, 64, 32, 64)):
         assert sent >= 2 * 2 * 8 * width * 4 / 2, tensor
+
+
+def test_the_mlp_blocks_two_all_reduces_are_priced_in_its_step():
+    config = TrainConfig(servers=1, ipus_per_replica=2, replicas_per_server=2,
+                         tensor_parallel=TensorParallel(2), accumulation=2, micro_batch=8,
+                         hidden=(64, 96, 32))
+    plan = plan_for(config)
+    kinds = tensor_parallel_time(plan).kinds
+    # the block (64 -> 96 -> 32): its output summed forward, its input's gradient backward,
+    # micro-batch x width x 4 bytes each, once per micro-batch
+    assert sorted((kind.phase, kind.what, kind.nbytes, kind.count) for kind in kinds) == [
+        (Phase.BACKWARD, "input gradient", 8 * 64 * 4, 2), (Phase.FORWARD, "output", 8 * 32 * 4, 2)]
+    seconds = step_time(plan).tensor_parallel_seconds
+    assert seconds == pytest.approx(sum(kind.total_seconds for kind in kinds)) and seconds > 0

@@ -153,7 +153,7 @@ def test_mlp_is_the_trainers_model_at_its_defaults():
 def test_names_and_options():
     assert workload_names() == (  # by family, then by size as people read it
         "bert-base", "bert-large", "gpt2-xl", "gpt3-125m", "gpt3-350m", "gpt3-1.3b",
-        "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b", "gpt-j-6b", "llama-7b",
+        "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b", "gpt-j-6b", "gpt-tiny", "llama-7b",
         "llama-70b", "mlp", "moe-8x7b", "resnet50")
     w = workload("bert-base", partials_dtype="float32", gradient_dtype="float32",
                  optimizer_values_per_parameter=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cluster.errors import SettingError
+from cluster.training.decoder.real_settings import check_real_decoder
 from cluster.training.defaults import DEFAULTS
 from cluster.training.expert_parallel.expert_groups import check_expert_parallel
 from cluster.training.kinds import MLP_NAME, ModelKind, Split
@@ -106,6 +107,7 @@ class TrainConfig:
         self._check_split()
         self._check_final_stage()
         self._check_phased()
+        check_real_decoder(self)
 
     def check_workload(self, built: Workload) -> None:
         """A SettingError naming the setting to change if this run's workload (``built``)
@@ -163,10 +165,12 @@ class TrainConfig:
         """A SettingError if the mode, dtype and optimiser state do not go together."""
         if self.mode not in tuple(Mode):
             raise SettingError("mode", "{mode} is real or phantom")
-        if self.kind is not ModelKind.MLP and self.mode == Mode.REAL:
+        if (self.kind is not ModelKind.MLP and self.mode == Mode.REAL
+                and self.model.decoder is None):
             raise SettingError("mode", "{model} {given} trains in phantom mode only (a "
                                "workload has counts, not weights): add {mode} phantom, or "
-                               "train the MLP in real mode", given=self.model.text[:60])
+                               "train the MLP or gpt-tiny in real mode",
+                               given=self.model.text[:60])
         if self.gradient_dtype not in (None, *tuple(DType)):
             raise SettingError("gradient_dtype", "{gradient_dtype} is {choices}",
                                choices=" or ".join(DType))
@@ -377,8 +381,11 @@ class TrainConfig:
     def recomputes(self) -> bool:
         """Whether stages recompute their activations: ``recompute`` if given, else as
         the published IPU recipes of the built-in workloads do (Graphcore's ResNet-50,
-        BERT and GPT-2 training recompute), and not for the MLP."""
-        return self.recompute if self.recompute is not None else self.kind is not ModelKind.MLP
+        BERT and GPT-2 training recompute), and not for the MLP nor the decoders real mode
+        trains (which keep their activations)."""
+        if self.recompute is not None:
+            return self.recompute
+        return self.kind is not ModelKind.MLP and self.model.decoder is None
 
     @property
     def efficiencies(self) -> Efficiencies:

@@ -1,9 +1,10 @@
 """The simulated seconds of a step's tensor-parallel collectives.
 
 Every collective of :func:`~.layer_allreduces.micro_batch_collectives` (all-reduces; an
-MoE layer's all-gathers and reduce-scatters, :mod:`.tensor_parallel.expert_split`) runs
-over its group of
-each replica's tensor group, all replicas' groups at once (a group of groups, as the
+MoE layer's all-gathers and reduce-scatters, :mod:`.tensor_parallel.expert_split`; the
+MLP's, in real mode: its Megatron block's two all-reduces,
+:func:`~.mlp_block.block_collectives`) runs over its group of each replica's tensor group,
+all replicas' groups at once (a group of groups, as the
 gradient allreduce runs its replica groups), priced by the same cost model: a GCL
 schedule of the run's allreduce algorithm (which runs the all-gathers and
 reduce-scatters too), simulated on the topology (links the groups share split their
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cluster.model.topology import Topology
+from cluster.training.kinds import ModelKind
 from cluster.training.per_plan import per_plan
 from cluster.training.pipeline.stages import stage_layers
 from cluster.training.plan import TrainPlan
@@ -38,6 +40,7 @@ from cluster.training.tensor_parallel.layer_allreduces import (
     micro_batch_collectives,
 )
 from cluster.training.tensor_parallel.layout import TensorParallel
+from cluster.training.tensor_parallel.mlp_block import MegatronSplit, block_collectives
 from cluster.training.workloads.tensor_shape import TensorRole
 from gcl import plan, simulate
 from gcl.collectives import CollectiveName, DType
@@ -137,7 +140,9 @@ def _stage_kinds(run: TrainPlan, stage: int, chains: np.ndarray,
     """The all-reduces of pipeline stage ``stage`` (its ``layers``) over its tensor
     groups (``chains[r]``: replica ``r``'s), by kind, each kind priced once."""
     config, layout = run.config, run.config.tensor_parallel
-    found = micro_batch_collectives(run.workload, layout, config.recomputes, layers)
+    found = (block_collectives(MegatronSplit.of(config.spec, layout.size))
+             if run.kind is ModelKind.MLP else
+             micro_batch_collectives(run.workload, layout, config.recomputes, layers))
     counted = Counter(_key(c, config.micro_batch) for c in found)
     priced: dict[tuple[CollectiveName, Axis, int, int], float] = {}
     kinds = []

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from cluster.training.config import IPUS_PER_SERVER, TrainConfig
 from cluster.training.data import make_dataset, train_reference
+from cluster.training.decoder.tokens import make_token_dataset, train_decoder_reference
 from cluster.training.fit import check_fits
 from cluster.training.memory_plan import StageMemory, stage_memory
 from cluster.training.placement import machines, server_ipus
@@ -69,16 +70,29 @@ def train(plan: TrainPlan, on_step: OnStep | None = None,
                 on_step(step + 1, config.steps)
     record = _record(config, topology, parts, losses, identical, memory)
     if config.check:  # real mode only (validate): compare its losses with the reference
-        x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)
-        reference = train_reference(config.spec, x, y, replicas=config.replicas,
-                                    micro_batch=config.micro_batch,
-                                    accumulation=config.accumulation, steps=config.steps,
-                                    lr=config.lr, momentum=config.momentum, seed=config.seed)
+        reference = _reference_losses(config)
         record["reference_losses"] = reference
         record["reference_max_rel_error"] = max(
             abs(a - b) / abs(b) for a, b in zip(losses, reference)  # type: ignore[operator]
         )
     return record
+
+
+def _reference_losses(config: TrainConfig) -> list[float]:
+    """Each step's loss of single-process training on the same batches: what a real run
+    must equal (``--check``)."""
+    decoder = config.model.decoder
+    if decoder is not None:
+        x, y = make_token_dataset(config.seed, config.samples,
+                                  config.sequence_length or decoder.context, decoder.vocabulary)
+        return train_decoder_reference(decoder, x, y, global_batch=config.global_batch,
+                                       steps=config.steps, lr=config.lr,
+                                       momentum=config.momentum, seed=config.seed)
+    x, y = make_dataset(config.seed, config.samples, config.input_size, config.classes)
+    return train_reference(config.spec, x, y, replicas=config.replicas,
+                           micro_batch=config.micro_batch, accumulation=config.accumulation,
+                           steps=config.steps, lr=config.lr, momentum=config.momentum,
+                           seed=config.seed)
 
 
 def _record(config: TrainConfig, topology: Topology, parts: StepTime,

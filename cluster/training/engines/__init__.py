@@ -4,8 +4,10 @@
 place the weights, then per step draw the batch, run it on the devices, tell the caller);
 one engine per way of splitting a replica: :mod:`.data_parallel` (replicas of one IPU,
 their tasks in :mod:`.data_parallel_tasks`), :mod:`.pipelined` (stages, :mod:`.stage_tasks`),
-:mod:`.sharded` (a layer's columns, :mod:`.shard_tasks`) and :mod:`.torch_data_parallel`
-(a user's PyTorch module; ``train --torch``'s run and record in :mod:`.torch_training`).
+:mod:`.sharded` (a layer's columns, :mod:`.shard_tasks`), :mod:`.tensor_parallel` (the
+MLP's Megatron block, :mod:`.tensor_parallel_tasks`), :mod:`.decoder_engine` (``gpt-tiny``
+over tensor groups, :mod:`.decoder_tasks`) and :mod:`.torch_data_parallel` (a user's
+PyTorch module; ``train --torch``'s run and record in :mod:`.torch_training`).
 :func:`~.choice.engine_for` picks one from the plan. The pricing these engines are
 checked against is pure and lives outside this package (``cluster.training``'s other
 modules import neither ``ipu_node`` nor ``ray``).

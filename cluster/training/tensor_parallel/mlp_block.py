@@ -20,6 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from cluster.training.numpy_mlp import MLPSpec
+from cluster.training.tensor_parallel.layer_allreduces import Axis, Phase, TensorCollective
+from cluster.training.workloads.layers import DType
+from cluster.training.workloads.tensor_shape import TensorRole
 
 Layer = tuple[np.ndarray, np.ndarray]  # a dense layer's (W, b), views into a flat vector
 
@@ -105,6 +108,21 @@ class MegatronSplit:
         parts.w_in[...], parts.b_in[...] = w_in[:, cols], b_in[cols]
         parts.w_out[...], parts.block_bias[...] = w_out[cols, :], b_out
         return flat
+
+
+def block_collectives(split: MegatronSplit) -> list[TensorCollective]:
+    """The block's all-reduces for one micro-batch, as the pricing counts them (float32
+    values per sample): its output's partial sums (forward, named by its row-parallel
+    layer ``dense{i+1}``) and, with layers below it, its input's gradient (backward,
+    named by its column-parallel layer ``dense{i}``), over the whole tensor group."""
+    fan_in, _ = split.shapes[split.layer]
+    _, fan_out = split.shapes[split.layer + 1]
+    found = [TensorCollective(f"dense{split.layer + 1}", TensorRole.FFN, Phase.FORWARD,
+                              Axis.TENSOR, "output", fan_out, DType.FLOAT32)]
+    if split.layer > 0:
+        found.append(TensorCollective(f"dense{split.layer}", TensorRole.FFN, Phase.BACKWARD,
+                                      Axis.TENSOR, "input gradient", fan_in, DType.FLOAT32))
+    return found
 
 
 def head_forward(split: MegatronSplit, parts: RankParts,
