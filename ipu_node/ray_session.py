@@ -11,10 +11,13 @@ line, which Ray it uses.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,7 @@ LOCAL_IPU_SLOTS = 256  # the IPU resource a private local Ray offers (or the POD
 PROBE_TIMEOUT_SECONDS = 5.0  # each step of checking an address: TCP connect, HTTP/2, one call
 GCS_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"  # a call every Ray GCS answers
 MAX_TEMP_ROOT_CHARS = 40  # Ray's Unix sockets live under it; their paths stop at 107 bytes
+TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 _COMMON: dict[str, Any] = dict(namespace="ipupod", include_dashboard=False,
                                log_to_driver=False, configure_logging=False)
 
@@ -62,28 +66,51 @@ def _join(address: str, source: str) -> None:
     Ray GCS answers there."""
     if address != "auto" and not address.startswith("ray://"):
         check_gcs_answers(address, source)
-    _token_auth_if_a_token_is_there()
     try:
-        ray.init(address=address, **_COMMON)
+        with _token_notice_said_by_us():
+            _token_auth_if_a_token_is_there()
+            ray.init(address=address, **_COMMON)
     except Exception as error:  # noqa: BLE001 - Ray raises several types for a bad address
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise UserError(f"cannot join the Ray cluster at {quoted(address)} ({source}): "
                         f"{first_line[:200] or type(error).__name__}") from None
-    announce(f"the Ray cluster at {address} ({source})")
+    announce(f"the Ray cluster at {address} ({source}; {_authentication()})")
 
 
 def _start_private(ipus_needed: int) -> None:
     """Start a local Ray for this process alone, in a temp dir of its own."""
     temp_dir = private_temp_dir()
     try:
-        context = ray.init(address="local", _temp_dir=str(temp_dir),
-                           resources={"IPU": max(LOCAL_IPU_SLOTS, ipus_needed)}, **_COMMON)
+        with _token_notice_said_by_us():
+            context = ray.init(address="local", _temp_dir=str(temp_dir),
+                               resources={"IPU": max(LOCAL_IPU_SLOTS, ipus_needed)}, **_COMMON)
     except Exception as error:  # noqa: BLE001 - Ray raises several types when it cannot start
         raise UserError(f"could not start a local Ray in {temp_dir}: "
                         f"{str(error).strip()[:300] or type(error).__name__}; its logs are "
                         f"under {temp_dir}") from None
     session = getattr(context, "address_info", {}).get("session_dir", str(temp_dir))
-    announce(f"a private local Ray (logs in {session})")
+    announce(f"a private local Ray ({_authentication()}; logs in {session})")
+
+
+@contextmanager
+def _token_notice_said_by_us() -> Iterator[None]:
+    """Keep Ray's notice that it turned token authentication on by itself (several lines
+    of a third party's log on the user's terminal) off: :func:`announce`'s line says it."""
+    notices = logging.getLogger(TOKEN_NOTICE_LOGGER)
+    level = notices.level
+    notices.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        notices.setLevel(level)
+
+
+def _authentication() -> str:
+    """Whether this process talks to Ray with a token (as Ray decided, or the user set
+    with ``RAY_AUTH_MODE``)."""
+    on = os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
+    return ("token authentication" if on else
+            "no token authentication: RAY_AUTH_MODE=token turns it on")
 
 
 

@@ -146,6 +146,18 @@ def test_a_stale_address_file_changes_nothing(tmp_path):
         subprocess.run(["rm", "-rf", str(root)], check=False)
 
 
+def test_ray_turning_token_authentication_on_is_said_in_our_line_not_its_log(tmp_path):
+    """With RAY_AUTH_MODE unset, Ray turns token authentication on for a new local Ray and
+    logs a notice of several lines about it; the one line naming the Ray says it instead."""
+    env = environment(tmp_path)
+    env.pop("RAY_AUTH_MODE", None)
+    run = ipupod(["bench", "allreduce", "--topology", "dss8440", "--mode", "real",
+                  "-b", "1K", "-e", "1K", "-n", "1", "-w", "0"], env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "ipupod: using a private local Ray (token authentication; logs in" in run.stderr
+    assert "Token authentication is enabled" not in run.stderr
+
+
 def test_an_address_joins_that_cluster(other_ray):
     """RAY_ADDRESS names the head: the command joins it (and the head, which offers no
     IPU resources, is refused in one line)."""
