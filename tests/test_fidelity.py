@@ -423,7 +423,7 @@ def test_only_the_bert_entries_run_popart_s_pipeline():
     (1, "micro_batch", 10**400, "configuration 1: micro_batch is out of range"),
     (0, "step_seconds", 10**400, "configuration 0: step_seconds is out of range"),
     (2, "layers_per_ipu", [1, 10**400], "configuration 2: layers_per_ipu is out of range"),
-    (1, "model", "mlp", "built-in workloads \\(resnet50, .*\\), not 'mlp'"),
+    (1, "model", "mlp", "built-in workloads \\(gpt-tiny, resnet50, .*\\), not 'mlp'"),
     (1, "ipus", 100, "topology must be pod100"),
 ])
 def test_an_entry_the_emulator_cannot_run_is_named_before_any_prediction(
