@@ -165,7 +165,7 @@ def test_an_address_joins_that_cluster(other_ray):
     run = ipupod(["bench", "allreduce", "--topology", "dss8440", "--mode", "real",
                   "-b", "1K", "-e", "1K"], {**environment(root), "RAY_ADDRESS": address})
     assert run.returncode == 2, run.stderr[-3000:]
-    assert f"ipupod: using the Ray cluster at {address} (RAY_ADDRESS)" in run.stderr
+    assert f"ipupod: using the Ray cluster at {address} (RAY_ADDRESS; " in run.stderr
     assert "IPU resources" in run.stderr.strip().splitlines()[-1]
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from cluster.errors import SettingError
 from cluster.training.config import TrainConfig
+from cluster.training.decoder.flat_params import DecoderLayout, RankSplit, init_params
 from cluster.training.decoder.group import axis_ranks, group_loss_and_grads, loss_and_grad
-from cluster.training.decoder.layout import DecoderLayout, RankSplit, init_params
 from cluster.training.decoder.program import program
 from cluster.training.decoder.tokens import make_token_dataset, train_decoder_reference
 from cluster.training.engines.decoder_engine import DecoderEngine

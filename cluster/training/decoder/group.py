@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cluster.training.decoder.layout import DecoderLayout, RankSplit
+from cluster.training.decoder.flat_params import DecoderLayout, RankSplit
 from cluster.training.decoder.program import Reduce, program
 from cluster.training.decoder.rank_state import RankState, summed
 from cluster.training.tensor_parallel.layer_allreduces import Axis

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cluster.training.decoder.layout import RankSplit
+from cluster.training.decoder.flat_params import RankSplit
 from cluster.training.workloads.decoder import DecoderConfig
 
 SUMMED = ".sum"  # a reduced tensor's name: its partial's, and this

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from cluster.training.data import step_batch
+from cluster.training.decoder.flat_params import init_params
 from cluster.training.decoder.group import loss_and_grad
-from cluster.training.decoder.layout import init_params
 from cluster.training.numpy_mlp import sgd_momentum
 from cluster.training.workloads.decoder import DecoderConfig
 

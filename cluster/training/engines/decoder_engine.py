@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cluster.training.data import replica_slice, step_batch
+from cluster.training.decoder.flat_params import init_params
 from cluster.training.decoder.group import axis_ranks
-from cluster.training.decoder.layout import init_params
 from cluster.training.decoder.program import Reduce, program
 from cluster.training.decoder.rank_state import summed
 from cluster.training.decoder.tokens import make_token_dataset

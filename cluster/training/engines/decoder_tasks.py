@@ -1,7 +1,7 @@
 """What a card runs for the decoder on its IPUs (given through ``Card.execute``).
 
 Rank ``k`` of a replica's tensor group holds its flat vector of
-:mod:`cluster.training.decoder.layout` (``dec.params``), its velocity, and its accumulated
+:mod:`cluster.training.decoder.flat_params` (``dec.params``), its velocity, and its accumulated
 gradient padded to the group's largest rank. :func:`run_segment` runs one segment of the
 decoder's program (:mod:`cluster.training.decoder.program`) on it, its activations kept
 on the IPU as tensors ``dec.s.<name>`` between segments; the engine all-reduces the
@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from cluster.training.decoder.layout import DecoderLayout, RankSplit
+from cluster.training.decoder.flat_params import DecoderLayout, RankSplit
 from cluster.training.decoder.program import Segment, program
 from cluster.training.decoder.rank_state import RankState
 from cluster.training.engines.stage_tasks import place_padded, update_weights
