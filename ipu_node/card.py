@@ -84,6 +84,9 @@ class Card(DeviceControl):
 
     def _details(self) -> DeviceDetails:
         self.mailbox.sweep()  # chunks nobody waits on: dropped and counted now
+        slots = getattr(self.endpoint.server, "slots", None)  # shared memory, if it has any
+        if slots is not None:
+            slots.buffers.drop_gone()  # peers' buffers mapped here: those of dead processes go
         return DeviceDetails(memory=self.store.memory_stats(),
                              collectives_running=len(self.runner.running),
                              dropped_chunks=self.mailbox.dropped_chunks)
