@@ -183,6 +183,18 @@ def test_a_buffer_reference_the_sender_did_not_put_in_flight_is_refused_and_the_
     slots.landed([ticket], 10)
 
 
+def test_buffer_references_and_announcements_are_protobuf_chunk_fields():
+    from ipupod_proto import link_pb2
+
+    reference = link_pb2.Chunk.FromString(buffer_reference(HEADER, "seg", 3, "buf", 1 << 33, 99))
+    assert (reference.collective, reference.slot_segment, reference.slot, reference.buffer,
+            reference.buffer_offset, reference.slot_length) == ("h", "seg", 3, "buf", 1 << 33, 99)
+    announced = link_pb2.Chunk.FromString(buffer_announcement("buf", 5 << 30))
+    assert (announced.buffer, announced.buffer_bytes, announced.buffer_forget) == ("buf",
+                                                                                   5 << 30, False)
+    assert link_pb2.Chunk.FromString(buffer_forgotten("buf")).buffer_forget
+
+
 def test_a_receiver_range_check_covers_the_buffer_even_when_the_ticket_agrees(raw_link):
     client, slots, buffer, _ = raw_link
     ticket = slots.claim_ticket(buffer.number, buffer.size - 10, 100, 10)
