@@ -24,7 +24,6 @@ goes.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import mmap
 import os
@@ -66,12 +65,13 @@ def _refused(reason: str) -> DeviceError:
 
 
 class _Registry:
-    """This process's shared buffers, by address; thread-safe."""
+    """This process's shared buffers, by their mappings (held weakly: a buffer is live
+    while any array or view of it is); thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._starts: list[int] = []
-        self._buffers: list[SharedBuffer] = []
+        self._buffers: weakref.WeakKeyDictionary[mmap.mmap, SharedBuffer] = (
+            weakref.WeakKeyDictionary())
         self._numbers = itertools.count(1)
 
     def allocate(self, nbytes: int) -> mmap.mmap | None:
@@ -90,49 +90,45 @@ class _Registry:
             os.close(descriptor)
             return None
         name = f"ipupod-buffer-{os.getpid()}-{descriptor}-{number}-{token}"
-        address = np.frombuffer(mapping, np.uint8).__array_interface__["data"][0]
-        buffer = SharedBuffer(name, number, nbytes, address, descriptor)
+        address = _address(memoryview(mapping))
         with self._lock:
-            self._forget_overlapping(address, nbytes)
-            index = bisect.bisect(self._starts, address)
-            self._starts.insert(index, address)
-            self._buffers.insert(index, buffer)
-        weakref.finalize(mapping, self._closed, buffer)
+            self._buffers[mapping] = SharedBuffer(name, number, nbytes, address, descriptor)
+        weakref.finalize(mapping, os.close, descriptor)  # the file goes with the mapping
         return mapping
 
-    def _forget_overlapping(self, address: int, nbytes: int) -> None:
-        """Entries over ``address`` (lock held): unmapped buffers whose end was not yet
-        noted (the address range is in use again)."""
-        keep = [(s, b) for s, b in zip(self._starts, self._buffers)
-                if s + b.size <= address or s >= address + nbytes]
-        self._starts = [s for s, _ in keep]
-        self._buffers = [b for _, b in keep]
-
-    def _closed(self, buffer: SharedBuffer) -> None:
-        """``buffer``'s mapping is gone here: its file too (peers keep theirs until told)."""
-        with self._lock:
-            if buffer in self._buffers:
-                index = self._buffers.index(buffer)
-                del self._starts[index], self._buffers[index]
-        os.close(buffer.descriptor)
-
     def locate(self, payload: memoryview) -> tuple[SharedBuffer, int] | None:
-        """The shared buffer holding all of ``payload`` and its offset there, or None."""
-        try:
-            address = np.frombuffer(payload, np.uint8).__array_interface__["data"][0]
-        except (ValueError, TypeError):  # not contiguous bytes
+        """The shared buffer ``payload`` is a view of, and its offset there, or None. Found
+        through what the view holds, not by its address: a buffer that is being freed
+        cannot be mistaken for new memory at the same place."""
+        owner = _owner(payload)
+        if not isinstance(owner, mmap.mmap):
             return None
         with self._lock:
-            index = bisect.bisect(self._starts, address) - 1
-            if index < 0:
-                return None
-            buffer = self._buffers[index]
-        offset = address - buffer.address
-        return (buffer, offset) if offset + len(payload) <= buffer.size else None
+            buffer = self._buffers.get(owner)
+        if buffer is None or not payload.contiguous:
+            return None
+        offset = _address(payload) - buffer.address
+        return (buffer, offset) if 0 <= offset <= buffer.size - payload.nbytes else None
 
     def live(self, name: str) -> bool:
         with self._lock:
-            return any(buffer.name == name for buffer in self._buffers)
+            return any(buffer.name == name for buffer in self._buffers.values())
+
+
+def _owner(payload: memoryview) -> object:
+    """The object that owns the memory ``payload`` views (through arrays and views)."""
+    owner: object = payload.obj
+    while True:
+        if isinstance(owner, np.ndarray) and owner.base is not None:
+            owner = owner.base
+        elif isinstance(owner, memoryview):
+            owner = owner.obj
+        else:
+            return owner
+
+
+def _address(view: memoryview) -> int:
+    return int(np.frombuffer(view, np.uint8).__array_interface__["data"][0])
 
 
 REGISTRY = _Registry()
