@@ -36,6 +36,7 @@ from ipu_node.device_spec import DeviceSpec
 from ipu_node.links.endpoint import LinkEndpoint
 from ipu_node.links.link_tls import LinkTLS
 from ipu_node.links.mailbox import Mailbox
+from ipu_node.links.shared_slots import shared_memory_asked
 from ipu_node.node_placement import resolve_link_host
 from ipu_node.ownership import Ownership
 from ipu_node.runner import ScheduleRunner
@@ -63,7 +64,9 @@ class Card(DeviceControl):
                                                       tls=link_tls, local_socket=node_socket,
                                                       shared_memory=link_shared_memory),
                          Counters(spec.ipus, directed_links(topology)))
-        self.store = TensorStore(topology, spec.ipus, spec.streaming_bytes_per_ipu)
+        self.store = TensorStore(topology, spec.ipus, spec.streaming_bytes_per_ipu,
+                                 shared_buffers=link_shared_memory
+                                 and shared_memory_asked(None))
         self.runner = ScheduleRunner(spec.name, spec.ipus, topology, self.store,
                                      self.counters, self.endpoint, self.mailbox, self.wall)
 
@@ -81,6 +84,9 @@ class Card(DeviceControl):
 
     def _details(self) -> DeviceDetails:
         self.mailbox.sweep()  # chunks nobody waits on: dropped and counted now
+        slots = getattr(self.endpoint.server, "slots", None)  # shared memory, if it has any
+        if slots is not None:
+            slots.buffers.drop_gone()  # peers' buffers mapped here: those of dead processes go
         return DeviceDetails(memory=self.store.memory_stats(),
                              collectives_running=len(self.runner.running),
                              dropped_chunks=self.mailbox.dropped_chunks)

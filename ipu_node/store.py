@@ -11,6 +11,7 @@ from cluster.model.topology import Topology
 from ipu_node.answers import IpuMemoryStats
 from ipu_node.device_errors import DeviceError
 from ipu_node.ipu_memory import IpuMemory
+from ipu_node.links.shared_buffers import shared_empty
 
 SPARE_BUFFERS_PER_SHAPE = 4  # buffers of one size and dtype kept for reuse
 
@@ -20,7 +21,10 @@ class TensorStore:
     from the catalogue: ``cluster.model.hardware``), and spare collective buffers."""
 
     def __init__(self, topology: Topology, ipus: tuple[int, ...],
-                 streaming_bytes_per_ipu: int = 0) -> None:
+                 streaming_bytes_per_ipu: int = 0, shared_buffers: bool = False) -> None:
+        """``shared_buffers``: collective buffers live in memory a peer on this machine
+        can map (:mod:`ipu_node.links.shared_buffers`), so links read them in place."""
+        self._allocate = shared_empty if shared_buffers else np.empty
         self.ipu_names = {ipu: topology.ipu_name(ipu) for ipu in ipus}
         self.memory = {ipu: IpuMemory(topology.ipu_name(ipu),
                                       int(topology.ipu_memory_bytes[ipu]),
@@ -65,7 +69,7 @@ class TensorStore:
             stack = self._spare.get((elements, np.dtype(dtype).name))
             if stack:
                 return stack.pop()
-        return np.empty(elements, dtype)
+        return self._allocate(elements, dtype)
 
     def recycle(self, buffers: dict[str, np.ndarray]) -> None:
         """Keep a finished collective's buffers for the next one (a few per shape)."""

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17ipupod_proto/link.proto\x12\x0eipupod.link.v1\"\x9d\x02\n\x05\x43hunk\x12\x12\n\ncollective\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\r\x12\x0c\n\x04step\x18\x03 \x01(\r\x12\x10\n\x08transfer\x18\x04 \x01(\r\x12\x0f\n\x07src_ipu\x18\x05 \x01(\r\x12\x0f\n\x07\x64st_ipu\x18\x06 \x01(\r\x12\x0e\n\x06offset\x18\x07 \x01(\x04\x12\r\n\x05total\x18\x08 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\t \x01(\x0c\x12\x0b\n\x03pad\x18\n \x01(\x0c\x12\x14\n\x0cslot_segment\x18\x0b \x01(\t\x12\x0c\n\x04slot\x18\x0c \x01(\r\x12\x13\n\x0bslot_length\x18\r \x01(\x04\x12\x12\n\nslot_count\x18\x0e \x01(\r\x12\x12\n\nslot_bytes\x18\x0f \x01(\x04\x12\x14\n\x0cslot_retired\x18\x10 \x01(\t\"*\n\tPushReply\x12\r\n\x05\x62ytes\x18\x01 \x01(\x04\x12\x0e\n\x06\x63hunks\x18\x02 \x01(\r\"\r\n\x0bPingRequest\"\x1b\n\tPingReply\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t2\x82\x01\n\x04Link\x12:\n\x04Push\x12\x15.ipupod.link.v1.Chunk\x1a\x19.ipupod.link.v1.PushReply(\x01\x12>\n\x04Ping\x12\x1b.ipupod.link.v1.PingRequest\x1a\x19.ipupod.link.v1.PingReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17ipupod_proto/link.proto\x12\x0eipupod.link.v1\"\xf1\x02\n\x05\x43hunk\x12\x12\n\ncollective\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\r\x12\x0c\n\x04step\x18\x03 \x01(\r\x12\x10\n\x08transfer\x18\x04 \x01(\r\x12\x0f\n\x07src_ipu\x18\x05 \x01(\r\x12\x0f\n\x07\x64st_ipu\x18\x06 \x01(\r\x12\x0e\n\x06offset\x18\x07 \x01(\x04\x12\r\n\x05total\x18\x08 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\t \x01(\x0c\x12\x0b\n\x03pad\x18\n \x01(\x0c\x12\x14\n\x0cslot_segment\x18\x0b \x01(\t\x12\x0c\n\x04slot\x18\x0c \x01(\r\x12\x13\n\x0bslot_length\x18\r \x01(\x04\x12\x12\n\nslot_count\x18\x0e \x01(\r\x12\x12\n\nslot_bytes\x18\x0f \x01(\x04\x12\x14\n\x0cslot_retired\x18\x10 \x01(\t\x12\x0e\n\x06\x62uffer\x18\x11 \x01(\t\x12\x15\n\rbuffer_offset\x18\x12 \x01(\x04\x12\x14\n\x0c\x62uffer_bytes\x18\x13 \x01(\x04\x12\x15\n\rbuffer_forget\x18\x14 \x01(\x08\"*\n\tPushReply\x12\r\n\x05\x62ytes\x18\x01 \x01(\x04\x12\x0e\n\x06\x63hunks\x18\x02 \x01(\r\"\r\n\x0bPingRequest\"\x1b\n\tPingReply\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t2\x82\x01\n\x04Link\x12:\n\x04Push\x12\x15.ipupod.link.v1.Chunk\x1a\x19.ipupod.link.v1.PushReply(\x01\x12>\n\x04Ping\x12\x1b.ipupod.link.v1.PingRequest\x1a\x19.ipupod.link.v1.PingReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,13 +32,13 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ipupod_proto.link_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CHUNK']._serialized_start=44
-  _globals['_CHUNK']._serialized_end=329
-  _globals['_PUSHREPLY']._serialized_start=331
-  _globals['_PUSHREPLY']._serialized_end=373
-  _globals['_PINGREQUEST']._serialized_start=375
-  _globals['_PINGREQUEST']._serialized_end=388
-  _globals['_PINGREPLY']._serialized_start=390
-  _globals['_PINGREPLY']._serialized_end=417
-  _globals['_LINK']._serialized_start=420
-  _globals['_LINK']._serialized_end=550
+  _globals['_CHUNK']._serialized_end=413
+  _globals['_PUSHREPLY']._serialized_start=415
+  _globals['_PUSHREPLY']._serialized_end=457
+  _globals['_PINGREQUEST']._serialized_start=459
+  _globals['_PINGREQUEST']._serialized_end=472
+  _globals['_PINGREPLY']._serialized_start=474
+  _globals['_PINGREPLY']._serialized_end=501
+  _globals['_LINK']._serialized_start=504
+  _globals['_LINK']._serialized_end=634
 # @@protoc_insertion_point(module_scope)

@@ -32,10 +32,9 @@ def our_segments() -> set[str]:
     return {p.name for p in SHM_FOLDER.glob(f"ipupod-slots-{os.getpid()}-*")}
 
 
-def mapped_segments(pid: int) -> int:
-    """How many shared-memory segments of links process ``pid`` maps."""
-    return sum("ipupod-slots-" in line for line in Path(f"/proc/{pid}/maps").read_text()
-               .splitlines())
+def mapped_segments(pid: int, kind: str = "ipupod-slots-") -> int:
+    """How many shared-memory segments of links (or of ``kind``) process ``pid`` maps."""
+    return sum(kind in line for line in Path(f"/proc/{pid}/maps").read_text().splitlines())
 
 
 @pytest.fixture
@@ -290,4 +289,11 @@ def test_cards_map_segments_only_with_the_path_on(pods):
     pods[False].collective("allreduce", arrays_for(pods[False], "allreduce", np.float32, 0))
     assert all(mapped_segments(info["pid"]) for info in pods[True].infos)
     assert not any(mapped_segments(info["pid"]) for info in pods[False].infos)
+    # switched off, collective buffers are private memory too: no peer maps them
+    for pod in pods.values():
+        pod.collective("allreduce", [np.ones(1 << 19, np.float32)] * 16)  # 2 MiB buffers
+    assert all(mapped_segments(info["pid"], "/memfd:ipupod-buffer-")
+               for info in pods[True].infos)
+    assert not any(mapped_segments(info["pid"], "/memfd:ipupod-buffer-")
+                   for info in pods[False].infos)
     np.testing.assert_array_equal(pods[True].link_bytes(), pods[False].link_bytes())

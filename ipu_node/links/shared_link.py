@@ -20,13 +20,22 @@ from collections.abc import Callable, Iterable, Iterator
 from ipu_node.device_errors import DeviceError
 from ipu_node.links.link_limits import LinkLimits
 from ipu_node.links.mailbox import Deliver, Mailbox, Release, deliver_to
+from ipu_node.links.shared_buffers import REGISTRY, SharedBuffer
 from ipu_node.links.shared_slots import (
     MIN_SLOT_PAYLOAD_BYTES,
     ReceiverSlots,
     SenderSlots,
     wanted,
 )
-from ipu_node.links.wire import ChunkParts, announcement, parse_chunk, slot_reference
+from ipu_node.links.wire import (
+    ChunkParts,
+    announcement,
+    buffer_announcement,
+    buffer_forgotten,
+    buffer_reference,
+    parse_chunk,
+    slot_reference,
+)
 
 Push = Callable[[Iterable, float], int]  # (messages, deadline seconds) -> bytes acknowledged
 
@@ -55,9 +64,11 @@ def receiving_layer(device: str, receive: Mailbox | Deliver, address: str, tls: 
 
 class SlotSender:
     """The sending end of one link's layer, over the socket's push: the segment is made and
-    announced on the first push; large chunks' payloads go into free slots, the rest inline.
-    If the segment cannot be made or announced (a relaying host, a peer that refuses), chunks
-    go inline from then on. Thread-safe."""
+    announced on the first push; large chunks' payloads are referred to where they lie in a
+    shared buffer (:mod:`ipu_node.links.shared_buffers`), else go into free slots; the rest
+    inline. If the segment cannot be made or announced (a relaying host, a peer that
+    refuses), chunks go inline from then on; if a buffer cannot be announced, through slots.
+    Thread-safe."""
 
     def __init__(self, peer: str, slots: int, slot_bytes: int) -> None:
         self.peer, self.slots, self.slot_bytes = peer, slots, slot_bytes
@@ -65,20 +76,28 @@ class SlotSender:
         self._segment: SenderSlots | None = None  # made and announced on the first push
         self._retired = ""  # the last segment given up, for the receiver to forget
         self._announcing = threading.Lock()
+        self._buffers_on = True
+        self._announced: set[str] = set()  # shared buffers the peer has mapped
 
     def push(self, messages: Iterable, deadline_seconds: float, socket_push: Push) -> int:
-        """Send ``messages`` in one stream with ``socket_push``, large payloads through
-        slots; return the payload bytes the peer acknowledged."""
+        """Send ``messages`` in one stream with ``socket_push``, large payloads by reference
+        or through slots; return the payload bytes the peer acknowledged once it has landed
+        every payload it reads from this device's buffers."""
         segment = self._made(deadline_seconds, socket_push) if self._on else None
         if segment is None:
             return socket_push(messages, deadline_seconds)
+        limit = time.monotonic() + deadline_seconds
+        messages = list(messages)
+        located = self._announce_buffers(messages, deadline_seconds, socket_push)
         claimed: list[int] = []
+        tickets: list[int] = []
         try:
-            return socket_push(self._through(segment, messages,
-                                             time.monotonic() + deadline_seconds, claimed),
-                               deadline_seconds)
+            acknowledged = socket_push(self._through(segment, messages, located, limit,
+                                                     claimed, tickets), deadline_seconds)
+            segment.landed(tickets, limit)  # until then the ranges must not change
+            return acknowledged
         except BaseException:  # slots it claimed may never come back: start a new segment
-            if claimed:
+            if claimed or tickets:
                 with self._announcing:
                     if self._segment is segment:
                         self._segment, self._retired = None, segment.name
@@ -103,13 +122,48 @@ class SlotSender:
             self._segment = segment
             return segment
 
+    def _announce_buffers(self, messages: list, deadline_seconds: float,
+                          socket_push: Push) -> dict[int, tuple[SharedBuffer, int]]:
+        """Where each large payload of ``messages`` lies in a shared buffer the peer has
+        mapped (by message index), announcing the buffers it has not yet mapped and
+        forgetting those freed here, in a push of their own."""
+        located = {index: where for index, message in enumerate(messages)
+                   if isinstance(message, ChunkParts)
+                   and len(message[1]) >= MIN_SLOT_PAYLOAD_BYTES
+                   and (where := REGISTRY.locate(message[1])) is not None}
+        with self._announcing:
+            if not self._buffers_on:
+                return {}
+            new = {where[0] for where in located.values() if where[0].name not in self._announced}
+            gone = [name for name in self._announced if not REGISTRY.live(name)]
+            if not new and not gone:
+                return located
+            try:
+                socket_push([buffer_forgotten(name) for name in gone]
+                            + [buffer_announcement(b.name, b.size) for b in new],
+                            deadline_seconds)
+            except (DeviceError, OSError):  # a peer that cannot map them: slots from now on
+                self._buffers_on = False
+                return {}
+            self._announced.difference_update(gone)
+            self._announced.update(buffer.name for buffer in new)
+            return located
+
     @staticmethod
-    def _through(segment: SenderSlots, messages: Iterable, limit: float,
-                 claimed: list[int]) -> Iterator:
-        """``messages`` with each large chunk's payload copied into a free slot (waiting
-        until ``limit`` for one) and a reference to it in its place."""
-        for message in messages:
-            if isinstance(message, ChunkParts) and len(message[1]) >= MIN_SLOT_PAYLOAD_BYTES:
+    def _through(segment: SenderSlots, messages: list,
+                 located: dict[int, tuple[SharedBuffer, int]], limit: float,
+                 claimed: list[int], tickets: list[int]) -> Iterator:
+        """``messages`` with each large chunk's payload referred to where it lies in a
+        shared buffer (a ticket holding the range in flight), or else copied into a free
+        slot (waiting until ``limit`` for either), and a reference to it in its place."""
+        for index, message in enumerate(messages):
+            if index in located:
+                (buffer, offset), length = located[index], len(message[1])
+                ticket = segment.claim_ticket(buffer.number, offset, length, limit)
+                tickets.append(ticket)
+                yield buffer_reference(message.header, segment.name, ticket, buffer.name,
+                                       offset, length)
+            elif isinstance(message, ChunkParts) and len(message[1]) >= MIN_SLOT_PAYLOAD_BYTES:
                 slot = segment.claim(limit)
                 claimed.append(slot)
                 segment.write(slot, message[1])
@@ -132,7 +186,16 @@ def slot_delivery(mailbox: Mailbox, slots: ReceiverSlots) -> Deliver:
                 if slot.slots:  # an announcement, not a chunk
                     slots.attach(slot.segment, slot.slots, slot.slot_bytes, slot.retired)
                     continue
-                payload, release = slots.resolve(slot.segment, slot.slot, slot.length)
+                if slot.buffer and (slot.buffer_bytes or slot.forget):  # news of a buffer
+                    if slot.forget:
+                        slots.buffers.forget(slot.buffer)
+                    else:
+                        slots.buffers.attach(slot.buffer, slot.buffer_bytes)
+                    continue
+                payload, release = (
+                    slots.resolve_buffer(slot.segment, slot.slot, slot.buffer,
+                                         slot.buffer_offset, slot.length) if slot.buffer
+                    else slots.resolve(slot.segment, slot.slot, slot.length))
             mailbox.file(header, payload, release)
             total += len(payload)
             count += 1

@@ -39,11 +39,14 @@ import numpy as np
 
 from ipu_node.device_errors import DeviceError, LinkTimeout
 from ipu_node.links.link_limits import MAX_SHARED_MEMORY_SLOTS
+from ipu_node.links.shared_buffers import PeerBuffers
 
 SHM_FOLDER = Path("/dev/shm")
 ENV_SWITCH = "IPUPOD_LINK_SHARED_MEMORY"  # "0" turns the path off in this process
-STATE_BYTES = 4096  # the segment's first page: one state byte per slot
+STATE_BYTES = 4096  # the segment's first page: one state byte per slot, then the tickets
 MAX_SLOTS = MAX_SHARED_MEMORY_SLOTS  # they fit in the state page
+TICKETS = 64  # per link: chunks in flight straight from the sender's buffers
+TICKET_STATES_AT, TICKET_RECORDS_AT = 1024, 2048  # in the state page: a byte, 3 uint64 each
 MIN_SLOT_PAYLOAD_BYTES = 64 << 10  # smaller chunks go inline: a slot would save nothing
 MAX_SEGMENTS = 256  # mapped by one receiver at a time (one per sending link)
 FREE, CLAIMED = 0, 1
@@ -110,6 +113,8 @@ class SenderSlots:
         self._lock = threading.Lock()
         self._memory: np.ndarray | None = None
         self._state: np.ndarray | None = None
+        self._tickets: np.ndarray | None = None
+        self._records: np.ndarray | None = None
 
     def create(self) -> str:
         """Make, size and map the segment (the file stays until :meth:`unlink`)."""
@@ -129,6 +134,7 @@ class SenderSlots:
             os.close(descriptor)
         self._memory = np.frombuffer(mapping, dtype=np.uint8)
         self._state = self._memory[:self.slots]
+        self._tickets, self._records = _ticket_views(self._memory)
         return self.name
 
     def unlink(self) -> None:
@@ -142,20 +148,48 @@ class SenderSlots:
         """A free slot, now CLAIMED; waits until ``limit`` (monotonic) for the receiver to
         hand one back, then raises :class:`LinkTimeout` naming the link."""
         assert self._state is not None
+        return self._claim(self._state, limit, f"{self.slots} shared-memory slots")
+
+    def claim_ticket(self, buffer: int, offset: int, length: int, limit: float) -> int:
+        """A free ticket, now CLAIMED for ``length`` bytes at ``offset`` of shared buffer
+        number ``buffer`` (:mod:`ipu_node.links.shared_buffers`); waits like :meth:`claim`."""
+        assert self._tickets is not None
+        return self._claim(self._tickets, limit, f"{TICKETS} shared-buffer tickets",
+                           record=(buffer, offset, length))
+
+    def _claim(self, states: np.ndarray, limit: float, what: str,
+               record: tuple[int, int, int] | None = None) -> int:
         pause = 50e-6
         while True:
             with self._lock:
-                free = np.flatnonzero(self._state == FREE)
+                free = np.flatnonzero(states == FREE)
                 if len(free):
-                    slot = int(free[0])
-                    self._state[slot] = CLAIMED
-                    return slot
+                    index = int(free[0])
+                    if record is not None:  # written before the state says it is in flight
+                        assert self._records is not None
+                        self._records[index] = record
+                    states[index] = CLAIMED
+                    return index
             if time.monotonic() + pause > limit:
                 raise LinkTimeout(
-                    f"the link to {self.peer}: none of its {self.slots} shared-memory slots "
-                    "came back in time (the receiver has not landed the chunks it holds)")
+                    f"the link to {self.peer}: none of its {what} came back in time (the "
+                    "receiver has not landed the chunks it holds)")
             time.sleep(pause)
             pause = min(pause * 2, 2e-3)
+
+    def landed(self, tickets: list[int], limit: float) -> None:
+        """Wait until ``limit`` (monotonic) for the receiver to hand ``tickets`` back: it
+        has landed their ranges, which may be written again; else :class:`LinkTimeout`."""
+        assert self._tickets is not None
+        pause = 20e-6
+        for ticket in tickets:
+            while self._tickets[ticket] != FREE:
+                if time.monotonic() + pause > limit:
+                    raise LinkTimeout(
+                        f"the link to {self.peer}: the receiver did not land the chunks it "
+                        "reads from this device's buffers in time")
+                time.sleep(pause)
+                pause = min(pause * 2, 1e-3)
 
     def write(self, slot: int, payload: memoryview) -> None:
         """Copy ``payload`` into ``slot`` (claimed by :meth:`claim`)."""
@@ -164,14 +198,26 @@ class SenderSlots:
         self._memory[start:start + len(payload)] = np.frombuffer(payload, dtype=np.uint8)
 
 
+def _ticket_views(state_page: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The tickets' state bytes and records (buffer number, offset, length) in a state
+    page (the segment's first :data:`STATE_BYTES`)."""
+    records = state_page[TICKET_RECORDS_AT:TICKET_RECORDS_AT + TICKETS * 24]
+    return (state_page[TICKET_STATES_AT:TICKET_STATES_AT + TICKETS],
+            records.view("<u8").reshape(TICKETS, 3))
+
+
 class _Segment:
-    """A segment as its receiver holds it: the mapping, and the slots handed out."""
+    """A segment as its receiver holds it: the mapping, and the slots and tickets handed
+    out (by the number of their holding)."""
 
     def __init__(self, mapping: mmap.mmap, slots: int, slot_bytes: int) -> None:
         self.memory = memoryview(mapping).toreadonly()
         self.state = np.frombuffer(mapping, dtype=np.uint8, count=slots)
+        self.tickets, self.records = _ticket_views(np.frombuffer(mapping, np.uint8,
+                                                                 count=STATE_BYTES))
         self.slots, self.slot_bytes = slots, slot_bytes
         self.held: dict[int, int] = {}  # slot -> the number of its holding
+        self.held_tickets: dict[int, int] = {}
         self.holdings = 0
 
 
@@ -183,6 +229,7 @@ class ReceiverSlots:
         self.device, self.max_segments = device, max_segments
         self._segments: dict[str, _Segment] = {}
         self._lock = threading.Lock()
+        self.buffers = PeerBuffers(device)  # senders' buffers that tickets refer into
 
     @property
     def segments(self) -> int:
@@ -201,6 +248,8 @@ class ReceiverSlots:
             gone = [known for known in self._segments if known == retired or _maker_gone(known)]
             for known in gone:  # views the mailbox holds stay valid: the mapping goes with them
                 del self._segments[known]
+        self.buffers.drop_gone()
+        with self._lock:
             if len(self._segments) >= self.max_segments:
                 raise _refused(f"{self.device} maps {self.max_segments} segments already")
         mapping = _map_segment(name, segment_bytes(slots, slot_bytes))
@@ -228,18 +277,45 @@ class ReceiverSlots:
         return (segment.memory[start:start + length],
                 lambda: self._release(segment, slot, holding))
 
-    def _release(self, segment: _Segment, slot: int, holding: int) -> None:
-        """Hand ``slot`` back to its sender (its chunk has landed or was dropped); a
-        second call for the same holding does nothing."""
+    def resolve_buffer(self, name: str, ticket: int, buffer: str, offset: int,
+                       length: int) -> tuple[memoryview, Callable[[], None]]:
+        """A read-only view of ``length`` bytes at ``offset`` of the sender's shared
+        ``buffer``, in flight under ``ticket`` of segment ``name`` (now held), and the
+        function that hands the ticket back; anything its sender did not put in flight is
+        refused."""
         with self._lock:
-            if segment.held.get(slot) == holding:
-                del segment.held[slot]
-                segment.state[slot] = FREE
+            segment = self._segments.get(name)
+            if segment is None:
+                raise _refused(f"unknown shared-memory segment {name[:80]!r}")
+            if not 0 <= ticket < TICKETS:
+                raise _refused(f"ticket {ticket} is outside segment {name} ({TICKETS} tickets)")
+            if ticket in segment.held_tickets:
+                raise _refused(f"ticket {ticket} of segment {name} is referred to twice")
+            number, start, size = (int(v) for v in segment.records[ticket])
+            if segment.tickets[ticket] != CLAIMED or (start, size) != (offset, length):
+                raise _refused(f"{length} bytes at {offset} of shared buffer {buffer[:80]} "
+                               f"are not in flight under ticket {ticket} of segment {name}")
+            view = self.buffers.view(buffer, number, offset, length)
+            segment.holdings += 1
+            segment.held_tickets[ticket] = holding = segment.holdings
+        return view, lambda: self._release(segment, ticket, holding, tickets=True)
+
+    def _release(self, segment: _Segment, index: int, holding: int,
+                 tickets: bool = False) -> None:
+        """Hand slot (or ticket) ``index`` back to its sender (its chunk has landed or was
+        dropped); a second call for the same holding does nothing."""
+        held, states = ((segment.held_tickets, segment.tickets) if tickets
+                        else (segment.held, segment.state))
+        with self._lock:
+            if held.get(index) == holding:
+                del held[index]
+                states[index] = FREE
 
     def close(self) -> None:
         """Forget every segment (mappings end when the last view of them is gone)."""
         with self._lock:
             self._segments.clear()
+        self.buffers.close()
 
 
 def _map_segment(name: str, size: int) -> mmap.mmap:

@@ -85,7 +85,11 @@ def encode_chunk(header: bytes, payload: memoryview) -> bytes:
 class SlotFields(NamedTuple):
     """A chunk's shared-memory fields (:mod:`ipu_node.links.shared_slots`): a reference
     (``segment``, ``slot``, ``length``) in place of the payload, or, with ``slots``, the
-    announcement of a segment of ``slots`` slots of ``slot_bytes`` (replacing ``retired``)."""
+    announcement of a segment of ``slots`` slots of ``slot_bytes`` (replacing ``retired``).
+    With ``buffer`` (:mod:`ipu_node.links.shared_buffers`): the payload is ``length`` bytes
+    at ``buffer_offset`` of the sender's shared buffer, ``slot`` the ticket that holds them
+    in flight; or, with ``buffer_bytes``, the announcement of that buffer, or with
+    ``forget``, the news that it is gone."""
 
     segment: str
     slot: int
@@ -93,6 +97,10 @@ class SlotFields(NamedTuple):
     slots: int
     slot_bytes: int
     retired: str
+    buffer: str = ""
+    buffer_offset: int = 0
+    buffer_bytes: int = 0
+    forget: bool = False
 
 
 def slot_reference(header: bytes, segment: str, slot: int, length: int) -> bytes:
@@ -111,6 +119,34 @@ def announcement(segment: str, slots: int, slot_bytes: int, retired: str = "") -
     if retired:
         parts += [_varint((16 << 3) | _LENGTH), _varint(len(retired.encode())), retired.encode()]
     return b"".join(parts)
+
+
+def _text_field(number: int, text: str) -> bytes:
+    data = text.encode()
+    return b"".join((_varint((number << 3) | _LENGTH), _varint(len(data)), data))
+
+
+def _number_field(number: int, value: int) -> bytes:
+    return _varint(number << 3 | _VARINT) + _varint(value)
+
+
+def buffer_reference(header: bytes, segment: str, ticket: int, buffer: str, offset: int,
+                     length: int) -> bytes:
+    """A whole ``Chunk`` whose payload is ``length`` bytes at ``offset`` of the shared
+    ``buffer``, held in flight by ``ticket`` of the link's ``segment``."""
+    return b"".join((header, _text_field(11, segment), _number_field(12, ticket),
+                     _number_field(13, length), _text_field(17, buffer),
+                     _number_field(18, offset)))
+
+
+def buffer_announcement(buffer: str, size: int) -> bytes:
+    """The ``Chunk`` that names a shared buffer of ``size`` bytes to its receiver."""
+    return _text_field(17, buffer) + _number_field(19, size)
+
+
+def buffer_forgotten(buffer: str) -> bytes:
+    """The ``Chunk`` that tells a receiver a shared buffer is gone (to unmap it)."""
+    return _text_field(17, buffer) + _number_field(20, 1)
 
 
 def decode_chunk(message: bytes) -> tuple[ChunkHeader, memoryview]:
@@ -152,9 +188,10 @@ def parse_chunk(message: bytes) -> tuple[ChunkHeader, memoryview, SlotFields | N
         get = fields.get
         header = ChunkHeader(str(get(1, "")), int(get(2, 0)), int(get(3, 0)), int(get(4, 0)),
                              int(get(5, 0)), int(get(6, 0)), int(get(7, 0)), int(get(8, 0)))
-        slot = None if 11 not in fields else SlotFields(
-            str(fields[11]), int(get(12, 0)), int(get(13, 0)), int(get(14, 0)),
-            int(get(15, 0)), str(get(16, "")))
+        slot = None if 11 not in fields and 17 not in fields else SlotFields(
+            str(get(11, "")), int(get(12, 0)), int(get(13, 0)), int(get(14, 0)),
+            int(get(15, 0)), str(get(16, "")), str(get(17, "")), int(get(18, 0)),
+            int(get(19, 0)), bool(get(20, 0)))
     except (ValueError, IndexError, UnicodeDecodeError) as error:
         raise DeviceError(f"a malformed chunk arrived on a link: {error}") from None
     return header, payload, slot
