@@ -69,10 +69,12 @@ class _DeviceDetails(TypedDict):
 class DeviceDetails(_DeviceDetails, total=False):
     """What a kind of device adds to its counters: memory per IPU, collectives running on
     it now, link chunks it dropped (nobody waited for them); a host relay also says how
-    many payload bytes it relayed (``relayed_bytes``). A device on Ray says its node
+    many payload bytes it relayed (``relayed_bytes``), and how many of them it read from
+    its senders' shared memory (``relayed_shared_bytes``). A device on Ray says its node
     (``node_id``, ``node_ip``)."""
 
     relayed_bytes: int
+    relayed_shared_bytes: int
     node_id: str | None
     node_ip: str | None
 

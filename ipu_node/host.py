@@ -9,8 +9,9 @@ IPUs, no tensors and no memory of its own.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterator
 
 import numpy as np
 import ray
@@ -24,8 +25,9 @@ from ipu_node.counters import Counters
 from ipu_node.device_spec import DeviceSpec
 from ipu_node.links.endpoint import LinkEndpoint
 from ipu_node.links.link_tls import LinkTLS
-from ipu_node.links.wire import decode_chunk
+from ipu_node.links.shared_link import Arrival, Relay
 from ipu_node.node_placement import resolve_link_host
+from ipu_node.relay_stream import OnwardPush
 from ipu_node.wall_spans import RECEIVE, SEND
 
 RELAY_DEADLINE_SECONDS = 60.0
@@ -42,21 +44,22 @@ class HostRelay(DeviceControl):
         ``link_tls``: TLS for its links (off by default)."""
         keep_freed_memory()
         self.relayed_bytes = 0
+        self.relayed_shared_bytes = 0  # of those, the bytes it read from shared memory
         self._owned_links: dict[tuple[int, int], np.ndarray] = {}
         self._by_collective: OrderedDict[str, np.ndarray] = OrderedDict()
         host, node_socket = resolve_link_host(host)
         super().__init__(spec, topology,
-                         LinkEndpoint(spec.name, self._deliver, host, RELAY_THREADS,
+                         LinkEndpoint(spec.name, Relay(self._deliver), host, RELAY_THREADS,
                                       secret=link_secret, tls=link_tls, local_socket=node_socket,
-                                      shared_memory=False),  # it relays chunks as they are
+                                      inline_sends=True),
                          Counters((), directed_links(topology)))
 
     def _faults_changed(self) -> None:
         self._owned_links = {}  # routes may have changed
 
     def _details(self) -> DeviceDetails:
-        return DeviceDetails(memory={}, collectives_running=0,
-                             relayed_bytes=self.relayed_bytes, dropped_chunks=0)
+        return DeviceDetails(memory={}, collectives_running=0, relayed_bytes=self.relayed_bytes,
+                             relayed_shared_bytes=self.relayed_shared_bytes, dropped_chunks=0)
 
     @ray.method(concurrency_group=CONTROL)
     def relayed(self, collective: str) -> np.ndarray:
@@ -89,24 +92,52 @@ class HostRelay(DeviceControl):
             np.add.at(mine, owned, nbytes)
         self.counters.add_at_links(owned, nbytes)
 
-    def _deliver(self, messages: Iterable[bytes]) -> tuple[int, int]:
-        """Take a stream of chunks, pass each on towards its IPU, answer once all arrived."""
+    def _deliver(self, arrivals: Iterator[Arrival]) -> tuple[int, int]:
+        """Take a stream of chunks and pass each on towards its IPU as it arrives (a push
+        per next hop, :mod:`ipu_node.relay_stream`); answer once all were passed on."""
         assert self.ownership is not None
-        onward: dict[int, list[bytes]] = {}
-        total = count = 0
+        onward: dict[int, OnwardPush] = {}
+        total = count = shared = 0
         started = self.wall.begin()  # receive: the stream's chunks as they arrive
-        for message in messages:
-            header, payload = decode_chunk(message)
-            nxt = self.ownership.next_device(self.index, header.dst_ipu)
-            onward.setdefault(nxt, []).append(message)
-            self._count(header.collective, header.src_ipu, header.dst_ipu, len(payload))
-            total += len(payload)
-            count += 1
+        try:
+            for arrival in arrivals:
+                push = self._onward(onward, arrival)
+                size = len(arrival.payload)
+                total, count = total + size, count + 1
+                shared += size if arrival.release is not None else 0
+                push.put(arrival, time.monotonic() + RELAY_DEADLINE_SECONDS)
+        except BaseException:
+            for push in onward.values():
+                push.abandon()
+            raise
         started = self.wall.end(RECEIVE, started, bytes=total, chunks=count, relay=True)
-        pushes = [self.endpoint.push(d, batch, RELAY_DEADLINE_SECONDS)
-                  for d, batch in onward.items()]
-        for push in pushes:
-            push.result(timeout=RELAY_DEADLINE_SECONDS)
+        limit = time.monotonic() + RELAY_DEADLINE_SECONDS
+        try:
+            for push in onward.values():
+                push.finish(limit)
+        except BaseException:
+            for push in onward.values():
+                push.abandon()
+            raise
         self.wall.end(SEND, started, bytes=total, chunks=count, relay=True)
         self.relayed_bytes += total
+        self.relayed_shared_bytes += shared
         return total, count
+
+    def _onward(self, pushes: dict[int, OnwardPush], arrival: Arrival) -> OnwardPush:
+        """The push that takes ``arrival`` on (opened on its first chunk), its bytes
+        counted on the links this host owns; the arrival is handed back if that fails."""
+        assert self.ownership is not None
+        header = arrival.header
+        try:
+            nxt = self.ownership.next_device(self.index, header.dst_ipu)
+            if nxt not in pushes:
+                pushes[nxt] = OnwardPush(self.endpoint.peers.to(nxt).push,
+                                         RELAY_DEADLINE_SECONDS, f"{self.spec.name}-relay")
+            self._count(header.collective, header.src_ipu, header.dst_ipu,
+                        len(arrival.payload))
+        except BaseException:
+            if arrival.release is not None:
+                arrival.release()
+            raise
+        return pushes[nxt]

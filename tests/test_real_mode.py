@@ -211,6 +211,44 @@ def test_server_hosts_are_devices_that_relay_and_count_traffic_between_servers(p
     assert counted_by_hosts == result.link_type_bytes["infiniband-100g"] > 0
 
 
+def relayed(pod):
+    """Bytes each host relayed, and those of them it read from shared memory, by name."""
+    return {s["name"]: (s["relayed_bytes"], s["relayed_shared_bytes"]) for s in pod.stats()
+            if s["name"].endswith(".host")}
+
+
+def relay_through(pod, arrays):
+    """A hierarchical allreduce of ``arrays`` (bit-for-bit the schedule's reference), and
+    the bytes the hosts relayed in all and from shared memory meanwhile."""
+    before = relayed(pod)
+    result = pod.collective("allreduce", arrays, algorithm="hierarchical")
+    for got, want in zip(result.results, run_in_memory(result.schedule, arrays, "sum")):
+        assert got.tobytes() == want.tobytes()
+    after = relayed(pod)
+    return (sum(after[h][0] - before[h][0] for h in after),
+            sum(after[h][1] - before[h][1] for h in after))
+
+
+def test_hosts_relay_chunks_from_their_cards_through_shared_memory(pods):
+    pod = pods["dss8440x2"]
+    arrays = inputs_for(pod, "allreduce", 3 << 18, np.float32, seed=5)  # 3 MiB each
+    total, shared = relay_through(pod, arrays)
+    # every byte crosses two hosts: from a card (shared memory), then from the other host
+    assert 0 < shared <= total // 2 and shared > total // 4
+
+
+def test_hosts_relay_inline_with_shared_memory_switched_off(ray_session, monkeypatch):
+    from ipu_node.links.shared_slots import ENV_SWITCH
+
+    monkeypatch.setenv(ENV_SWITCH, "0")
+    pod = EmulatedPod.launch("dss8440x2")
+    try:
+        total, shared = relay_through(pod, inputs_for(pod, "allreduce", 3 << 18, np.float32))
+        assert total > 0 and shared == 0
+    finally:
+        pod.shutdown()
+
+
 def test_inputs_too_big_for_this_machine_point_to_phantom_mode():
     from ipu_node.executor import check_replicas
 

@@ -14,26 +14,30 @@ from ipu_node.links.transport import DEFAULT_TRANSPORT, LinkClientLike, Receiver
 
 
 class LinkEndpoint:
-    """Receives through ``receive`` (a mailbox, or a function that takes a stream of
-    chunks), sends to peers by index; bound to ``host`` (loopback by default), speaking
+    """Receives through ``receive`` (a mailbox, a relay, or a function that takes a stream
+    of chunks), sends to peers by index; bound to ``host`` (loopback by default), speaking
     the link transport named ``transport_name``. Links carry and check ``secret`` (the
     POD's; this process's own if None), and with ``tls`` speak TLS both ways. With
     ``local_socket`` a server bound beyond loopback also listens on a Unix socket (for
     peers on its own machine). Without ``shared_memory`` chunks to and from peers on this
-    machine go through the socket, never through shared-memory slots."""
+    machine go through the socket, never through shared-memory slots; with ``inline_sends``
+    only those it sends do (a relaying host: a receiver must never wait on it for a slot
+    while it waits on that receiver's other chunks)."""
 
     def __init__(self, name: str, receive: Receiver, host: str, push_threads: int,
                  transport_name: str = DEFAULT_TRANSPORT, secret: str | None = None,
                  tls: LinkTLS | None = None, local_socket: bool = False,
-                 shared_memory: bool = True) -> None:
+                 shared_memory: bool = True, inline_sends: bool = False) -> None:
         chosen = transport(transport_name)
         secret = secret or local_secret()
-        limits = {} if shared_memory else {"limits": LinkLimits(shared_memory_slots=0)}
+        inline = {"limits": LinkLimits(shared_memory_slots=0)}
+        limits = {} if shared_memory else inline
+        sends = inline if inline_sends else limits
         extra = {"local_socket": True} if local_socket else {}
         self.server = chosen.server(name, receive, host, secret, tls=tls, **extra, **limits)
         self.address = self.server.start()
         self.peers = PeerLinks(lambda peer, address: chosen.client(peer, address, secret,
-                                                                   tls=tls, **limits))
+                                                                   tls=tls, **sends))
         self._pool = ThreadPoolExecutor(max_workers=push_threads,
                                         thread_name_prefix=f"{name}-push")
 

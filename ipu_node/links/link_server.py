@@ -30,7 +30,7 @@ from ipu_node.links.frames import (
 from ipu_node.links.link_limits import RESOURCE_EXHAUSTED, ByteBudget, LinkLimits, ResourceExhausted
 from ipu_node.links.link_tls import ALPN, LinkTLS
 from ipu_node.links.mailbox import Deliver, Mailbox
-from ipu_node.links.shared_link import receiving_layer
+from ipu_node.links.shared_link import Relay, receiving_layer
 from ipupod_proto import link_pb2
 
 SERVICE = "ipupod.link.v1.Link"
@@ -96,14 +96,15 @@ def _drain_and_close(sock: socket.socket) -> None:
 
 class LinkServer:
     """The ``Link`` gRPC service of one device, on an ephemeral port of ``host``.
-    ``receive`` is a :class:`Mailbox` (cards, machines) or a function that takes a stream
-    of chunk messages and returns (payload bytes, chunks) (relaying hosts). Calls must
+    ``receive`` is a :class:`Mailbox` (cards, machines), a
+    :class:`~ipu_node.links.shared_link.Relay` (relaying hosts), or a function that takes a
+    stream of chunk messages and returns (payload bytes, chunks). Calls must
     carry ``secret`` (this process's :func:`~ipu_node.links.link_secret.local_secret` if
     None). With ``tls`` connections are TLS (ALPN h2) and there is no Unix socket; with
     ``local_socket`` there is one even when ``host`` is not loopback (peers on this
     machine use it, others the TCP port)."""
 
-    def __init__(self, device: str, receive: Mailbox | Deliver, host: str = "127.0.0.1",
+    def __init__(self, device: str, receive: Mailbox | Relay | Deliver, host: str = "127.0.0.1",
                  secret: str | None = None, limits: LinkLimits | None = None,
                  tls: LinkTLS | None = None, local_socket: bool = False) -> None:
         self.device, self.host = device, host

@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple
 
 from ipu_node.device_errors import DeviceError
 from ipu_node.links.link_limits import LinkLimits
@@ -28,11 +29,14 @@ from ipu_node.links.shared_slots import (
     wanted,
 )
 from ipu_node.links.wire import (
+    ChunkHeader,
     ChunkParts,
+    SlotFields,
     announcement,
     buffer_announcement,
     buffer_forgotten,
     buffer_reference,
+    encode_header,
     parse_chunk,
     slot_reference,
 )
@@ -49,16 +53,38 @@ def sending_layer(peer: str, address: str, tls: bool, limits: LinkLimits,
     return SlotSender(peer, limits.shared_memory_slots, chunk_bytes)
 
 
-def receiving_layer(device: str, receive: Mailbox | Deliver, address: str, tls: bool,
+class Arrival(NamedTuple):
+    """A chunk as a relay receives it: its header, its payload (inline, or a read-only view
+    of the sender's shared memory), the message that sends it onward unchanged, and the
+    function that hands its shared memory back (None for an inline chunk)."""
+
+    header: ChunkHeader
+    payload: memoryview
+    onward: object  # bytes, or ChunkParts
+    release: Release
+
+
+class Relay(NamedTuple):
+    """A receiver that passes chunks on as they arrive (a relaying host): ``forward``
+    takes a stream of :class:`Arrival` and returns (payload bytes, chunks); it must call
+    each arrival's ``release`` once the chunk has been passed on (or given up)."""
+
+    forward: Callable[[Iterator[Arrival]], tuple[int, int]]
+
+
+def receiving_layer(device: str, receive: Mailbox | Relay | Deliver, address: str, tls: bool,
                     limits: LinkLimits) -> tuple[ReceiverSlots | None, Deliver]:
     """How a link server delivers a stream: the segments peers on this machine announce
-    (None when the layer does not apply) and the delivery. Only into a mailbox: a relaying
-    host passes chunks on as they are."""
-    if not isinstance(receive, Mailbox):
+    (None when the layer does not apply) and the delivery. Into a mailbox, or to a
+    :class:`Relay`; any other function takes the chunks as they are."""
+    if not isinstance(receive, (Mailbox, Relay)):
         return None, receive
-    if not wanted(address, tls, limits.shared_memory_slots):
+    on = wanted(address, tls, limits.shared_memory_slots)
+    slots = ReceiverSlots(device) if on else None
+    if isinstance(receive, Relay):
+        return slots, lambda messages: receive.forward(_arrivals(messages, slots))
+    if slots is None:
         return None, deliver_to(receive)
-    slots = ReceiverSlots(device)
     return slots, slot_delivery(receive, slots)
 
 
@@ -172,6 +198,24 @@ class SlotSender:
                 yield message
 
 
+def _resolved(slots: ReceiverSlots, slot: SlotFields) -> tuple[memoryview, Release] | None:
+    """A reference's payload (a view of shared memory) and the function that hands it back;
+    None for an announcement (of a segment, or news of a buffer), which is applied here."""
+    if slot.slots:  # an announcement, not a chunk
+        slots.attach(slot.segment, slot.slots, slot.slot_bytes, slot.retired)
+        return None
+    if slot.buffer and (slot.buffer_bytes or slot.forget):  # news of a buffer
+        if slot.forget:
+            slots.buffers.forget(slot.buffer)
+        else:
+            slots.buffers.attach(slot.buffer, slot.buffer_bytes)
+        return None
+    if slot.buffer:
+        return slots.resolve_buffer(slot.segment, slot.slot, slot.buffer, slot.buffer_offset,
+                                    slot.length)
+    return slots.resolve(slot.segment, slot.slot, slot.length)
+
+
 def slot_delivery(mailbox: Mailbox, slots: ReceiverSlots) -> Deliver:
     """File every chunk of a stream in ``mailbox``: inline ones as they are, references
     resolved to a view of their slot (handed back once landed), announcements of segments
@@ -183,22 +227,30 @@ def slot_delivery(mailbox: Mailbox, slots: ReceiverSlots) -> Deliver:
             header, payload, slot = parse_chunk(message)
             release: Release = None
             if slot is not None:
-                if slot.slots:  # an announcement, not a chunk
-                    slots.attach(slot.segment, slot.slots, slot.slot_bytes, slot.retired)
+                resolved = _resolved(slots, slot)
+                if resolved is None:
                     continue
-                if slot.buffer and (slot.buffer_bytes or slot.forget):  # news of a buffer
-                    if slot.forget:
-                        slots.buffers.forget(slot.buffer)
-                    else:
-                        slots.buffers.attach(slot.buffer, slot.buffer_bytes)
-                    continue
-                payload, release = (
-                    slots.resolve_buffer(slot.segment, slot.slot, slot.buffer,
-                                         slot.buffer_offset, slot.length) if slot.buffer
-                    else slots.resolve(slot.segment, slot.slot, slot.length))
+                payload, release = resolved
             mailbox.file(header, payload, release)
             total += len(payload)
             count += 1
         return total, count
 
     return deliver
+
+
+def _arrivals(messages: Iterable, slots: ReceiverSlots | None) -> Iterator[Arrival]:
+    """A relay's stream as :class:`Arrival` s: inline chunks go on as they came; a
+    reference (only where ``slots`` is, else malformed) goes on with its payload inline."""
+    for message in messages:
+        header, payload, slot = parse_chunk(message)
+        if slot is None:
+            yield Arrival(header, payload, message, None)
+            continue
+        if slots is None:
+            raise DeviceError("a malformed chunk arrived on a link: it refers to shared "
+                              "memory, which this link does not take")
+        resolved = _resolved(slots, slot)
+        if resolved is not None:
+            payload, release = resolved
+            yield Arrival(header, payload, ChunkParts(encode_header(*header), payload), release)

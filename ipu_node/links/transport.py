@@ -17,9 +17,10 @@ from typing import Protocol
 from cluster.errors import UserError
 from cluster.model.plugins import Registry
 from ipu_node.links.mailbox import Deliver, Mailbox
+from ipu_node.links.shared_link import Relay
 
 DEFAULT_TRANSPORT = "grpc-h2"
-Receiver = Mailbox | Deliver  # a mailbox, or what a relaying host does with a stream
+Receiver = Mailbox | Relay | Deliver  # a mailbox, or what a relaying host does with a stream
 
 
 class LinkServerLike(Protocol):
