@@ -1,0 +1,85 @@
+"""A relay passes chunks on as they arrive: a stream longer than its sender's shared-memory
+slots goes through whole (the relay never holds it all), bytes unchanged, each slot handed
+back once its chunk is on the onward socket; an onward link that fails fails the stream."""
+
+import time
+
+import numpy as np
+import pytest
+
+from ipu_node.device_errors import DeviceError
+from ipu_node.links.channel import LinkClient, LinkServer, Transfer, encode_transfers
+from ipu_node.links.link_limits import LinkLimits
+from ipu_node.links.mailbox import Mailbox, TransferKey
+from ipu_node.links.shared_link import Relay
+from ipu_node.relay_stream import OnwardPush
+
+PIECE = 100 << 10  # above the smallest payload that goes through a slot
+TRANSFERS = 12  # one chunk each: six times the sender's slots
+
+
+def relay_to(client: LinkClient, seen: list[bool]) -> Relay:
+    """A relay that passes every chunk to ``client``'s device, noting for each whether it
+    arrived in shared memory."""
+
+    def forward(arrivals):
+        push = OnwardPush(client.push, 20, "test-relay")
+        total = count = 0
+        for arrival in arrivals:
+            seen.append(arrival.release is not None)
+            total, count = total + len(arrival.payload), count + 1
+            push.put(arrival, time.monotonic() + 20)
+        push.finish(time.monotonic() + 20)
+        return total, count
+
+    return Relay(forward)
+
+
+@pytest.fixture
+def card():
+    mailbox = Mailbox()
+    server = LinkServer("card", mailbox)
+    server.start()
+    yield mailbox, server
+    server.stop()
+
+
+def test_a_stream_longer_than_the_senders_slots_is_relayed_whole_from_shared_memory(card):
+    mailbox, card_server = card
+    to_card = LinkClient("card", card_server.link_address,
+                         limits=LinkLimits(shared_memory_slots=0))
+    seen: list[bool] = []
+    host = LinkServer("host", relay_to(to_card, seen))
+    host.start()
+    sender = LinkClient("host", host.link_address, limits=LinkLimits(shared_memory_slots=2))
+    payloads = [np.random.default_rng(n).integers(0, 255, PIECE, np.uint8)
+                for n in range(TRANSFERS)]
+    try:
+        sent = sender.push(encode_transfers("r", 0, 0, [Transfer(n, 0, 1, p) for n, p in
+                                                         enumerate(payloads)]), 20)
+        assert sent == TRANSFERS * PIECE
+        assert seen == [True] * TRANSFERS and host.slots is not None
+        for n, payload in enumerate(payloads):
+            (_, data), = mailbox.take(TransferKey("r", 0, 0, n), 5, "host")
+            assert bytes(data) == payload.tobytes()
+    finally:
+        sender.close()
+        to_card.close()
+        host.stop()
+
+
+def test_an_onward_link_that_fails_fails_the_relayed_stream(card):
+    _, card_server = card
+    to_nowhere = LinkClient("card", card_server.address)
+    card_server.stop()  # nothing listens there now
+    host = LinkServer("host", relay_to(to_nowhere, []))
+    host.start()
+    sender = LinkClient("host", host.link_address, limits=LinkLimits(shared_memory_slots=2))
+    try:
+        with pytest.raises(DeviceError, match="failed"):
+            sender.push(encode_transfers("r", 0, 0, [Transfer(n, 0, 1, np.zeros(PIECE, np.uint8))
+                                                     for n in range(TRANSFERS)]), 20)
+    finally:
+        sender.close()
+        to_nowhere.close()
+        host.stop()
