@@ -92,9 +92,8 @@ class SlotSender:
     """The sending end of one link's layer, over the socket's push: the segment is made and
     announced on the first push; large chunks' payloads are referred to where they lie in a
     shared buffer (:mod:`ipu_node.links.shared_buffers`), else go into free slots; the rest
-    inline. If the segment cannot be made or announced (a relaying host, a peer that
-    refuses), chunks go inline from then on; if a buffer cannot be announced, through slots.
-    Thread-safe."""
+    inline. If the segment cannot be made or announced (a peer that refuses it), chunks go
+    inline from then on; if a buffer cannot be announced, through slots. Thread-safe."""
 
     def __init__(self, peer: str, slots: int, slot_bytes: int) -> None:
         self.peer, self.slots, self.slot_bytes = peer, slots, slot_bytes

@@ -20,7 +20,7 @@ from ipu_node.links.mailbox import Deliver, Mailbox
 from ipu_node.links.shared_link import Relay
 
 DEFAULT_TRANSPORT = "grpc-h2"
-Receiver = Mailbox | Relay | Deliver  # a mailbox, or what a relaying host does with a stream
+Receiver = Mailbox | Relay | Deliver  # a mailbox, a relaying host, or a function of a stream
 
 
 class LinkServerLike(Protocol):
