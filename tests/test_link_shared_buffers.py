@@ -17,18 +17,17 @@ import ray
 
 from ipu_node.device_errors import DeviceError, LinkTimeout
 from ipu_node.links.channel import CHUNK_BYTES, LinkClient, LinkServer, Transfer, encode_transfers
-from ipu_node.links.link_limits import LinkLimits
 from ipu_node.links.mailbox import Mailbox, TransferKey
 from ipu_node.links.shared_buffers import REGISTRY, PeerBuffers, shared_empty
-from ipu_node.links.shared_slots import SHM_FOLDER, TICKETS, SenderSlots
+from ipu_node.links.shared_slots import SHM_FOLDER, TICKETS
 from ipu_node.links.wire import (
-    announcement,
     buffer_announcement,
     buffer_forgotten,
     buffer_reference,
     encode_header,
 )
 from ipu_node.pod import EmulatedPod
+from tests.announced_segment import announced_segment
 
 _MAPPED = re.compile(r"/memfd:ipupod-buffer-(\d+)-")
 
@@ -123,23 +122,14 @@ def raw_link():
     """A server with shared memory, a client that sends messages as given, a link segment
     and a shared buffer announced to the server, ticket 0 in flight for its first 100
     bytes."""
-    mailbox = Mailbox()
-    server = LinkServer("receiver", mailbox)
-    server.start()
-    client = LinkClient("receiver", server.link_address, limits=LinkLimits(shared_memory_slots=0))
-    slots = SenderSlots("receiver", 2, 1 << 16)
-    slots.create()
-    client.push([announcement(slots.name, 2, 1 << 16)], 10)
-    slots.unlink()
-    array = shared_empty(1 << 20, np.uint8)
-    array[:] = 120
-    buffer, _ = REGISTRY.locate(array.data)
-    client.push([buffer_announcement(buffer.name, buffer.size)], 10)
-    assert slots.claim_ticket(buffer.number, 0, 100, 0) == 0
-    yield client, slots, buffer, mailbox
-    del array
-    client.close()
-    server.stop()
+    with announced_segment() as (client, slots, mailbox):
+        array = shared_empty(1 << 20, np.uint8)
+        array[:] = 120
+        buffer, _ = REGISTRY.locate(array.data)
+        client.push([buffer_announcement(buffer.name, buffer.size)], 10)
+        assert slots.claim_ticket(buffer.number, 0, 100, 0) == 0
+        yield client, slots, buffer, mailbox
+        del array
 
 
 def _forged_name(buffer) -> str:

@@ -26,6 +26,7 @@ from ipu_node.links.shared_slots import (
 )
 from ipu_node.links.wire import announcement, encode_header, slot_reference
 from ipu_node.pod import EmulatedPod
+from tests.announced_segment import announced_segment
 
 
 def our_segments() -> set[str]:
@@ -104,19 +105,10 @@ def test_taken_chunks_are_copied_out_of_their_slots(link):
 def raw_link():
     """A server with shared memory, a client that sends messages as given, and a segment
     announced to the server with slot 0 claimed by the sender."""
-    mailbox = Mailbox()
-    server = LinkServer("receiver", mailbox)
-    server.start()
-    client = LinkClient("receiver", server.link_address, limits=LinkLimits(shared_memory_slots=0))
-    slots = SenderSlots("receiver", 2, 1 << 16)
-    slots.create()
-    client.push([announcement(slots.name, 2, 1 << 16)], 10)
-    slots.unlink()
-    assert slots.claim(0) == 0
-    slots.write(0, memoryview(b"x" * 100))
-    yield client, slots, mailbox
-    client.close()
-    server.stop()
+    with announced_segment() as (client, slots, mailbox):
+        assert slots.claim(0) == 0
+        slots.write(0, memoryview(b"x" * 100))
+        yield client, slots, mailbox
 
 
 HEADER = encode_header("h", 0, 0, 0, 1, 2, 0, 100)

@@ -100,6 +100,20 @@ def _refused(reason: str) -> DeviceError:
     return DeviceError(f"a malformed chunk arrived on a link: {reason}")
 
 
+class _Backoff:
+    """Pauses growing from ``first`` to ``most`` seconds while a sender waits for its
+    receiver, until ``limit`` (monotonic); then :class:`LinkTimeout` saying ``why``."""
+
+    def __init__(self, limit: float, first: float, most: float, why: str) -> None:
+        self.limit, self.pause, self.most, self.why = limit, first, most, why
+
+    def wait(self) -> None:
+        if time.monotonic() + self.pause > self.limit:
+            raise LinkTimeout(self.why)
+        time.sleep(self.pause)
+        self.pause = min(self.pause * 2, self.most)
+
+
 class SenderSlots:
     """The sending end's segment for one link: made on first use, slots claimed here and
     handed back by the receiver through their state bytes. Thread-safe."""
@@ -159,7 +173,9 @@ class SenderSlots:
 
     def _claim(self, states: np.ndarray, limit: float, what: str,
                record: tuple[int, int, int] | None = None) -> int:
-        pause = 50e-6
+        backoff = _Backoff(limit, 50e-6, 2e-3,
+                           f"the link to {self.peer}: none of its {what} came back in time "
+                           "(the receiver has not landed the chunks it holds)")
         while True:
             with self._lock:
                 free = np.flatnonzero(states == FREE)
@@ -170,26 +186,18 @@ class SenderSlots:
                         self._records[index] = record
                     states[index] = CLAIMED
                     return index
-            if time.monotonic() + pause > limit:
-                raise LinkTimeout(
-                    f"the link to {self.peer}: none of its {what} came back in time (the "
-                    "receiver has not landed the chunks it holds)")
-            time.sleep(pause)
-            pause = min(pause * 2, 2e-3)
+            backoff.wait()
 
     def landed(self, tickets: list[int], limit: float) -> None:
         """Wait until ``limit`` (monotonic) for the receiver to hand ``tickets`` back: it
         has landed their ranges, which may be written again; else :class:`LinkTimeout`."""
         assert self._tickets is not None
-        pause = 20e-6
+        backoff = _Backoff(limit, 20e-6, 1e-3,
+                           f"the link to {self.peer}: the receiver did not land the chunks it "
+                           "reads from this device's buffers in time")
         for ticket in tickets:
             while self._tickets[ticket] != FREE:
-                if time.monotonic() + pause > limit:
-                    raise LinkTimeout(
-                        f"the link to {self.peer}: the receiver did not land the chunks it "
-                        "reads from this device's buffers in time")
-                time.sleep(pause)
-                pause = min(pause * 2, 1e-3)
+                backoff.wait()
 
     def write(self, slot: int, payload: memoryview) -> None:
         """Copy ``payload`` into ``slot`` (claimed by :meth:`claim`)."""
