@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cluster.training.numpy_mlp import MLPSpec
+from cluster.training.pipeline.stage_math import loss_gradient
 from cluster.training.tensor_parallel.layer_allreduces import Axis, Phase, TensorCollective
 from cluster.training.workloads.layers import DType
 from cluster.training.workloads.tensor_shape import TensorRole
@@ -155,7 +156,7 @@ def tail_forward_backward(split: MegatronSplit, parts: RankParts, grads: RankPar
         stashed.append(a)
         w, b = parts.replicated[j]
         z = a @ w + b
-    loss, delta = _softmax_loss(z, labels)
+    loss, delta = loss_gradient(z, labels)
     for j in range(len(split.shapes) - 1, split.layer + 1, -1):
         a = stashed[j - split.layer - 2]
         w, b = parts.replicated[j]
@@ -190,16 +191,3 @@ def head_backward(parts: RankParts, grads: RankParts, inputs: list[np.ndarray],
         gb[...] += delta.sum(axis=0)
         if j > 0:
             delta = (delta @ w.T) * (inputs[j] > 0)
-
-
-def _softmax_loss(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.ndarray]:
-    """Mean softmax cross-entropy of ``logits`` and its gradient, in their dtype (as
-    :func:`cluster.training.numpy_mlp.loss_and_grad`)."""
-    rows = np.arange(len(labels))
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
-    total = exp.sum(axis=1, keepdims=True)
-    loss = float(-(shifted[rows, labels] - np.log(total[:, 0])).mean())
-    delta = exp / total
-    delta[rows, labels] -= 1
-    return loss, delta / delta.dtype.type(len(labels))
