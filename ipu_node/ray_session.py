@@ -16,7 +16,7 @@ import os
 import socket
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ PROBE_TIMEOUT_SECONDS = 5.0  # each step of checking an address: TCP connect, HT
 GCS_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"  # a call every Ray GCS answers
 MAX_TEMP_ROOT_CHARS = 40  # Ray's Unix sockets live under it; their paths stop at 107 bytes
 TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+WORKER_POOL_WARNING = "worker processes have been started on node"  # Ray's raylet, to drivers
 _COMMON: dict[str, Any] = dict(namespace="ipupod", include_dashboard=False,
                                log_to_driver=False, configure_logging=False)
 
@@ -70,6 +71,7 @@ def _join(address: str, source: str) -> None:
         with _token_notice_said_by_us():
             _token_auth_if_a_token_is_there()
             ray.init(address=address, **_COMMON)
+        _without_worker_pool_warnings()
     except Exception as error:  # noqa: BLE001 - Ray raises several types for a bad address
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise UserError(f"cannot join the Ray cluster at {quoted(address)} ({source}): "
@@ -84,6 +86,7 @@ def _start_private(ipus_needed: int) -> None:
         with _token_notice_said_by_us():
             context = ray.init(address="local", _temp_dir=str(temp_dir),
                                resources={"IPU": max(LOCAL_IPU_SLOTS, ipus_needed)}, **_COMMON)
+        _without_worker_pool_warnings()
     except Exception as error:  # noqa: BLE001 - Ray raises several types when it cannot start
         raise UserError(f"could not start a local Ray in {temp_dir}: "
                         f"{str(error).strip()[:300] or type(error).__name__}; its logs are "
@@ -103,6 +106,31 @@ def _token_notice_said_by_us() -> Iterator[None]:
         yield
     finally:
         notices.setLevel(level)
+
+
+class _WithoutWorkerPoolWarnings:
+    """Ray's printer of its messages to a driver, less the raylet's warning that its worker
+    processes passed another multiple of its startup concurrency (the machine's cores): a
+    POD runs a process per device by design, so on 2 cores every launch of 8 devices or
+    more drew a WARNING and a link to a Ray issue, and a long ``ipupod serve`` one every
+    few launches. Ray's other messages pass as they are."""
+
+    def __init__(self, printing: Callable[[dict[str, Any], bool], None]) -> None:
+        self.printing = printing
+
+    def __call__(self, data: dict[str, Any], ignore_prefix: bool) -> None:
+        lines = [line for line in data.get("lines", []) if WORKER_POOL_WARNING not in line]
+        if lines:
+            self.printing({**data, "lines": lines}, ignore_prefix)
+
+
+def _without_worker_pool_warnings() -> None:
+    """Put :class:`_WithoutWorkerPoolWarnings` in Ray's place (once; nothing if this Ray
+    prints otherwise)."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    printing = getattr(worker, "print_to_stdstream", None)
+    if callable(printing) and not isinstance(printing, _WithoutWorkerPoolWarnings):
+        worker.print_to_stdstream = _WithoutWorkerPoolWarnings(printing)  # type: ignore[union-attr]
 
 
 def _authentication() -> str:

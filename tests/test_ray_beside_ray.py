@@ -148,13 +148,15 @@ def test_a_stale_address_file_changes_nothing(tmp_path):
 
 def test_ray_turning_token_authentication_on_is_said_in_our_line_not_its_log(tmp_path):
     """With RAY_AUTH_MODE unset, Ray turns token authentication on for a new local Ray and
-    logs a notice of several lines about it; the one line naming the Ray says it instead."""
+    logs a notice of several lines about it; the one line naming the Ray says it instead.
+    Ten device processes on this machine's cores draw no warning from Ray's raylet either."""
     env = environment(tmp_path)
     env.pop("RAY_AUTH_MODE", None)
-    run = ipupod(["bench", "allreduce", "--topology", "dss8440", "--mode", "real",
+    run = ipupod(["bench", "allreduce", "--topology", "dss8440x2", "--mode", "real",
                   "-b", "1K", "-e", "1K", "-n", "1", "-w", "0"], env)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "ipupod: using a private local Ray (token authentication; logs in" in run.stderr
+    assert "worker processes have been started" not in run.stdout + run.stderr
     assert "Token authentication is enabled" not in run.stderr
 
 
