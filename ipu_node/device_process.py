@@ -50,8 +50,8 @@ class DeviceProcess:
                  link_tls: LinkTLS | None = None, link_shared_memory: bool = True) -> None:
         """As :class:`~ipu_node.card.Card`'s arguments, for each of ``specs``."""
         self.members: list[DeviceControl] = [
-            Card(spec, topology, host, link_secret, link_tls, link_shared_memory) if spec.ipus
-            else HostRelay(spec, topology, host, link_secret, link_tls) for spec in specs]
+            device_class(spec)(spec, topology, host, link_secret, link_tls, link_shared_memory)
+            for spec in specs]
 
     def call(self, member: int, method: str, *args: Any, **kwargs: Any) -> Any:
         """``method(*args, **kwargs)`` of device ``member``, on the collective threads."""

@@ -39,9 +39,11 @@ class HostRelay(DeviceControl):
     """One server's host: forwards chunks between its cards and the other servers."""
 
     def __init__(self, spec: DeviceSpec, topology: Topology, host: str = "127.0.0.1",
-                 link_secret: str | None = None, link_tls: LinkTLS | None = None) -> None:
+                 link_secret: str | None = None, link_tls: LinkTLS | None = None,
+                 link_shared_memory: bool = True) -> None:
         """``link_secret``: the POD's, which its links carry and check (never logged);
-        ``link_tls``: TLS for its links (off by default)."""
+        ``link_tls``: TLS for its links (off by default); ``link_shared_memory``: chunks
+        to and from devices on this machine through shared memory (on by default)."""
         keep_freed_memory()
         self.relayed_bytes = 0
         self.relayed_shared_bytes = 0  # of those, the bytes it read from shared memory
@@ -51,7 +53,7 @@ class HostRelay(DeviceControl):
         super().__init__(spec, topology,
                          LinkEndpoint(spec.name, Relay(self._deliver), host, RELAY_THREADS,
                                       secret=link_secret, tls=link_tls, local_socket=node_socket,
-                                      inline_sends=True),
+                                      shared_memory=link_shared_memory, relaying=True),
                          Counters((), directed_links(topology)))
 
     def _faults_changed(self) -> None:

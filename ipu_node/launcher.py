@@ -197,8 +197,7 @@ class Launch:
             max_concurrency=sum(max(MIN_DEVICE_THREADS, len(spec.ipus)) for spec in members),
             scheduling_strategy=where,
         ).remote(members[0] if alone else members, topology, self.link_host,
-                 self.link_secret, self.link_tls,
-                 **({} if kind is HostRelay else {"link_shared_memory": self.link_shared_memory}))
+                 self.link_secret, self.link_tls, self.link_shared_memory)
         for member, index in enumerate(indices):
             self.actors[index] = (actor_device(actor) if alone else
                                   MemberHandle(actor, member, device_class(members[member])))

@@ -289,3 +289,13 @@ def test_cards_map_segments_only_with_the_path_on(pods):
     assert not any(mapped_segments(info["pid"], "/memfd:ipupod-buffer-")
                    for info in pods[False].infos)
     np.testing.assert_array_equal(pods[True].link_bytes(), pods[False].link_bytes())
+
+
+def test_link_limits_refuse_slots_out_of_range_and_a_wait_that_is_not_yes_or_no():
+    from cluster.errors import UserError
+
+    with pytest.raises(UserError, match="shared_memory_slots must be 0 .off. to 64, not 65"):
+        LinkLimits(shared_memory_slots=65)
+    with pytest.raises(UserError, match="shared_memory_waits must be true or false, not 1"):
+        LinkLimits(shared_memory_waits=1)  # type: ignore[arg-type]
+    assert not LinkLimits(shared_memory_waits=False).shared_memory_waits

@@ -233,8 +233,10 @@ def test_hosts_relay_chunks_from_their_cards_through_shared_memory(pods):
     pod = pods["dss8440x2"]
     arrays = inputs_for(pod, "allreduce", 3 << 18, np.float32, seed=5)  # 3 MiB each
     total, shared = relay_through(pod, arrays)
-    # every byte crosses two hosts: from a card (shared memory), then from the other host
-    assert 0 < shared <= total // 2 and shared > total // 4
+    # every byte crosses two hosts: from a card (by reference into its buffer), then from
+    # the other host (through its slots: each collective starts with them all free, and a
+    # chunk that finds none taken goes inline)
+    assert total // 2 < shared <= total
 
 
 def test_hosts_relay_inline_with_shared_memory_switched_off(ray_session, monkeypatch):

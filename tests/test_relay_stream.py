@@ -1,7 +1,10 @@
 """A relay passes chunks on as they arrive: a stream longer than its sender's shared-memory
 slots goes through whole (the relay never holds it all), bytes unchanged, each slot handed
-back once its chunk is on the onward socket; an onward link that fails fails the stream."""
+back once its chunk is on the onward link; it sends on through slots of its own but never
+waits for one (a chunk that finds none goes inline); an onward link that fails fails the
+stream."""
 
+import mmap
 import time
 
 import numpy as np
@@ -62,6 +65,30 @@ def test_a_stream_longer_than_the_senders_slots_is_relayed_whole_from_shared_mem
         for n, payload in enumerate(payloads):
             (_, data), = mailbox.take(TransferKey("r", 0, 0, n), 5, "host")
             assert bytes(data) == payload.tobytes()
+    finally:
+        sender.close()
+        to_card.close()
+        host.stop()
+
+
+def test_a_relay_sends_on_through_its_own_slots_and_inline_when_the_receiver_holds_them(card):
+    mailbox, card_server = card
+    to_card = LinkClient("card", card_server.link_address,
+                         limits=LinkLimits(shared_memory_slots=2, shared_memory_waits=False))
+    host = LinkServer("host", relay_to(to_card, []))
+    host.start()
+    sender = LinkClient("host", host.link_address, limits=LinkLimits(shared_memory_slots=2))
+    payloads = [np.random.default_rng(n).integers(0, 255, PIECE, np.uint8)
+                for n in range(TRANSFERS)]
+    try:  # nobody lands a chunk at the card until the push is over: it must not wait
+        sender.push(encode_transfers("r", 0, 0, [Transfer(n, 0, 1, p) for n, p in
+                                                 enumerate(payloads)]), 20)
+        in_slots = []
+        for n, payload in enumerate(payloads):
+            for _, data in mailbox.chunks(TransferKey("r", 0, 0, n), 5, "host"):
+                assert bytes(data) == payload.tobytes()
+                in_slots.append(isinstance(getattr(data, "obj", None), mmap.mmap))
+        assert in_slots == [True] * 2 + [False] * (TRANSFERS - 2)
     finally:
         sender.close()
         to_card.close()

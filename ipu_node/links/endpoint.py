@@ -20,19 +20,20 @@ class LinkEndpoint:
     POD's; this process's own if None), and with ``tls`` speak TLS both ways. With
     ``local_socket`` a server bound beyond loopback also listens on a Unix socket (for
     peers on its own machine). Without ``shared_memory`` chunks to and from peers on this
-    machine go through the socket, never through shared-memory slots; with ``inline_sends``
-    only those it sends do (a relaying host: a receiver must never wait on it for a slot
-    while it waits on that receiver's other chunks)."""
+    machine go through the socket, never through shared-memory slots; with ``relaying`` the
+    chunks it sends never wait for a slot: one that finds none free goes through the socket
+    (a relaying host: a receiver must never wait on it for a slot while it waits on that
+    receiver's other chunks)."""
 
     def __init__(self, name: str, receive: Receiver, host: str, push_threads: int,
                  transport_name: str = DEFAULT_TRANSPORT, secret: str | None = None,
                  tls: LinkTLS | None = None, local_socket: bool = False,
-                 shared_memory: bool = True, inline_sends: bool = False) -> None:
+                 shared_memory: bool = True, relaying: bool = False) -> None:
         chosen = transport(transport_name)
         secret = secret or local_secret()
-        inline = {"limits": LinkLimits(shared_memory_slots=0)}
-        limits = {} if shared_memory else inline
-        sends = inline if inline_sends else limits
+        limits = {} if shared_memory else {"limits": LinkLimits(shared_memory_slots=0)}
+        sends = ({"limits": LinkLimits(shared_memory_waits=False)} if relaying and shared_memory
+                 else limits)
         extra = {"local_socket": True} if local_socket else {}
         self.server = chosen.server(name, receive, host, secret, tls=tls, **extra, **limits)
         self.address = self.server.start()

@@ -27,7 +27,10 @@ class LinkLimits:
 
     (*) Large frames cost no memory here (DATA is read straight into messages, other
     frames have small fixed or limited sizes, unknown ones are skipped in pieces) and
-    save CPU: 1 MiB frames made one link 20% slower (``benchmarks/link_stream.py``)."""
+    save CPU: 1 MiB frames made one link 20% slower (``benchmarks/link_stream.py``).
+
+    (**) A relaying host sends without waiting: its receiver may hold every slot with
+    chunks that wait on another chunk the host has yet to pass on."""
 
     max_frame_bytes: int = (1 << 24) - 1  # SETTINGS_MAX_FRAME_SIZE we advertise (*)
     max_header_block_bytes: int = 16 << 10  # one header block, CONTINUATION included
@@ -40,6 +43,7 @@ class LinkLimits:
     max_buffered_bytes: int = 2 << 30  # chunks a mailbox holds, not yet taken
     stale_chunks_seconds: float = 120.0  # chunks of a collective nobody waits on: dropped after
     shared_memory_slots: int = 8  # per link to a peer on this machine (0: chunks go inline)
+    shared_memory_waits: bool = True  # a sender waits for a free slot; False: it goes inline (**)
 
     def __post_init__(self) -> None:
         if not MIN_FRAME_BYTES <= self.max_frame_bytes <= MAX_FRAME_BYTES:
@@ -49,9 +53,12 @@ class LinkLimits:
                 and 0 <= self.shared_memory_slots <= MAX_SHARED_MEMORY_SLOTS):
             raise UserError(f"link limit shared_memory_slots must be 0 (off) to "
                             f"{MAX_SHARED_MEMORY_SLOTS}, not {self.shared_memory_slots!r}")
+        if not isinstance(self.shared_memory_waits, bool):
+            raise UserError(f"link limit shared_memory_waits must be true or false, "
+                            f"not {self.shared_memory_waits!r}")
         for field in fields(self):
             value = getattr(self, field.name)
-            if field.name == "shared_memory_slots":
+            if field.name in ("shared_memory_slots", "shared_memory_waits"):
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise UserError(f"link limit {field.name} must be a positive number, "

@@ -42,6 +42,7 @@ from ipu_node.links.wire import (
 )
 
 Push = Callable[[Iterable, float], int]  # (messages, deadline seconds) -> bytes acknowledged
+Locate = Callable[[memoryview], "tuple[SharedBuffer, int] | None"]  # SlotSender.located
 
 
 def sending_layer(peer: str, address: str, tls: bool, limits: LinkLimits,
@@ -50,7 +51,8 @@ def sending_layer(peer: str, address: str, tls: bool, limits: LinkLimits,
     ``chunk_bytes``), or None where it does not apply (chunks go inline on the socket)."""
     if not wanted(address, tls, limits.shared_memory_slots):
         return None
-    return SlotSender(peer, limits.shared_memory_slots, chunk_bytes)
+    return SlotSender(peer, limits.shared_memory_slots, chunk_bytes,
+                      waits=limits.shared_memory_waits)
 
 
 class Arrival(NamedTuple):
@@ -92,11 +94,14 @@ class SlotSender:
     """The sending end of one link's layer, over the socket's push: the segment is made and
     announced on the first push; large chunks' payloads are referred to where they lie in a
     shared buffer (:mod:`ipu_node.links.shared_buffers`), else go into free slots; the rest
-    inline. If the segment cannot be made or announced (a peer that refuses it), chunks go
-    inline from then on; if a buffer cannot be announced, through slots. Thread-safe."""
+    inline. A push streams: each chunk is sent as it comes, its buffer announced (in a push
+    of its own) the first time. With ``waits`` False (a relay) a chunk that finds no free
+    ticket or slot goes inline rather than wait for the receiver. If the segment cannot be
+    made or announced (a peer that refuses it), chunks go inline from then on; if a buffer
+    cannot be announced, through slots. Thread-safe."""
 
-    def __init__(self, peer: str, slots: int, slot_bytes: int) -> None:
-        self.peer, self.slots, self.slot_bytes = peer, slots, slot_bytes
+    def __init__(self, peer: str, slots: int, slot_bytes: int, waits: bool = True) -> None:
+        self.peer, self.slots, self.slot_bytes, self.waits = peer, slots, slot_bytes, waits
         self._on = True
         self._segment: SenderSlots | None = None  # made and announced on the first push
         self._retired = ""  # the last segment given up, for the receiver to forget
@@ -112,13 +117,14 @@ class SlotSender:
         if segment is None:
             return socket_push(messages, deadline_seconds)
         limit = time.monotonic() + deadline_seconds
-        messages = list(messages)
-        located = self._announce_buffers(messages, deadline_seconds, socket_push)
+        self._forget_freed(deadline_seconds, socket_push)
         claimed: list[int] = []
         tickets: list[int] = []
         try:
-            acknowledged = socket_push(self._through(segment, messages, located, limit,
-                                                     claimed, tickets), deadline_seconds)
+            acknowledged = socket_push(self._through(
+                segment, messages, lambda payload: self.located(payload, deadline_seconds,
+                                                                socket_push),
+                limit, claimed, tickets), deadline_seconds)
             segment.landed(tickets, limit)  # until then the ranges must not change
             return acknowledged
         except BaseException:  # slots it claimed may never come back: start a new segment
@@ -147,54 +153,68 @@ class SlotSender:
             self._segment = segment
             return segment
 
-    def _announce_buffers(self, messages: list, deadline_seconds: float,
-                          socket_push: Push) -> dict[int, tuple[SharedBuffer, int]]:
-        """Where each large payload of ``messages`` lies in a shared buffer the peer has
-        mapped (by message index), announcing the buffers it has not yet mapped and
-        forgetting those freed here, in a push of their own."""
-        located = {index: where for index, message in enumerate(messages)
-                   if isinstance(message, ChunkParts)
-                   and len(message[1]) >= MIN_SLOT_PAYLOAD_BYTES
-                   and (where := REGISTRY.locate(message[1])) is not None}
+    def _forget_freed(self, deadline_seconds: float, socket_push: Push) -> None:
+        """Tell the peer to unmap the buffers it mapped that were freed here since."""
+        with self._announcing:
+            gone = [name for name in self._announced if not REGISTRY.live(name)]
+            if not gone:
+                return
+            self._announced.difference_update(gone)
+            try:
+                socket_push([buffer_forgotten(name) for name in gone], deadline_seconds)
+            except (DeviceError, OSError):  # the peer drops them when this process ends
+                pass
+
+    def located(self, payload: memoryview, deadline_seconds: float,
+                socket_push: Push) -> tuple[SharedBuffer, int] | None:
+        """Where ``payload`` lies in a shared buffer the peer has mapped (announced now, in
+        a push of its own, if it has not), or None (not in one, or the peer cannot map it:
+        slots from now on)."""
+        where = REGISTRY.locate(payload)
+        if where is None:
+            return None
         with self._announcing:
             if not self._buffers_on:
-                return {}
-            new = {where[0] for where in located.values() if where[0].name not in self._announced}
-            gone = [name for name in self._announced if not REGISTRY.live(name)]
-            if not new and not gone:
-                return located
+                return None
+            if where[0].name in self._announced:
+                return where
             try:
-                socket_push([buffer_forgotten(name) for name in gone]
-                            + [buffer_announcement(b.name, b.size) for b in new],
+                socket_push([buffer_announcement(where[0].name, where[0].size)],
                             deadline_seconds)
-            except (DeviceError, OSError):  # a peer that cannot map them: slots from now on
+            except (DeviceError, OSError):
                 self._buffers_on = False
-                return {}
-            self._announced.difference_update(gone)
-            self._announced.update(buffer.name for buffer in new)
-            return located
+                return None
+            self._announced.add(where[0].name)
+            return where
 
-    @staticmethod
-    def _through(segment: SenderSlots, messages: list,
-                 located: dict[int, tuple[SharedBuffer, int]], limit: float,
-                 claimed: list[int], tickets: list[int]) -> Iterator:
-        """``messages`` with each large chunk's payload referred to where it lies in a
-        shared buffer (a ticket holding the range in flight), or else copied into a free
-        slot (waiting until ``limit`` for either), and a reference to it in its place."""
-        for index, message in enumerate(messages):
-            if index in located:
-                (buffer, offset), length = located[index], len(message[1])
-                ticket = segment.claim_ticket(buffer.number, offset, length, limit)
-                tickets.append(ticket)
-                yield buffer_reference(message.header, segment.name, ticket, buffer.name,
-                                       offset, length)
-            elif isinstance(message, ChunkParts) and len(message[1]) >= MIN_SLOT_PAYLOAD_BYTES:
-                slot = segment.claim(limit)
-                claimed.append(slot)
-                segment.write(slot, message[1])
-                yield slot_reference(message.header, segment.name, slot, len(message[1]))
-            else:
+    def _through(self, segment: SenderSlots, messages: Iterable, located: Locate,
+                 limit: float, claimed: list[int], tickets: list[int]) -> Iterator:
+        """``messages`` as they come, each large chunk's payload referred to where it lies
+        in a shared buffer (a ticket holding the range in flight), or else copied into a
+        free slot (waiting until ``limit`` for either, if this sender waits), and a
+        reference to it in its place; inline if neither."""
+        for message in messages:
+            if not (isinstance(message, ChunkParts) and len(message[1]) >= MIN_SLOT_PAYLOAD_BYTES):
                 yield message
+                continue
+            header, payload = message.header, message[1]
+            where = located(payload)
+            if where is not None:
+                (buffer, offset), length = where, len(payload)
+                ticket = (segment.claim_ticket(buffer.number, offset, length, limit) if self.waits
+                          else segment.try_claim_ticket(buffer.number, offset, length))
+                if ticket is not None:
+                    tickets.append(ticket)
+                    yield buffer_reference(header, segment.name, ticket, buffer.name, offset,
+                                           length)
+                    continue
+            slot = segment.claim(limit) if self.waits else segment.try_claim()
+            if slot is None:
+                yield message
+                continue
+            claimed.append(slot)
+            segment.write(slot, payload)
+            yield slot_reference(header, segment.name, slot, len(payload))
 
 
 def _resolved(slots: ReceiverSlots, slot: SlotFields) -> tuple[memoryview, Release] | None:
@@ -239,12 +259,15 @@ def slot_delivery(mailbox: Mailbox, slots: ReceiverSlots) -> Deliver:
 
 
 def _arrivals(messages: Iterable, slots: ReceiverSlots | None) -> Iterator[Arrival]:
-    """A relay's stream as :class:`Arrival` s: inline chunks go on as they came; a
-    reference (only where ``slots`` is, else malformed) goes on with its payload inline."""
+    """A relay's stream as :class:`Arrival` s: small inline chunks go on as they came; a
+    reference (only where ``slots`` is, else malformed) or a large chunk goes on as its
+    header and payload, which the next hop's link may put in a slot of its own."""
     for message in messages:
         header, payload, slot = parse_chunk(message)
-        if slot is None:
-            yield Arrival(header, payload, message, None)
+        if slot is None:  # a large one is passed on as parts, for the next hop's slots
+            onward = (ChunkParts(encode_header(*header), payload)
+                      if len(payload) >= MIN_SLOT_PAYLOAD_BYTES else message)
+            yield Arrival(header, payload, onward, None)
             continue
         if slots is None:
             raise DeviceError("a malformed chunk arrived on a link: it refers to shared "

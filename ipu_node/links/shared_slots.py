@@ -164,6 +164,11 @@ class SenderSlots:
         assert self._state is not None
         return self._claim(self._state, limit, f"{self.slots} shared-memory slots")
 
+    def try_claim(self) -> int | None:
+        """A free slot, now CLAIMED, or None if the receiver holds them all (never waits)."""
+        assert self._state is not None
+        return self._take(self._state)
+
     def claim_ticket(self, buffer: int, offset: int, length: int, limit: float) -> int:
         """A free ticket, now CLAIMED for ``length`` bytes at ``offset`` of shared buffer
         number ``buffer`` (:mod:`ipu_node.links.shared_buffers`); waits like :meth:`claim`."""
@@ -171,22 +176,34 @@ class SenderSlots:
         return self._claim(self._tickets, limit, f"{TICKETS} shared-buffer tickets",
                            record=(buffer, offset, length))
 
+    def try_claim_ticket(self, buffer: int, offset: int, length: int) -> int | None:
+        """:meth:`claim_ticket`, or None if every ticket is in flight (never waits)."""
+        assert self._tickets is not None
+        return self._take(self._tickets, (buffer, offset, length))
+
     def _claim(self, states: np.ndarray, limit: float, what: str,
                record: tuple[int, int, int] | None = None) -> int:
         backoff = _Backoff(limit, 50e-6, 2e-3,
                            f"the link to {self.peer}: none of its {what} came back in time "
                            "(the receiver has not landed the chunks it holds)")
-        while True:
-            with self._lock:
-                free = np.flatnonzero(states == FREE)
-                if len(free):
-                    index = int(free[0])
-                    if record is not None:  # written before the state says it is in flight
-                        assert self._records is not None
-                        self._records[index] = record
-                    states[index] = CLAIMED
-                    return index
+        while (index := self._take(states, record)) is None:
             backoff.wait()
+        return index
+
+    def _take(self, states: np.ndarray,
+              record: tuple[int, int, int] | None = None) -> int | None:
+        """The first FREE index of ``states``, now CLAIMED (a ticket's ``record`` written
+        before its state says it is in flight), or None."""
+        with self._lock:
+            free = np.flatnonzero(states == FREE)
+            if not len(free):
+                return None
+            index = int(free[0])
+            if record is not None:
+                assert self._records is not None
+                self._records[index] = record
+            states[index] = CLAIMED
+            return index
 
     def landed(self, tickets: list[int], limit: float) -> None:
         """Wait until ``limit`` (monotonic) for the receiver to hand ``tickets`` back: it
