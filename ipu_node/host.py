@@ -135,7 +135,7 @@ class HostRelay(DeviceControl):
             nxt = self.ownership.next_device(self.index, header.dst_ipu)
             if nxt not in pushes:
                 pushes[nxt] = OnwardPush(self.endpoint.peers.to(nxt).push,
-                                         RELAY_DEADLINE_SECONDS, f"{self.spec.name}-relay")
+                                         RELAY_DEADLINE_SECONDS)
             self._count(header.collective, header.src_ipu, header.dst_ipu,
                         len(arrival.payload))
         except BaseException:

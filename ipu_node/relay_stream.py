@@ -7,8 +7,11 @@ handed back as soon as the push has written it onward. So a relay never holds a 
 stream, and a sender waiting for its slots or tickets is never held up by chunks still to
 come.
 
-Each push runs on a thread of its own, not a shared pool: a push waits for chunks that
-may be behind another stream's, and a pool full of waiting pushes could wait forever.
+Each push runs on a thread of its own while it lasts, not on a bounded pool: a push waits
+for chunks that may be behind another stream's, and a pool full of waiting pushes could
+wait forever. A thread whose push ended is kept for the next (:class:`Pushers`): starting
+one per stream was a tenth of a host's CPU and, on a busy machine, milliseconds on every
+hop between servers.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from ipu_node.device_errors import DeviceError, LinkTimeout
 from ipu_node.links.shared_link import Arrival
 
 RELAY_DEPTH = 4  # chunks waiting per next hop of a stream
+IDLE_PUSHERS_KEPT = 64  # threads kept for the next pushes once theirs ended
 _END = object()
 _WAIT_SECONDS = 0.05  # between looks at a push that may have failed
 
@@ -34,16 +38,53 @@ def _release(arrival: Arrival) -> None:
         arrival.release()
 
 
+class Pushers:
+    """Threads that run pushes, each kept idle once its push ended for the next one (at
+    most ``kept``). A push that finds none idle gets a new thread, so no push ever waits
+    for another to end."""
+
+    def __init__(self, name: str, kept: int = IDLE_PUSHERS_KEPT) -> None:
+        self.name, self.kept = name, kept
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def idle(self) -> int:
+        with self._lock:
+            return len(self._idle)
+
+    def run(self, work: Callable[[], None]) -> None:
+        """Run ``work`` (which must not raise) on an idle thread, or a new one."""
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(inbox,), daemon=True,
+                             name=self.name).start()
+        inbox.put(work)
+
+    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            inbox.get()()
+            with self._lock:
+                if len(self._idle) >= self.kept:
+                    return
+                self._idle.append(inbox)
+
+
+PUSHERS = Pushers("relay-push")
+
+
 class OnwardPush:
     """One push towards a next hop, fed chunk by chunk (:meth:`put`), ended by
     :meth:`finish` (or :meth:`abandon` when the incoming stream broke)."""
 
-    def __init__(self, push: Push, deadline_seconds: float, name: str) -> None:
+    def __init__(self, push: Push, deadline_seconds: float, pushers: Pushers = PUSHERS) -> None:
         self._queue: queue.Queue[object] = queue.Queue(maxsize=RELAY_DEPTH)
         self._deadline_seconds = deadline_seconds
         self._broken = threading.Event()
         self.done: Future[int] = Future()
-        threading.Thread(target=self._run, args=(push,), daemon=True, name=name).start()
+        pushers.run(lambda: self._run(push))
 
     def _run(self, push: Push) -> None:
         try:

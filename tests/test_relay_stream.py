@@ -2,9 +2,11 @@
 slots goes through whole (the relay never holds it all), bytes unchanged, each slot handed
 back once its chunk is on the onward link; it sends on through slots of its own but never
 waits for one (a chunk that finds none goes inline); an onward link that fails fails the
-stream."""
+stream. Pushes run on threads kept from one push to the next, and never wait for another
+push to end."""
 
 import mmap
+import threading
 import time
 
 import numpy as np
@@ -15,7 +17,7 @@ from ipu_node.links.channel import LinkClient, LinkServer, Transfer, encode_tran
 from ipu_node.links.link_limits import LinkLimits
 from ipu_node.links.mailbox import Mailbox, TransferKey
 from ipu_node.links.shared_link import Relay
-from ipu_node.relay_stream import OnwardPush
+from ipu_node.relay_stream import OnwardPush, Pushers
 
 PIECE = 100 << 10  # above the smallest payload that goes through a slot
 TRANSFERS = 12  # one chunk each: six times the sender's slots
@@ -26,7 +28,7 @@ def relay_to(client: LinkClient, seen: list[bool]) -> Relay:
     arrived in shared memory."""
 
     def forward(arrivals):
-        push = OnwardPush(client.push, 20, "test-relay")
+        push = OnwardPush(client.push, 20)
         total = count = 0
         for arrival in arrivals:
             seen.append(arrival.release is not None)
@@ -110,3 +112,37 @@ def test_an_onward_link_that_fails_fails_the_relayed_stream(card):
         sender.close()
         to_nowhere.close()
         host.stop()
+
+
+def wait_until(condition, seconds: float = 20.0) -> None:
+    limit = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < limit, "the condition did not come true in time"
+        time.sleep(0.001)
+
+
+def test_a_push_runs_on_the_thread_an_ended_push_left_idle():
+    pushers = Pushers("test-push", kept=1)
+    ran_on: list[int] = []
+    pushers.run(lambda: ran_on.append(threading.get_ident()))
+    wait_until(lambda: pushers.idle == 1)
+    pushers.run(lambda: ran_on.append(threading.get_ident()))
+    wait_until(lambda: len(ran_on) == 2 and pushers.idle == 1)
+    assert ran_on[0] == ran_on[1]
+
+
+def test_a_push_never_waits_for_another_to_end_and_idle_threads_are_bounded():
+    pushers = Pushers("test-push-bounded", kept=1)
+    second_ran = threading.Event()
+    first_done = threading.Event()
+
+    def first():  # waits on a push that starts after it: a bounded pool could hang here
+        assert second_ran.wait(20)
+        first_done.set()
+
+    pushers.run(first)
+    pushers.run(second_ran.set)
+    assert first_done.wait(20)
+    # two threads ran; one is kept idle, the other ended
+    wait_until(lambda: pushers.idle == 1 and sum(
+        t.name == "test-push-bounded" for t in threading.enumerate()) == 1)
