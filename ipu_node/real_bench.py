@@ -16,7 +16,9 @@ from gcl.bench_spec import PlacedBench
 from gcl.collectives import Collective, CollectiveName, DType
 from gcl.phantom import Timing
 from gcl.schedule import Schedule
+from ipu_node.answers import IpuMemoryStats
 from ipu_node.executor import CollectiveResult
+from ipu_node.known_facts import TensorInfo
 from ipu_node.pod import EmulatedPod
 from ipu_node.store import TensorStore
 
@@ -78,18 +80,27 @@ def _timed(pod: EmulatedPod, coll: Collective, output: str, runs: tuple[int, DTy
 def _place_inputs(pod: EmulatedPod, targets: Sequence[int], count: int, dtype: DType) -> None:
     """Each device builds its replicas' :func:`gcl.bench_rows.bench_input` as tensor
     ``bench.in``: nothing crosses from here, and the tensor is the device's own (writable,
-    so an allreduce in place works in it, with no copy)."""
+    so an allreduce in place works in it, with no copy). What each device says after it
+    (the tensor's shapes, its IPUs' free memory) is what the POD knows of it, so the next
+    collective starts in one round trip, as after any collective
+    (:mod:`ipu_node.known_facts`)."""
     by_device: dict[int, dict[int, int]] = defaultdict(dict)
     for replica, ipu in enumerate(targets):
         by_device[pod.owner[ipu]][int(ipu)] = replica
-    pod.call("execute", {d: (_fill, replicas, count, dtype)
-                         for d, replicas in by_device.items()}, deadline_seconds=60)
+    said = pod.call("execute", {d: (_fill, replicas, count, dtype)
+                                for d, replicas in by_device.items()}, deadline_seconds=60)
+    for device, (tensor, memory) in said.items():
+        pod.facts.heard_tensor(device, BENCH_IN, tensor)
+        pod.facts.heard_memory(device, memory)
 
 
-def _fill(store: TensorStore, replicas: dict[int, int], count: int, dtype: DType) -> None:
-    """On a device: store replica ``replicas[ipu]``'s bench input on each IPU ``ipu``."""
+def _fill(store: TensorStore, replicas: dict[int, int], count: int,
+          dtype: DType) -> tuple[TensorInfo, dict[int, IpuMemoryStats]]:
+    """On a device: store replica ``replicas[ipu]``'s bench input on each IPU ``ipu``;
+    then the tensor's shape and dtype on each IPU holding it, and each IPU's memory."""
     for ipu, replica in replicas.items():
         store.put(ipu, BENCH_IN, bench_input(count, replica, dtype))
+    return store.info(BENCH_IN), store.memory_stats()
 
 
 def _wrong(pod: EmulatedPod, result: CollectiveResult, inputs: list[np.ndarray], output: str,

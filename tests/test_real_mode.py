@@ -259,6 +259,22 @@ def test_inputs_too_big_for_this_machine_point_to_phantom_mode():
         check_replicas(huge, ["float32"] * 16, 16, 16, "allreduce")
 
 
+def test_the_bench_placing_its_inputs_leaves_the_pod_knowing_them_for_one_round_trip(pods):
+    from gcl.collectives import DType
+    from ipu_node.real_bench import BENCH_IN, _place_inputs
+
+    pod = pods["dss8440"]
+    targets = list(range(pod.topology.ipu_count))
+    _place_inputs(pod, targets, 1000, DType.FLOAT32)
+    owners = sorted({pod.owner[ipu] for ipu in targets})
+    for device in owners:  # what the next collective would otherwise ask each device again
+        held = pod.facts.tensor(device, BENCH_IN)
+        assert held is not None and all(shape == ((1000,), "float32")
+                                        for shape in held.values())
+        assert pod.facts.free_bytes(device) is not None
+    assert sorted(ipu for d in owners for ipu in pod.facts.tensor(d, BENCH_IN)) == targets
+
+
 def test_bench_runs_warmups_and_iterations_and_can_skip_the_check(pods):
     from gcl.bench_spec import BenchSpec, Runs, SizeRange
     from gcl.collectives import ALLREDUCE
