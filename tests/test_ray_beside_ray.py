@@ -98,15 +98,16 @@ def test_real_bench_beside_a_running_ray_starts_its_own(other_ray):
     assert_untouched(before, snapshot(address, root))
 
 
-def test_real_training_json_stays_json_when_ray_warns(other_ray):
-    """One startup slot makes the raylet warn about its workers: that goes to stderr."""
+def test_real_training_json_stays_json_and_quiet_when_ray_would_warn(other_ray):
+    """One startup slot makes the raylet warn about its workers: the warning is kept off
+    the terminal (a process per device is the design), and stdout stays one document."""
     address, root = other_ray
     before = snapshot(address, root)
     run = ipupod(["train", "--mode", "real", "--servers", "2", "--gcd", "2",
                   "--gradient-accumulation", "4", "--steps", "2", "--json"],
                  environment(root, RAY_worker_maximum_startup_concurrency="1"))
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "worker processes have been started" in run.stderr  # the warning was forced
+    assert "worker processes have been started" not in run.stdout + run.stderr
     record = json.loads(run.stdout)
     assert record["servers"] == 2
     assert_untouched(before, snapshot(address, root))
