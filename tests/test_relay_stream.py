@@ -18,6 +18,7 @@ from ipu_node.links.link_limits import LinkLimits
 from ipu_node.links.mailbox import Mailbox, TransferKey
 from ipu_node.links.shared_link import Relay
 from ipu_node.relay_stream import OnwardPush, Pushers
+from tests.link_peer import wait_until
 
 PIECE = 100 << 10  # above the smallest payload that goes through a slot
 TRANSFERS = 12  # one chunk each: six times the sender's slots
@@ -114,20 +115,13 @@ def test_an_onward_link_that_fails_fails_the_relayed_stream(card):
         host.stop()
 
 
-def wait_until(condition, seconds: float = 20.0) -> None:
-    limit = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < limit, "the condition did not come true in time"
-        time.sleep(0.001)
-
-
 def test_a_push_runs_on_the_thread_an_ended_push_left_idle():
     pushers = Pushers("test-push", kept=1)
     ran_on: list[int] = []
     pushers.run(lambda: ran_on.append(threading.get_ident()))
-    wait_until(lambda: pushers.idle == 1)
+    assert wait_until(lambda: pushers.idle == 1)
     pushers.run(lambda: ran_on.append(threading.get_ident()))
-    wait_until(lambda: len(ran_on) == 2 and pushers.idle == 1)
+    assert wait_until(lambda: len(ran_on) == 2 and pushers.idle == 1)
     assert ran_on[0] == ran_on[1]
 
 
@@ -144,5 +138,5 @@ def test_a_push_never_waits_for_another_to_end_and_idle_threads_are_bounded():
     pushers.run(second_ran.set)
     assert first_done.wait(20)
     # two threads ran; one is kept idle, the other ended
-    wait_until(lambda: pushers.idle == 1 and sum(
+    assert wait_until(lambda: pushers.idle == 1 and sum(
         t.name == "test-push-bounded" for t in threading.enumerate()) == 1)
